@@ -1,0 +1,200 @@
+// Package abi holds the constants and encodings of the Ludus game module ABI v1
+// (docs/ABI.md) shared by the host (simnode) and the guest SDK. It has no
+// dependencies beyond the standard library, so it compiles for wasip1 and native.
+package abi
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Version is the ABI version this package describes; ludus_abi_version returns it.
+const Version = 1
+
+// SpectatorSlot is the slot passed to ludus_view for the spectator camera.
+const SpectatorSlot = -1
+
+// Export names of ABI v1.
+const (
+	ExportABIVersion = "ludus_abi_version"
+	ExportMeta       = "ludus_meta"
+	ExportBuffer     = "ludus_buffer"
+	ExportInit       = "ludus_init"
+	ExportStep       = "ludus_step"
+	ExportView       = "ludus_view"
+	ExportStateHash  = "ludus_state_hash"
+	ExportResult     = "ludus_result"
+	ExportSave       = "ludus_save" // optional
+	ExportLoad       = "ludus_load" // optional
+)
+
+// Step return codes.
+const (
+	StepRunning = 0
+	StepEnded   = 1
+)
+
+// EventKind says what an event in the input log does.
+type EventKind uint8
+
+// Event kinds.
+const (
+	EventJoin  EventKind = 1
+	EventLeave EventKind = 2
+	EventInput EventKind = 3
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventJoin:
+		return "join"
+	case EventLeave:
+		return "leave"
+	case EventInput:
+		return "input"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// MaxPayload is the largest event payload the encoding can carry.
+const MaxPayload = 0xFFFF
+
+// Event is one entry of a tick's input: a player joining, leaving, or sending input.
+type Event struct {
+	Kind    EventKind
+	Slot    uint8
+	Payload []byte
+}
+
+// ErrMalformed is returned when event bytes cannot be decoded.
+var ErrMalformed = errors.New("abi: malformed events")
+
+// AppendEvent appends the wire encoding of ev to dst. Payloads longer than
+// MaxPayload are truncated; callers validate sizes before they get here.
+func AppendEvent(dst []byte, ev Event) []byte {
+	p := ev.Payload
+	if len(p) > MaxPayload {
+		p = p[:MaxPayload]
+	}
+	dst = append(dst, byte(ev.Kind), ev.Slot)
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(p)))
+	return append(dst, p...)
+}
+
+// AppendEvents appends the encoding of every event in evs to dst.
+func AppendEvents(dst []byte, evs []Event) []byte {
+	for _, ev := range evs {
+		dst = AppendEvent(dst, ev)
+	}
+	return dst
+}
+
+// DecodeEvents calls fn for each event encoded in b, in order. Payloads alias b.
+// It returns ErrMalformed if b ends in the middle of an event; events before the
+// damage have already been passed to fn.
+func DecodeEvents(b []byte, fn func(Event)) error {
+	for len(b) > 0 {
+		if len(b) < 4 {
+			return ErrMalformed
+		}
+		n := int(binary.LittleEndian.Uint16(b[2:4]))
+		if len(b) < 4+n {
+			return ErrMalformed
+		}
+		fn(Event{Kind: EventKind(b[0]), Slot: b[1], Payload: b[4 : 4+n]})
+		b = b[4+n:]
+	}
+	return nil
+}
+
+// Pack packs a pointer and a length into the i64 "packed slice" of the ABI.
+func Pack(ptr, length uint32) uint64 { return uint64(ptr)<<32 | uint64(length) }
+
+// Unpack splits a packed slice into pointer and length.
+func Unpack(v uint64) (ptr, length uint32) { return uint32(v >> 32), uint32(v) }
+
+// Meta is what a module declares about itself through ludus_meta.
+type Meta struct {
+	Name         string `json:"name"`
+	TickRate     int    `json:"tick_rate"`
+	MaxPlayers   int    `json:"max_players"`
+	FrameDivisor int    `json:"frame_divisor"`
+	ViewFormat   string `json:"view_format"`
+	ViewWidth    int    `json:"view_width,omitempty"`
+	ViewHeight   int    `json:"view_height,omitempty"`
+}
+
+// ParseMeta decodes and validates module metadata.
+func ParseMeta(b []byte) (Meta, error) {
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("ludus_meta returned invalid JSON: %w", err)
+	}
+	return m, m.Validate()
+}
+
+// Validate checks that the metadata is within the limits of ABI v1.
+func (m Meta) Validate() error {
+	switch {
+	case m.Name == "" || len(m.Name) > 64:
+		return fmt.Errorf("ludus_meta: name must be 1..64 bytes, got %q", m.Name)
+	case m.TickRate < 1 || m.TickRate > 240:
+		return fmt.Errorf("ludus_meta: tick_rate must be 1..240, got %d", m.TickRate)
+	case m.MaxPlayers < 1 || m.MaxPlayers > 64:
+		return fmt.Errorf("ludus_meta: max_players must be 1..64, got %d", m.MaxPlayers)
+	case m.FrameDivisor < 1 || m.FrameDivisor > 240:
+		return fmt.Errorf("ludus_meta: frame_divisor must be 1..240, got %d", m.FrameDivisor)
+	case m.ViewFormat == "" || len(m.ViewFormat) > 32:
+		return fmt.Errorf("ludus_meta: view_format must be 1..32 bytes, got %q", m.ViewFormat)
+	}
+	return nil
+}
+
+// PlayerResult is one player's line in a match result.
+type PlayerResult struct {
+	Slot   int    `json:"slot"`
+	Name   string `json:"name"`
+	Score  int64  `json:"score"`
+	Kills  int64  `json:"kills,omitempty"`
+	Deaths int64  `json:"deaths,omitempty"`
+}
+
+// Result is the match result a module reports through ludus_result.
+type Result struct {
+	Ended   bool           `json:"ended"`
+	Ticks   int64          `json:"ticks"`
+	Winner  int            `json:"winner"`
+	Players []PlayerResult `json:"players"`
+}
+
+// Indexed8 view format constants (docs/ABI.md).
+const (
+	Indexed8Format     = "indexed8"
+	Indexed8Magic      = "IDX8"
+	Indexed8HeaderSize = 4 + 2 + 2 + 768
+)
+
+// Indexed8Header writes the header of an indexed8 view into dst (which must hold
+// Indexed8HeaderSize bytes) and returns the slice after it.
+func Indexed8Header(dst []byte, width, height int, palette *[768]byte) []byte {
+	copy(dst[0:4], Indexed8Magic)
+	binary.LittleEndian.PutUint16(dst[4:6], uint16(width))
+	binary.LittleEndian.PutUint16(dst[6:8], uint16(height))
+	copy(dst[8:8+768], palette[:])
+	return dst[Indexed8HeaderSize:]
+}
+
+// ParseIndexed8 checks an indexed8 view and returns its size, palette and pixels.
+func ParseIndexed8(b []byte) (width, height int, palette, pixels []byte, err error) {
+	if len(b) < Indexed8HeaderSize || string(b[0:4]) != Indexed8Magic {
+		return 0, 0, nil, nil, errors.New("abi: not an indexed8 view")
+	}
+	width = int(binary.LittleEndian.Uint16(b[4:6]))
+	height = int(binary.LittleEndian.Uint16(b[6:8]))
+	if len(b) != Indexed8HeaderSize+width*height {
+		return 0, 0, nil, nil, fmt.Errorf("abi: indexed8 view of %dx%d has %d bytes", width, height, len(b))
+	}
+	return width, height, b[8 : 8+768], b[Indexed8HeaderSize:], nil
+}

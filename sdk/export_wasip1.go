@@ -1,0 +1,162 @@
+//go:build wasip1
+
+package sdk
+
+import (
+	"encoding/json"
+	"os"
+	"unsafe"
+
+	"ludus.dev/ludus/sdk/abi"
+)
+
+// This file is the module side of docs/ABI.md: every ludus_* export, forwarding
+// to the registered Game. //go:wasmexport works in any package since Go 1.24, so
+// a game's main package only has to import sdk and call Register.
+
+// Error codes returned by ludus_init and ludus_load.
+const (
+	errCodeGame     = 1 // the game returned an error
+	errCodeBadLen   = 2 // the length is negative or beyond the scratch buffer
+	errCodeNoGame   = 3 // nothing was registered
+	errCodeNoLoader = 4 // the game does not implement Checkpointer
+)
+
+// maxScratch bounds ludus_buffer: a request beyond it is answered with 0 rather
+// than an out-of-memory trap.
+const maxScratch = 1 << 30
+
+var (
+	// scratch is where the host writes config, events and checkpoints.
+	scratch []byte
+	// out keeps the last slice returned to the host reachable, so the garbage
+	// collector cannot reuse its memory before the host has read it.
+	out []byte
+)
+
+// game returns the registered game, trapping with a readable message when the
+// module was built without calling Register.
+func game() Game {
+	if registered == nil {
+		panic("ludus sdk: no game registered; call sdk.Register from an init function of package main")
+	}
+	return registered
+}
+
+// packOut keeps b alive and returns it as a packed slice (0 for empty).
+func packOut(b []byte) int64 {
+	out = b
+	if len(b) == 0 {
+		return 0
+	}
+	return int64(abi.Pack(uint32(uintptr(unsafe.Pointer(&b[0]))), uint32(len(b))))
+}
+
+// scratchSlice returns the first n bytes of the scratch buffer, or false when n
+// does not fit in it.
+func scratchSlice(n int32) ([]byte, bool) {
+	if n < 0 || int(n) > cap(scratch) {
+		return nil, false
+	}
+	return scratch[:n], true
+}
+
+func logError(where string, err error) {
+	// stderr is captured into the match log by the host (docs/ABI.md).
+	os.Stderr.WriteString("ludus sdk: " + where + ": " + err.Error() + "\n")
+}
+
+//go:wasmexport ludus_abi_version
+func ludusABIVersion() int32 { return abi.Version }
+
+//go:wasmexport ludus_meta
+func ludusMeta() int64 {
+	b, err := json.Marshal(game().Meta())
+	if err != nil {
+		panic(err) // Meta is a plain struct; this cannot happen
+	}
+	return packOut(b)
+}
+
+//go:wasmexport ludus_buffer
+func ludusBuffer(size int32) int32 {
+	if size < 0 || size > maxScratch {
+		return 0
+	}
+	if cap(scratch) < int(size) || cap(scratch) == 0 {
+		n := max(int(size), 2*cap(scratch), 4096)
+		scratch = make([]byte, n)
+	}
+	scratch = scratch[:cap(scratch)]
+	return int32(uintptr(unsafe.Pointer(&scratch[0])))
+}
+
+//go:wasmexport ludus_init
+func ludusInit(seed int64, configLen int32) int32 {
+	if registered == nil {
+		return errCodeNoGame
+	}
+	cfg, ok := scratchSlice(configLen)
+	if !ok {
+		return errCodeBadLen
+	}
+	if err := registered.Init(uint64(seed), cfg); err != nil {
+		logError("init", err)
+		return errCodeGame
+	}
+	return 0
+}
+
+//go:wasmexport ludus_step
+func ludusStep(eventsLen int32) int32 {
+	g := game()
+	events, ok := scratchSlice(eventsLen)
+	if !ok {
+		events = nil // a bad length carries no events; the tick still runs
+	}
+	if StepEvents(g, events) {
+		return abi.StepEnded
+	}
+	return abi.StepRunning
+}
+
+//go:wasmexport ludus_view
+func ludusView(slot int32) int64 { return packOut(game().View(int(slot))) }
+
+//go:wasmexport ludus_state_hash
+func ludusStateHash() int64 { return int64(game().StateHash()) }
+
+//go:wasmexport ludus_result
+func ludusResult() int64 {
+	b, err := json.Marshal(game().Result())
+	if err != nil {
+		panic(err)
+	}
+	return packOut(b)
+}
+
+//go:wasmexport ludus_save
+func ludusSave() int64 {
+	cp, ok := game().(Checkpointer)
+	if !ok {
+		return packOut(nil) // empty: "no checkpoint support"
+	}
+	return packOut(cp.Save())
+}
+
+//go:wasmexport ludus_load
+func ludusLoad(length int32) int32 {
+	cp, ok := game().(Checkpointer)
+	if !ok {
+		return errCodeNoLoader
+	}
+	b, ok := scratchSlice(length)
+	if !ok {
+		return errCodeBadLen
+	}
+	if err := cp.Load(b); err != nil {
+		logError("load", err)
+		return errCodeGame
+	}
+	return 0
+}
