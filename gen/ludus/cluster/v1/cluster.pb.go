@@ -2,9 +2,9 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        (unknown)
-// source: ludus/internal/v1/internal.proto
+// source: ludus/cluster/v1/cluster.proto
 
-package internalv1
+package clusterv1
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -36,7 +36,7 @@ type StartGameRequest struct {
 
 func (x *StartGameRequest) Reset() {
 	*x = StartGameRequest{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[0]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +48,7 @@ func (x *StartGameRequest) String() string {
 func (*StartGameRequest) ProtoMessage() {}
 
 func (x *StartGameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[0]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +61,7 @@ func (x *StartGameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartGameRequest.ProtoReflect.Descriptor instead.
 func (*StartGameRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{0}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *StartGameRequest) GetTenantId() string {
@@ -115,7 +115,7 @@ type StartGameResponse struct {
 
 func (x *StartGameResponse) Reset() {
 	*x = StartGameResponse{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[1]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -127,7 +127,7 @@ func (x *StartGameResponse) String() string {
 func (*StartGameResponse) ProtoMessage() {}
 
 func (x *StartGameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[1]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -140,7 +140,7 @@ func (x *StartGameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartGameResponse.ProtoReflect.Descriptor instead.
 func (*StartGameResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{1}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *StartGameResponse) GetGame() *v1.GameInfo {
@@ -160,7 +160,7 @@ type GetGameRequest struct {
 
 func (x *GetGameRequest) Reset() {
 	*x = GetGameRequest{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[2]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +172,7 @@ func (x *GetGameRequest) String() string {
 func (*GetGameRequest) ProtoMessage() {}
 
 func (x *GetGameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[2]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +185,7 @@ func (x *GetGameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameRequest.ProtoReflect.Descriptor instead.
 func (*GetGameRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{2}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GetGameRequest) GetTenantId() string {
@@ -211,7 +211,7 @@ type GetGameResponse struct {
 
 func (x *GetGameResponse) Reset() {
 	*x = GetGameResponse{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[3]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -223,7 +223,7 @@ func (x *GetGameResponse) String() string {
 func (*GetGameResponse) ProtoMessage() {}
 
 func (x *GetGameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[3]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -236,7 +236,7 @@ func (x *GetGameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameResponse.ProtoReflect.Descriptor instead.
 func (*GetGameResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{3}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetGameResponse) GetGame() *v1.GameInfo {
@@ -258,7 +258,7 @@ type JoinGameRequest struct {
 
 func (x *JoinGameRequest) Reset() {
 	*x = JoinGameRequest{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[4]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -270,7 +270,7 @@ func (x *JoinGameRequest) String() string {
 func (*JoinGameRequest) ProtoMessage() {}
 
 func (x *JoinGameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[4]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -283,7 +283,7 @@ func (x *JoinGameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinGameRequest.ProtoReflect.Descriptor instead.
 func (*JoinGameRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{4}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinGameRequest) GetTenantId() string {
@@ -324,7 +324,7 @@ type JoinGameResponse struct {
 
 func (x *JoinGameResponse) Reset() {
 	*x = JoinGameResponse{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[5]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +336,7 @@ func (x *JoinGameResponse) String() string {
 func (*JoinGameResponse) ProtoMessage() {}
 
 func (x *JoinGameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[5]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +349,7 @@ func (x *JoinGameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinGameResponse.ProtoReflect.Descriptor instead.
 func (*JoinGameResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{5}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *JoinGameResponse) GetGame() *v1.GameInfo {
@@ -379,7 +379,7 @@ type StreamFramesRequest struct {
 
 func (x *StreamFramesRequest) Reset() {
 	*x = StreamFramesRequest{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[6]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +391,7 @@ func (x *StreamFramesRequest) String() string {
 func (*StreamFramesRequest) ProtoMessage() {}
 
 func (x *StreamFramesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[6]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +404,7 @@ func (x *StreamFramesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamFramesRequest.ProtoReflect.Descriptor instead.
 func (*StreamFramesRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{6}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StreamFramesRequest) GetTenantId() string {
@@ -448,7 +448,7 @@ type StreamFramesResponse struct {
 
 func (x *StreamFramesResponse) Reset() {
 	*x = StreamFramesResponse{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[7]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +460,7 @@ func (x *StreamFramesResponse) String() string {
 func (*StreamFramesResponse) ProtoMessage() {}
 
 func (x *StreamFramesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[7]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +473,7 @@ func (x *StreamFramesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamFramesResponse.ProtoReflect.Descriptor instead.
 func (*StreamFramesResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{7}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StreamFramesResponse) GetMsg() isStreamFramesResponse_Msg {
@@ -527,7 +527,7 @@ type SendInputResponse struct {
 
 func (x *SendInputResponse) Reset() {
 	*x = SendInputResponse{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[8]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +539,7 @@ func (x *SendInputResponse) String() string {
 func (*SendInputResponse) ProtoMessage() {}
 
 func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[8]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +552,7 @@ func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputResponse.ProtoReflect.Descriptor instead.
 func (*SendInputResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{8}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SendInputResponse) GetAckedSeq() uint64 {
@@ -582,7 +582,7 @@ type SendInputRequest struct {
 
 func (x *SendInputRequest) Reset() {
 	*x = SendInputRequest{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[9]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +594,7 @@ func (x *SendInputRequest) String() string {
 func (*SendInputRequest) ProtoMessage() {}
 
 func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[9]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +607,7 @@ func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputRequest.ProtoReflect.Descriptor instead.
 func (*SendInputRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{9}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SendInputRequest) GetTenantId() string {
@@ -655,7 +655,7 @@ type ResolveModuleRequest struct {
 
 func (x *ResolveModuleRequest) Reset() {
 	*x = ResolveModuleRequest{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[10]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +667,7 @@ func (x *ResolveModuleRequest) String() string {
 func (*ResolveModuleRequest) ProtoMessage() {}
 
 func (x *ResolveModuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[10]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +680,7 @@ func (x *ResolveModuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveModuleRequest.ProtoReflect.Descriptor instead.
 func (*ResolveModuleRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{10}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResolveModuleRequest) GetTenantId() string {
@@ -706,7 +706,7 @@ type ResolveModuleResponse struct {
 
 func (x *ResolveModuleResponse) Reset() {
 	*x = ResolveModuleResponse{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[11]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +718,7 @@ func (x *ResolveModuleResponse) String() string {
 func (*ResolveModuleResponse) ProtoMessage() {}
 
 func (x *ResolveModuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[11]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +731,7 @@ func (x *ResolveModuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveModuleResponse.ProtoReflect.Descriptor instead.
 func (*ResolveModuleResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{11}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResolveModuleResponse) GetModule() *v1.Module {
@@ -751,7 +751,7 @@ type GetModuleRequest struct {
 
 func (x *GetModuleRequest) Reset() {
 	*x = GetModuleRequest{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[12]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +763,7 @@ func (x *GetModuleRequest) String() string {
 func (*GetModuleRequest) ProtoMessage() {}
 
 func (x *GetModuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[12]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +776,7 @@ func (x *GetModuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModuleRequest.ProtoReflect.Descriptor instead.
 func (*GetModuleRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{12}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetModuleRequest) GetTenantId() string {
@@ -803,7 +803,7 @@ type GetModuleResponse struct {
 
 func (x *GetModuleResponse) Reset() {
 	*x = GetModuleResponse{}
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[13]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +815,7 @@ func (x *GetModuleResponse) String() string {
 func (*GetModuleResponse) ProtoMessage() {}
 
 func (x *GetModuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_internal_v1_internal_proto_msgTypes[13]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +828,7 @@ func (x *GetModuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModuleResponse.ProtoReflect.Descriptor instead.
 func (*GetModuleResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_internal_v1_internal_proto_rawDescGZIP(), []int{13}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetModuleResponse) GetModule() *v1.Module {
@@ -845,11 +845,11 @@ func (x *GetModuleResponse) GetWasm() []byte {
 	return nil
 }
 
-var File_ludus_internal_v1_internal_proto protoreflect.FileDescriptor
+var File_ludus_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
-const file_ludus_internal_v1_internal_proto_rawDesc = "" +
+const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	" ludus/internal/v1/internal.proto\x12\x11ludus.internal.v1\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\"\xb0\x01\n" +
+	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\"\xb0\x01\n" +
 	"\x10StartGameRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1f\n" +
@@ -904,72 +904,72 @@ const file_ludus_internal_v1_internal_proto_rawDesc = "" +
 	"\bbuild_id\x18\x02 \x01(\tR\abuildId\"Q\n" +
 	"\x11GetModuleResponse\x12(\n" +
 	"\x06module\x18\x01 \x01(\v2\x10.ludus.v1.ModuleR\x06module\x12\x12\n" +
-	"\x04wasm\x18\x02 \x01(\fR\x04wasm2\xc7\x03\n" +
-	"\vNodeService\x12V\n" +
-	"\tStartGame\x12#.ludus.internal.v1.StartGameRequest\x1a$.ludus.internal.v1.StartGameResponse\x12P\n" +
-	"\aGetGame\x12!.ludus.internal.v1.GetGameRequest\x1a\".ludus.internal.v1.GetGameResponse\x12S\n" +
-	"\bJoinGame\x12\".ludus.internal.v1.JoinGameRequest\x1a#.ludus.internal.v1.JoinGameResponse\x12a\n" +
-	"\fStreamFrames\x12&.ludus.internal.v1.StreamFramesRequest\x1a'.ludus.internal.v1.StreamFramesResponse0\x01\x12V\n" +
-	"\tSendInput\x12#.ludus.internal.v1.SendInputRequest\x1a$.ludus.internal.v1.SendInputResponse2\xd0\x01\n" +
-	"\x12ModuleStoreService\x12b\n" +
-	"\rResolveModule\x12'.ludus.internal.v1.ResolveModuleRequest\x1a(.ludus.internal.v1.ResolveModuleResponse\x12V\n" +
-	"\tGetModule\x12#.ludus.internal.v1.GetModuleRequest\x1a$.ludus.internal.v1.GetModuleResponseB2Z0ludus.dev/ludus/gen/ludus/internal/v1;internalv1b\x06proto3"
+	"\x04wasm\x18\x02 \x01(\fR\x04wasm2\xbd\x03\n" +
+	"\vNodeService\x12T\n" +
+	"\tStartGame\x12\".ludus.cluster.v1.StartGameRequest\x1a#.ludus.cluster.v1.StartGameResponse\x12N\n" +
+	"\aGetGame\x12 .ludus.cluster.v1.GetGameRequest\x1a!.ludus.cluster.v1.GetGameResponse\x12Q\n" +
+	"\bJoinGame\x12!.ludus.cluster.v1.JoinGameRequest\x1a\".ludus.cluster.v1.JoinGameResponse\x12_\n" +
+	"\fStreamFrames\x12%.ludus.cluster.v1.StreamFramesRequest\x1a&.ludus.cluster.v1.StreamFramesResponse0\x01\x12T\n" +
+	"\tSendInput\x12\".ludus.cluster.v1.SendInputRequest\x1a#.ludus.cluster.v1.SendInputResponse2\xcc\x01\n" +
+	"\x12ModuleStoreService\x12`\n" +
+	"\rResolveModule\x12&.ludus.cluster.v1.ResolveModuleRequest\x1a'.ludus.cluster.v1.ResolveModuleResponse\x12T\n" +
+	"\tGetModule\x12\".ludus.cluster.v1.GetModuleRequest\x1a#.ludus.cluster.v1.GetModuleResponseB0Z.ludus.dev/ludus/gen/ludus/cluster/v1;clusterv1b\x06proto3"
 
 var (
-	file_ludus_internal_v1_internal_proto_rawDescOnce sync.Once
-	file_ludus_internal_v1_internal_proto_rawDescData []byte
+	file_ludus_cluster_v1_cluster_proto_rawDescOnce sync.Once
+	file_ludus_cluster_v1_cluster_proto_rawDescData []byte
 )
 
-func file_ludus_internal_v1_internal_proto_rawDescGZIP() []byte {
-	file_ludus_internal_v1_internal_proto_rawDescOnce.Do(func() {
-		file_ludus_internal_v1_internal_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_ludus_internal_v1_internal_proto_rawDesc), len(file_ludus_internal_v1_internal_proto_rawDesc)))
+func file_ludus_cluster_v1_cluster_proto_rawDescGZIP() []byte {
+	file_ludus_cluster_v1_cluster_proto_rawDescOnce.Do(func() {
+		file_ludus_cluster_v1_cluster_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_ludus_cluster_v1_cluster_proto_rawDesc), len(file_ludus_cluster_v1_cluster_proto_rawDesc)))
 	})
-	return file_ludus_internal_v1_internal_proto_rawDescData
+	return file_ludus_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ludus_internal_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
-var file_ludus_internal_v1_internal_proto_goTypes = []any{
-	(*StartGameRequest)(nil),      // 0: ludus.internal.v1.StartGameRequest
-	(*StartGameResponse)(nil),     // 1: ludus.internal.v1.StartGameResponse
-	(*GetGameRequest)(nil),        // 2: ludus.internal.v1.GetGameRequest
-	(*GetGameResponse)(nil),       // 3: ludus.internal.v1.GetGameResponse
-	(*JoinGameRequest)(nil),       // 4: ludus.internal.v1.JoinGameRequest
-	(*JoinGameResponse)(nil),      // 5: ludus.internal.v1.JoinGameResponse
-	(*StreamFramesRequest)(nil),   // 6: ludus.internal.v1.StreamFramesRequest
-	(*StreamFramesResponse)(nil),  // 7: ludus.internal.v1.StreamFramesResponse
-	(*SendInputResponse)(nil),     // 8: ludus.internal.v1.SendInputResponse
-	(*SendInputRequest)(nil),      // 9: ludus.internal.v1.SendInputRequest
-	(*ResolveModuleRequest)(nil),  // 10: ludus.internal.v1.ResolveModuleRequest
-	(*ResolveModuleResponse)(nil), // 11: ludus.internal.v1.ResolveModuleResponse
-	(*GetModuleRequest)(nil),      // 12: ludus.internal.v1.GetModuleRequest
-	(*GetModuleResponse)(nil),     // 13: ludus.internal.v1.GetModuleResponse
+var file_ludus_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_ludus_cluster_v1_cluster_proto_goTypes = []any{
+	(*StartGameRequest)(nil),      // 0: ludus.cluster.v1.StartGameRequest
+	(*StartGameResponse)(nil),     // 1: ludus.cluster.v1.StartGameResponse
+	(*GetGameRequest)(nil),        // 2: ludus.cluster.v1.GetGameRequest
+	(*GetGameResponse)(nil),       // 3: ludus.cluster.v1.GetGameResponse
+	(*JoinGameRequest)(nil),       // 4: ludus.cluster.v1.JoinGameRequest
+	(*JoinGameResponse)(nil),      // 5: ludus.cluster.v1.JoinGameResponse
+	(*StreamFramesRequest)(nil),   // 6: ludus.cluster.v1.StreamFramesRequest
+	(*StreamFramesResponse)(nil),  // 7: ludus.cluster.v1.StreamFramesResponse
+	(*SendInputResponse)(nil),     // 8: ludus.cluster.v1.SendInputResponse
+	(*SendInputRequest)(nil),      // 9: ludus.cluster.v1.SendInputRequest
+	(*ResolveModuleRequest)(nil),  // 10: ludus.cluster.v1.ResolveModuleRequest
+	(*ResolveModuleResponse)(nil), // 11: ludus.cluster.v1.ResolveModuleResponse
+	(*GetModuleRequest)(nil),      // 12: ludus.cluster.v1.GetModuleRequest
+	(*GetModuleResponse)(nil),     // 13: ludus.cluster.v1.GetModuleResponse
 	(*v1.GameInfo)(nil),           // 14: ludus.v1.GameInfo
 	(*v1.Frame)(nil),              // 15: ludus.v1.Frame
 	(*v1.Status)(nil),             // 16: ludus.v1.Status
 	(*v1.Module)(nil),             // 17: ludus.v1.Module
 }
-var file_ludus_internal_v1_internal_proto_depIdxs = []int32{
-	14, // 0: ludus.internal.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
-	14, // 1: ludus.internal.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
-	14, // 2: ludus.internal.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
-	15, // 3: ludus.internal.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
-	16, // 4: ludus.internal.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
-	17, // 5: ludus.internal.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
-	17, // 6: ludus.internal.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
-	0,  // 7: ludus.internal.v1.NodeService.StartGame:input_type -> ludus.internal.v1.StartGameRequest
-	2,  // 8: ludus.internal.v1.NodeService.GetGame:input_type -> ludus.internal.v1.GetGameRequest
-	4,  // 9: ludus.internal.v1.NodeService.JoinGame:input_type -> ludus.internal.v1.JoinGameRequest
-	6,  // 10: ludus.internal.v1.NodeService.StreamFrames:input_type -> ludus.internal.v1.StreamFramesRequest
-	9,  // 11: ludus.internal.v1.NodeService.SendInput:input_type -> ludus.internal.v1.SendInputRequest
-	10, // 12: ludus.internal.v1.ModuleStoreService.ResolveModule:input_type -> ludus.internal.v1.ResolveModuleRequest
-	12, // 13: ludus.internal.v1.ModuleStoreService.GetModule:input_type -> ludus.internal.v1.GetModuleRequest
-	1,  // 14: ludus.internal.v1.NodeService.StartGame:output_type -> ludus.internal.v1.StartGameResponse
-	3,  // 15: ludus.internal.v1.NodeService.GetGame:output_type -> ludus.internal.v1.GetGameResponse
-	5,  // 16: ludus.internal.v1.NodeService.JoinGame:output_type -> ludus.internal.v1.JoinGameResponse
-	7,  // 17: ludus.internal.v1.NodeService.StreamFrames:output_type -> ludus.internal.v1.StreamFramesResponse
-	8,  // 18: ludus.internal.v1.NodeService.SendInput:output_type -> ludus.internal.v1.SendInputResponse
-	11, // 19: ludus.internal.v1.ModuleStoreService.ResolveModule:output_type -> ludus.internal.v1.ResolveModuleResponse
-	13, // 20: ludus.internal.v1.ModuleStoreService.GetModule:output_type -> ludus.internal.v1.GetModuleResponse
+var file_ludus_cluster_v1_cluster_proto_depIdxs = []int32{
+	14, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
+	14, // 1: ludus.cluster.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
+	14, // 2: ludus.cluster.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
+	15, // 3: ludus.cluster.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
+	16, // 4: ludus.cluster.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
+	17, // 5: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
+	17, // 6: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
+	0,  // 7: ludus.cluster.v1.NodeService.StartGame:input_type -> ludus.cluster.v1.StartGameRequest
+	2,  // 8: ludus.cluster.v1.NodeService.GetGame:input_type -> ludus.cluster.v1.GetGameRequest
+	4,  // 9: ludus.cluster.v1.NodeService.JoinGame:input_type -> ludus.cluster.v1.JoinGameRequest
+	6,  // 10: ludus.cluster.v1.NodeService.StreamFrames:input_type -> ludus.cluster.v1.StreamFramesRequest
+	9,  // 11: ludus.cluster.v1.NodeService.SendInput:input_type -> ludus.cluster.v1.SendInputRequest
+	10, // 12: ludus.cluster.v1.ModuleStoreService.ResolveModule:input_type -> ludus.cluster.v1.ResolveModuleRequest
+	12, // 13: ludus.cluster.v1.ModuleStoreService.GetModule:input_type -> ludus.cluster.v1.GetModuleRequest
+	1,  // 14: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
+	3,  // 15: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
+	5,  // 16: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
+	7,  // 17: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
+	8,  // 18: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
+	11, // 19: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
+	13, // 20: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
 	14, // [14:21] is the sub-list for method output_type
 	7,  // [7:14] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
@@ -977,12 +977,12 @@ var file_ludus_internal_v1_internal_proto_depIdxs = []int32{
 	0,  // [0:7] is the sub-list for field type_name
 }
 
-func init() { file_ludus_internal_v1_internal_proto_init() }
-func file_ludus_internal_v1_internal_proto_init() {
-	if File_ludus_internal_v1_internal_proto != nil {
+func init() { file_ludus_cluster_v1_cluster_proto_init() }
+func file_ludus_cluster_v1_cluster_proto_init() {
+	if File_ludus_cluster_v1_cluster_proto != nil {
 		return
 	}
-	file_ludus_internal_v1_internal_proto_msgTypes[7].OneofWrappers = []any{
+	file_ludus_cluster_v1_cluster_proto_msgTypes[7].OneofWrappers = []any{
 		(*StreamFramesResponse_Frame)(nil),
 		(*StreamFramesResponse_Status)(nil),
 	}
@@ -990,17 +990,17 @@ func file_ludus_internal_v1_internal_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_internal_v1_internal_proto_rawDesc), len(file_ludus_internal_v1_internal_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_cluster_v1_cluster_proto_rawDesc), len(file_ludus_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
-		GoTypes:           file_ludus_internal_v1_internal_proto_goTypes,
-		DependencyIndexes: file_ludus_internal_v1_internal_proto_depIdxs,
-		MessageInfos:      file_ludus_internal_v1_internal_proto_msgTypes,
+		GoTypes:           file_ludus_cluster_v1_cluster_proto_goTypes,
+		DependencyIndexes: file_ludus_cluster_v1_cluster_proto_depIdxs,
+		MessageInfos:      file_ludus_cluster_v1_cluster_proto_msgTypes,
 	}.Build()
-	File_ludus_internal_v1_internal_proto = out.File
-	file_ludus_internal_v1_internal_proto_goTypes = nil
-	file_ludus_internal_v1_internal_proto_depIdxs = nil
+	File_ludus_cluster_v1_cluster_proto = out.File
+	file_ludus_cluster_v1_cluster_proto_goTypes = nil
+	file_ludus_cluster_v1_cluster_proto_depIdxs = nil
 }

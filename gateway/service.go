@@ -1,0 +1,252 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/auth"
+	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/ops/fleet"
+)
+
+// Limits checked at the edge.
+const (
+	maxConfigBytes  = 4 << 10
+	maxPayloadBytes = 256
+)
+
+// gameService implements ludusv1connect.GameServiceHandler.
+type gameService struct{ g *Gateway }
+
+func newGameID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludusv1.CreateGameRequest]) (*connect.Response[ludusv1.CreateGameResponse], error) {
+	c := claimsFrom(ctx)
+	m := req.Msg
+	if m.ModuleName == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("module_name is required (e.g. \"arena\")"))
+	}
+	if len(m.Config) > maxConfigBytes {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("config is %d bytes; the limit is %d", len(m.Config), maxConfigBytes))
+	}
+	mod, err := s.g.modules.ResolveModule(ctx, connect.NewRequest(&clusterv1.ResolveModuleRequest{TenantId: c.TenantID, Name: m.ModuleName}))
+	if err != nil {
+		return nil, err
+	}
+	maxPlayers := mod.Msg.Module.MaxPlayers
+	if m.Bots < 0 || m.Bots >= maxPlayers {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("bots must be between 0 and %d for %s (max %d players)", maxPlayers-1, m.ModuleName, maxPlayers))
+	}
+	config, err := withBots(m.Config, m.Bots)
+	if err != nil {
+		return nil, err
+	}
+	var seedBytes [8]byte
+	_, _ = rand.Read(seedBytes[:])
+	start := &clusterv1.StartGameRequest{
+		TenantId: c.TenantID, GameId: newGameID(), ModuleName: m.ModuleName,
+		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seedBytes[:]), Config: config,
+	}
+	nodes, err := s.g.fleet.Nodes(ctx)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("read fleet: %w", err))
+	}
+	var lastErr error
+	for _, n := range placement(nodes, start.GameId) {
+		resp, err := s.g.node(n.Addr).StartGame(ctx, connect.NewRequest(start))
+		if err == nil {
+			s.g.log.Info("game created", "tenant", c.TenantID, "game", start.GameId, "node", n.ID, "build", start.BuildId, "account", c.AccountID)
+			return connect.NewResponse(&ludusv1.CreateGameResponse{Game: resp.Msg.Game}), nil
+		}
+		lastErr = err
+		if code := connect.CodeOf(err); code != connect.CodeUnavailable && code != connect.CodeResourceExhausted && code != connect.CodeUnknown {
+			return nil, err
+		}
+	}
+	if lastErr == nil {
+		lastErr = errors.New("no sim node has room for a new game")
+	}
+	return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("cannot place the game: %w", lastErr))
+}
+
+// withBots sets "bots" in the module config, which must be a JSON object if given.
+func withBots(config []byte, bots int32) ([]byte, error) {
+	obj := map[string]any{}
+	if len(config) > 0 {
+		if err := json.Unmarshal(config, &obj); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("config must be a JSON object: %v", err))
+		}
+	}
+	obj["bots"] = bots
+	return json.Marshal(obj)
+}
+
+// placement orders candidate nodes: least loaded first, ties broken by
+// rendezvous hashing of the game id so concurrent creators spread out.
+func placement(nodes []fleet.NodeInfo, gameID string) []fleet.NodeInfo {
+	var out []fleet.NodeInfo
+	for _, n := range nodes {
+		if !n.Draining && n.Games < n.Capacity && n.Addr != "" {
+			out = append(out, n)
+		}
+	}
+	score := func(n fleet.NodeInfo) uint64 {
+		h := fnv.New64a()
+		h.Write([]byte(n.ID))
+		h.Write([]byte(gameID))
+		return h.Sum64()
+	}
+	sort.Slice(out, func(i, j int) bool {
+		li := float64(out[i].Games) / float64(out[i].Capacity)
+		lj := float64(out[j].Games) / float64(out[j].Capacity)
+		if li != lj {
+			return li < lj
+		}
+		return score(out[i]) > score(out[j])
+	})
+	return out
+}
+
+func (s *gameService) ListGames(ctx context.Context, req *connect.Request[ludusv1.ListGamesRequest]) (*connect.Response[ludusv1.ListGamesResponse], error) {
+	c := claimsFrom(ctx)
+	games, err := s.g.fleet.Games(ctx, c.TenantID)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	resp := &ludusv1.ListGamesResponse{}
+	for _, g := range games {
+		if g.Status.State == fleet.StateRunning && g.Owner != "" {
+			resp.Games = append(resp.Games, fleet.GameInfo(g))
+		}
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// owner finds the node running a game of the caller's tenant. Games of other
+// tenants are simply not found: their keys live under another tenant id.
+func (s *gameService) owner(ctx context.Context, c *auth.Claims, gameID string) (fleet.NodeInfo, error) {
+	if gameID == "" {
+		return fleet.NodeInfo{}, connect.NewError(connect.CodeInvalidArgument, errors.New("game_id is required"))
+	}
+	g, err := s.g.fleet.Game(ctx, c.TenantID, gameID)
+	if errors.Is(err, fleet.ErrNotFound) {
+		return fleet.NodeInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q", gameID))
+	}
+	if err != nil {
+		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, err)
+	}
+	if g.Status.State != fleet.StateRunning && g.Status.State != "" {
+		return fleet.NodeInfo{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("game %s is %s", gameID, g.Status.State))
+	}
+	if g.Owner == "" {
+		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s has no running owner right now; retry shortly", gameID))
+	}
+	n, err := s.g.fleet.Node(ctx, g.Owner)
+	if err != nil {
+		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("owner of game %s: %w", gameID, err))
+	}
+	return n, nil
+}
+
+func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1.JoinGameRequest]) (*connect.Response[ludusv1.JoinGameResponse], error) {
+	c := claimsFrom(ctx)
+	n, err := s.owner(ctx, c, req.Msg.GameId)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.g.node(n.Addr).JoinGame(ctx, connect.NewRequest(&clusterv1.JoinGameRequest{
+		TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, DisplayName: c.DisplayName}))
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&ludusv1.JoinGameResponse{Game: resp.Msg.Game, Slot: resp.Msg.Slot}), nil
+}
+
+func (s *gameService) SendInput(ctx context.Context, req *connect.Request[ludusv1.SendInputRequest]) (*connect.Response[ludusv1.SendInputResponse], error) {
+	c := claimsFrom(ctx)
+	if len(req.Msg.Payload) > maxPayloadBytes {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("input payload is %d bytes; the limit is %d", len(req.Msg.Payload), maxPayloadBytes))
+	}
+	if req.Msg.Seq == 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("seq must start at 1 and increase with every input"))
+	}
+	n, err := s.owner(ctx, c, req.Msg.GameId)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.g.node(n.Addr).SendInput(ctx, connect.NewRequest(&clusterv1.SendInputRequest{
+		TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, Seq: req.Msg.Seq, Payload: req.Msg.Payload}))
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&ludusv1.SendInputResponse{AckedSeq: resp.Msg.AckedSeq, Tick: resp.Msg.Tick}), nil
+}
+
+func (s *gameService) StreamFrames(ctx context.Context, req *connect.Request[ludusv1.StreamFramesRequest], stream *connect.ServerStream[ludusv1.StreamFramesResponse]) error {
+	c := claimsFrom(ctx)
+	return s.forward(ctx, c, req.Msg.GameId, false, func(m *clusterv1.StreamFramesResponse) error {
+		out := &ludusv1.StreamFramesResponse{}
+		switch v := m.Msg.(type) {
+		case *clusterv1.StreamFramesResponse_Frame:
+			out.Msg = &ludusv1.StreamFramesResponse_Frame{Frame: v.Frame}
+		case *clusterv1.StreamFramesResponse_Status:
+			out.Msg = &ludusv1.StreamFramesResponse_Status{Status: v.Status}
+		}
+		return stream.Send(out)
+	})
+}
+
+func (s *gameService) Spectate(ctx context.Context, req *connect.Request[ludusv1.SpectateRequest], stream *connect.ServerStream[ludusv1.SpectateResponse]) error {
+	c := claimsFrom(ctx)
+	return s.forward(ctx, c, req.Msg.GameId, true, func(m *clusterv1.StreamFramesResponse) error {
+		out := &ludusv1.SpectateResponse{}
+		switch v := m.Msg.(type) {
+		case *clusterv1.StreamFramesResponse_Frame:
+			out.Msg = &ludusv1.SpectateResponse_Frame{Frame: v.Frame}
+		case *clusterv1.StreamFramesResponse_Status:
+			out.Msg = &ludusv1.SpectateResponse_Status{Status: v.Status}
+		}
+		return stream.Send(out)
+	})
+}
+
+// forward relays the owner node's frame stream to the client until either ends.
+func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string, spectator bool, send func(*clusterv1.StreamFramesResponse) error) error {
+	n, err := s.owner(ctx, c, gameID)
+	if err != nil {
+		return err
+	}
+	req := &clusterv1.StreamFramesRequest{TenantId: c.TenantID, GameId: gameID, Spectator: spectator}
+	if !spectator {
+		req.AccountId = c.AccountID
+	}
+	up, err := s.g.node(n.Addr).StreamFrames(ctx, connect.NewRequest(req))
+	if err != nil {
+		return err
+	}
+	defer up.Close()
+	for up.Receive() {
+		if err := send(up.Msg()); err != nil {
+			return err
+		}
+	}
+	if err := up.Err(); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,309 @@
+// Package devstack starts every Ludus role in one process — embedded etcd, the
+// backend on SQLite, sim nodes and the gateway with the web UI — wired exactly as
+// separate processes would be (HTTP/2 between roles, the cluster token, the
+// published key set). It is `ludus dev`, and the harness of the end-to-end tests.
+package devstack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/backend"
+	"ludus.dev/ludus/backend/store/sqlite"
+	"ludus.dev/ludus/games/builtin"
+	"ludus.dev/ludus/gateway"
+	"ludus.dev/ludus/ops/etcdserver"
+	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/simnode"
+	"ludus.dev/ludus/simnode/engine"
+	"ludus.dev/ludus/web"
+)
+
+// Config configures a dev stack.
+type Config struct {
+	// HTTPAddr is where the gateway and web UI listen. Default 127.0.0.1:8080.
+	HTTPAddr string
+	// DataDir holds etcd's data, the SQLite database, the compilation cache and the
+	// operator key. Required.
+	DataDir string
+	// Nodes is the number of sim nodes. Default 2.
+	Nodes int
+	// NoFsync makes etcd skip fsync (tests).
+	NoFsync bool
+	// LeaseTTL of sim nodes. Default 2 s.
+	LeaseTTL time.Duration
+	Logger   *slog.Logger
+}
+
+// Stack is a running dev stack.
+type Stack struct {
+	GatewayURL  string
+	BackendURL  string
+	EtcdURL     string
+	OperatorKey string
+	TenantID    string // the demo tenant
+	ArenaBuild  string // build id of the demo arena module
+	Etcd        *clientv3.Client
+	Backend     *backend.Server
+	Nodes       []*simnode.Node
+	Engine      *engine.Engine
+
+	log     *slog.Logger
+	closers []func(context.Context)
+	ready   atomic.Bool
+}
+
+// DemoTenant is the slug of the tenant `ludus dev` creates.
+const DemoTenant = "demo"
+
+// Start starts every role and seeds the demo tenant with the arena module. On
+// error, whatever started is stopped again.
+func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("devstack: DataDir is required")
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = "127.0.0.1:8080"
+	}
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = 2
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	s = &Stack{log: cfg.Logger}
+	defer func() {
+		if err != nil {
+			s.Close(context.Background())
+		}
+	}()
+
+	// The gateway's port is taken first so that a busy port fails fast.
+	gwLn, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	s.GatewayURL = "http://" + gwLn.Addr().String()
+
+	es, err := etcdserver.Start(ctx, etcdserver.Config{Dir: filepath.Join(cfg.DataDir, "etcd"), NoFsync: cfg.NoFsync})
+	if err != nil {
+		gwLn.Close()
+		return nil, err
+	}
+	s.closers = append(s.closers, func(context.Context) { es.Close() })
+	s.EtcdURL = es.Endpoint
+	s.Etcd, err = es.Client()
+	if err != nil {
+		gwLn.Close()
+		return nil, err
+	}
+	s.closers = append(s.closers, func(context.Context) { s.Etcd.Close() })
+
+	s.Engine, err = engine.New(ctx, engine.Config{CacheDir: filepath.Join(cfg.DataDir, "wazero-cache")})
+	if err != nil {
+		gwLn.Close()
+		return nil, err
+	}
+	s.closers = append(s.closers, func(ctx context.Context) { s.Engine.Close(ctx) })
+
+	clusterToken := randomToken()
+	s.OperatorKey, err = loadOrCreateSecret(filepath.Join(cfg.DataDir, "operator.key"))
+	if err != nil {
+		gwLn.Close()
+		return nil, err
+	}
+
+	// Backend.
+	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "ludus.db"))
+	if err != nil {
+		gwLn.Close()
+		return nil, err
+	}
+	s.closers = append(s.closers, func(context.Context) { st.Close() })
+	s.Backend, err = backend.New(ctx, backend.Config{
+		Store:          st,
+		ClusterToken:   clusterToken,
+		OperatorKey:    s.OperatorKey,
+		ValidateModule: s.Engine.Validate,
+		Fleet:          fleet.Admin{View: &fleet.View{Client: s.Etcd}},
+		Logger:         cfg.Logger.With("role", "backend"),
+	})
+	if err != nil {
+		gwLn.Close()
+		return nil, err
+	}
+	s.BackendURL, err = s.serve("127.0.0.1:0", s.Backend.Handler())
+	if err != nil {
+		gwLn.Close()
+		return nil, err
+	}
+	s.TenantID, err = s.Backend.EnsureTenant(ctx, DemoTenant, "Demo Studio")
+	if err != nil {
+		gwLn.Close()
+		return nil, fmt.Errorf("seed demo tenant: %w", err)
+	}
+	s.ArenaBuild, err = s.Backend.EnsureModule(ctx, s.TenantID, "arena", builtin.Arena)
+	if err != nil {
+		gwLn.Close()
+		return nil, fmt.Errorf("seed arena module: %w", err)
+	}
+
+	// Sim nodes.
+	h2c := &http.Client{Transport: gateway.H2CTransport()}
+	for i := 0; i < cfg.Nodes; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			gwLn.Close()
+			return nil, err
+		}
+		id := fmt.Sprintf("node-%d", i+1)
+		n, err := simnode.New(simnode.Config{
+			ID: id, Region: "local", Addr: "http://" + ln.Addr().String(),
+			Etcd: s.Etcd, LeaseTTL: cfg.LeaseTTL, Engine: s.Engine,
+			Modules:      simnode.NewModuleStore(h2c, s.BackendURL, clusterToken),
+			ClusterToken: clusterToken,
+			Logger:       cfg.Logger.With("role", "simnode"),
+		})
+		if err != nil {
+			ln.Close()
+			gwLn.Close()
+			return nil, err
+		}
+		if err := n.Start(ctx); err != nil {
+			ln.Close()
+			gwLn.Close()
+			return nil, err
+		}
+		s.Nodes = append(s.Nodes, n)
+		s.serveListener(ln, n.Handler())
+		s.closers = append(s.closers, func(ctx context.Context) { n.Close(ctx) })
+	}
+
+	// Gateway with the web UI.
+	jwks := auth.NewJWKSClient(s.BackendURL+"/.well-known/jwks.json", auth.WithHTTPClient(h2c))
+	gw, err := gateway.New(gateway.Config{
+		Etcd:         s.Etcd,
+		Verifier:     auth.NewVerifier(jwks, nil),
+		BackendURL:   s.BackendURL,
+		ClusterToken: clusterToken,
+		Web:          web.Handler(),
+		Logger:       cfg.Logger,
+	})
+	if err != nil {
+		gwLn.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("/", gw.Handler())
+	s.serveListener(gwLn, mux)
+	s.ready.Store(true)
+	s.log.Info("ludus dev is up", "url", s.GatewayURL, "tenant", DemoTenant, "arena_build", s.ArenaBuild, "nodes", cfg.Nodes)
+	return s, nil
+}
+
+// healthz answers 200 when every role is up: etcd answers, every sim node is
+// registered and the backend serves its key set.
+func (s *Stack) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	fail := func(msg string) { http.Error(w, msg, http.StatusServiceUnavailable) }
+	if !s.ready.Load() {
+		fail("starting")
+		return
+	}
+	nodes, err := (&fleet.View{Client: s.Etcd}).Nodes(ctx)
+	if err != nil {
+		fail("etcd: " + err.Error())
+		return
+	}
+	if len(nodes) < len(s.Nodes) {
+		fail(fmt.Sprintf("%d of %d sim nodes registered", len(nodes), len(s.Nodes)))
+		return
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.BackendURL+"/.well-known/jwks.json", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fail("backend: " + err.Error())
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fail("backend: " + resp.Status)
+		return
+	}
+	fmt.Fprintf(w, "ok: etcd, backend, %d sim nodes, gateway\n", len(nodes))
+}
+
+// serve starts an HTTP server (HTTP/1.1 and h2c) on addr and returns its URL.
+func (s *Stack) serve(addr string, h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	s.serveListener(ln, h)
+	return "http://" + ln.Addr().String(), nil
+}
+
+func (s *Stack) serveListener(ln net.Listener, h http.Handler) {
+	srv := NewServer(h)
+	go srv.Serve(ln)
+	s.closers = append(s.closers, func(ctx context.Context) {
+		if srv.Shutdown(ctx) != nil {
+			srv.Close()
+		}
+	})
+}
+
+// NewServer returns an http.Server that speaks HTTP/1.1 and HTTP/2 without TLS
+// (h2c), which gRPC and bidirectional streams need.
+func NewServer(h http.Handler) *http.Server {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{Handler: h, Protocols: p, ReadHeaderTimeout: 10 * time.Second}
+}
+
+// Close stops every role, newest first, within ctx's deadline.
+func (s *Stack) Close(ctx context.Context) {
+	s.ready.Store(false)
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i](ctx)
+	}
+	s.closers = nil
+}
+
+func randomToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// loadOrCreateSecret reads a secret from path, creating it on first use.
+func loadOrCreateSecret(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	tok := "lds_op_" + randomToken()
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return tok, nil
+}

@@ -1,0 +1,97 @@
+// Package etcdserver runs a single-member etcd in process (go.etcd.io/etcd/server/v3/embed)
+// for `ludus dev` and for tests. It binds loopback only. Production runs an
+// external etcd cluster and every role takes its endpoints with --etcd.
+package etcdserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Config configures an embedded etcd.
+type Config struct {
+	// Dir holds the data; required.
+	Dir string
+	// NoFsync trades durability for speed; tests only.
+	NoFsync bool
+	// ClientPort and PeerPort are loopback ports; 0 picks free ones.
+	ClientPort, PeerPort int
+}
+
+// Server is a running embedded etcd.
+type Server struct {
+	e        *embed.Etcd
+	Endpoint string // client URL, e.g. http://127.0.0.1:2379
+}
+
+// Start starts etcd and waits until it serves.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	cport, err := port(cfg.ClientPort)
+	if err != nil {
+		return nil, err
+	}
+	pport, err := port(cfg.PeerPort)
+	if err != nil {
+		return nil, err
+	}
+	ec := embed.NewConfig()
+	ec.Name = "ludus-dev"
+	ec.Dir = cfg.Dir
+	ec.LogLevel = "error"
+	// etcd logs through zap; Ludus logs through slog. Keep etcd quiet: its
+	// shutdown noise is not news, and real failures surface as client errors.
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	ec.UnsafeNoFsync = cfg.NoFsync
+	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", cport))
+	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", pport))
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	// Finished games' logs are deleted; compact old revisions hourly so deleted
+	// keys do not pile up in the store (see docs/OPERATIONS.md).
+	ec.AutoCompactionMode = embed.CompactorModePeriodic
+	ec.AutoCompactionRetention = "1h"
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("etcdserver: start: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("etcdserver: not ready after 30 s")
+	case <-ctx.Done():
+		e.Close()
+		return nil, ctx.Err()
+	}
+	return &Server{e: e, Endpoint: cu.String()}, nil
+}
+
+// Client returns a new client of the server.
+func (s *Server) Client() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+}
+
+// Close stops etcd.
+func (s *Server) Close() {
+	s.e.Close()
+}
+
+func port(p int) (int, error) {
+	if p != 0 {
+		return p, nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

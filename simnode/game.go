@@ -1,0 +1,384 @@
+package simnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/sdk/abi"
+	"ludus.dev/ludus/simnode/engine"
+	"ludus.dev/ludus/simnode/inputlog"
+)
+
+// maxLag is how late a game may fall before it stops trying to catch up.
+const maxLag = 500 * time.Millisecond
+
+// Frame is one published view.
+type Frame struct {
+	Tick int64
+	View []byte // immutable once published
+}
+
+// Status is a game's published status.
+type Status struct {
+	State   string
+	Tick    int64
+	Players int
+	Message string
+}
+
+// slot is one player slot. Only the actor writes account/name/lastSeq; viewers
+// and frames are read by streams.
+type slot struct {
+	account string
+	name    string
+	lastSeq uint64
+
+	viewers atomic.Int32
+	frames  *cell[Frame]
+}
+
+// game is the actor of one match: one goroutine owns the instance and all state
+// below; everything else talks to it through inbox and reads its cells.
+type game struct {
+	n     *Node
+	spec  fleet.GameSpec
+	inst  *engine.Instance
+	fence int64 // create revision of the owner key
+	log   *slog.Logger
+
+	inbox chan any
+	quit  chan string
+	done  chan struct{}
+
+	slots      []*slot
+	accounts   map[string]int
+	spectators atomic.Int32
+	specFrames *cell[Frame]
+	status     *cell[Status]
+
+	events  []abi.Event      // applied at the next step
+	entries []inputlog.Entry // for the next step, with accounts and seqs
+	pending *inputlog.Chunk  // not yet handed to the writer
+	acks    []ackWaiter      // answered when pending is durable
+	logSeq  uint64
+	players int
+	// lastFlush is when pending was last handed to the writer.
+	lastFlush time.Time
+	// fencedByWriter is set when an append found the owner key changed.
+	fencedByWriter atomic.Bool
+}
+
+type joinReq struct {
+	account, name string
+	reply         chan joinResult
+}
+
+type joinResult struct {
+	slot int
+	err  error
+}
+
+type inputReq struct {
+	account string
+	seq     uint64
+	payload []byte
+	reply   chan inputResult
+}
+
+type inputResult struct {
+	ackedSeq uint64
+	tick     int64
+	err      error
+}
+
+type ackWaiter struct {
+	reply chan inputResult
+	seq   uint64
+	tick  int64
+}
+
+type slotReq struct {
+	account string
+	reply   chan int
+}
+
+// Errors the service maps to Connect codes.
+var (
+	errGameFull    = errors.New("the game is full")
+	errNotJoined   = errors.New("join the game before sending input or streaming its frames")
+	errGameOver    = errors.New("the game is over")
+	errGameStopped = errors.New("the game stopped on this node")
+)
+
+func newGame(n *Node, spec fleet.GameSpec, inst *engine.Instance, fence int64) *game {
+	g := &game{
+		n: n, spec: spec, inst: inst, fence: fence,
+		log: n.log.With("tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID),
+		inbox:      make(chan any, 1024),
+		quit:       make(chan string, 1),
+		done:       make(chan struct{}),
+		accounts:   map[string]int{},
+		specFrames: newCell(Frame{}),
+		status:     newCell(Status{State: fleet.StateRunning}),
+		pending:    &inputlog.Chunk{},
+	}
+	g.slots = make([]*slot, spec.MaxPlayers)
+	for i := range g.slots {
+		g.slots[i] = &slot{frames: newCell(Frame{})}
+	}
+	return g
+}
+
+// stop asks the actor to stop; it does not wait.
+func (g *game) stop(reason string) {
+	select {
+	case g.quit <- reason:
+	default:
+	}
+}
+
+// send delivers a request to the actor unless it has finished.
+func (g *game) send(ctx context.Context, msg any) error {
+	select {
+	case g.inbox <- msg:
+		return nil
+	case <-g.done:
+		return errGameStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run is the actor loop. Ticks are scheduled against the start time, not the
+// previous tick, so a late tick does not shift every later one (no drift).
+func (g *game) run() {
+	defer close(g.done)
+	defer g.n.count.Add(-1)
+	defer g.inst.Close(context.Background())
+	ctx := context.Background()
+	period := time.Second / time.Duration(g.spec.TickRate)
+	start := time.Now()
+	startTick := g.inst.Tick()
+	g.lastFlush = start
+	g.pending.From = g.inst.Tick()
+	g.pending.To = g.pending.From
+	timer := time.NewTimer(period)
+	defer timer.Stop()
+	for {
+		select {
+		case msg := <-g.inbox:
+			g.handle(msg)
+		case reason := <-g.quit:
+			g.finish(ctx, fleet.StateFailed, reason, false)
+			return
+		case <-g.n.fenced:
+			// Nothing more may be written: another node may own the game soon.
+			g.failWaiters(errGameStopped)
+			g.status.publish(Status{State: fleet.StateFailed, Tick: g.inst.Tick(), Message: "node lost its lease; the game stopped here"})
+			g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
+			return
+		case <-timer.C:
+			if g.fencedByWriter.Load() {
+				g.failWaiters(errGameStopped)
+				g.status.publish(Status{State: fleet.StateFailed, Tick: g.inst.Tick(), Message: "another node owns this game now"})
+				g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
+				return
+			}
+			ended, err := g.tick(ctx)
+			if err != nil {
+				g.log.Error("game failed", "tick", g.inst.Tick(), "err", err, "guest_output", g.inst.Output())
+				g.finish(ctx, fleet.StateFailed, err.Error(), false)
+				return
+			}
+			if ended {
+				g.finish(ctx, fleet.StateEnded, "match ended", true)
+				return
+			}
+			next := start.Add(time.Duration(g.inst.Tick()-startTick+1) * period)
+			d := time.Until(next)
+			if d < -maxLag {
+				// Far behind (a stalled machine): skip ahead instead of stepping a burst.
+				start, startTick = time.Now(), g.inst.Tick()
+				d = period
+			}
+			timer.Reset(max(d, 0))
+		}
+	}
+}
+
+func (g *game) handle(msg any) {
+	switch m := msg.(type) {
+	case joinReq:
+		m.reply <- g.join(m.account, m.name)
+	case inputReq:
+		g.input(m)
+	case slotReq:
+		s, ok := g.accounts[m.account]
+		if !ok {
+			s = -1
+		}
+		m.reply <- s
+	}
+}
+
+func (g *game) join(account, name string) joinResult {
+	if s, ok := g.accounts[account]; ok {
+		return joinResult{slot: s}
+	}
+	for i, s := range g.slots {
+		if s.account == "" {
+			s.account, s.name, s.lastSeq = account, name, 0
+			g.accounts[account] = i
+			g.players++
+			ev := abi.Event{Kind: abi.EventJoin, Slot: uint8(i), Payload: []byte(name)}
+			g.events = append(g.events, ev)
+			g.entries = append(g.entries, inputlog.Entry{Event: ev, Account: account})
+			return joinResult{slot: i}
+		}
+	}
+	return joinResult{slot: -1, err: errGameFull}
+}
+
+func (g *game) input(m inputReq) {
+	i, ok := g.accounts[m.account]
+	if !ok {
+		m.reply <- inputResult{err: errNotJoined}
+		return
+	}
+	s := g.slots[i]
+	if m.seq > s.lastSeq {
+		s.lastSeq = m.seq
+		ev := abi.Event{Kind: abi.EventInput, Slot: uint8(i), Payload: m.payload}
+		g.events = append(g.events, ev)
+		g.entries = append(g.entries, inputlog.Entry{Event: ev, Seq: m.seq})
+	}
+	// A re-sent input (seq not above the last applied) is acknowledged with the
+	// chunk being built now: it commits after the chunk that holds the original.
+	g.acks = append(g.acks, ackWaiter{reply: m.reply, seq: s.lastSeq, tick: g.inst.Tick()})
+}
+
+// tick steps the game once, renders due frames and flushes the log when due.
+func (g *game) tick(ctx context.Context) (bool, error) {
+	t := g.inst.Tick()
+	for i := range g.entries {
+		g.entries[i].Tick = t
+	}
+	g.pending.Entries = append(g.pending.Entries, g.entries...)
+	ended, err := g.inst.Step(ctx, g.events)
+	g.events, g.entries = g.events[:0], g.entries[:0]
+	if err != nil {
+		// Log the failing tick too, so a replay reproduces the failure at this tick.
+		g.pending.To = t + 1
+		return false, err
+	}
+	g.pending.To = g.inst.Tick()
+	if g.inst.Tick()%int64(g.n.cfg.HashEvery) == 0 || ended {
+		h, err := g.inst.StateHash(ctx)
+		if err != nil {
+			return false, err
+		}
+		g.pending.Hashes = append(g.pending.Hashes, inputlog.Hash{Tick: g.inst.Tick(), Hash: h})
+	}
+	if g.inst.Tick()%int64(g.spec.FrameDivisor) == 0 && !ended {
+		if err := g.render(ctx); err != nil {
+			return false, err
+		}
+	}
+	if time.Since(g.lastFlush) >= g.n.cfg.FlushInterval {
+		g.flush(false, "")
+		g.status.publish(Status{State: fleet.StateRunning, Tick: g.inst.Tick(), Players: g.players})
+	}
+	return ended, nil
+}
+
+// render publishes a frame for every slot someone watches, and the spectator view.
+func (g *game) render(ctx context.Context) error {
+	tick := g.inst.Tick()
+	for i, s := range g.slots {
+		if s.account == "" || s.viewers.Load() == 0 {
+			continue
+		}
+		v, err := g.inst.View(ctx, i)
+		if err != nil {
+			return err
+		}
+		s.frames.publish(Frame{Tick: tick, View: append([]byte(nil), v...)})
+	}
+	if g.spectators.Load() > 0 {
+		v, err := g.inst.View(ctx, abi.SpectatorSlot)
+		if err != nil {
+			return err
+		}
+		g.specFrames.publish(Frame{Tick: tick, View: append([]byte(nil), v...)})
+	}
+	return nil
+}
+
+// flush hands the pending chunk to the node's log writer.
+func (g *game) flush(final bool, state string) {
+	c := g.pending
+	c.Ended = final && state == fleet.StateEnded
+	g.logSeq++
+	st := fleet.GameStatus{State: fleet.StateRunning, Tick: g.inst.Tick(), Players: g.players, NodeID: g.n.cfg.ID}
+	if final {
+		st.State = state
+	}
+	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: final})
+	g.acks = nil
+	g.pending = &inputlog.Chunk{From: c.To, To: c.To}
+	g.lastFlush = time.Now()
+}
+
+// finish writes the last chunk and the final status, tells every stream, and
+// releases the game.
+func (g *game) finish(ctx context.Context, state, message string, ended bool) {
+	// Inputs queued but not stepped are not in the log: refuse them.
+	for len(g.inbox) > 0 {
+		switch m := (<-g.inbox).(type) {
+		case inputReq:
+			m.reply <- inputResult{err: errGameOver}
+		case joinReq:
+			m.reply <- joinResult{err: errGameOver}
+		case slotReq:
+			m.reply <- -1
+		}
+	}
+	g.events, g.entries = nil, nil
+	g.flush(true, state)
+	if ended {
+		if res, err := g.inst.Result(ctx); err == nil {
+			var r abi.Result
+			if json.Unmarshal(res, &r) == nil {
+				message = fmt.Sprintf("match ended after %d ticks", r.Ticks)
+			}
+			g.log.Info("match ended", "tick", g.inst.Tick(), "result", string(res))
+		}
+	} else {
+		g.log.Warn("match stopped", "tick", g.inst.Tick(), "state", state, "reason", message)
+	}
+	g.status.publish(Status{State: state, Tick: g.inst.Tick(), Players: g.players, Message: message})
+	g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
+}
+
+func (g *game) failWaiters(err error) {
+	for _, a := range g.acks {
+		a.reply <- inputResult{err: err}
+	}
+	g.acks = nil
+	for len(g.inbox) > 0 {
+		switch m := (<-g.inbox).(type) {
+		case inputReq:
+			m.reply <- inputResult{err: err}
+		case joinReq:
+			m.reply <- joinResult{err: err}
+		case slotReq:
+			m.reply <- -1
+		}
+	}
+}

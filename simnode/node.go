@@ -1,0 +1,280 @@
+// Package simnode runs matches: it hosts game modules (package engine), runs each
+// game as an actor owned by one goroutine, claims games through an etcd lease,
+// appends every game's input log to etcd in fenced group commits, and serves the
+// gateways through the internal NodeService.
+//
+// Reads are lock-free: frames and status are published through atomic pointer
+// swaps (see cell); everything that changes a game is a message to its actor.
+package simnode
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
+	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/simnode/engine"
+)
+
+// ModuleSource fetches a module's bytes by build id (the backend's module store).
+type ModuleSource interface {
+	FetchModule(ctx context.Context, tenantID, buildID string) ([]byte, error)
+}
+
+// Config configures a Node.
+type Config struct {
+	ID     string
+	Region string
+	// Addr is the base URL gateways use to reach this node's NodeService.
+	Addr string
+	// Capacity is how many games the node accepts. Default 64.
+	Capacity int
+	Etcd     *clientv3.Client
+	// LeaseTTL is the node lease's time to live. Default 2 s.
+	LeaseTTL time.Duration
+	// FlushInterval is the longest an input waits before its log chunk is written.
+	// Default 250 ms.
+	FlushInterval time.Duration
+	// HashEvery is how many ticks apart state hashes are recorded. Default 35.
+	HashEvery int
+	Engine    *engine.Engine
+	Modules   ModuleSource
+	// ClusterToken authenticates gateways calling NodeService.
+	ClusterToken string
+	Logger       *slog.Logger
+}
+
+// Node is one sim node.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	lease  clientv3.LeaseID
+	writer *logWriter
+
+	games sync.Map // gameKey -> *game
+	count atomic.Int32
+
+	// fenced is closed when the node stopped trusting its lease: every game stops.
+	fenced    chan struct{}
+	fenceOnce sync.Once
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New validates cfg and returns a node that is not yet registered.
+func New(cfg Config) (*Node, error) {
+	if cfg.ID == "" || cfg.Etcd == nil || cfg.Engine == nil || cfg.Modules == nil {
+		return nil, errors.New("simnode: ID, Etcd, Engine and Modules are required")
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = 64
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 2 * time.Second
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = 250 * time.Millisecond
+	}
+	if cfg.HashEvery <= 0 {
+		cfg.HashEvery = 35
+	}
+	if cfg.Region == "" {
+		cfg.Region = "local"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), fenced: make(chan struct{})}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.writer = newLogWriter(n)
+	return n, nil
+}
+
+// ID returns the node id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// Start grants the node's lease, registers the node and starts the lease
+// watchdog and the log writer.
+func (n *Node) Start(ctx context.Context) error {
+	ttl := int64(n.cfg.LeaseTTL / time.Second)
+	if ttl < 1 {
+		ttl = 1
+	}
+	grant, err := n.cfg.Etcd.Grant(ctx, ttl)
+	if err != nil {
+		return fmt.Errorf("simnode: grant lease: %w", err)
+	}
+	n.lease = grant.ID
+	granted := time.Now()
+	ka, err := n.cfg.Etcd.KeepAlive(n.ctx, n.lease)
+	if err != nil {
+		return fmt.Errorf("simnode: keep lease alive: %w", err)
+	}
+	if err := n.publishNode(ctx); err != nil {
+		return err
+	}
+	n.wg.Add(3)
+	go n.watchdog(ka, granted, time.Duration(ttl)*time.Second)
+	go n.writer.run()
+	go n.heartbeat()
+	n.log.Info("sim node registered", "addr", n.cfg.Addr, "lease_ttl_s", ttl)
+	return nil
+}
+
+// watchdog fences the node before its lease can have expired if renewals stop
+// arriving: a lease alone is not mutual exclusion (Jepsen, etcd 3.4.3), so a node
+// that cannot prove its lease is alive must stop simulating on its own.
+func (n *Node) watchdog(ka <-chan *clientv3.LeaseKeepAliveResponse, last time.Time, ttl time.Duration) {
+	defer n.wg.Done()
+	// Renewals are sent every TTL/3; allow one to go missing, fence at 2/3 TTL.
+	limit := ttl * 2 / 3
+	t := time.NewTicker(ttl / 10)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case resp, ok := <-ka:
+			if !ok || resp == nil {
+				n.fence("lease keep-alive stopped")
+				return
+			}
+			last = time.Now()
+		case now := <-t.C:
+			if now.Sub(last) > limit {
+				n.fence(fmt.Sprintf("no lease renewal for %v", now.Sub(last).Round(time.Millisecond)))
+				return
+			}
+		}
+	}
+}
+
+func (n *Node) fence(reason string) {
+	n.fenceOnce.Do(func() {
+		n.log.Error("sim node fenced itself: stopping every game", "reason", reason)
+		close(n.fenced)
+	})
+}
+
+// heartbeat republishes the node's record when its game count changes.
+func (n *Node) heartbeat() {
+	defer n.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := int32(-1)
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.fenced:
+			return
+		case <-t.C:
+			if c := n.count.Load(); c != last {
+				if err := n.publishNode(n.ctx); err == nil {
+					last = c
+				}
+			}
+		}
+	}
+}
+
+func (n *Node) publishNode(ctx context.Context) error {
+	info := fleet.NodeInfo{ID: n.cfg.ID, Addr: n.cfg.Addr, Region: n.cfg.Region,
+		Capacity: n.cfg.Capacity, Games: int(n.count.Load())}
+	b, _ := json.Marshal(info)
+	if _, err := n.cfg.Etcd.Put(ctx, fleet.NodeKey(n.cfg.ID), string(b), clientv3.WithLease(n.lease)); err != nil {
+		return fmt.Errorf("simnode: register node: %w", err)
+	}
+	return nil
+}
+
+// Close stops every game, the writer and the lease. The node's games stay in
+// etcd with their logs; their owner keys vanish with the lease.
+func (n *Node) Close(ctx context.Context) error {
+	n.games.Range(func(_, v any) bool {
+		v.(*game).stop("node shutting down")
+		return true
+	})
+	n.games.Range(func(_, v any) bool {
+		<-v.(*game).done
+		return true
+	})
+	n.cancel()
+	n.wg.Wait()
+	if n.lease != 0 {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, _ = n.cfg.Etcd.Revoke(rctx, n.lease)
+	}
+	return nil
+}
+
+// Handler serves NodeService to gateways, behind the cluster token.
+func (n *Node) Handler() http.Handler {
+	path, h := clusterv1connect.NewNodeServiceHandler(&service{n: n},
+		connect.WithInterceptors(clusterAuth(n.cfg.ClusterToken)))
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	return mux
+}
+
+func gameKey(tenant, game string) string { return tenant + "/" + game }
+
+func (n *Node) game(tenant, id string) (*game, bool) {
+	v, ok := n.games.Load(gameKey(tenant, id))
+	if !ok {
+		return nil, false
+	}
+	return v.(*game), true
+}
+
+// clusterAuth checks the shared cluster token on every call, unary or streaming.
+func clusterAuth(token string) connect.Interceptor {
+	return &tokenInterceptor{token: token}
+}
+
+type tokenInterceptor struct{ token string }
+
+func (t *tokenInterceptor) check(h http.Header) error {
+	got, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	if !ok || t.token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(t.token)) != 1 {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("missing or wrong cluster token"))
+	}
+	return nil
+}
+
+func (t *tokenInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := t.check(req.Header()); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (t *tokenInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (t *tokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := t.check(conn.RequestHeader()); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}

@@ -1,0 +1,304 @@
+package simnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/simnode/engine"
+)
+
+// Limits on what a gateway may pass through.
+const (
+	maxConfigBytes  = 4 << 10
+	maxPayloadBytes = 256
+	maxNameRunes    = 32
+)
+
+// service implements clusterv1connect.NodeServiceHandler.
+type service struct{ n *Node }
+
+func (s *service) StartGame(ctx context.Context, req *connect.Request[clusterv1.StartGameRequest]) (*connect.Response[clusterv1.StartGameResponse], error) {
+	m := req.Msg
+	if !fleet.ValidID(m.TenantId) || !fleet.ValidID(m.GameId) {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("tenant_id and game_id must be 1..64 characters of [A-Za-z0-9_-]"))
+	}
+	if len(m.Config) > maxConfigBytes {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("config is %d bytes; the limit is %d", len(m.Config), maxConfigBytes))
+	}
+	g, err := s.n.StartGame(ctx, fleet.GameSpec{
+		TenantID: m.TenantId, GameID: m.GameId, ModuleName: m.ModuleName, BuildID: m.BuildId,
+		Seed: m.Seed, Config: m.Config,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&clusterv1.StartGameResponse{Game: g.info()}), nil
+}
+
+// StartGame loads the module, initializes a new match, claims it in etcd and
+// starts its actor. Errors are Connect errors.
+func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error) {
+	select {
+	case <-n.fenced:
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("this node lost its lease and accepts no games"))
+	default:
+	}
+	if int(n.count.Load()) >= n.cfg.Capacity {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("node %s is full (%d games)", n.cfg.ID, n.cfg.Capacity))
+	}
+	mod, err := n.loadModule(ctx, spec.TenantID, spec.BuildID)
+	if err != nil {
+		return nil, err
+	}
+	spec.TickRate, spec.MaxPlayers = mod.Meta.TickRate, mod.Meta.MaxPlayers
+	spec.FrameDivisor, spec.ViewFormat = mod.Meta.FrameDivisor, mod.Meta.ViewFormat
+	if spec.ModuleName == "" {
+		spec.ModuleName = mod.Meta.Name
+	}
+	spec.CreatedAt = time.Now().UTC()
+	inst, err := mod.Instantiate(ctx, spec.Seed)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	if err := inst.Init(ctx, spec.Seed, spec.Config); err != nil {
+		inst.Close(ctx)
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the game refused its configuration: %v", err))
+	}
+	fence, err := n.claim(ctx, spec)
+	if err != nil {
+		inst.Close(ctx)
+		return nil, err
+	}
+	g := newGame(n, spec, inst, fence)
+	n.count.Add(1)
+	n.games.Store(gameKey(spec.TenantID, spec.GameID), g)
+	go g.run()
+	g.log.Info("game started", "tick", 0, "fence", fence)
+	return g, nil
+}
+
+// claim creates the game's spec and owner key in one transaction that succeeds
+// only if neither exists; the owner key's create revision is the fencing token.
+func (n *Node) claim(ctx context.Context, spec fleet.GameSpec) (int64, error) {
+	b, _ := json.Marshal(spec)
+	st, _ := json.Marshal(fleet.GameStatus{State: fleet.StateRunning, NodeID: n.cfg.ID})
+	t, id := spec.TenantID, spec.GameID
+	resp, err := n.cfg.Etcd.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(fleet.GameKey(t, id)), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(fleet.OwnerKey(t, id)), "=", 0),
+	).Then(
+		clientv3.OpPut(fleet.GameKey(t, id), string(b)),
+		clientv3.OpPut(fleet.OwnerKey(t, id), n.cfg.ID, clientv3.WithLease(n.lease)),
+		clientv3.OpPut(fleet.StatusKey(t, id), string(st)),
+	).Commit()
+	if err != nil {
+		return 0, connect.NewError(connect.CodeUnavailable, fmt.Errorf("claim game in etcd: %w", err))
+	}
+	if !resp.Succeeded {
+		return 0, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("game %s already exists", id))
+	}
+	return resp.Header.Revision, nil
+}
+
+func (n *Node) loadModule(ctx context.Context, tenant, buildID string) (*engine.Module, error) {
+	if m, ok := n.cfg.Engine.Module(buildID); ok {
+		return m, nil
+	}
+	wasm, err := n.cfg.Modules.FetchModule(ctx, tenant, buildID)
+	if err != nil {
+		return nil, err
+	}
+	if got := engine.BuildID(wasm); got != buildID {
+		return nil, connect.NewError(connect.CodeDataLoss, fmt.Errorf("module store returned build %s for %s", got, buildID))
+	}
+	m, err := n.cfg.Engine.Compile(ctx, wasm)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	return m, nil
+}
+
+func (g *game) info() *ludusv1.GameInfo {
+	st := g.status.load().v
+	return &ludusv1.GameInfo{
+		GameId: g.spec.GameID, ModuleName: g.spec.ModuleName, BuildId: g.spec.BuildID,
+		NodeId: g.n.cfg.ID, MaxPlayers: int32(g.spec.MaxPlayers), Players: int32(st.Players),
+		Tick: st.Tick, State: st.State, TickRate: int32(g.spec.TickRate), ViewFormat: g.spec.ViewFormat,
+	}
+}
+
+func (s *service) lookup(tenant, id string) (*game, error) {
+	g, ok := s.n.game(tenant, id)
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("game %q is not running on node %s", id, s.n.cfg.ID))
+	}
+	return g, nil
+}
+
+func (s *service) GetGame(ctx context.Context, req *connect.Request[clusterv1.GetGameRequest]) (*connect.Response[clusterv1.GetGameResponse], error) {
+	g, err := s.lookup(req.Msg.TenantId, req.Msg.GameId)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&clusterv1.GetGameResponse{Game: g.info()}), nil
+}
+
+func (s *service) JoinGame(ctx context.Context, req *connect.Request[clusterv1.JoinGameRequest]) (*connect.Response[clusterv1.JoinGameResponse], error) {
+	m := req.Msg
+	if m.AccountId == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("account_id is required"))
+	}
+	g, err := s.lookup(m.TenantId, m.GameId)
+	if err != nil {
+		return nil, err
+	}
+	name := []rune(m.DisplayName)
+	if len(name) > maxNameRunes {
+		name = name[:maxNameRunes]
+	}
+	reply := make(chan joinResult, 1)
+	if err := g.send(ctx, joinReq{account: m.AccountId, name: string(name), reply: reply}); err != nil {
+		return nil, codeFor(err)
+	}
+	select {
+	case r := <-reply:
+		if r.err != nil {
+			return nil, codeFor(r.err)
+		}
+		return connect.NewResponse(&clusterv1.JoinGameResponse{Game: g.info(), Slot: int32(r.slot)}), nil
+	case <-ctx.Done():
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+	}
+}
+
+func (s *service) SendInput(ctx context.Context, req *connect.Request[clusterv1.SendInputRequest]) (*connect.Response[clusterv1.SendInputResponse], error) {
+	m := req.Msg
+	if len(m.Payload) > maxPayloadBytes {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("input payload is %d bytes; the limit is %d", len(m.Payload), maxPayloadBytes))
+	}
+	if m.Seq == 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("seq must start at 1 and increase with every input"))
+	}
+	g, err := s.lookup(m.TenantId, m.GameId)
+	if err != nil {
+		return nil, err
+	}
+	reply := make(chan inputResult, 1)
+	if err := g.send(ctx, inputReq{account: m.AccountId, seq: m.Seq, payload: append([]byte(nil), m.Payload...), reply: reply}); err != nil {
+		return nil, codeFor(err)
+	}
+	select {
+	case r := <-reply:
+		if r.err != nil {
+			return nil, codeFor(r.err)
+		}
+		return connect.NewResponse(&clusterv1.SendInputResponse{AckedSeq: r.ackedSeq, Tick: r.tick}), nil
+	case <-ctx.Done():
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+	}
+}
+
+func (s *service) StreamFrames(ctx context.Context, req *connect.Request[clusterv1.StreamFramesRequest], stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
+	m := req.Msg
+	g, err := s.lookup(m.TenantId, m.GameId)
+	if err != nil {
+		return err
+	}
+	slot := -1
+	frames := g.specFrames
+	counter := &g.spectators
+	if !m.Spectator {
+		reply := make(chan int, 1)
+		if err := g.send(ctx, slotReq{account: m.AccountId, reply: reply}); err != nil {
+			return codeFor(err)
+		}
+		select {
+		case slot = <-reply:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if slot < 0 {
+			return codeFor(errNotJoined)
+		}
+		frames = g.slots[slot].frames
+		counter = &g.slots[slot].viewers
+	}
+	counter.Add(1)
+	defer counter.Add(-1)
+	return s.pump(ctx, g, slot, frames, stream)
+}
+
+// pump sends the newest frame whenever one is published and every status change,
+// until the game stops or the client goes away. It never waits on the game: a
+// slow client just sees fewer frames.
+func (s *service) pump(ctx context.Context, g *game, slot int, frames *cell[Frame], stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
+	sendStatus := func(st Status) error {
+		return stream.Send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
+			NodeId: s.n.cfg.ID, Region: s.n.cfg.Region, Tick: st.Tick, State: st.State, Message: st.Message,
+			Slot: int32(slot), ViewFormat: g.spec.ViewFormat, TickRate: int32(g.spec.TickRate),
+		}}})
+	}
+	stv := g.status.load()
+	if err := sendStatus(stv.v); err != nil {
+		return err
+	}
+	var lastSeq uint64
+	fv := frames.load()
+	for {
+		if fv.seq > lastSeq && fv.v.View != nil {
+			lastSeq = fv.seq
+			if err := stream.Send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Frame{
+				Frame: &ludusv1.Frame{Tick: fv.v.Tick, View: fv.v.View}}}); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-fv.next:
+			fv = frames.load()
+		case <-stv.next:
+			stv = g.status.load()
+			if err := sendStatus(stv.v); err != nil {
+				return err
+			}
+			if stv.v.State != fleet.StateRunning {
+				return nil
+			}
+		case <-g.done:
+			// The actor published its last status before finishing.
+			if st := g.status.load(); st != stv {
+				_ = sendStatus(st.v)
+			}
+			return nil
+		}
+	}
+}
+
+// codeFor maps actor errors to Connect errors with messages players can act on.
+func codeFor(err error) error {
+	switch {
+	case errors.Is(err, errGameFull):
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	case errors.Is(err, errNotJoined):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, errGameOver):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, errGameStopped):
+		return connect.NewError(connect.CodeUnavailable, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}

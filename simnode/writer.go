@@ -1,0 +1,198 @@
+package simnode
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/simnode/inputlog"
+)
+
+// appendReq is one game's chunk waiting to be made durable.
+type appendReq struct {
+	g      *game
+	seq    uint64
+	chunk  *inputlog.Chunk
+	status fleet.GameStatus
+	acks   []ackWaiter
+	final  bool
+}
+
+// logWriter group-commits the input logs of all the node's games: it takes every
+// chunk queued since its last round trip and writes them in as few etcd
+// transactions as the per-transaction operation limit allows. Each game's puts
+// are guarded by a compare on that game's owner key (value and create revision),
+// so a node that lost a game can never append to its log.
+type logWriter struct {
+	n     *Node
+	queue chan *appendReq
+}
+
+// gamesPerTxn keeps a transaction within etcd's default 128 operations:
+// each game costs 2 compares and up to 3 puts/deletes.
+const gamesPerTxn = 24
+
+func newLogWriter(n *Node) *logWriter {
+	return &logWriter{n: n, queue: make(chan *appendReq, 4096)}
+}
+
+func (w *logWriter) enqueue(r *appendReq) {
+	w.queue <- r
+}
+
+func (w *logWriter) run() {
+	defer w.n.wg.Done()
+	for {
+		var batch []*appendReq
+		select {
+		case r := <-w.queue:
+			batch = append(batch, r)
+		case <-w.n.ctx.Done():
+			w.drain()
+			return
+		}
+	collect:
+		for {
+			select {
+			case r := <-w.queue:
+				batch = append(batch, r)
+			default:
+				break collect
+			}
+		}
+		w.commit(batch)
+	}
+}
+
+// drain commits what is queued at shutdown, with a short deadline.
+func (w *logWriter) drain() {
+	for {
+		select {
+		case r := <-w.queue:
+			w.commit([]*appendReq{r})
+		default:
+			return
+		}
+	}
+}
+
+func (w *logWriter) commit(batch []*appendReq) {
+	// A game may have several chunks queued; they must commit in order, so a batch
+	// holds at most one chunk per game and the rest wait for the next round.
+	for len(batch) > 0 {
+		var now, later []*appendReq
+		seen := map[*game]bool{}
+		for _, r := range batch {
+			if seen[r.g] || len(now) == gamesPerTxn {
+				later = append(later, r)
+				continue
+			}
+			seen[r.g] = true
+			now = append(now, r)
+		}
+		w.commitGroup(now)
+		batch = later
+	}
+}
+
+func (w *logWriter) commitGroup(group []*appendReq) {
+	select {
+	case <-w.n.fenced:
+		w.fail(group, errGameStopped)
+		return
+	default:
+	}
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for _, r := range group {
+		cmps = append(cmps, ownerCmps(w.n, r.g)...)
+		ops = append(ops, appendOps(w.n, r)...)
+	}
+	ctx, cancel := context.WithTimeout(w.n.ctx, w.n.cfg.LeaseTTL)
+	resp, err := w.n.cfg.Etcd.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	cancel()
+	if err == nil && resp.Succeeded {
+		w.succeed(group)
+		return
+	}
+	if err != nil && len(group) == 1 {
+		w.retryOne(group[0])
+		return
+	}
+	// Some game in the group lost its owner key (or the round trip failed): commit
+	// one by one to find out which.
+	for _, r := range group {
+		w.retryOne(r)
+	}
+}
+
+func (w *logWriter) retryOne(r *appendReq) {
+	for attempt := 0; ; attempt++ {
+		select {
+		case <-w.n.fenced:
+			w.fail([]*appendReq{r}, errGameStopped)
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(w.n.ctx, w.n.cfg.LeaseTTL)
+		resp, err := w.n.cfg.Etcd.Txn(ctx).If(ownerCmps(w.n, r.g)...).Then(appendOps(w.n, r)...).Commit()
+		cancel()
+		switch {
+		case err == nil && resp.Succeeded:
+			w.succeed([]*appendReq{r})
+			return
+		case err == nil:
+			r.g.log.Error("input log append refused: this node no longer owns the game", "chunk", r.seq)
+			r.g.fencedByWriter.Store(true)
+			w.fail([]*appendReq{r}, errGameStopped)
+			return
+		case w.n.ctx.Err() != nil || attempt >= 5:
+			r.g.log.Error("input log append failed", "chunk", r.seq, "err", err)
+			r.g.fencedByWriter.Store(true)
+			w.fail([]*appendReq{r}, errGameStopped)
+			return
+		}
+		time.Sleep(time.Duration(50*(attempt+1)) * time.Millisecond)
+	}
+}
+
+func ownerCmps(n *Node, g *game) []clientv3.Cmp {
+	k := fleet.OwnerKey(g.spec.TenantID, g.spec.GameID)
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.Value(k), "=", n.cfg.ID),
+		clientv3.Compare(clientv3.CreateRevision(k), "=", g.fence),
+	}
+}
+
+func appendOps(n *Node, r *appendReq) []clientv3.Op {
+	t, g := r.g.spec.TenantID, r.g.spec.GameID
+	st, _ := json.Marshal(r.status)
+	ops := []clientv3.Op{
+		clientv3.OpPut(fleet.LogKey(t, g, r.seq), string(inputlog.Encode(nil, r.chunk))),
+		clientv3.OpPut(fleet.StatusKey(t, g), string(st)),
+	}
+	if r.final {
+		// The game is over: release it so no node tries to take it over.
+		ops = append(ops, clientv3.OpDelete(fleet.OwnerKey(t, g)))
+	}
+	return ops
+}
+
+func (w *logWriter) succeed(group []*appendReq) {
+	for _, r := range group {
+		for _, a := range r.acks {
+			a.reply <- inputResult{ackedSeq: a.seq, tick: a.tick}
+		}
+	}
+}
+
+func (w *logWriter) fail(group []*appendReq, err error) {
+	for _, r := range group {
+		for _, a := range r.acks {
+			a.reply <- inputResult{err: err}
+		}
+	}
+}
