@@ -3,8 +3,6 @@
 package sdk
 
 import (
-	"encoding/json"
-	"os"
 	"unsafe"
 
 	"ludus.dev/ludus/sdk/abi"
@@ -32,6 +30,8 @@ var (
 	// out keeps the last slice returned to the host reachable, so the garbage
 	// collector cannot reuse its memory before the host has read it.
 	out []byte
+	// jsonBuf is reused for the JSON of ludus_meta and ludus_result.
+	jsonBuf []byte
 )
 
 // game returns the registered game, trapping with a readable message when the
@@ -61,9 +61,10 @@ func scratchSlice(n int32) ([]byte, bool) {
 	return scratch[:n], true
 }
 
+// logError writes to stderr, which the host captures into the match log. It
+// uses the println builtin because package os would add WASI imports.
 func logError(where string, err error) {
-	// stderr is captured into the match log by the host (docs/ABI.md).
-	os.Stderr.WriteString("ludus sdk: " + where + ": " + err.Error() + "\n")
+	println("ludus sdk: " + where + ": " + err.Error())
 }
 
 //go:wasmexport ludus_abi_version
@@ -71,11 +72,8 @@ func ludusABIVersion() int32 { return abi.Version }
 
 //go:wasmexport ludus_meta
 func ludusMeta() int64 {
-	b, err := json.Marshal(game().Meta())
-	if err != nil {
-		panic(err) // Meta is a plain struct; this cannot happen
-	}
-	return packOut(b)
+	jsonBuf = AppendMetaJSON(jsonBuf[:0], game().Meta())
+	return packOut(jsonBuf)
 }
 
 //go:wasmexport ludus_buffer
@@ -128,11 +126,8 @@ func ludusStateHash() int64 { return int64(game().StateHash()) }
 
 //go:wasmexport ludus_result
 func ludusResult() int64 {
-	b, err := json.Marshal(game().Result())
-	if err != nil {
-		panic(err)
-	}
-	return packOut(b)
+	jsonBuf = AppendResultJSON(jsonBuf[:0], game().Result())
+	return packOut(jsonBuf)
 }
 
 //go:wasmexport ludus_save

@@ -1,5 +1,7 @@
 package sdk
 
+import "math/bits"
+
 // Fixed is a signed 16.16 fixed-point number: integer maths gives the same bits
 // on every machine, which floats in game state do not guarantee (fused
 // multiply-add, different libm). Products and quotients go through int64.
@@ -7,9 +9,9 @@ type Fixed int32
 
 // Fixed-point constants.
 const (
-	FixedShift      = 16
-	FixedOne  Fixed = 1 << FixedShift
-	FixedHalf Fixed = FixedOne / 2
+	FixedShift       = 16
+	FixedOne   Fixed = 1 << FixedShift
+	FixedHalf  Fixed = FixedOne / 2
 )
 
 // FixedInt converts an integer to Fixed.
@@ -67,9 +69,10 @@ func Isqrt(v uint64) uint64 {
 	if v < 2 {
 		return v
 	}
-	// Newton's method from an over-estimate converges monotonically downwards.
-	x := v
-	y := (x + 1) / 2
+	// Newton's method from an over-estimate (a power of two ≥ √v) converges
+	// monotonically downwards, and x + v/x cannot overflow from there.
+	x := uint64(1) << ((bits.Len64(v) + 1) / 2)
+	y := (x + v/x) / 2
 	for y < x {
 		x = y
 		y = (x + v/x) / 2

@@ -119,7 +119,7 @@ var (
 func newGame(n *Node, spec fleet.GameSpec, inst *engine.Instance, fence int64) *game {
 	g := &game{
 		n: n, spec: spec, inst: inst, fence: fence,
-		log: n.log.With("tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID),
+		log:        n.log.With("tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID),
 		inbox:      make(chan any, 1024),
 		quit:       make(chan string, 1),
 		done:       make(chan struct{}),

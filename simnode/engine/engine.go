@@ -174,4 +174,3 @@ func (e *Engine) Module(buildID string) (*Module, bool) {
 	m, ok := e.modules[buildID]
 	return m, ok
 }
-
