@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+)
+
+const ctlUsage = `ludus ctl [--url URL] [--key KEY] COMMAND
+
+  tenants                      list tenants (operator key)
+  tenant create SLUG [NAME]    create a tenant; prints its admin key once (operator key)
+  modules                      list the tenant's modules
+  module upload NAME FILE      upload a game module (.wasm)
+  games                        list the tenant's games
+  nodes                        list sim nodes
+
+--url defaults to $LUDUS_URL or http://127.0.0.1:8080; --key to $LUDUS_KEY.
+`
+
+func runCtl(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
+	url := fs.String("url", envOr("LUDUS_URL", "http://127.0.0.1:8080"), "gateway or backend URL")
+	key := fs.String("key", os.Getenv("LUDUS_KEY"), "API key")
+	fs.Usage = func() { fmt.Fprint(fs.Output(), ctlUsage) }
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) == 0 || rest[0] == "help" {
+		fmt.Fprint(out, ctlUsage)
+		return nil
+	}
+	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, *url,
+		connect.WithInterceptors(bearerKey(*key)), connect.WithSendMaxBytes(33<<20))
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	defer tw.Flush()
+	switch {
+	case rest[0] == "tenants":
+		resp, err := admin.ListTenants(ctx, connect.NewRequest(&ludusv1.ListTenantsRequest{}))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(tw, "ID\tSLUG\tNAME")
+		for _, t := range resp.Msg.Tenants {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Id, t.Slug, t.Name)
+		}
+	case rest[0] == "tenant" && len(rest) >= 3 && rest[1] == "create":
+		name := rest[2]
+		if len(rest) > 3 {
+			name = rest[3]
+		}
+		resp, err := admin.CreateTenant(ctx, connect.NewRequest(&ludusv1.CreateTenantRequest{Slug: rest[2], Name: name}))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "tenant %s (%s) created\nadmin key (shown once): %s\n", resp.Msg.Tenant.Slug, resp.Msg.Tenant.Id, resp.Msg.AdminKey)
+	case rest[0] == "modules":
+		resp, err := admin.ListModules(ctx, connect.NewRequest(&ludusv1.ListModulesRequest{}))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(tw, "NAME\tBUILD\tTICK RATE\tPLAYERS\tSIZE")
+		for _, m := range resp.Msg.Modules {
+			fmt.Fprintf(tw, "%s\t%.12s\t%d\t%d\t%d\n", m.Name, m.BuildId, m.TickRate, m.MaxPlayers, m.SizeBytes)
+		}
+	case rest[0] == "module" && len(rest) == 4 && rest[1] == "upload":
+		wasm, err := os.ReadFile(rest[3])
+		if err != nil {
+			return err
+		}
+		resp, err := admin.UploadModule(ctx, connect.NewRequest(&ludusv1.UploadModuleRequest{Name: rest[2], Wasm: wasm}))
+		if err != nil {
+			return err
+		}
+		m := resp.Msg.Module
+		fmt.Fprintf(tw, "uploaded %s: build %s, %d ticks/s, up to %d players\n", m.Name, m.BuildId, m.TickRate, m.MaxPlayers)
+	case rest[0] == "games":
+		resp, err := admin.ListGames(ctx, connect.NewRequest(&ludusv1.AdminServiceListGamesRequest{}))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(tw, "GAME\tMODULE\tSTATE\tNODE\tPLAYERS\tTICK")
+		for _, g := range resp.Msg.Games {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\n", g.GameId, g.ModuleName, g.State, g.NodeId, g.Players, g.MaxPlayers, g.Tick)
+		}
+	case rest[0] == "nodes":
+		resp, err := admin.ListNodes(ctx, connect.NewRequest(&ludusv1.ListNodesRequest{}))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(tw, "NODE\tADDRESS\tREGION\tGAMES\tCAPACITY\tDRAINING")
+		for _, n := range resp.Msg.Nodes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%v\n", n.Id, n.Address, n.Region, n.Games, n.Capacity, n.Draining)
+		}
+	default:
+		return errors.New("unknown ctl command; run \"ludus ctl help\"")
+	}
+	return nil
+}
+
+type bearerKey string
+
+func (k bearerKey) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if k != "" {
+			req.Header().Set("Authorization", "Bearer "+string(k))
+		}
+		return next(ctx, req)
+	}
+}
+
+func (k bearerKey) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (k bearerKey) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}

@@ -1,0 +1,63 @@
+// Command ludus is the one Ludus binary; each role is a subcommand:
+//
+//	ludus dev                        everything on one machine (embedded etcd, SQLite,
+//	                                 backend, gateway, two sim nodes, web UI)
+//	ludus backend|gateway|simnode    one role, pointed at a real etcd
+//	ludus ctl ...                    admin client over the admin RPC
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `ludus — a backend for authoritative multiplayer games
+
+usage:
+  ludus dev      [--http 127.0.0.1:8080] [--data ./ludus-data] [--nodes 2]
+  ludus backend  --etcd URLS --listen ADDR --data DIR --cluster-token T --operator-key K
+  ludus gateway  --etcd URLS --listen ADDR --backend URL --cluster-token T
+  ludus simnode  --etcd URLS --listen ADDR --advertise URL --backend URL --cluster-token T --id ID
+  ludus ctl      [--url URL] [--key KEY] COMMAND ...   (run "ludus ctl help")
+
+Every role logs JSON lines to stderr.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	slog.SetDefault(logger)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	args := os.Args[2:]
+	var err error
+	switch os.Args[1] {
+	case "dev":
+		err = runDev(ctx, args, logger)
+	case "backend":
+		err = runBackend(ctx, args, logger)
+	case "gateway":
+		err = runGateway(ctx, args, logger)
+	case "simnode":
+		err = runSimnode(ctx, args, logger)
+	case "ctl":
+		err = runCtl(ctx, args, os.Stdout)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "ludus: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ludus %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/backend"
+	"ludus.dev/ludus/backend/store/sqlite"
+	"ludus.dev/ludus/gateway"
+	"ludus.dev/ludus/ops/devstack"
+	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/simnode"
+	"ludus.dev/ludus/simnode/engine"
+	"ludus.dev/ludus/web"
+)
+
+// etcdFlags are the flags every role uses to reach an external etcd cluster.
+type etcdFlags struct {
+	endpoints *string
+	user      *string
+	password  *string
+}
+
+func addEtcdFlags(fs *flag.FlagSet) etcdFlags {
+	return etcdFlags{
+		endpoints: fs.String("etcd", envOr("LUDUS_ETCD", "http://127.0.0.1:2379"), "comma-separated etcd endpoints"),
+		user:      fs.String("etcd-user", os.Getenv("LUDUS_ETCD_USER"), "etcd user (optional)"),
+		password:  fs.String("etcd-password", os.Getenv("LUDUS_ETCD_PASSWORD"), "etcd password (optional)"),
+	}
+}
+
+func (f etcdFlags) client() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   strings.Split(*f.endpoints, ","),
+		Username:    *f.user,
+		Password:    *f.password,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(), // errors surface through the calls; slog is our log
+	})
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// serveUntilDone serves h on addr until ctx is done, then shuts down gracefully.
+func serveUntilDone(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := devstack.NewServer(h)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	logger.Info("listening", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+func required(fs *flag.FlagSet, names ...string) error {
+	for _, n := range names {
+		if fs.Lookup(n).Value.String() == "" {
+			return fmt.Errorf("--%s is required", n)
+		}
+	}
+	return nil
+}
+
+func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("backend", flag.ContinueOnError)
+	ef := addEtcdFlags(fs)
+	listen := fs.String("listen", "127.0.0.1:8081", "listen address")
+	data := fs.String("data", "ludus-backend", "directory of the SQLite database and the compilation cache")
+	token := fs.String("cluster-token", os.Getenv("LUDUS_CLUSTER_TOKEN"), "shared secret of the cluster's roles")
+	opKey := fs.String("operator-key", os.Getenv("LUDUS_OPERATOR_KEY"), "operator API key (tenant management)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := required(fs, "cluster-token"); err != nil {
+		return err
+	}
+	cli, err := ef.client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if err := os.MkdirAll(*data, 0o700); err != nil {
+		return err
+	}
+	eng, err := engine.New(ctx, engine.Config{CacheDir: filepath.Join(*data, "wazero-cache")})
+	if err != nil {
+		return err
+	}
+	defer eng.Close(context.Background())
+	st, err := sqlite.Open(ctx, filepath.Join(*data, "ludus.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	srv, err := backend.New(ctx, backend.Config{
+		Store: st, ClusterToken: *token, OperatorKey: *opKey, ValidateModule: eng.Validate,
+		Fleet: fleet.Admin{View: &fleet.View{Client: cli}}, Logger: logger.With("role", "backend"),
+	})
+	if err != nil {
+		return err
+	}
+	return serveUntilDone(ctx, *listen, srv.Handler(), logger)
+}
+
+func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	ef := addEtcdFlags(fs)
+	listen := fs.String("listen", "127.0.0.1:8080", "listen address")
+	backendURL := fs.String("backend", envOr("LUDUS_BACKEND", "http://127.0.0.1:8081"), "backend base URL")
+	token := fs.String("cluster-token", os.Getenv("LUDUS_CLUSTER_TOKEN"), "shared secret of the cluster's roles")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := required(fs, "cluster-token"); err != nil {
+		return err
+	}
+	cli, err := ef.client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	h2c := &http.Client{Transport: gateway.H2CTransport()}
+	jwks := auth.NewJWKSClient(*backendURL+"/.well-known/jwks.json", auth.WithHTTPClient(h2c))
+	gw, err := gateway.New(gateway.Config{
+		Etcd: cli, Verifier: auth.NewVerifier(jwks, nil), BackendURL: *backendURL,
+		ClusterToken: *token, Web: web.Handler(), Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	return serveUntilDone(ctx, *listen, gw.Handler(), logger)
+}
+
+func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("simnode", flag.ContinueOnError)
+	ef := addEtcdFlags(fs)
+	listen := fs.String("listen", "127.0.0.1:7001", "listen address of the NodeService")
+	advertise := fs.String("advertise", "", "base URL gateways use to reach this node (default http://LISTEN)")
+	id := fs.String("id", "", "node id, unique in the fleet (default: the host name and port)")
+	region := fs.String("region", "local", "region label")
+	capacity := fs.Int("capacity", 64, "maximum number of games")
+	ttl := fs.Duration("lease-ttl", 2*time.Second, "node lease TTL")
+	backendURL := fs.String("backend", envOr("LUDUS_BACKEND", "http://127.0.0.1:8081"), "backend base URL (module store)")
+	token := fs.String("cluster-token", os.Getenv("LUDUS_CLUSTER_TOKEN"), "shared secret of the cluster's roles")
+	cache := fs.String("cache", "ludus-simnode-cache", "directory of the compilation cache")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := required(fs, "cluster-token"); err != nil {
+		return err
+	}
+	if *advertise == "" {
+		*advertise = "http://" + *listen
+	}
+	if *id == "" {
+		host, _ := os.Hostname()
+		*id = strings.NewReplacer(".", "-", ":", "-").Replace(host + "-" + (*listen)[strings.LastIndexByte(*listen, ':')+1:])
+	}
+	cli, err := ef.client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	eng, err := engine.New(ctx, engine.Config{CacheDir: *cache})
+	if err != nil {
+		return err
+	}
+	defer eng.Close(context.Background())
+	h2c := &http.Client{Transport: gateway.H2CTransport()}
+	n, err := simnode.New(simnode.Config{
+		ID: *id, Region: *region, Addr: *advertise, Capacity: *capacity, Etcd: cli, LeaseTTL: *ttl,
+		Engine: eng, Modules: simnode.NewModuleStore(h2c, *backendURL, *token), ClusterToken: *token,
+		Logger: logger.With("role", "simnode"),
+	})
+	if err != nil {
+		return err
+	}
+	if err := n.Start(ctx); err != nil {
+		return err
+	}
+	err = serveUntilDone(ctx, *listen, n.Handler(), logger)
+	cerr := n.Close(context.Background())
+	return errors.Join(err, cerr)
+}

@@ -1,0 +1,181 @@
+// Browser end-to-end check of the web client against a running Ludus gateway.
+//
+//   node e2e/play.mjs http://127.0.0.1:8080 /tmp/play.png
+//
+// Opens the page in headless Chromium ($CHROMIUM, default /usr/bin/chromium), clicks
+// "Play as guest", waits for a drawn frame, holds the Left arrow for a second and checks
+// the view changed and the input was acknowledged, opens the Spectate link in a second
+// page and waits for its first frame, then saves a screenshot of the play page. Prints a
+// one-line JSON summary and exits 0, or prints the failure and exits 1. Everything is
+// bounded by a 60 s timeout.
+
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+
+const TOTAL_MS = 60_000;
+const FRAME_MS = 20_000;
+const CHANGE_MS = 8_000;
+
+const [base, shot] = process.argv.slice(2);
+if (!base || !shot) {
+  console.error("usage: node e2e/play.mjs BASE_URL SCREENSHOT.png");
+  process.exit(2);
+}
+
+const started = Date.now();
+const userDataDir = mkdtempSync(join(tmpdir(), "ludus-e2e-"));
+const pageErrors = [];
+let context;
+let finished = false;
+
+async function cleanup() {
+  try {
+    await Promise.race([context?.close(), new Promise((r) => setTimeout(r, 5000))]);
+  } catch {
+    // the browser may already be gone
+  }
+  rmSync(userDataDir, { recursive: true, force: true });
+}
+
+async function fail(message) {
+  if (finished) return;
+  finished = true;
+  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
+  console.error(`e2e failed after ${((Date.now() - started) / 1000).toFixed(1)} s: ${message}${errors}`);
+  await cleanup();
+  process.exit(1);
+}
+
+const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
+
+/** In the page: whether the canvas shows anything but one colour, and an FNV-1a hash. */
+function canvasState() {
+  const c = document.getElementById("view");
+  if (!(c instanceof HTMLCanvasElement)) return { drawn: false, hash: "", size: "no canvas" };
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  const first = d[0] | (d[1] << 8) | (d[2] << 16);
+  let uniform = true;
+  let h = 0x811c9dc5;
+  for (let i = 0; i < d.length; i += 4) {
+    const v = d[i] | (d[i + 1] << 8) | (d[i + 2] << 16);
+    if (v !== first) uniform = false;
+    h = Math.imul(h ^ v, 16777619) >>> 0;
+  }
+  return { drawn: !uniform, hash: h.toString(16).padStart(8, "0"), size: `${c.width}x${c.height}` };
+}
+
+/** The status bar's fields and message, for reports. */
+function statusText(page) {
+  return page.evaluate(() => {
+    const out = {};
+    for (const el of document.querySelectorAll("[data-field]")) out[el.dataset.field] = el.textContent;
+    out.message = document.querySelector("#status .message")?.textContent ?? "";
+    out.overlay = document.getElementById("overlay")?.hidden === false ? document.getElementById("overlay").textContent : "";
+    return out;
+  });
+}
+
+/** Polls fn() until it returns a truthy value; throws `what` and the status bar if not. */
+async function until(page, ms, what, fn) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) {
+      const status = await statusText(page).catch(() => ({}));
+      throw new Error(`${what}; status bar: ${JSON.stringify(status)}`);
+    }
+    await page.waitForTimeout(100);
+  }
+}
+
+async function firstFrame(page, label) {
+  return until(page, FRAME_MS, `${label}: no frame drawn within ${FRAME_MS / 1000} s`, async () => {
+    const s = await page.evaluate(canvasState);
+    return s.drawn ? s : null;
+  });
+}
+
+function watch(page, label) {
+  page.on("pageerror", (err) => pageErrors.push(`${label}: ${err.message}`));
+  page.on("console", (msg) => {
+    if (msg.type() === "error") pageErrors.push(`${label} console: ${msg.text()}`);
+  });
+}
+
+try {
+  context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    headless: true,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+    viewport: { width: 1280, height: 900 },
+  });
+  const page = context.pages()[0] ?? (await context.newPage());
+  watch(page, "play");
+
+  const res = await page.goto(base, { waitUntil: "load", timeout: 15_000 });
+  if (!res?.ok()) throw new Error(`GET ${base}: HTTP ${res?.status()}`);
+  await page.getByRole("button", { name: "Play as guest" }).click({ timeout: 10_000 });
+
+  const first = await firstFrame(page, "play page");
+  const gameId = await until(page, 5000, "game id never appeared in the URL hash", () =>
+    page.evaluate(() => new URLSearchParams(location.hash.slice(1)).get("game")),
+  );
+
+  await page.keyboard.down("ArrowLeft");
+  await page.waitForTimeout(1000);
+  await page.keyboard.up("ArrowLeft");
+
+  const after = await until(page, CHANGE_MS, "the view did not change after holding Left", async () => {
+    const s = await page.evaluate(canvasState);
+    return s.drawn && s.hash !== first.hash ? s : null;
+  });
+  const ack = await until(page, CHANGE_MS, "no input was acknowledged", () =>
+    page.evaluate(() => {
+      const t = document.querySelector('[data-field="ack"]')?.textContent ?? "";
+      return t && t !== "—" ? t : null;
+    }),
+  );
+
+  const spectateUrl = await page.getAttribute("#spectate-link", "href");
+  if (!spectateUrl) throw new Error("no Spectate link on the play page");
+  const spec = await context.newPage();
+  watch(spec, "spectate");
+  await spec.goto(spectateUrl, { waitUntil: "load", timeout: 15_000 });
+  const specFrame = await firstFrame(spec, "spectate page");
+
+  await page.screenshot({ path: shot });
+  const status = await statusText(page);
+  clearTimeout(deadline);
+  finished = true;
+  console.log(
+    JSON.stringify({
+      ok: true,
+      base,
+      gameId,
+      canvas: first.size,
+      firstHash: first.hash,
+      afterLeftHash: after.hash,
+      spectateHash: specFrame.hash,
+      inputAck: ack,
+      status,
+      screenshot: shot,
+      ms: Date.now() - started,
+    }),
+  );
+  await cleanup();
+  process.exit(0);
+} catch (err) {
+  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
+}

@@ -1,0 +1,92 @@
+// Package web holds the Ludus browser client: TypeScript sources under src/, built by
+// `npm run build` into dist/, which is committed and embedded here so the ludus binary
+// serves the page without npm at run time.
+package web
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"time"
+)
+
+// Dist is the built client: dist/index.html, dist/app.js and dist/style.css.
+//
+//go:embed all:dist
+var Dist embed.FS
+
+// contentTypes fixes the types of the files the build writes, independently of the
+// host's mime tables (which may say application/javascript, or text/plain on Windows).
+var contentTypes = map[string]string{
+	".html": "text/html; charset=utf-8",
+	".js":   "text/javascript; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+}
+
+type asset struct {
+	body        []byte
+	etag        string
+	contentType string
+}
+
+// Handler serves the built client at "/": index.html for "/" and each file of dist by
+// its name; anything else is 404. Only GET and HEAD are allowed.
+//
+// Every response carries "Cache-Control: no-cache" and a strong ETag of the content,
+// so browsers revalidate (a cheap 304) and never run a stale app.js after an upgrade.
+func Handler() http.Handler {
+	assets := map[string]asset{}
+	err := fs.WalkDir(Dist, "dist", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		body, err := Dist.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(body)
+		ctype := contentTypes[path.Ext(name)]
+		if ctype == "" {
+			ctype = mime.TypeByExtension(path.Ext(name))
+		}
+		if ctype == "" {
+			ctype = http.DetectContentType(body)
+		}
+		assets["/"+name[len("dist/"):]] = asset{
+			body:        body,
+			etag:        `"` + hex.EncodeToString(sum[:16]) + `"`,
+			contentType: ctype,
+		}
+		return nil
+	})
+	if err != nil {
+		panic("web: reading embedded dist: " + err.Error()) // cannot happen with embed.FS
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Path
+		if name == "/" {
+			name = "/index.html"
+		}
+		a, ok := assets[name]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", a.contentType)
+		h.Set("Cache-Control", "no-cache")
+		h.Set("ETag", a.etag)
+		h.Set("X-Content-Type-Options", "nosniff")
+		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(a.body))
+	})
+}

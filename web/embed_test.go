@@ -1,0 +1,59 @@
+package web
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestHandler(t *testing.T) {
+	h := Handler()
+	cases := []struct {
+		path, ctype, body string
+	}{
+		{"/", "text/html; charset=utf-8", "Play as guest"},
+		{"/index.html", "text/html; charset=utf-8", `src="app.js"`},
+		{"/app.js", "text/javascript; charset=utf-8", "indexed8"},
+		{"/style.css", "text/css; charset=utf-8", "image-rendering: pixelated"},
+	}
+	for _, c := range cases {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, c.path, nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("GET %s: status %d", c.path, rec.Code)
+		}
+		if got := rec.Header().Get("Content-Type"); got != c.ctype {
+			t.Errorf("GET %s: Content-Type %q, want %q", c.path, got, c.ctype)
+		}
+		if got := rec.Header().Get("Cache-Control"); got != "no-cache" {
+			t.Errorf("GET %s: Cache-Control %q, want no-cache", c.path, got)
+		}
+		if !strings.Contains(rec.Body.String(), c.body) {
+			t.Errorf("GET %s: body lacks %q", c.path, c.body)
+		}
+
+		etag := rec.Header().Get("ETag")
+		req := httptest.NewRequest(http.MethodGet, c.path, nil)
+		req.Header.Set("If-None-Match", etag)
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusNotModified {
+			t.Errorf("GET %s with If-None-Match %s: status %d, want 304", c.path, etag, rec.Code)
+		}
+	}
+
+	for _, p := range []string{"/nope", "/dist/app.js", "/../go.mod"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
+		if rec.Code != http.StatusNotFound {
+			t.Errorf("GET %s: status %d, want 404", p, rec.Code)
+		}
+	}
+
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /: status %d, want 405", rec.Code)
+	}
+}
