@@ -47,6 +47,7 @@ type slot struct {
 // below; everything else talks to it through inbox and reads its cells.
 type game struct {
 	n     *Node
+	sess  *session // the lease the game was claimed under
 	spec  fleet.GameSpec
 	inst  *engine.Instance
 	fence int64 // create revision of the owner key
@@ -116,9 +117,9 @@ var (
 	errGameStopped = errors.New("the game stopped on this node")
 )
 
-func newGame(n *Node, spec fleet.GameSpec, inst *engine.Instance, fence int64) *game {
+func newGame(n *Node, sess *session, spec fleet.GameSpec, inst *engine.Instance, fence int64) *game {
 	g := &game{
-		n: n, spec: spec, inst: inst, fence: fence,
+		n: n, sess: sess, spec: spec, inst: inst, fence: fence,
 		log:        n.log.With("tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID),
 		inbox:      make(chan any, 1024),
 		quit:       make(chan string, 1),
@@ -177,7 +178,7 @@ func (g *game) run() {
 		case reason := <-g.quit:
 			g.finish(ctx, fleet.StateFailed, reason, false)
 			return
-		case <-g.n.fenced:
+		case <-g.sess.fenced:
 			// Nothing more may be written: another node may own the game soon.
 			g.failWaiters(errGameStopped)
 			g.status.publish(Status{State: fleet.StateFailed, Tick: g.inst.Tick(), Message: "node lost its lease; the game stopped here"})

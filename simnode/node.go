@@ -60,15 +60,14 @@ type Config struct {
 type Node struct {
 	cfg    Config
 	log    *slog.Logger
-	lease  clientv3.LeaseID
 	writer *logWriter
 
 	games sync.Map // gameKey -> *game
 	count atomic.Int32
 
-	// fenced is closed when the node stopped trusting its lease: every game stops.
-	fenced    chan struct{}
-	fenceOnce sync.Once
+	// sess is the current lease. When a lease is lost every game claimed under
+	// it stops, and the node registers again under a fresh lease.
+	sess atomic.Pointer[session]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -98,7 +97,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), fenced: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.writer = newLogWriter(n)
 	return n, nil
@@ -107,67 +106,131 @@ func New(cfg Config) (*Node, error) {
 // ID returns the node id.
 func (n *Node) ID() string { return n.cfg.ID }
 
+// session is one lease of the node and the games claimed under it.
+type session struct {
+	lease  clientv3.LeaseID
+	ka     <-chan *clientv3.LeaseKeepAliveResponse
+	start  time.Time
+	ttl    time.Duration
+	fenced chan struct{} // closed when the node stops trusting this lease
+	once   sync.Once
+}
+
+func (s *session) fence() bool {
+	fenced := false
+	s.once.Do(func() { close(s.fenced); fenced = true })
+	return fenced
+}
+
+func (s *session) isFenced() bool {
+	select {
+	case <-s.fenced:
+		return true
+	default:
+		return false
+	}
+}
+
 // Start grants the node's lease, registers the node and starts the lease
-// watchdog and the log writer.
+// watchdog, the heartbeat and the log writer.
 func (n *Node) Start(ctx context.Context) error {
+	sess, err := n.newSession(ctx)
+	if err != nil {
+		return err
+	}
+	n.sess.Store(sess)
+	n.wg.Add(3)
+	go n.maintain()
+	go n.writer.run()
+	go n.heartbeat()
+	n.log.Info("sim node registered", "addr", n.cfg.Addr, "lease_ttl_s", sess.ttl.Seconds())
+	return nil
+}
+
+func (n *Node) newSession(ctx context.Context) (*session, error) {
 	ttl := int64(n.cfg.LeaseTTL / time.Second)
 	if ttl < 1 {
 		ttl = 1
 	}
 	grant, err := n.cfg.Etcd.Grant(ctx, ttl)
 	if err != nil {
-		return fmt.Errorf("simnode: grant lease: %w", err)
+		return nil, fmt.Errorf("simnode: grant lease: %w", err)
 	}
-	n.lease = grant.ID
-	granted := time.Now()
-	ka, err := n.cfg.Etcd.KeepAlive(n.ctx, n.lease)
+	s := &session{lease: grant.ID, start: time.Now(), ttl: time.Duration(ttl) * time.Second, fenced: make(chan struct{})}
+	s.ka, err = n.cfg.Etcd.KeepAlive(n.ctx, s.lease)
 	if err != nil {
-		return fmt.Errorf("simnode: keep lease alive: %w", err)
+		return nil, fmt.Errorf("simnode: keep lease alive: %w", err)
 	}
-	if err := n.publishNode(ctx); err != nil {
-		return err
+	if err := n.publishNode(ctx, s); err != nil {
+		return nil, err
 	}
-	n.wg.Add(3)
-	go n.watchdog(ka, granted, time.Duration(ttl)*time.Second)
-	go n.writer.run()
-	go n.heartbeat()
-	n.log.Info("sim node registered", "addr", n.cfg.Addr, "lease_ttl_s", ttl)
-	return nil
+	return s, nil
 }
 
-// watchdog fences the node before its lease can have expired if renewals stop
-// arriving: a lease alone is not mutual exclusion (Jepsen, etcd 3.4.3), so a node
-// that cannot prove its lease is alive must stop simulating on its own.
-func (n *Node) watchdog(ka <-chan *clientv3.LeaseKeepAliveResponse, last time.Time, ttl time.Duration) {
+// maintain watches the current lease and, once it is lost, registers the node
+// again under a new one. Games of the lost lease stay stopped: they belong to
+// whoever claims them next.
+func (n *Node) maintain() {
 	defer n.wg.Done()
-	// Renewals are sent every TTL/3; allow one to go missing, fence at 2/3 TTL.
-	limit := ttl * 2 / 3
-	t := time.NewTicker(ttl / 10)
-	defer t.Stop()
 	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case resp, ok := <-ka:
-			if !ok || resp == nil {
-				n.fence("lease keep-alive stopped")
+		s := n.sess.Load()
+		reason := n.watchdog(s)
+		if reason == "" {
+			return // shutting down
+		}
+		if s.fence() {
+			n.log.Error("sim node fenced itself: stopping every game of its lease", "reason", reason)
+		}
+		for {
+			if n.ctx.Err() != nil {
 				return
 			}
-			last = time.Now()
-		case now := <-t.C:
-			if now.Sub(last) > limit {
-				n.fence(fmt.Sprintf("no lease renewal for %v", now.Sub(last).Round(time.Millisecond)))
+			ctx, cancel := context.WithTimeout(n.ctx, n.cfg.LeaseTTL)
+			ns, err := n.newSession(ctx)
+			cancel()
+			if err == nil {
+				n.sess.Store(ns)
+				n.log.Info("sim node registered again under a new lease")
+				break
+			}
+			n.log.Warn("cannot register under a new lease yet", "err", err)
+			select {
+			case <-n.ctx.Done():
 				return
+			case <-time.After(n.cfg.LeaseTTL / 4):
 			}
 		}
 	}
 }
 
-func (n *Node) fence(reason string) {
-	n.fenceOnce.Do(func() {
-		n.log.Error("sim node fenced itself: stopping every game", "reason", reason)
-		close(n.fenced)
-	})
+// watchdog returns why the node must stop trusting s, or "" at shutdown. It
+// fires before the lease can have expired if renewals stop arriving: a lease
+// alone is not mutual exclusion (Jepsen, etcd 3.4.3), so a node that cannot
+// prove its lease is alive must stop simulating on its own.
+func (n *Node) watchdog(s *session) string {
+	// Renewals are sent every TTL/3; allow one to go missing, fence at 2/3 TTL.
+	limit := s.ttl * 2 / 3
+	last := s.start
+	t := time.NewTicker(s.ttl / 10)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return ""
+		case resp, ok := <-s.ka:
+			if !ok || resp == nil {
+				if n.ctx.Err() != nil {
+					return ""
+				}
+				return "lease keep-alive stopped"
+			}
+			last = time.Now()
+		case now := <-t.C:
+			if now.Sub(last) > limit {
+				return fmt.Sprintf("no lease renewal for %v", now.Sub(last).Round(time.Millisecond))
+			}
+		}
+	}
 }
 
 // heartbeat republishes the node's record when its game count changes.
@@ -180,11 +243,10 @@ func (n *Node) heartbeat() {
 		select {
 		case <-n.ctx.Done():
 			return
-		case <-n.fenced:
-			return
 		case <-t.C:
-			if c := n.count.Load(); c != last {
-				if err := n.publishNode(n.ctx); err == nil {
+			s := n.sess.Load()
+			if c := n.count.Load(); c != last && !s.isFenced() {
+				if err := n.publishNode(n.ctx, s); err == nil {
 					last = c
 				}
 			}
@@ -192,11 +254,11 @@ func (n *Node) heartbeat() {
 	}
 }
 
-func (n *Node) publishNode(ctx context.Context) error {
+func (n *Node) publishNode(ctx context.Context, s *session) error {
 	info := fleet.NodeInfo{ID: n.cfg.ID, Addr: n.cfg.Addr, Region: n.cfg.Region,
 		Capacity: n.cfg.Capacity, Games: int(n.count.Load())}
 	b, _ := json.Marshal(info)
-	if _, err := n.cfg.Etcd.Put(ctx, fleet.NodeKey(n.cfg.ID), string(b), clientv3.WithLease(n.lease)); err != nil {
+	if _, err := n.cfg.Etcd.Put(ctx, fleet.NodeKey(n.cfg.ID), string(b), clientv3.WithLease(s.lease)); err != nil {
 		return fmt.Errorf("simnode: register node: %w", err)
 	}
 	return nil
@@ -215,10 +277,10 @@ func (n *Node) Close(ctx context.Context) error {
 	})
 	n.cancel()
 	n.wg.Wait()
-	if n.lease != 0 {
+	if s := n.sess.Load(); s != nil {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, _ = n.cfg.Etcd.Revoke(rctx, n.lease)
+		_, _ = n.cfg.Etcd.Revoke(rctx, s.lease)
 	}
 	return nil
 }

@@ -277,3 +277,37 @@ func TestLostOwnershipStopsAppends(t *testing.T) {
 		t.Fatalf("log grew from %d to %d chunks after the node stopped the game", len(before), len(after))
 	}
 }
+
+// TestLeaseLossStopsGames: when the node's lease is gone (revoked here, as an
+// expiry would), the node stops every game claimed under it and registers again
+// under a new lease, ready for new games.
+func TestLeaseLossStopsGames(t *testing.T) {
+	n, c := startNode(t, "n-lease")
+	ctx := context.Background()
+	id := createGame(t, c, "tenant-l", 1)
+	old := n.sess.Load()
+	if _, err := etcdCli.Revoke(ctx, old.lease); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := c.GetGame(ctx, connect.NewRequest(&clusterv1.GetGameRequest{TenantId: "tenant-l", GameId: id}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node kept simulating after its lease was lost")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for n.sess.Load() == old || n.sess.Load().isFenced() {
+		if time.Now().After(deadline) {
+			t.Fatal("node did not register again under a new lease")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := (&fleet.View{Client: etcdCli}).Node(ctx, "n-lease"); err != nil {
+		t.Fatalf("node record after re-registering: %v", err)
+	}
+	createGame(t, c, "tenant-l", 0)
+}

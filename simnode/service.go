@@ -47,10 +47,9 @@ func (s *service) StartGame(ctx context.Context, req *connect.Request[clusterv1.
 // StartGame loads the module, initializes a new match, claims it in etcd and
 // starts its actor. Errors are Connect errors.
 func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error) {
-	select {
-	case <-n.fenced:
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("this node lost its lease and accepts no games"))
-	default:
+	sess := n.sess.Load()
+	if sess.isFenced() {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("this node lost its lease and accepts no games until it registers again"))
 	}
 	if int(n.count.Load()) >= n.cfg.Capacity {
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("node %s is full (%d games)", n.cfg.ID, n.cfg.Capacity))
@@ -73,12 +72,12 @@ func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error
 		inst.Close(ctx)
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the game refused its configuration: %v", err))
 	}
-	fence, err := n.claim(ctx, spec)
+	fence, err := n.claim(ctx, spec, sess)
 	if err != nil {
 		inst.Close(ctx)
 		return nil, err
 	}
-	g := newGame(n, spec, inst, fence)
+	g := newGame(n, sess, spec, inst, fence)
 	n.count.Add(1)
 	n.games.Store(gameKey(spec.TenantID, spec.GameID), g)
 	go g.run()
@@ -88,7 +87,7 @@ func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error
 
 // claim creates the game's spec and owner key in one transaction that succeeds
 // only if neither exists; the owner key's create revision is the fencing token.
-func (n *Node) claim(ctx context.Context, spec fleet.GameSpec) (int64, error) {
+func (n *Node) claim(ctx context.Context, spec fleet.GameSpec, sess *session) (int64, error) {
 	b, _ := json.Marshal(spec)
 	st, _ := json.Marshal(fleet.GameStatus{State: fleet.StateRunning, NodeID: n.cfg.ID})
 	t, id := spec.TenantID, spec.GameID
@@ -97,7 +96,7 @@ func (n *Node) claim(ctx context.Context, spec fleet.GameSpec) (int64, error) {
 		clientv3.Compare(clientv3.CreateRevision(fleet.OwnerKey(t, id)), "=", 0),
 	).Then(
 		clientv3.OpPut(fleet.GameKey(t, id), string(b)),
-		clientv3.OpPut(fleet.OwnerKey(t, id), n.cfg.ID, clientv3.WithLease(n.lease)),
+		clientv3.OpPut(fleet.OwnerKey(t, id), n.cfg.ID, clientv3.WithLease(sess.lease)),
 		clientv3.OpPut(fleet.StatusKey(t, id), string(st)),
 	).Commit()
 	if err != nil {

@@ -99,11 +99,17 @@ func (w *logWriter) commit(batch []*appendReq) {
 }
 
 func (w *logWriter) commitGroup(group []*appendReq) {
-	select {
-	case <-w.n.fenced:
-		w.fail(group, errGameStopped)
+	live := group[:0:0]
+	for _, r := range group {
+		if r.g.sess.isFenced() {
+			w.fail([]*appendReq{r}, errGameStopped)
+		} else {
+			live = append(live, r)
+		}
+	}
+	group = live
+	if len(group) == 0 {
 		return
-	default:
 	}
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
@@ -111,7 +117,8 @@ func (w *logWriter) commitGroup(group []*appendReq) {
 		cmps = append(cmps, ownerCmps(w.n, r.g)...)
 		ops = append(ops, appendOps(w.n, r)...)
 	}
-	ctx, cancel := context.WithTimeout(w.n.ctx, w.n.cfg.LeaseTTL)
+	// Not n.ctx: at shutdown the last chunks must still be written.
+	ctx, cancel := context.WithTimeout(context.Background(), w.n.cfg.LeaseTTL)
 	resp, err := w.n.cfg.Etcd.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	cancel()
 	if err == nil && resp.Succeeded {
@@ -131,13 +138,11 @@ func (w *logWriter) commitGroup(group []*appendReq) {
 
 func (w *logWriter) retryOne(r *appendReq) {
 	for attempt := 0; ; attempt++ {
-		select {
-		case <-w.n.fenced:
+		if r.g.sess.isFenced() {
 			w.fail([]*appendReq{r}, errGameStopped)
 			return
-		default:
 		}
-		ctx, cancel := context.WithTimeout(w.n.ctx, w.n.cfg.LeaseTTL)
+		ctx, cancel := context.WithTimeout(context.Background(), w.n.cfg.LeaseTTL)
 		resp, err := w.n.cfg.Etcd.Txn(ctx).If(ownerCmps(w.n, r.g)...).Then(appendOps(w.n, r)...).Commit()
 		cancel()
 		switch {

@@ -1,0 +1,256 @@
+package backend
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base32"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/backend/store"
+	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/sdk/abi"
+)
+
+// FleetView is the backend's read-only view of the running fleet (implemented
+// elsewhere, over etcd).
+type FleetView interface {
+	ListNodes(ctx context.Context) ([]*ludusv1.Node, error)
+	ListGames(ctx context.Context, tenantID string) ([]*ludusv1.GameInfo, error)
+}
+
+// Config configures a Server.
+type Config struct {
+	// Store keeps all state. Required. The Server does not close it.
+	Store store.Store
+	// ClusterToken is the shared secret sim nodes and gateways present to
+	// ModuleStoreService. Empty disables that service. At least 16 characters.
+	ClusterToken string
+	// OperatorKey is an API key with power over all tenants (CreateTenant,
+	// ListTenants). Empty disables it. At least 16 characters.
+	OperatorKey string
+	// ValidateModule compiles and checks a module and returns its metadata.
+	// Its error text is shown to the uploader. Required.
+	ValidateModule func(ctx context.Context, wasm []byte) (abi.Meta, error)
+	// Fleet answers ListGames and ListNodes; nil makes them Unavailable.
+	Fleet FleetView
+	// Now is the clock; time.Now if nil.
+	Now func() time.Time
+	// Logger gets server-side errors; slog.Default() if nil.
+	Logger *slog.Logger
+}
+
+// minSecretLen is the least length of the operator key and cluster token.
+const minSecretLen = 16
+
+// Server is the backend service.
+type Server struct {
+	store          store.Store
+	validate       func(ctx context.Context, wasm []byte) (abi.Meta, error)
+	fleet          FleetView
+	now            func() time.Time
+	log            *slog.Logger
+	keys           *auth.KeySet
+	issuer         *auth.Issuer
+	operatorHash   *[32]byte // nil: operator key disabled
+	clusterHash    *[32]byte // nil: module store disabled
+	handler        http.Handler
+	rotateInFlight chan struct{} // serializes key rotations
+}
+
+// New creates a Server, loading the ticket signing keys from the store (and
+// creating the first key on a fresh store).
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("backend: Config.Store is required")
+	}
+	if cfg.ValidateModule == nil {
+		return nil, errors.New("backend: Config.ValidateModule is required")
+	}
+	s := &Server{
+		store:          cfg.Store,
+		validate:       cfg.ValidateModule,
+		fleet:          cfg.Fleet,
+		now:            cfg.Now,
+		log:            cfg.Logger,
+		rotateInFlight: make(chan struct{}, 1),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	for _, sec := range []struct {
+		name, value string
+		hash        **[32]byte
+	}{
+		{"OperatorKey", cfg.OperatorKey, &s.operatorHash},
+		{"ClusterToken", cfg.ClusterToken, &s.clusterHash},
+	} {
+		if sec.value == "" {
+			continue
+		}
+		if len(sec.value) < minSecretLen {
+			return nil, fmt.Errorf("backend: Config.%s must be at least %d characters", sec.name, minSecretLen)
+		}
+		h := sha256.Sum256([]byte(sec.value))
+		*sec.hash = &h
+	}
+	if s.clusterHash == nil {
+		s.log.Warn("backend: no cluster token configured; ModuleStoreService rejects every call")
+	}
+	if err := s.loadKeys(ctx); err != nil {
+		return nil, err
+	}
+	s.issuer = auth.NewIssuer(s.keys, s.now)
+	s.handler = s.buildHandler()
+	return s, nil
+}
+
+// Handler returns the HTTP handler serving every service of the backend.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Issuer returns the ticket issuer (for in-process use and tests).
+func (s *Server) Issuer() *auth.Issuer { return s.issuer }
+
+// KeySet returns the live signing key set; it is also an auth.KeySource.
+func (s *Server) KeySet() *auth.KeySet { return s.keys }
+
+// Verifier returns a ticket verifier over the live key set, for a gateway
+// running in the same process.
+func (s *Server) Verifier() *auth.Verifier { return auth.NewVerifier(s.keys, s.now) }
+
+func (s *Server) buildHandler() http.Handler {
+	opts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(MaxRequestBytes),
+		// gzip is on by default; only compress responses worth it.
+		connect.WithCompressMinBytes(1 << 10),
+		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
+			s.log.ErrorContext(ctx, "backend: panic in handler", "procedure", spec.Procedure, "panic", p)
+			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+		}),
+	}
+	mux := http.NewServeMux()
+	mux.Handle(ludusv1connect.NewAuthServiceHandler(&authService{s}, opts...))
+	mux.Handle(ludusv1connect.NewAdminServiceHandler(&adminService{s}, opts...))
+	mux.Handle(clusterv1connect.NewModuleStoreServiceHandler(&moduleStore{s}, opts...))
+	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		w.Header().Set("Cache-Control", "public, max-age=60")
+		w.Write(s.keys.PublicJWKS())
+	})
+	return mux
+}
+
+// internal logs err and returns the error a client sees for it: Canceled or
+// DeadlineExceeded if the call's context ended, else Internal "internal error".
+func (s *Server) internal(ctx context.Context, op string, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, context.Canceled)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
+	}
+	s.log.ErrorContext(ctx, "backend: "+op, "err", err)
+	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+}
+
+func invalidArg(err error) error { return connect.NewError(connect.CodeInvalidArgument, err) }
+
+// newID returns a random id: prefix + 16 random bytes in lowercase base32.
+func newID(prefix string) string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return prefix + strings.ToLower(b32.EncodeToString(b[:]))
+}
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// APIKeyPrefix starts every API key the backend issues.
+const APIKeyPrefix = "lds_"
+
+// newAPIKey returns a fresh API key and its hash.
+func newAPIKey() (key string, hash []byte) {
+	var b [32]byte
+	rand.Read(b[:])
+	key = APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	h := sha256.Sum256([]byte(key))
+	return key, h[:]
+}
+
+// bearer extracts the credential of an "Authorization: Bearer <x>" header.
+func bearer(h http.Header) (string, bool) {
+	scheme, cred, ok := strings.Cut(h.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	cred = strings.TrimSpace(cred)
+	return cred, cred != ""
+}
+
+// secretMatches compares a presented secret with a configured one's hash in
+// constant time (hashing first hides the length too).
+func secretMatches(presented string, want *[32]byte) bool {
+	if want == nil {
+		return false
+	}
+	h := sha256.Sum256([]byte(presented))
+	return subtle.ConstantTimeCompare(h[:], want[:]) == 1
+}
+
+// EnsureTenant returns the id of the tenant with this slug, creating it (with
+// no API key) if needed. `ludus dev` uses it to seed a demo tenant.
+func (s *Server) EnsureTenant(ctx context.Context, slug, name string) (tenantID string, err error) {
+	if err := checkSlug("slug", slug); err != nil {
+		return "", err
+	}
+	if name, err = cleanName("name", name, MaxTenantNameLen); err != nil {
+		return "", err
+	}
+	if name == "" {
+		name = slug
+	}
+	for range 2 {
+		t, err := s.store.TenantBySlug(ctx, slug)
+		if err == nil {
+			return t.ID, nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return "", fmt.Errorf("backend: ensure tenant %q: %w", slug, err)
+		}
+		t = store.Tenant{ID: newID("t_"), Slug: slug, Name: name, CreatedAt: s.now().UTC()}
+		err = s.store.CreateTenant(ctx, t)
+		if err == nil {
+			return t.ID, nil
+		}
+		if !errors.Is(err, store.ErrAlreadyExists) {
+			return "", fmt.Errorf("backend: ensure tenant %q: %w", slug, err)
+		}
+		// Created concurrently: look it up again.
+	}
+	return "", fmt.Errorf("backend: ensure tenant %q: lost a race twice", slug)
+}
+
+// EnsureModule stores wasm under name for the tenant unless it already is the
+// newest build of that name, and returns its build id. Same bytes, same build
+// id, nothing stored twice. Invalid modules are rejected like UploadModule does.
+func (s *Server) EnsureModule(ctx context.Context, tenantID, name string, wasm []byte) (buildID string, err error) {
+	m, err := s.putModule(ctx, tenantID, name, wasm, true)
+	if err != nil {
+		return "", err
+	}
+	return m.BuildID, nil
+}

@@ -1,0 +1,103 @@
+package backend
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits of user-supplied values.
+const (
+	MinSlugLen        = 2
+	MaxSlugLen        = 32
+	MaxTenantNameLen  = 64 // runes
+	MinDeviceIDLen    = 16
+	MaxDeviceIDLen    = 128
+	MaxDisplayNameLen = 32 // runes
+	MaxModuleNameLen  = 64
+	MaxModuleBytes    = 32 << 20
+	// MaxRequestBytes is the largest request message accepted: a module of
+	// MaxModuleBytes plus room for the rest of the message.
+	MaxRequestBytes = 33 << 20
+)
+
+// clip shortens an untrusted value for an error message.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	for i := max; i > 0; i-- {
+		if utf8.RuneStart(s[i]) {
+			return s[:i] + "…"
+		}
+	}
+	return s[:max] + "…"
+}
+
+func allBytes(s string, ok func(byte) bool) bool {
+	for i := 0; i < len(s); i++ {
+		if !ok(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isLowerDigit(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
+
+func isSlugByte(c byte) bool { return isLowerDigit(c) || c == '-' }
+
+func isModuleNameByte(c byte) bool { return isLowerDigit(c) || c == '-' || c == '_' }
+
+func isDeviceByte(c byte) bool {
+	return isLowerDigit(c) || 'A' <= c && c <= 'Z' || c == '-' || c == '_'
+}
+
+func checkSlug(field, s string) error {
+	if len(s) < MinSlugLen || len(s) > MaxSlugLen || !allBytes(s, isSlugByte) {
+		return fmt.Errorf("%s must be %d..%d characters of a-z, 0-9 and \"-\", got %q", field, MinSlugLen, MaxSlugLen, clip(s))
+	}
+	return nil
+}
+
+func checkDeviceID(s string) error {
+	if len(s) < MinDeviceIDLen || len(s) > MaxDeviceIDLen || !allBytes(s, isDeviceByte) {
+		return fmt.Errorf("device_id must be %d..%d characters of A-Z, a-z, 0-9, \"_\" and \"-\" (got %d characters): generate a random id once, e.g. 16 random bytes in base64url, and keep it on the device",
+			MinDeviceIDLen, MaxDeviceIDLen, utf8.RuneCountInString(s))
+	}
+	return nil
+}
+
+func checkModuleName(s string) error {
+	if len(s) < 1 || len(s) > MaxModuleNameLen || !allBytes(s, isModuleNameByte) {
+		return fmt.Errorf("module name must be 1..%d characters of a-z, 0-9, \"-\" and \"_\", got %q", MaxModuleNameLen, clip(s))
+	}
+	return nil
+}
+
+func checkBuildID(s string) error {
+	if len(s) != 64 || !allBytes(s, func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }) {
+		return fmt.Errorf("build_id must be 64 lowercase hex characters (a SHA-256), got %q", clip(s))
+	}
+	return nil
+}
+
+// cleanName trims a human-readable name and checks it is printable text of at
+// most max runes.
+func cleanName(field, s string, max int) (string, error) {
+	if !utf8.ValidString(s) {
+		return "", fmt.Errorf("%s must be valid UTF-8", field)
+	}
+	s = strings.TrimSpace(s)
+	if n := utf8.RuneCountInString(s); n > max {
+		return "", fmt.Errorf("%s must be at most %d characters, got %d", field, max, n)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return "", fmt.Errorf("%s must be printable text: character %U is not allowed", field, r)
+		}
+	}
+	return s, nil
+}

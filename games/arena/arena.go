@@ -1,0 +1,87 @@
+// Package arena is a 2–8 player first-person deathmatch for Ludus, in the
+// spirit of early-90s raycasters: a grid map, textured walls, billboard players
+// and a hitscan gun, rendered into 320×200 indexed8 views at 17.5 frames/s.
+//
+// Everything is pure Go with no build tags: the game runs and is tested natively,
+// and games/arena/module wraps it into a wasip1 module through ludus.dev/ludus/sdk.
+// All state is integer or 16.16 fixed point (sdk.Fixed, sdk.Angle), randomness
+// comes from one sdk.Rand seeded by the match seed, and nothing iterates a map,
+// so the same seed, config and events give the same state and views everywhere.
+//
+// Input is one byte per message, the held buttons (BtnForward ... BtnFire); the
+// latest byte applies every tick until the next one. Config is optional JSON,
+// {"bots":N,"score_limit":S,"time_limit_s":T} (see Config). Bots take the
+// highest slots and steer through the same input path as humans. Score is
+// kills; the match ends at the score limit or the time limit.
+package arena
+
+import (
+	"ludus.dev/ludus/sdk"
+	"ludus.dev/ludus/sdk/abi"
+)
+
+// Module metadata (docs/ABI.md).
+const (
+	Name         = "arena"
+	TickRate     = 35
+	MaxPlayers   = 8
+	FrameDivisor = 2
+	ViewWidth    = 320
+	ViewHeight   = 200
+)
+
+// Game is one arena match. The zero value is not usable; call New. A Game is
+// not safe for concurrent use.
+type Game struct {
+	st state
+
+	// Scratch space reused every tick and frame so that Step and View do not
+	// allocate. None of it is game state.
+	shots  [MaxPlayers]shot
+	botBuf [1]byte
+	enc    []byte
+	frame  []byte // indexed8 header + pixels, returned by View
+	zbuf   [ViewWidth]int64
+	// wallTop and wallBot are the rows each column's wall strip covers.
+	wallTop, wallBot [ViewWidth]int16
+	order            [MaxPlayers]int
+	depths           [MaxPlayers]int64
+}
+
+var (
+	_ sdk.Game         = (*Game)(nil)
+	_ sdk.Checkpointer = (*Game)(nil)
+)
+
+// New returns a game ready to Step: a match with seed 0, the default config and
+// no bots. The host calls Init before the first tick anyway.
+func New() *Game {
+	g := &Game{frame: make([]byte, abi.Indexed8HeaderSize+ViewWidth*ViewHeight)}
+	abi.Indexed8Header(g.frame, ViewWidth, ViewHeight, &palette)
+	g.st.reset(0, defaultConfig())
+	return g
+}
+
+// Meta describes the module.
+func (g *Game) Meta() abi.Meta {
+	return abi.Meta{
+		Name:         Name,
+		TickRate:     TickRate,
+		MaxPlayers:   MaxPlayers,
+		FrameDivisor: FrameDivisor,
+		ViewFormat:   abi.Indexed8Format,
+		ViewWidth:    ViewWidth,
+		ViewHeight:   ViewHeight,
+	}
+}
+
+// Init starts a new match from seed and a JSON config (see Config). Invalid JSON
+// is an error; an empty config means the defaults.
+func (g *Game) Init(seed uint64, config []byte) error {
+	cfg, err := ParseConfig(config)
+	if err != nil {
+		return err
+	}
+	g.st.reset(seed, cfg)
+	return nil
+}
