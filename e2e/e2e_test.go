@@ -34,10 +34,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	// Share the compiled arena across test processes (see testenv).
-	if err := os.MkdirAll(testenv.WazeroCacheDir(), 0o755); err == nil {
-		_ = os.Symlink(testenv.WazeroCacheDir(), dir+"/wazero-cache")
-	}
+	_ = os.Symlink(sharedCache(), dir+"/wazero-cache")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	level := slog.LevelWarn
 	if os.Getenv("LUDUS_E2E_LOG") != "" {
@@ -303,3 +300,10 @@ func TestHealthz(t *testing.T) {
 }
 
 func arenaWasm() []byte { return builtin.Arena }
+
+// sharedCache is the compilation cache shared by test processes (see testenv),
+// so the arena compiles once per machine rather than once per stack.
+func sharedCache() string {
+	_ = os.MkdirAll(testenv.WazeroCacheDir(), 0o755)
+	return testenv.WazeroCacheDir()
+}

@@ -7,7 +7,8 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = dirname(fileURLToPath(import.meta.url));
-const dist = join(root, "dist");
+// LUDUS_WEB_OUT lets the test script build elsewhere and compare with the committed dist/.
+const dist = process.env.LUDUS_WEB_OUT || join(root, "dist");
 
 await rm(dist, { recursive: true, force: true });
 await mkdir(dist, { recursive: true });
@@ -15,7 +16,7 @@ await mkdir(dist, { recursive: true });
 await build({
   absWorkingDir: root,
   entryPoints: ["src/main.ts"],
-  outfile: "dist/app.js",
+  outfile: join(dist, "app.js"),
   bundle: true,
   format: "esm",
   platform: "browser",

@@ -23,6 +23,7 @@ usage:
   ludus gateway  --etcd URLS --listen ADDR --backend URL --cluster-token T
   ludus simnode  --etcd URLS --listen ADDR --advertise URL --backend URL --cluster-token T --id ID
   ludus ctl      [--url URL] [--key KEY] COMMAND ...   (run "ludus ctl help")
+  ludus bench    NAME [-json]                          (run "ludus bench help")
 
 Every role logs JSON lines to stderr.
 `
@@ -49,6 +50,8 @@ func main() {
 		err = runSimnode(ctx, args, logger)
 	case "ctl":
 		err = runCtl(ctx, args, os.Stdout)
+	case "bench":
+		err = runBench(ctx, args, os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return
