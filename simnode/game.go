@@ -15,6 +15,10 @@ import (
 	"ludus.dev/ludus/simnode/inputlog"
 )
 
+// StateMoved is the stream status of a game that left this node (handoff,
+// failover); clients reconnect and find its new owner.
+const StateMoved = "moved"
+
 // maxLag is how late a game may fall before it stops trying to catch up.
 const maxLag = 500 * time.Millisecond
 
@@ -50,7 +54,8 @@ type game struct {
 	sess  *session // the lease the game was claimed under
 	spec  fleet.GameSpec
 	inst  *engine.Instance
-	fence int64 // create revision of the owner key
+	fence int64  // create revision of the owner key
+	owner string // value of the owner key for this claim (node/claim)
 	log   *slog.Logger
 
 	inbox chan any
@@ -104,6 +109,11 @@ type ackWaiter struct {
 	tick  int64
 }
 
+type handoffReq struct {
+	target fleet.NodeInfo
+	reply  chan error
+}
+
 type slotReq struct {
 	account string
 	reply   chan int
@@ -117,16 +127,16 @@ var (
 	errGameStopped = errors.New("the game stopped on this node")
 )
 
-func newGame(n *Node, sess *session, spec fleet.GameSpec, inst *engine.Instance, fence int64) *game {
+func newGame(n *Node, sess *session, spec fleet.GameSpec, inst *engine.Instance, fence int64, owner string) *game {
 	g := &game{
-		n: n, sess: sess, spec: spec, inst: inst, fence: fence,
+		n: n, sess: sess, spec: spec, inst: inst, fence: fence, owner: owner,
 		log:        n.log.With("tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID),
 		inbox:      make(chan any, 1024),
 		quit:       make(chan string, 1),
 		done:       make(chan struct{}),
 		accounts:   map[string]int{},
 		specFrames: newCell(Frame{}),
-		status:     newCell(Status{State: fleet.StateRunning}),
+		status:     newCell(Status{State: fleet.StateRunning, Tick: inst.Tick()}),
 		pending:    &inputlog.Chunk{},
 	}
 	g.slots = make([]*slot, spec.MaxPlayers)
@@ -174,6 +184,12 @@ func (g *game) run() {
 	for {
 		select {
 		case msg := <-g.inbox:
+			if h, ok := msg.(handoffReq); ok {
+				if g.handoff(h) {
+					return
+				}
+				continue
+			}
 			g.handle(msg)
 		case reason := <-g.quit:
 			g.finish(ctx, fleet.StateFailed, reason, false)
@@ -181,14 +197,15 @@ func (g *game) run() {
 		case <-g.sess.fenced:
 			// Nothing more may be written: another node may own the game soon.
 			g.failWaiters(errGameStopped)
-			g.status.publish(Status{State: fleet.StateFailed, Tick: g.inst.Tick(), Message: "node lost its lease; the game stopped here"})
+			g.status.publish(Status{State: StateMoved, Tick: g.inst.Tick(), Message: "node lost its lease; another node resumes the game"})
 			g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
 			return
 		case <-timer.C:
 			if g.fencedByWriter.Load() {
 				g.failWaiters(errGameStopped)
-				g.status.publish(Status{State: fleet.StateFailed, Tick: g.inst.Tick(), Message: "another node owns this game now"})
+				g.status.publish(Status{State: StateMoved, Tick: g.inst.Tick(), Message: "this node can no longer write the game's log; another node resumes it"})
 				g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
+				g.n.release(g)
 				return
 			}
 			ended, err := g.tick(ctx)
@@ -323,6 +340,11 @@ func (g *game) render(ctx context.Context) error {
 
 // flush hands the pending chunk to the node's log writer.
 func (g *game) flush(final bool, state string) {
+	g.flushTo(final, state, nil, nil)
+}
+
+// flushTo is flush that can also move ownership (handoff) and report the outcome.
+func (g *game) flushTo(final bool, state string, handoff *handoffTarget, done chan error) {
 	c := g.pending
 	c.Ended = final && state == fleet.StateEnded
 	g.logSeq++
@@ -330,7 +352,10 @@ func (g *game) flush(final bool, state string) {
 	if final {
 		st.State = state
 	}
-	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: final})
+	if handoff != nil {
+		st.NodeID = handoff.node.ID
+	}
+	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: final, handoff: handoff, done: done})
 	g.acks = nil
 	g.pending = &inputlog.Chunk{From: c.To, To: c.To}
 	g.lastFlush = time.Now()
@@ -348,6 +373,8 @@ func (g *game) finish(ctx context.Context, state, message string, ended bool) {
 			m.reply <- joinResult{err: errGameOver}
 		case slotReq:
 			m.reply <- -1
+		case handoffReq:
+			m.reply <- errGameOver
 		}
 	}
 	g.events, g.entries = nil, nil
@@ -380,6 +407,8 @@ func (g *game) failWaiters(err error) {
 			m.reply <- joinResult{err: err}
 		case slotReq:
 			m.reply <- -1
+		case handoffReq:
+			m.reply <- err
 		}
 	}
 }

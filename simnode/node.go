@@ -62,8 +62,13 @@ type Node struct {
 	log    *slog.Logger
 	writer *logWriter
 
-	games sync.Map // gameKey -> *game
-	count atomic.Int32
+	games    sync.Map // gameKey -> *game
+	resuming sync.Map // gameKey -> true while a claim or adoption is under way
+	count    atomic.Int32
+	draining atomic.Bool
+
+	drained     chan struct{}
+	drainedOnce sync.Once
 
 	// sess is the current lease. When a lease is lost every game claimed under
 	// it stops, and the node registers again under a fresh lease.
@@ -97,7 +102,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID)}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), drained: make(chan struct{})}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.writer = newLogWriter(n)
 	return n, nil
@@ -139,10 +144,12 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	n.sess.Store(sess)
-	n.wg.Add(3)
+	n.wg.Add(5)
 	go n.maintain()
 	go n.writer.run()
 	go n.heartbeat()
+	go n.watchOwners()
+	go n.watchDrain()
 	n.log.Info("sim node registered", "addr", n.cfg.Addr, "lease_ttl_s", sess.ttl.Seconds())
 	return nil
 }
@@ -256,7 +263,7 @@ func (n *Node) heartbeat() {
 
 func (n *Node) publishNode(ctx context.Context, s *session) error {
 	info := fleet.NodeInfo{ID: n.cfg.ID, Addr: n.cfg.Addr, Region: n.cfg.Region,
-		Capacity: n.cfg.Capacity, Games: int(n.count.Load())}
+		Capacity: n.cfg.Capacity, Games: int(n.count.Load()), Draining: n.draining.Load(), Lease: int64(s.lease)}
 	b, _ := json.Marshal(info)
 	if _, err := n.cfg.Etcd.Put(ctx, fleet.NodeKey(n.cfg.ID), string(b), clientv3.WithLease(s.lease)); err != nil {
 		return fmt.Errorf("simnode: register node: %w", err)

@@ -311,3 +311,14 @@ func TestLeaseLossStopsGames(t *testing.T) {
 	}
 	createGame(t, c, "tenant-l", 0)
 }
+
+func arenaWasm() []byte { return builtin.Arena }
+
+func mustModule(t *testing.T) *engine.Module {
+	t.Helper()
+	m, err := testEng.Compile(context.Background(), builtin.Arena)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}

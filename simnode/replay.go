@@ -29,30 +29,39 @@ func (e *DesyncError) Error() string {
 
 // ReadLog reads a game's spec and every chunk of its input log from etcd.
 func ReadLog(ctx context.Context, cli *clientv3.Client, tenant, game string) (fleet.GameSpec, []*inputlog.Chunk, error) {
+	spec, chunks, _, err := readLog(ctx, cli, tenant, game)
+	return spec, chunks, err
+}
+
+func readLog(ctx context.Context, cli *clientv3.Client, tenant, game string) (fleet.GameSpec, []*inputlog.Chunk, []string, error) {
 	var spec fleet.GameSpec
-	resp, err := cli.Get(ctx, fleet.GameKey(tenant, game))
+	// One transaction: the spec and the log as of the same revision.
+	resp, err := cli.Txn(ctx).Then(
+		clientv3.OpGet(fleet.GameKey(tenant, game)),
+		clientv3.OpGet(fleet.LogPrefix(tenant, game), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
+	).Commit()
 	if err != nil {
-		return spec, nil, err
+		return spec, nil, nil, err
 	}
-	if len(resp.Kvs) == 0 {
-		return spec, nil, fmt.Errorf("%w: game %s", fleet.ErrNotFound, game)
+	specKV := resp.Responses[0].GetResponseRange().Kvs
+	if len(specKV) == 0 {
+		return spec, nil, nil, fmt.Errorf("%w: game %s", fleet.ErrNotFound, game)
 	}
-	if err := json.Unmarshal(resp.Kvs[0].Value, &spec); err != nil {
-		return spec, nil, err
+	if err := json.Unmarshal(specKV[0].Value, &spec); err != nil {
+		return spec, nil, nil, err
 	}
-	logs, err := cli.Get(ctx, fleet.LogPrefix(tenant, game), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return spec, nil, err
-	}
-	chunks := make([]*inputlog.Chunk, 0, len(logs.Kvs))
-	for _, kv := range logs.Kvs {
+	logs := resp.Responses[1].GetResponseRange().Kvs
+	chunks := make([]*inputlog.Chunk, 0, len(logs))
+	keys := make([]string, 0, len(logs))
+	for _, kv := range logs {
 		c, err := inputlog.Decode(kv.Value)
 		if err != nil {
-			return spec, nil, fmt.Errorf("log chunk %s: %w", kv.Key, err)
+			return spec, nil, nil, fmt.Errorf("log chunk %s: %w", kv.Key, err)
 		}
 		chunks = append(chunks, c)
+		keys = append(keys, string(kv.Key))
 	}
-	return spec, chunks, nil
+	return spec, chunks, keys, nil
 }
 
 // Replay rebuilds a game from its spec and log on a fresh instance, checking
@@ -62,6 +71,14 @@ func Replay(ctx context.Context, eng *engine.Engine, wasm []byte, spec fleet.Gam
 	m, err := eng.Compile(ctx, wasm)
 	if err != nil {
 		return nil, nil, err
+	}
+	return ReplayModule(ctx, m, spec, chunks)
+}
+
+// ReplayModule is Replay with a compiled module.
+func ReplayModule(ctx context.Context, m *engine.Module, spec fleet.GameSpec, chunks []*inputlog.Chunk) (*engine.Instance, []inputlog.Hash, error) {
+	if m.BuildID != spec.BuildID {
+		return nil, nil, fmt.Errorf("replay: game %s is pinned to build %s, not %s", spec.GameID, spec.BuildID, m.BuildID)
 	}
 	inst, err := m.Instantiate(ctx, spec.Seed)
 	if err != nil {

@@ -47,6 +47,9 @@ func (s *service) StartGame(ctx context.Context, req *connect.Request[clusterv1.
 // StartGame loads the module, initializes a new match, claims it in etcd and
 // starts its actor. Errors are Connect errors.
 func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error) {
+	if n.draining.Load() {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("node %s is draining and takes no new games", n.cfg.ID))
+	}
 	sess := n.sess.Load()
 	if sess.isFenced() {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("this node lost its lease and accepts no games until it registers again"))
@@ -72,12 +75,17 @@ func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error
 		inst.Close(ctx)
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the game refused its configuration: %v", err))
 	}
-	fence, err := n.claim(ctx, spec, sess)
+	owner := fleet.OwnerValue(n.cfg.ID, newClaimID())
+	// The claim's own watch event must not make this node "adopt" the game.
+	key := gameKey(spec.TenantID, spec.GameID)
+	n.resuming.Store(key+"#adopt", true)
+	defer n.resuming.Delete(key + "#adopt")
+	fence, err := n.claim(ctx, spec, sess, owner)
 	if err != nil {
 		inst.Close(ctx)
 		return nil, err
 	}
-	g := newGame(n, sess, spec, inst, fence)
+	g := newGame(n, sess, spec, inst, fence, owner)
 	n.count.Add(1)
 	n.games.Store(gameKey(spec.TenantID, spec.GameID), g)
 	go g.run()
@@ -87,7 +95,7 @@ func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error
 
 // claim creates the game's spec and owner key in one transaction that succeeds
 // only if neither exists; the owner key's create revision is the fencing token.
-func (n *Node) claim(ctx context.Context, spec fleet.GameSpec, sess *session) (int64, error) {
+func (n *Node) claim(ctx context.Context, spec fleet.GameSpec, sess *session, owner string) (int64, error) {
 	b, _ := json.Marshal(spec)
 	st, _ := json.Marshal(fleet.GameStatus{State: fleet.StateRunning, NodeID: n.cfg.ID})
 	t, id := spec.TenantID, spec.GameID
@@ -96,7 +104,7 @@ func (n *Node) claim(ctx context.Context, spec fleet.GameSpec, sess *session) (i
 		clientv3.Compare(clientv3.CreateRevision(fleet.OwnerKey(t, id)), "=", 0),
 	).Then(
 		clientv3.OpPut(fleet.GameKey(t, id), string(b)),
-		clientv3.OpPut(fleet.OwnerKey(t, id), n.cfg.ID, clientv3.WithLease(sess.lease)),
+		clientv3.OpPut(fleet.OwnerKey(t, id), owner, clientv3.WithLease(sess.lease)),
 		clientv3.OpPut(fleet.StatusKey(t, id), string(st)),
 	).Commit()
 	if err != nil {
@@ -138,6 +146,9 @@ func (g *game) info() *ludusv1.GameInfo {
 func (s *service) lookup(tenant, id string) (*game, error) {
 	g, ok := s.n.game(tenant, id)
 	if !ok {
+		if _, resuming := s.n.resuming.Load(gameKey(tenant, id)); resuming {
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %q is resuming on node %s; retry in a moment", id, s.n.cfg.ID))
+		}
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("game %q is not running on node %s", id, s.n.cfg.ID))
 	}
 	return g, nil

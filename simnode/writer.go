@@ -19,6 +19,16 @@ type appendReq struct {
 	status fleet.GameStatus
 	acks   []ackWaiter
 	final  bool
+	// handoff, if set, moves the owner key to another node in the same
+	// transaction as the final chunk.
+	handoff *handoffTarget
+	// done, if set, learns whether the append committed.
+	done chan error
+}
+
+type handoffTarget struct {
+	node  fleet.NodeInfo
+	owner string // new owner key value
 }
 
 // logWriter group-commits the input logs of all the node's games: it takes every
@@ -167,7 +177,7 @@ func (w *logWriter) retryOne(r *appendReq) {
 func ownerCmps(n *Node, g *game) []clientv3.Cmp {
 	k := fleet.OwnerKey(g.spec.TenantID, g.spec.GameID)
 	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.Value(k), "=", n.cfg.ID),
+		clientv3.Compare(clientv3.Value(k), "=", g.owner),
 		clientv3.Compare(clientv3.CreateRevision(k), "=", g.fence),
 	}
 }
@@ -179,7 +189,12 @@ func appendOps(n *Node, r *appendReq) []clientv3.Op {
 		clientv3.OpPut(fleet.LogKey(t, g, r.seq), string(inputlog.Encode(nil, r.chunk))),
 		clientv3.OpPut(fleet.StatusKey(t, g), string(st)),
 	}
-	if r.final {
+	switch {
+	case r.handoff != nil:
+		// Ownership moves in the same transaction as the last chunk: the receiver
+		// resumes exactly where this log ends.
+		ops = append(ops, clientv3.OpPut(fleet.OwnerKey(t, g), r.handoff.owner, clientv3.WithLease(clientv3.LeaseID(r.handoff.node.Lease))))
+	case r.final:
 		// The game is over: release it so no node tries to take it over.
 		ops = append(ops, clientv3.OpDelete(fleet.OwnerKey(t, g)))
 	}
@@ -188,6 +203,9 @@ func appendOps(n *Node, r *appendReq) []clientv3.Op {
 
 func (w *logWriter) succeed(group []*appendReq) {
 	for _, r := range group {
+		if r.done != nil {
+			r.done <- nil
+		}
 		for _, a := range r.acks {
 			a.reply <- inputResult{ackedSeq: a.seq, tick: a.tick}
 		}
@@ -196,6 +214,9 @@ func (w *logWriter) succeed(group []*appendReq) {
 
 func (w *logWriter) fail(group []*appendReq, err error) {
 	for _, r := range group {
+		if r.done != nil {
+			r.done <- err
+		}
 		for _, a := range r.acks {
 			a.reply <- inputResult{err: err}
 		}

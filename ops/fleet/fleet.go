@@ -43,6 +43,20 @@ func LogKey(tenant, game string, seq uint64) string {
 	return fmt.Sprintf("%s%016x", LogPrefix(tenant, game), seq)
 }
 
+// OwnerValue is the value of an owner key: the node id and a claim id unique to
+// this claim, so that an append compares not just "which node" but "which claim"
+// (a game handed from A to B and back to A is a new claim).
+func OwnerValue(node, claim string) string { return node + "/" + claim }
+
+// ParseOwner splits an owner key's value into node id and claim id.
+func ParseOwner(v string) (node, claim string) {
+	node, claim, _ = strings.Cut(v, "/")
+	return node, claim
+}
+
+// DrainKey marks a node as asked to drain; the node watches it.
+func DrainKey(node string) string { return Prefix + "drain/" + node }
+
 // NodeInfo is what a sim node publishes about itself.
 type NodeInfo struct {
 	ID       string `json:"id"`
@@ -51,6 +65,9 @@ type NodeInfo struct {
 	Capacity int    `json:"capacity"`
 	Games    int    `json:"games"`
 	Draining bool   `json:"draining"`
+	// Lease is the node's current lease: a node handing a game over binds the
+	// owner key to the receiving node's lease.
+	Lease int64 `json:"lease"`
 }
 
 // GameSpec is everything needed to (re)build a game from its log.
@@ -155,7 +172,7 @@ func (v *View) Game(ctx context.Context, tenant, game string) (Game, error) {
 		_ = json.Unmarshal(kvs[0].Value, &g.Status)
 	}
 	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
-		g.Owner = string(kvs[0].Value)
+		g.Owner, _ = ParseOwner(string(kvs[0].Value))
 	}
 	return g, nil
 }
@@ -190,7 +207,7 @@ func (v *View) Games(ctx context.Context, tenant string) ([]Game, error) {
 	}
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
 		if g := byID[lastSegment(string(kv.Key))]; g != nil {
-			g.Owner = string(kv.Value)
+			g.Owner, _ = ParseOwner(string(kv.Value))
 		}
 	}
 	sort.Slice(games, func(i, j int) bool { return games[i].Spec.CreatedAt.After(games[j].Spec.CreatedAt) })

@@ -14,31 +14,83 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"ludus.dev/ludus/sdk/abi"
 )
 
-// Config configures an Engine. The zero value is usable: no compilation cache and
-// a 512-page (32 MiB) memory cap per instance.
+// Config configures an Engine. The zero value is usable: no compilation cache,
+// a 512-page (32 MiB) memory cap per instance, fuel-based interruption with a
+// 250 ms deadline per call (5 s for initialisation).
 type Config struct {
 	// CacheDir, if set, keeps compiled machine code on disk across restarts
 	// (compiling a 2 MB Go module takes seconds; loading it from the cache, milliseconds).
 	CacheDir string
 	// MemoryLimitPages caps each instance's linear memory in 64 KiB pages.
-	// Default 512 (32 MiB).
+	// Default 512 (32 MiB). It is also the ceiling of InstanceOptions.MemoryLimitPages.
 	MemoryLimitPages uint32
+
+	// Interrupt selects how a guest stuck in a loop is stopped (default
+	// InterruptFuel; see docs/RATIONALE.md). The other values exist to measure.
+	Interrupt Interrupt
+	// CallDeadline bounds every call into a guest: ludus_step, ludus_view, ... A
+	// call that runs longer fails with ErrDeadline and the instance is closed.
+	// Default 250 ms. With InterruptNone it is not enforced.
+	CallDeadline time.Duration
+	// InitDeadline bounds _initialize, ludus_init and ludus_load. Default 5 s.
+	InitDeadline time.Duration
+}
+
+// Interrupt is a mechanism to stop a runaway guest.
+type Interrupt int
+
+const (
+	// InterruptFuel rewrites the module at compile time: function entries and loop
+	// headers count down a fuel global and, when it runs out (every ~10^6
+	// instructions), call the host, which checks the call's deadline. Cheapest
+	// mechanism that still interrupts (docs/RATIONALE.md).
+	InterruptFuel Interrupt = iota
+	// InterruptFlag rewrites the module to test a flag global at function entries
+	// and loop headers; a timer sets the flag at the deadline. Cheaper per check,
+	// but the timer cannot fire when every P of the Go scheduler is running a
+	// runaway guest.
+	InterruptFlag
+	// InterruptWazero uses wazero's WithCloseOnContextDone and a context deadline
+	// per call (~10× slower on loop-heavy code).
+	InterruptWazero
+	// InterruptNone runs guests unchecked: a runaway guest hangs its goroutine
+	// forever. For benchmarks only.
+	InterruptNone
+)
+
+func (i Interrupt) String() string {
+	switch i {
+	case InterruptFuel:
+		return "fuel"
+	case InterruptFlag:
+		return "flag"
+	case InterruptWazero:
+		return "wazero"
+	case InterruptNone:
+		return "none"
+	}
+	return fmt.Sprintf("Interrupt(%d)", int(i))
 }
 
 // Engine compiles and instantiates game modules. It is safe for concurrent use.
 type Engine struct {
 	rt    wazero.Runtime
 	cache wazero.CompilationCache
+	cfg   Config
+	epoch time.Time // the monotonic clock of deadlines counts from here
 
 	mu      sync.Mutex
 	modules map[string]*Module // by build id
+	closed  chan struct{}
 }
 
 // New creates an Engine using wazero's compiler (never the interpreter: it is
@@ -47,7 +99,16 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.MemoryLimitPages == 0 {
 		cfg.MemoryLimitPages = 512
 	}
+	if cfg.CallDeadline <= 0 {
+		cfg.CallDeadline = 250 * time.Millisecond
+	}
+	if cfg.InitDeadline <= 0 {
+		cfg.InitDeadline = 5 * time.Second
+	}
 	rc := wazero.NewRuntimeConfigCompiler().WithMemoryLimitPages(cfg.MemoryLimitPages)
+	if cfg.Interrupt == InterruptWazero {
+		rc = rc.WithCloseOnContextDone(true)
+	}
 	var cache wazero.CompilationCache
 	if cfg.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
@@ -62,11 +123,47 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("engine: instantiate WASI: %w", err)
 	}
-	return &Engine{rt: rt, cache: cache, modules: map[string]*Module{}}, nil
+	e := &Engine{rt: rt, cache: cache, cfg: cfg, epoch: time.Now(), modules: map[string]*Module{}, closed: make(chan struct{})}
+	if _, err := rt.NewHostModuleBuilder(hostModule).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(e.refill), nil, nil).Export(hostRefill).
+		Instantiate(ctx); err != nil {
+		rt.Close(ctx)
+		return nil, fmt.Errorf("engine: instantiate host module: %w", err)
+	}
+	return e, nil
 }
+
+// refillQuantum is the fuel given at each refill: the number of (weighted)
+// instructions between two looks at the clock. Weights overestimate, so in
+// practice the clock is read every ~50-200 µs of guest time; a hostile loop
+// body made of the costliest instructions still reaches a check within ~10 ms.
+const refillQuantum = 1 << 22
+
+// errDeadline is what refill panics with; wazero turns it into the call's error.
+var errDeadline = ErrDeadline
+
+// refill is ludus_engine.refill, called by instrumented code when its fuel runs out.
+var refills int
+func (e *Engine) refill(_ context.Context, mod api.Module, _ []uint64) {
+	refills++
+	if dl := int64(mod.ExportedGlobal(deadlineExport).Get()); dl != 0 && e.now() > dl {
+		panic(errDeadline)
+	}
+	mod.ExportedGlobal(counterExport).(api.MutableGlobal).Set(refillQuantum)
+}
+
+// now is the engine's monotonic clock in nanoseconds (never 0).
+func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) + 1 }
 
 // Close releases every compiled module and instance.
 func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	select {
+	case <-e.closed:
+	default:
+		close(e.closed)
+	}
+	e.mu.Unlock()
 	err := e.rt.Close(ctx)
 	if e.cache != nil {
 		e.cache.Close(ctx)
@@ -89,6 +186,40 @@ type Module struct {
 
 	eng      *Engine
 	compiled wazero.CompiledModule
+	minPages uint32
+
+	poolMu sync.Mutex
+	pools  map[InstanceOptions]*pool
+}
+
+// compile instruments wasm for the engine's interruption mechanism and compiles it.
+func (e *Engine) compile(ctx context.Context, wasm []byte) (wazero.CompiledModule, error) {
+	code := wasm
+	if e.cfg.Interrupt == InterruptFuel || e.cfg.Interrupt == InterruptFlag {
+		ic := codeFuel
+		if e.cfg.Interrupt == InterruptFlag {
+			ic = codeFlag
+		}
+		out, err := instrument(wasm, ic)
+		if errors.Is(err, errForbiddenHostImport) {
+			return nil, fmt.Errorf("%w: the module %v", ErrInvalidModule, err)
+		}
+		if err != nil {
+			// Let wazero explain what is wrong with the module, if it can.
+			if c, cerr := e.rt.CompileModule(ctx, wasm); cerr != nil {
+				return nil, fmt.Errorf("%w: not a valid WebAssembly module: %v", ErrInvalidModule, cerr)
+			} else {
+				c.Close(ctx)
+			}
+			return nil, fmt.Errorf("%w: the module cannot be prepared for interruption: %v", ErrInvalidModule, err)
+		}
+		code = out
+	}
+	compiled, err := e.rt.CompileModule(ctx, code)
+	if err != nil {
+		return nil, fmt.Errorf("%w: not a valid WebAssembly module: %v", ErrInvalidModule, err)
+	}
+	return compiled, nil
 }
 
 // ErrInvalidModule wraps every reason a module is refused; its message is meant
@@ -105,16 +236,19 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if ok {
 		return m, nil
 	}
-	compiled, err := e.rt.CompileModule(ctx, wasm)
+	compiled, err := e.compile(ctx, wasm)
 	if err != nil {
-		return nil, fmt.Errorf("%w: not a valid WebAssembly module: %v", ErrInvalidModule, err)
+		return nil, err
 	}
-	hasCheckpoint, err := checkShape(compiled)
+	hasCheckpoint, err := checkShape(compiled, e.cfg.Interrupt == InterruptFuel)
 	if err != nil {
 		compiled.Close(ctx)
 		return nil, err
 	}
-	m = &Module{BuildID: id, HasCheckpoint: hasCheckpoint, eng: e, compiled: compiled}
+	m = &Module{BuildID: id, HasCheckpoint: hasCheckpoint, eng: e, compiled: compiled, pools: map[InstanceOptions]*pool{}}
+	if mem, ok := compiled.ExportedMemories()["memory"]; ok {
+		m.minPages = mem.Min()
+	}
 	meta, err := m.readMeta(ctx)
 	if err != nil {
 		compiled.Close(ctx)
@@ -134,7 +268,7 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 
 // readMeta instantiates the module once to ask its ABI version and metadata.
 func (m *Module) readMeta(ctx context.Context) (abi.Meta, error) {
-	inst, err := m.instantiate(ctx, 1)
+	inst, err := m.instantiate(ctx, InstanceOptions{})
 	if err != nil {
 		return abi.Meta{}, fmt.Errorf("%w: instantiation failed: %v", ErrInvalidModule, err)
 	}

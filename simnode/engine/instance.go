@@ -3,20 +3,27 @@ package engine
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 
 	"ludus.dev/ludus/sdk/abi"
 )
 
 // Instance is one running copy of a module: one match. Not safe for concurrent use.
+//
+// A call that traps, exceeds its deadline or exits poisons the instance: its
+// linear memory is freed at once and every later call returns the same error.
 type Instance struct {
 	mod api.Module
 	mem api.Memory
+	m   *Module
 
 	fnVersion, fnMeta, fnBuffer, fnInit, fnStep, fnView, fnHash, fnResult, fnSave, fnLoad api.Function
 
@@ -25,41 +32,90 @@ type Instance struct {
 	period int64 // nanoseconds per tick
 	ended  bool
 
+	opts     InstanceOptions
+	rand     *switchableStream
+	deadline api.MutableGlobal // fuel mode: the current call's deadline
+	flag     *flagWatch        // flag mode
+	failed   error             // the error that poisoned the instance
+
 	stack  [2]uint64
 	events []byte
 	out    *cappedLog
 }
 
+// InstanceOptions are per-match limits, e.g. from the tenant's quota. The zero
+// value means the engine's defaults.
+type InstanceOptions struct {
+	// MemoryLimitPages caps this instance's linear memory (64 KiB pages); at most
+	// Config.MemoryLimitPages. memory.grow beyond it fails (returns -1), which a Go
+	// guest turns into a fatal "out of memory" trap.
+	MemoryLimitPages uint32
+	// CallDeadline overrides Config.CallDeadline.
+	CallDeadline time.Duration
+}
+
+// ErrDeadline is the cause of a TrapError for a call that ran past its deadline.
+var ErrDeadline = errors.New("exceeded its CPU deadline (runaway guest stopped)")
+
 // clockBase keeps guest clocks away from zero: Go's runtime aborts when nanotime
 // returns 0.
 const clockBase = int64(time.Second)
 
+// warmSeed seeds the random stream every instance's _initialize reads, so that
+// instances are identical whether pre-instantiated (warm) or not; the match seed
+// takes over before ludus_init.
+const warmSeed = 0x4C554455535F494E // "LUDUS_IN"
+
 // Instantiate creates a fresh instance whose randomness derives from seed. The
 // module's start function (_initialize for Go reactors) has run when it returns.
 func (m *Module) Instantiate(ctx context.Context, seed uint64) (*Instance, error) {
-	inst, err := m.instantiate(ctx, seed)
+	return m.InstantiateWith(ctx, seed, InstanceOptions{})
+}
+
+// InstantiateWith is Instantiate with per-instance limits.
+func (m *Module) InstantiateWith(ctx context.Context, seed uint64, opts InstanceOptions) (*Instance, error) {
+	inst, err := m.instantiate(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	inst.period = int64(time.Second) / int64(m.Meta.TickRate)
+	inst.start(seed)
 	return inst, nil
 }
 
-func (m *Module) instantiate(ctx context.Context, seed uint64) (*Instance, error) {
-	inst := &Instance{period: int64(time.Second) / 35, out: &cappedLog{max: 64 << 10}}
+// start turns a freshly initialised instance into one for a match with seed.
+func (i *Instance) start(seed uint64) {
+	i.period = int64(time.Second) / int64(i.m.Meta.TickRate)
+	i.rand.reseed(seed)
+}
+
+func (m *Module) instantiate(ctx context.Context, opts InstanceOptions) (*Instance, error) {
+	e := m.eng
+	limit := e.cfg.MemoryLimitPages
+	if opts.MemoryLimitPages != 0 && opts.MemoryLimitPages < limit {
+		limit = opts.MemoryLimitPages
+	}
+	if m.minPages > limit {
+		return nil, &TrapError{Export: "_initialize", Err: fmt.Errorf("the module needs %d pages of memory at start; this match may use %d", m.minPages, limit)}
+	}
+	inst := &Instance{m: m, opts: opts, period: int64(time.Second) / 35, out: &cappedLog{max: 64 << 10},
+		rand: &switchableStream{s: newSeededStream(warmSeed)}}
 	now := func() int64 { return clockBase + inst.tick*inst.period }
 	cfg := wazero.NewModuleConfig().
-		WithName(""). // anonymous: many instances of one module may coexist
-		WithStartFunctions("_initialize").
+		WithName("").         // anonymous: many instances of one module may coexist
+		WithStartFunctions(). // _initialize is called below, under a deadline
 		WithNanotime(now, 1).
 		WithWalltime(func() (int64, int32) {
 			t := now()
 			return t / int64(time.Second), int32(t % int64(time.Second))
 		}, 1).
-		WithRandSource(newSeededStream(seed)).
+		WithRandSource(inst.rand).
 		WithStdout(inst.out).
 		WithStderr(inst.out)
-	mod, err := m.eng.rt.InstantiateModule(ctx, m.compiled, cfg)
+	ictx := ctx
+	if limit < e.cfg.MemoryLimitPages {
+		ictx = experimental.WithMemoryAllocator(ctx, cappedAllocator(uint64(limit)*65536))
+	}
+	mod, err := e.rt.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
 		return nil, &TrapError{Export: "_initialize", Err: err}
 	}
@@ -78,11 +134,49 @@ func (m *Module) instantiate(ctx context.Context, seed uint64) (*Instance, error
 		inst.fnSave = get(abi.ExportSave)
 		inst.fnLoad = get(abi.ExportLoad)
 	}
+	switch e.cfg.Interrupt {
+	case InterruptFuel:
+		inst.deadline, _ = mod.ExportedGlobal(deadlineExport).(api.MutableGlobal)
+	case InterruptFlag:
+		if g, ok := mod.ExportedGlobal(counterExport).(api.MutableGlobal); ok {
+			inst.flag = newFlagWatch(g)
+		}
+	}
+	if fn := get("_initialize"); fn != nil {
+		if _, err := inst.callWithin(ctx, fn, e.cfg.InitDeadline); err != nil {
+			inst.Close(ctx)
+			return nil, err
+		}
+	}
 	return inst, nil
 }
 
-// Close frees the instance's memory.
-func (i *Instance) Close(ctx context.Context) error { return i.mod.Close(ctx) }
+// MemoryBytes is the size of the instance's linear memory.
+func (i *Instance) MemoryBytes() int {
+	if i.failed != nil {
+		return 0
+	}
+	return int(i.mem.Size())
+}
+
+// Err returns the error that made the instance unusable, if any.
+func (i *Instance) Err() error { return i.failed }
+
+// Deadline returns the deadline of one call into this instance.
+func (i *Instance) Deadline() time.Duration {
+	if i.opts.CallDeadline > 0 {
+		return i.opts.CallDeadline
+	}
+	return i.m.eng.cfg.CallDeadline
+}
+
+// Close frees the instance's memory. It may be called more than once.
+func (i *Instance) Close(ctx context.Context) error {
+	if i.flag != nil {
+		i.flag.timer.Stop()
+	}
+	return i.mod.Close(ctx)
+}
 
 // Tick is the number of ticks stepped so far.
 func (i *Instance) Tick() int64 { return i.tick }
@@ -107,10 +201,40 @@ func (e *TrapError) Error() string {
 func (e *TrapError) Unwrap() error { return e.Err }
 
 func (i *Instance) call(ctx context.Context, fn api.Function, params ...uint64) (uint64, error) {
+	return i.callWithin(ctx, fn, i.Deadline(), params...)
+}
+
+// callWithin calls fn with the interruption mechanism armed for d.
+func (i *Instance) callWithin(ctx context.Context, fn api.Function, d time.Duration, params ...uint64) (uint64, error) {
+	if i.failed != nil {
+		return 0, i.failed
+	}
 	s := i.stack[:]
 	copy(s, params)
-	if err := fn.CallWithStack(ctx, s); err != nil {
-		return 0, &TrapError{Export: fn.Definition().ExportNames()[0], Tick: i.tick, Err: err}
+	var err error
+	switch {
+	case i.deadline != nil:
+		i.deadline.Set(uint64(i.m.eng.now() + int64(d)))
+		err = fn.CallWithStack(ctx, s)
+	case i.flag != nil:
+		err = i.flag.call(ctx, fn, s, d)
+	case i.m.eng.cfg.Interrupt == InterruptWazero:
+		cctx, cancel := context.WithTimeout(ctx, d)
+		err = fn.CallWithStack(cctx, s)
+		if err != nil && cctx.Err() == context.DeadlineExceeded {
+			err = fmt.Errorf("%w: %v", ErrDeadline, err)
+		}
+		cancel()
+	default:
+		err = fn.CallWithStack(ctx, s)
+	}
+	if err != nil {
+		if errors.Is(err, ErrDeadline) {
+			err = fmt.Errorf("%w (deadline %v)", ErrDeadline, d)
+		}
+		i.failed = &TrapError{Export: fn.Definition().ExportNames()[0], Tick: i.tick, Err: err}
+		i.mod.Close(context.WithoutCancel(ctx))
+		return 0, i.failed
 	}
 	return s[0], nil
 }
@@ -159,7 +283,7 @@ func (i *Instance) Init(ctx context.Context, seed uint64, config []byte) error {
 	if err := i.writeBuffer(ctx, config); err != nil {
 		return err
 	}
-	code, err := i.call(ctx, i.fnInit, seed, uint64(len(config)))
+	code, err := i.callWithin(ctx, i.fnInit, i.m.eng.cfg.InitDeadline, seed, uint64(len(config)))
 	if err != nil {
 		return err
 	}
@@ -233,10 +357,13 @@ func (i *Instance) Load(ctx context.Context, tick int64, state []byte) error {
 	if i.fnLoad == nil {
 		return fmt.Errorf("engine: module has no checkpoint support")
 	}
+	if i.failed != nil {
+		return i.failed
+	}
 	if err := i.writeBuffer(ctx, state); err != nil {
 		return err
 	}
-	code, err := i.call(ctx, i.fnLoad, uint64(len(state)))
+	code, err := i.callWithin(ctx, i.fnLoad, i.m.eng.cfg.InitDeadline, uint64(len(state)))
 	if err != nil {
 		return err
 	}
@@ -271,6 +398,78 @@ func (s *seededStream) Read(p []byte) (int, error) {
 		copy(p[n:], buf[:])
 	}
 	return len(p), nil
+}
+
+// switchableStream is the guest's random source: a fixed stream while
+// _initialize runs, then the match seed's (reseed).
+type switchableStream struct{ s *seededStream }
+
+func (w *switchableStream) reseed(seed uint64) { w.s = newSeededStream(seed) }
+
+func (w *switchableStream) Read(p []byte) (int, error) { return w.s.Read(p) }
+
+// cappedAllocator backs linear memory with a Go slice that refuses to grow past
+// limit bytes: memory.grow then returns -1 in the guest.
+type cappedAllocator uint64
+
+func (c cappedAllocator) Allocate(capacity, max uint64) experimental.LinearMemory {
+	return &cappedMemory{limit: min(uint64(c), max)}
+}
+
+type cappedMemory struct {
+	limit uint64
+	buf   []byte
+}
+
+func (m *cappedMemory) Reallocate(size uint64) []byte {
+	if size > m.limit && size > uint64(len(m.buf)) {
+		return nil
+	}
+	if size <= uint64(cap(m.buf)) {
+		m.buf = m.buf[:size]
+		return m.buf
+	}
+	c := min(max(size, uint64(cap(m.buf))*5/4), m.limit)
+	nb := make([]byte, size, max(c, size))
+	copy(nb, m.buf)
+	m.buf = nb
+	return nb
+}
+
+func (m *cappedMemory) Free() { m.buf = nil }
+
+// flagWatch arms a timer per call that sets the instance's flag global at the
+// deadline (InterruptFlag).
+type flagWatch struct {
+	flag  api.MutableGlobal
+	state atomic.Int32 // 0 idle, 1 in a call, 2 interrupted
+	timer *time.Timer
+}
+
+func newFlagWatch(g api.MutableGlobal) *flagWatch {
+	w := &flagWatch{flag: g}
+	w.timer = time.AfterFunc(time.Hour, func() {
+		if w.state.CompareAndSwap(1, 2) {
+			w.flag.Set(1)
+		}
+	})
+	w.timer.Stop()
+	return w
+}
+
+func (w *flagWatch) call(ctx context.Context, fn api.Function, s []uint64, d time.Duration) error {
+	w.state.Store(1)
+	w.timer.Reset(d)
+	err := fn.CallWithStack(ctx, s)
+	w.timer.Stop()
+	if !w.state.CompareAndSwap(1, 0) { // the timer fired: the call overran
+		if err == nil {
+			err = ErrDeadline
+		} else {
+			err = fmt.Errorf("%w: %v", ErrDeadline, err)
+		}
+	}
+	return err
 }
 
 // cappedLog keeps the first max bytes a guest prints; the rest is counted, not kept,

@@ -53,10 +53,15 @@ var optionalExports = map[string]sig{
 
 // checkShape verifies imports and exports of a compiled module against ABI v1 and
 // reports whether it supports checkpoints. Its errors name every problem found.
-func checkShape(c wazero.CompiledModule) (hasCheckpoint bool, err error) {
+// When instrumented, the import and exports the rewriter added are allowed (the
+// rewriter refuses modules that bring their own).
+func checkShape(c wazero.CompiledModule, instrumented bool) (hasCheckpoint bool, err error) {
 	var problems []string
 	for _, imp := range c.ImportedFunctions() {
 		mod, name, _ := imp.Import()
+		if instrumented && mod == hostModule && name == hostRefill {
+			continue
+		}
 		if mod != wasiModule || !allowedImports[name] {
 			problems = append(problems, fmt.Sprintf("imports %s.%s, which the Ludus host does not provide (only deterministic WASI functions are allowed: see docs/ABI.md)", mod, name))
 		}

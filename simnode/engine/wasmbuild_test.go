@@ -21,6 +21,7 @@ type wmodule struct {
 	funcs        []wfunc
 	memoryPages  int // 0 = no memory
 	exportMemory bool
+	data         []byte // written at address 1024 by an active data segment
 }
 
 func leb(v uint32) []byte {
@@ -88,6 +89,13 @@ func (m wmodule) bytes() []byte {
 	}
 	out = append(out, section(7, vec(exports...))...)
 	out = append(out, section(10, vec(codes...))...)
+	if len(m.data) > 0 {
+		seg := append([]byte{0x00}, i32const(1024)...)
+		seg = append(seg, 0x0b)
+		seg = append(seg, leb(uint32(len(m.data)))...)
+		seg = append(seg, m.data...)
+		out = append(out, section(11, vec(seg))...)
+	}
 	return out
 }
 

@@ -1,0 +1,307 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"ludus.dev/ludus/games/builtin"
+)
+
+// hostileMeta is valid metadata, placed at address 1024 by the data segment.
+const hostileMeta = `{"name":"hostile","tick_rate":30,"max_players":2,"frame_divisor":1,"view_format":"raw"}`
+
+// hostile returns a valid ABI v1 module whose export `which` has body instead
+// of its harmless default; extra functions follow the ABI's (their indices
+// start at 8).
+func hostile(which string, body []byte, extra ...wfunc) []byte {
+	funcs := abiFuncs(i64const(int64(1024)<<32 | int64(len(hostileMeta))))
+	for i := range funcs {
+		if funcs[i].export == which {
+			funcs[i].body = body
+		}
+	}
+	funcs = append(funcs, extra...)
+	return wmodule{funcs: funcs, memoryPages: 1, exportMemory: true, data: []byte(hostileMeta)}.bytes()
+}
+
+func cat(parts ...[]byte) []byte {
+	var out []byte
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+var (
+	// loop ... br 0 ... end: spins forever.
+	spin = []byte{0x03, 0x40, 0x0c, 0x00, 0x0b}
+	// rec(n): if n { rec(n-1); rec(n-1) } — 2^n calls, depth n, no loop.
+	recFunc = wfunc{params: []byte{tI32}, body: []byte{
+		0x20, 0x00, 0x04, 0x40,
+		0x20, 0x00, 0x41, 0x01, 0x6b, 0x10, 0x08,
+		0x20, 0x00, 0x41, 0x01, 0x6b, 0x10, 0x08,
+		0x0b}}
+	// deep(): deep() — unbounded recursion.
+	deepFunc = wfunc{body: []byte{0x10, 0x08}}
+	// grow 16 pages at a time until memory.grow fails.
+	bomb = []byte{0x03, 0x40, 0x41, 0x10, 0x40, 0x00, 0x41, 0x7f, 0x47, 0x0d, 0x00, 0x0b}
+	// memory.fill(0, 0, 64 KiB) forever.
+	fillSpin = []byte{0x03, 0x40, 0x41, 0x00, 0x41, 0x00, 0x41, 0x80, 0x80, 0x04, 0xfc, 0x0b, 0x00, 0x0c, 0x00, 0x0b}
+)
+
+func hostileEngine(t *testing.T, mode Interrupt) *Engine {
+	t.Helper()
+	e, err := New(context.Background(), Config{CacheDir: cacheDir, Interrupt: mode, CallDeadline: 50 * time.Millisecond, MemoryLimitPages: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e
+}
+
+func startHostile(t *testing.T, e *Engine, wasm []byte, opts InstanceOptions) *Instance {
+	t.Helper()
+	ctx := context.Background()
+	m, err := e.Compile(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := m.InstantiateWith(ctx, 1, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Close(ctx) })
+	if err := inst.Init(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	return inst
+}
+
+// slack is how late a deadline may be noticed: refills come every ~10 ms of the
+// worst guest code, and a loaded test machine (or -race) adds scheduling noise.
+const slack = 2 * time.Second
+
+// TestHostileModules: each way a guest can misbehave fails its own match with a
+// TrapError naming the export and the tick, leaves the instance unusable, and
+// leaves the engine able to run other matches.
+func TestHostileModules(t *testing.T) {
+	for _, mode := range []Interrupt{InterruptFuel, InterruptFlag} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := hostileEngine(t, mode)
+			ctx := context.Background()
+			cases := []struct {
+				name     string
+				wasm     []byte
+				want     string
+				deadline bool
+			}{
+				{"trap", hostile("ludus_step", []byte{0x00}), "unreachable", false},
+				{"runaway loop", hostile("ludus_step", cat(spin, i32const(0))), "deadline", true},
+				{"runaway recursion without loops", hostile("ludus_step", cat(i32const(62), []byte{0x10, 0x08}, i32const(0)), recFunc), "deadline", true},
+				{"deep recursion", hostile("ludus_step", cat([]byte{0x10, 0x08}, i32const(0)), deepFunc), "stack overflow|deadline", false},
+				{"memory bomb", hostile("ludus_step", cat(bomb, []byte{0x00}, i32const(0))), "unreachable", false},
+			}
+			if mode == InterruptFuel {
+				cases = append(cases, struct {
+					name     string
+					wasm     []byte
+					want     string
+					deadline bool
+				}{"bulk memory loop", hostile("ludus_step", cat(spin[:2], fillSpin[2:], i32const(0))), "deadline", true})
+			}
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					inst := startHostile(t, e, tc.wasm, InstanceOptions{MemoryLimitPages: 64})
+					start := time.Now()
+					_, err := inst.Step(ctx, nil)
+					took := time.Since(start)
+					var te *TrapError
+					if !errors.As(err, &te) {
+						t.Fatalf("step returned %v, want a TrapError", err)
+					}
+					if te.Export != "ludus_step" || te.Tick != 0 {
+						t.Errorf("TrapError names %s at tick %d", te.Export, te.Tick)
+					}
+					if !containsAny(err.Error(), tc.want) {
+						t.Errorf("error %q does not say %q", err, tc.want)
+					}
+					if tc.deadline {
+						if !errors.Is(err, ErrDeadline) {
+							t.Errorf("error %v is not ErrDeadline", err)
+						}
+						if took > inst.Deadline()+slack {
+							t.Errorf("stopped after %v, deadline %v", took, inst.Deadline())
+						}
+					}
+					// The instance is dead: later calls fail at once, without entering the guest.
+					if _, err2 := inst.StateHash(ctx); err2 != err {
+						t.Errorf("after the failure StateHash returned %v", err2)
+					}
+					if inst.Err() == nil || inst.MemoryBytes() != 0 {
+						t.Error("the failed instance is still usable")
+					}
+					t.Logf("%v after %v", firstLine(err), took)
+				})
+			}
+			// The engine still runs a healthy match.
+			hashes, _ := runArenaOn(t, e, 3, 20)
+			if len(hashes) != 20 {
+				t.Fatal("the arena did not run after the hostile modules")
+			}
+		})
+	}
+}
+
+// containsAny reports whether s contains one of the |-separated alternatives.
+func containsAny(s, alts string) bool {
+	for _, a := range strings.Split(alts, "|") {
+		if strings.Contains(s, a) {
+			return true
+		}
+	}
+	return false
+}
+
+func firstLine(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// TestMemoryCapPerInstance: memory.grow fails at the instance's cap, not the
+// engine's, and a module that needs more than the cap at start is refused.
+func TestMemoryCapPerInstance(t *testing.T) {
+	e := hostileEngine(t, InterruptFuel)
+	ctx := context.Background()
+	// Step grows until it fails and returns running; the hash is memory.size.
+	wasm := hostile("ludus_step", cat(bomb, i32const(0)))
+	for _, pages := range []uint32{0, 8, 100} {
+		inst := startHostile(t, e, wasm, InstanceOptions{MemoryLimitPages: pages})
+		if _, err := inst.Step(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		want := pages
+		if pages == 0 {
+			want = 1024 // the engine's limit
+		}
+		got := uint32(inst.MemoryBytes() / 65536)
+		if got > want || got+16 <= want {
+			t.Errorf("cap %d pages: memory grew to %d pages", pages, got)
+		}
+	}
+	m, err := e.Compile(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.InstantiateWith(ctx, 1, InstanceOptions{MemoryLimitPages: 0}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunawayOnEveryP: more runaway guests than Go has Ps, at once. A timer
+// could not fire (Go cannot preempt wazero's machine code); fuel checks the
+// clock on each guest's own thread, so every one of them stops.
+func TestRunawayOnEveryP(t *testing.T) {
+	e := hostileEngine(t, InterruptFuel)
+	ctx := context.Background()
+	wasm := hostile("ludus_step", cat(spin, i32const(0)))
+	n := runtime.GOMAXPROCS(0) + 1
+	insts := make([]*Instance, n)
+	for i := range insts {
+		insts[i] = startHostile(t, e, wasm, InstanceOptions{})
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, inst := range insts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = inst.Step(ctx, nil)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if !errors.Is(err, ErrDeadline) {
+			t.Fatalf("got %v, want ErrDeadline", err)
+		}
+	}
+	if took := time.Since(start); took > 50*time.Millisecond+slack {
+		t.Fatalf("%d runaway guests took %v to stop", n, took)
+	}
+}
+
+// TestGarbageReturns: out-of-range slices, bad codes and a broken scratch
+// buffer are errors, never panics.
+func TestGarbageReturns(t *testing.T) {
+	e := hostileEngine(t, InterruptFuel)
+	ctx := context.Background()
+	huge := i64const(int64(1024)<<32 | 0x7fffffff)
+	t.Run("huge view", func(t *testing.T) {
+		inst := startHostile(t, e, hostile("ludus_view", huge), InstanceOptions{})
+		if _, err := inst.View(ctx, 0); err == nil || !strings.Contains(err.Error(), "outside linear memory") {
+			t.Fatalf("View: %v", err)
+		}
+	})
+	t.Run("huge result", func(t *testing.T) {
+		inst := startHostile(t, e, hostile("ludus_result", huge), InstanceOptions{})
+		if _, err := inst.Result(ctx); err == nil {
+			t.Fatal("Result accepted a slice beyond memory")
+		}
+	})
+	t.Run("bad step code", func(t *testing.T) {
+		inst := startHostile(t, e, hostile("ludus_step", i32const(7)), InstanceOptions{})
+		if _, err := inst.Step(ctx, nil); err == nil || !strings.Contains(err.Error(), "returned 7") {
+			t.Fatalf("Step: %v", err)
+		}
+	})
+	t.Run("no scratch buffer", func(t *testing.T) {
+		inst := startHostile(t, e, hostile("ludus_buffer", i32const(0)), InstanceOptions{})
+		if _, err := inst.StepEncoded(ctx, []byte{3, 0, 1, 0, 1}); err == nil || !strings.Contains(err.Error(), "no usable buffer") {
+			t.Fatalf("Step: %v", err)
+		}
+	})
+	t.Run("buffer past memory", func(t *testing.T) {
+		inst := startHostile(t, e, hostile("ludus_buffer", i32const(65530)), InstanceOptions{})
+		if _, err := inst.StepEncoded(ctx, []byte{3, 0, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}); err == nil {
+			t.Fatal("a buffer beyond memory was accepted")
+		}
+	})
+}
+
+// runArenaOn steps an 8-bot arena on e and returns its state hashes.
+func runArenaOn(t *testing.T, e *Engine, seed uint64, ticks int) ([]uint64, error) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := e.Compile(ctx, builtin.Arena)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := m.Instantiate(ctx, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(ctx)
+	if err := inst.Init(ctx, seed, []byte(`{"bots":8}`)); err != nil {
+		t.Fatal(err)
+	}
+	var hashes []uint64
+	for i := 0; i < ticks; i++ {
+		if _, err := inst.Step(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		h, err := inst.StateHash(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashes = append(hashes, h)
+	}
+	return hashes, nil
+}

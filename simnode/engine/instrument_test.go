@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/tetratelabs/wazero"
+
+	"ludus.dev/ludus/games/builtin"
+)
+
+// TestInstrumentPreservesBehaviour: the arena computes the same state hashes
+// with and without the rewriting, and with either probe.
+func TestInstrumentPreservesBehaviour(t *testing.T) {
+	var want []uint64
+	for _, mode := range []Interrupt{InterruptNone, InterruptFuel, InterruptFlag} {
+		e, err := New(context.Background(), Config{CacheDir: cacheDir, Interrupt: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := runArenaOn(t, e, 11, 300)
+		e.Close(context.Background())
+		if want == nil {
+			want = got
+			continue
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%v: state hash of tick %d differs from the uninstrumented module", mode, i+1)
+			}
+		}
+	}
+}
+
+func TestInstrumentRefusesHostImports(t *testing.T) {
+	e := newEngine(t)
+	wasm := wmodule{imports: []wimport{{module: hostModule, name: hostRefill}},
+		funcs: abiFuncs(i64const(0)), memoryPages: 1, exportMemory: true}.bytes()
+	if _, err := e.Validate(context.Background(), wasm); err == nil || !bytes.Contains([]byte(err.Error()), []byte("reserved for the host")) {
+		t.Fatalf("Validate: %v", err)
+	}
+}
+
+// FuzzInstrument: the rewriter never panics, and whatever wazero accepts it
+// turns into a module wazero still accepts.
+func FuzzInstrument(f *testing.F) {
+	f.Add([]byte("\x00asm\x01\x00\x00\x00"))
+	f.Add(wmodule{funcs: abiFuncs(i64const(0)), memoryPages: 1, exportMemory: true}.bytes())
+	f.Add(hostile("ludus_step", cat(spin, i32const(0))))
+	f.Add(hostile("ludus_step", cat(i32const(62), []byte{0x10, 0x08}, i32const(0)), recFunc))
+	f.Add(hostile("ludus_step", cat(spin[:2], fillSpin[2:], i32const(0))))
+	f.Add(wmodule{imports: []wimport{{module: "wasi_snapshot_preview1", name: "sched_yield", results: []byte{tI32}}},
+		funcs: abiFuncs(i64const(0)), memoryPages: 1, exportMemory: true}.bytes())
+	for _, m := range builtinModules() {
+		if len(m) < 64<<10 {
+			f.Add(m)
+		}
+	}
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
+	f.Cleanup(func() { r.Close(ctx) })
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, code := range []interruptCode{codeFuel, codeFlag} {
+			out, err := instrument(b, code)
+			if err != nil {
+				continue
+			}
+			orig, err := r.CompileModule(ctx, b)
+			if err != nil {
+				continue
+			}
+			orig.Close(ctx)
+			c, err := r.CompileModule(ctx, out)
+			if err != nil {
+				t.Fatalf("instrumented (%d) module is invalid: %v", code, err)
+			}
+			c.Close(ctx)
+		}
+	})
+}
+
+// builtinModules are the embedded modules, as fuzz seeds.
+func builtinModules() [][]byte { return [][]byte{builtin.Arena} }

@@ -1,0 +1,187 @@
+package simnode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"ludus.dev/ludus/ops/fleet"
+)
+
+func newClaimID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// Handoff moves a running game to another node: the actor stops between two
+// ticks, and one transaction writes the log's tail and gives the owner key to the
+// target (bound to the target's lease). The target sees the owner key change
+// to its name, replays the log and resumes at the next tick. If target is empty,
+// the node picks one by rendezvous hashing weighted by free capacity.
+func (n *Node) Handoff(ctx context.Context, tenant, gameID, target string) (string, error) {
+	g, ok := n.game(tenant, gameID)
+	if !ok {
+		return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("game %q is not running on node %s", gameID, n.cfg.ID))
+	}
+	nodes, err := (&fleet.View{Client: n.cfg.Etcd}).Nodes(ctx)
+	if err != nil {
+		return "", connect.NewError(connect.CodeUnavailable, err)
+	}
+	var to *fleet.NodeInfo
+	if target == "" {
+		ranked := rank(nodes, gameID, n.cfg.ID)
+		if len(ranked) > 0 {
+			to = &ranked[0]
+		}
+	} else {
+		for i := range nodes {
+			if nodes[i].ID == target {
+				to = &nodes[i]
+			}
+		}
+		if to == nil {
+			return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %q in the fleet", target))
+		}
+		if to.ID == n.cfg.ID {
+			return "", connect.NewError(connect.CodeInvalidArgument, errors.New("the game already runs on that node"))
+		}
+		if to.Draining || to.Games >= to.Capacity {
+			return "", connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("node %s takes no new games (draining or full)", to.ID))
+		}
+	}
+	if to == nil {
+		return "", connect.NewError(connect.CodeFailedPrecondition, errors.New("no other node has room for the game"))
+	}
+	reply := make(chan error, 1)
+	if err := g.send(ctx, handoffReq{target: *to, reply: reply}); err != nil {
+		return "", codeFor(err)
+	}
+	select {
+	case err := <-reply:
+		if err != nil {
+			return "", codeFor(err)
+		}
+		return to.ID, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// handoff runs on the actor: write the tail and move the owner key. It reports
+// whether the actor must stop (it must once ownership may have moved).
+func (g *game) handoff(h handoffReq) bool {
+	start := time.Now()
+	// Events queued for the next tick are not in the log; their senders retry on
+	// the new owner (inputs are acknowledged only once durable).
+	g.events, g.entries = g.events[:0], g.entries[:0]
+	owner := fleet.OwnerValue(h.target.ID, newClaimID())
+	done := make(chan error, 1)
+	g.flushTo(false, "", &handoffTarget{node: h.target, owner: owner}, done)
+	err := <-done
+	if err != nil {
+		h.reply <- err
+		g.fencedByWriter.Store(true) // the next tick stops the game and releases it
+		return false
+	}
+	g.failWaiters(errGameStopped)
+	g.status.publish(Status{State: StateMoved, Tick: g.inst.Tick(), Players: g.players,
+		Message: fmt.Sprintf("moved to node %s", h.target.ID)})
+	g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
+	g.log.Info("game handed off", "tick", g.inst.Tick(), "to", h.target.ID, "ms", time.Since(start).Milliseconds())
+	h.reply <- nil
+	return true
+}
+
+// release gives up a game this node can no longer run, if the owner key is
+// still this claim's, so that a live node takes it over from its log.
+func (n *Node) release(g *game) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
+	defer cancel()
+	k := fleet.OwnerKey(g.spec.TenantID, g.spec.GameID)
+	_, _ = n.cfg.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "=", g.owner)).Then(clientv3.OpDelete(k)).Commit()
+}
+
+// Drain stops new placements on the node and hands every game to other nodes.
+// It returns when the node runs no game or ctx ends.
+func (n *Node) Drain(ctx context.Context) error {
+	if n.draining.CompareAndSwap(false, true) {
+		n.log.Info("draining: handing every game to other nodes")
+		if err := n.publishNode(ctx, n.sess.Load()); err != nil {
+			return err
+		}
+	}
+	for {
+		var ids [][2]string
+		n.games.Range(func(_, v any) bool {
+			g := v.(*game)
+			ids = append(ids, [2]string{g.spec.TenantID, g.spec.GameID})
+			return true
+		})
+		if len(ids) == 0 && n.count.Load() == 0 {
+			n.log.Info("drained: no games left")
+			return nil
+		}
+		for _, id := range ids {
+			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if _, err := n.Handoff(hctx, id[0], id[1], ""); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+				n.log.Warn("drain: handoff failed; will retry", "tenant", id[0], "game", id[1], "err", err)
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Draining reports whether the node was asked to drain.
+func (n *Node) Draining() bool { return n.draining.Load() }
+
+// watchDrain drains the node when an operator sets its drain key
+// (`ludus ctl node drain NODE`), then reports it drained via Drained.
+func (n *Node) watchDrain() {
+	defer n.wg.Done()
+	key := fleet.DrainKey(n.cfg.ID)
+	for n.ctx.Err() == nil {
+		resp, err := n.cfg.Etcd.Get(n.ctx, key)
+		if err == nil && len(resp.Kvs) > 0 {
+			n.runDrain()
+			return
+		}
+		rev := int64(0)
+		if err == nil {
+			rev = resp.Header.Revision + 1
+		}
+		wch := n.cfg.Etcd.Watch(n.ctx, key, clientv3.WithRev(rev))
+		for resp := range wch {
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypePut {
+					n.runDrain()
+					return
+				}
+			}
+		}
+	}
+}
+
+func (n *Node) runDrain() {
+	if err := n.Drain(n.ctx); err != nil {
+		n.log.Warn("drain interrupted", "err", err)
+		return
+	}
+	n.drainedOnce.Do(func() { close(n.drained) })
+}
+
+// Drained is closed when a drain requested through etcd has finished; the
+// `ludus simnode` process exits then.
+func (n *Node) Drained() <-chan struct{} { return n.drained }
