@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 		level = slog.LevelInfo
 	}
 	stack, err = devstack.Start(ctx, devstack.Config{
-		HTTPAddr: "127.0.0.1:0", DataDir: dir, Nodes: 2, NoFsync: true,
+		HTTPAddr: "127.0.0.1:0", DataDir: dir, Nodes: 3, NoFsync: true, LeaseTTL: 5 * time.Second,
 		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 	cancel()

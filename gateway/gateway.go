@@ -106,6 +106,7 @@ func (g *Gateway) Handler() http.Handler {
 	}
 	mux.Handle("/"+ludusv1connect.AuthServiceName+"/", proxy)
 	mux.Handle("/"+ludusv1connect.AdminServiceName+"/", proxy)
+	mux.Handle("/"+ludusv1connect.FleetServiceName+"/", proxy)
 	mux.Handle("/.well-known/", proxy)
 	if g.cfg.Web != nil {
 		mux.Handle("/", g.cfg.Web)

@@ -84,4 +84,6 @@ trap 'pg_stop; rm -rf "$tmp"' EXIT
 # --- end PostgreSQL --------------------------------------------------------
 
 step "go test -race"
-go test -race -timeout 30m "$@" ./...
+# -p 1: one test binary at a time. The suite runs real etcd leases with
+# second-scale TTLs; on a 2-core machine, parallel -race binaries starve them.
+go test -race -p 1 -timeout 40m "$@" ./...

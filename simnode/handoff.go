@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/ops/fleet"
 )
 
@@ -185,3 +186,14 @@ func (n *Node) runDrain() {
 // Drained is closed when a drain requested through etcd has finished; the
 // `ludus simnode` process exits then.
 func (n *Node) Drained() <-chan struct{} { return n.drained }
+
+// control implements clusterv1connect.NodeControlServiceHandler.
+type control struct{ n *Node }
+
+func (c *control) HandoffGame(ctx context.Context, req *connect.Request[clusterv1.HandoffGameRequest]) (*connect.Response[clusterv1.HandoffGameResponse], error) {
+	to, err := c.n.Handoff(ctx, req.Msg.TenantId, req.Msg.GameId, req.Msg.TargetNodeId)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&clusterv1.HandoffGameResponse{ToNodeId: to}), nil
+}

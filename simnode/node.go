@@ -294,10 +294,10 @@ func (n *Node) Close(ctx context.Context) error {
 
 // Handler serves NodeService to gateways, behind the cluster token.
 func (n *Node) Handler() http.Handler {
-	path, h := clusterv1connect.NewNodeServiceHandler(&service{n: n},
-		connect.WithInterceptors(clusterAuth(n.cfg.ClusterToken)))
+	auth := connect.WithInterceptors(clusterAuth(n.cfg.ClusterToken))
 	mux := http.NewServeMux()
-	mux.Handle(path, h)
+	mux.Handle(clusterv1connect.NewNodeServiceHandler(&service{n: n}, auth))
+	mux.Handle(clusterv1connect.NewNodeControlServiceHandler(&control{n: n}, auth))
 	return mux
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -24,6 +25,9 @@ const ctlUsage = `ludus ctl [--url URL] [--key KEY] COMMAND
   module upload NAME FILE      upload a game module (.wasm)
   games                        list the tenant's games
   nodes                        list sim nodes
+  node drain NODE [--wait]     hand every game off NODE; it exits when empty (operator key)
+  game handoff TENANT GAME [NODE]
+                               move a running game to NODE or one the fleet picks (operator key)
 
 --url defaults to $LUDUS_URL or http://127.0.0.1:8080; --key to $LUDUS_KEY.
 `
@@ -43,6 +47,7 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 	}
 	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, *url,
 		connect.WithInterceptors(bearerKey(*key)), connect.WithSendMaxBytes(33<<20))
+	fleetc := ludusv1connect.NewFleetServiceClient(http.DefaultClient, *url, connect.WithInterceptors(bearerKey(*key)))
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	defer tw.Flush()
 	switch {
@@ -103,6 +108,26 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 		for _, n := range resp.Msg.Nodes {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%v\n", n.Id, n.Address, n.Region, n.Games, n.Capacity, n.Draining)
 		}
+	case rest[0] == "node" && len(rest) >= 3 && rest[1] == "drain":
+		resp, err := fleetc.DrainNode(ctx, connect.NewRequest(&ludusv1.DrainNodeRequest{NodeId: rest[2]}))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "draining %s (%d games)\n", rest[2], resp.Msg.Games)
+		if len(rest) > 3 && rest[3] == "--wait" {
+			tw.Flush()
+			return waitDrained(ctx, admin, rest[2], out)
+		}
+	case rest[0] == "game" && len(rest) >= 4 && rest[1] == "handoff":
+		target := ""
+		if len(rest) > 4 {
+			target = rest[4]
+		}
+		resp, err := fleetc.HandoffGame(ctx, connect.NewRequest(&ludusv1.HandoffGameRequest{TenantId: rest[2], GameId: rest[3], TargetNodeId: target}))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "game %s moved from %s to %s\n", rest[3], resp.Msg.FromNodeId, resp.Msg.ToNodeId)
 	default:
 		return errors.New("unknown ctl command; run \"ludus ctl help\"")
 	}
@@ -126,4 +151,30 @@ func (k bearerKey) WrapStreamingClient(next connect.StreamingClientFunc) connect
 
 func (k bearerKey) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
+}
+
+// waitDrained polls the node list until the node has left the fleet.
+func waitDrained(ctx context.Context, admin ludusv1connect.AdminServiceClient, node string, out io.Writer) error {
+	for {
+		resp, err := admin.ListNodes(ctx, connect.NewRequest(&ludusv1.ListNodesRequest{}))
+		if err != nil {
+			return err
+		}
+		present := false
+		for _, n := range resp.Msg.Nodes {
+			if n.Id == node {
+				present = true
+				fmt.Fprintf(out, "%s: %d games left\n", node, n.Games)
+			}
+		}
+		if !present {
+			fmt.Fprintf(out, "%s drained and left the fleet\n", node)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

@@ -126,7 +126,12 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	return serveUntilDone(ctx, *listen, srv.Handler(), logger)
+	control := &fleet.Control{Etcd: cli, OperatorKey: *opKey, ClusterToken: *token,
+		HTTPClient: &http.Client{Transport: gateway.H2CTransport()}}
+	mux := http.NewServeMux()
+	mux.Handle(control.Handler())
+	mux.Handle("/", srv.Handler())
+	return serveUntilDone(ctx, *listen, mux, logger)
 }
 
 func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
@@ -205,6 +210,17 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
+	// A drained node exits by itself: that is how a rolling upgrade proceeds.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-n.Drained():
+			logger.Info("drained: exiting")
+			stop()
+		case <-ctx.Done():
+		}
+	}()
 	err = serveUntilDone(ctx, *listen, n.Handler(), logger)
 	cerr := n.Close(context.Background())
 	return errors.Join(err, cerr)

@@ -149,7 +149,12 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		gwLn.Close()
 		return nil, err
 	}
-	s.BackendURL, err = s.serve("127.0.0.1:0", s.Backend.Handler())
+	h2c := &http.Client{Transport: gateway.H2CTransport()}
+	control := &fleet.Control{Etcd: s.Etcd, OperatorKey: s.OperatorKey, ClusterToken: clusterToken, HTTPClient: h2c}
+	backendMux := http.NewServeMux()
+	backendMux.Handle(control.Handler())
+	backendMux.Handle("/", s.Backend.Handler())
+	s.BackendURL, err = s.serve("127.0.0.1:0", backendMux)
 	if err != nil {
 		gwLn.Close()
 		return nil, err
@@ -166,7 +171,6 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	}
 
 	// Sim nodes.
-	h2c := &http.Client{Transport: gateway.H2CTransport()}
 	for i := 0; i < cfg.Nodes; i++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -194,6 +198,12 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		s.Nodes = append(s.Nodes, n)
 		s.serveListener(ln, n.Handler())
 		s.closers = append(s.closers, func(ctx context.Context) { n.Close(ctx) })
+		go func() {
+			// A node drained by an operator leaves the fleet, as `ludus simnode` exits.
+			<-n.Drained()
+			s.log.Info("sim node drained and stopped", "node", n.ID())
+			n.Close(context.Background())
+		}()
 	}
 
 	// Gateway with the web UI.

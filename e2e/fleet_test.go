@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/ops/devstack"
+)
+
+// TestDrainThroughFleetService: an operator drains a node over the FleetService;
+// every game it ran continues on another node with the same players, slots and
+// input sequence, and the drained node leaves the fleet. (The stack has three
+// nodes so the other tests keep two.)
+func TestDrainThroughFleetService(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	p := protocols()[0]
+	pl := login(t, p, devstack.DemoTenant)
+	fleetc := ludusv1connect.NewFleetServiceClient(p.client, stack.GatewayURL, connect.WithInterceptors(withTicket(&stack.OperatorKey)))
+	admin := ludusv1connect.NewAdminServiceClient(p.client, stack.GatewayURL, connect.WithInterceptors(withTicket(&stack.OperatorKey)))
+
+	// A tenant key cannot drain.
+	bad := "lds_not_an_operator_key"
+	_, err := ludusv1connect.NewFleetServiceClient(p.client, stack.GatewayURL, connect.WithInterceptors(withTicket(&bad))).
+		DrainNode(ctx, connect.NewRequest(&ludusv1.DrainNodeRequest{NodeId: "node-1"}))
+	wantCode(t, err, connect.CodePermissionDenied)
+	_, err = fleetc.DrainNode(ctx, connect.NewRequest(&ludusv1.DrainNodeRequest{NodeId: "no-such-node"}))
+	wantCode(t, err, connect.CodeNotFound)
+
+	byNode := map[string][]string{}
+	for i := 0; i < 6; i++ {
+		g, err := pl.games.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "arena", Bots: 2}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := g.Msg.Game.GameId
+		if _, err := pl.games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: id})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pl.games.SendInput(ctx, connect.NewRequest(&ludusv1.SendInputRequest{GameId: id, Seq: 1, Payload: []byte{1}})); err != nil {
+			t.Fatal(err)
+		}
+		byNode[g.Msg.Game.NodeId] = append(byNode[g.Msg.Game.NodeId], id)
+	}
+	victim, most := "", 0
+	for n, ids := range byNode {
+		if len(ids) > most {
+			victim, most = n, len(ids)
+		}
+	}
+	resp, err := fleetc.DrainNode(ctx, connect.NewRequest(&ludusv1.DrainNodeRequest{NodeId: victim}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("draining %s with %d games", victim, resp.Msg.Games)
+	for {
+		nodes, err := admin.ListNodes(ctx, connect.NewRequest(&ludusv1.ListNodesRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		present := false
+		for _, n := range nodes.Msg.Nodes {
+			present = present || n.Id == victim
+		}
+		if !present {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s never left the fleet", victim)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	for _, id := range byNode[victim] {
+		j, err := pl.games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: id}))
+		if err != nil {
+			t.Fatalf("game %s after drain: %v", id, err)
+		}
+		if j.Msg.Slot != 0 || j.Msg.Game.NodeId == victim || j.Msg.Game.State != "running" {
+			t.Fatalf("game %s after drain: %+v", id, j.Msg)
+		}
+		// Seq 1 was acknowledged before the move: re-sending it is acknowledged, not applied.
+		ack, err := pl.games.SendInput(ctx, connect.NewRequest(&ludusv1.SendInputRequest{GameId: id, Seq: 1, Payload: []byte{1}}))
+		if err != nil || ack.Msg.AckedSeq != 1 {
+			t.Fatalf("re-sent input after drain: %v %v", ack, err)
+		}
+		stream, err := pl.games.StreamFrames(ctx, connect.NewRequest(&ludusv1.StreamFramesRequest{GameId: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames := 0
+		for frames < 3 && stream.Receive() {
+			if stream.Msg().GetFrame() != nil {
+				frames++
+			}
+		}
+		stream.Close()
+		if frames < 3 {
+			t.Fatalf("game %s: no frames after drain: %v", id, stream.Err())
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package fleet
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
+	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+)
+
+// Control serves the FleetService: operators drain nodes and move games. It
+// acts through etcd (drain keys) and the nodes' NodeControlService.
+type Control struct {
+	Etcd *clientv3.Client
+	// OperatorKey authorizes callers; empty disables the service.
+	OperatorKey string
+	// ClusterToken authenticates this service to the sim nodes.
+	ClusterToken string
+	// HTTPClient reaches the nodes (h2c).
+	HTTPClient *http.Client
+}
+
+// Handler returns the FleetService's path and handler.
+func (c *Control) Handler() (string, http.Handler) {
+	return ludusv1connect.NewFleetServiceHandler(c)
+}
+
+func (c *Control) authorize(h http.Header) error {
+	key, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	if !ok || key == "" {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New(`missing API key: send "Authorization: Bearer <operator key>"`))
+	}
+	if c.OperatorKey == "" || subtle.ConstantTimeCompare([]byte(key), []byte(c.OperatorKey)) != 1 {
+		return connect.NewError(connect.CodePermissionDenied, errors.New("fleet operations need the operator key"))
+	}
+	return nil
+}
+
+// DrainNode marks the node for draining; the node hands its games over and exits.
+func (c *Control) DrainNode(ctx context.Context, req *connect.Request[ludusv1.DrainNodeRequest]) (*connect.Response[ludusv1.DrainNodeResponse], error) {
+	if err := c.authorize(req.Header()); err != nil {
+		return nil, err
+	}
+	v := &View{Client: c.Etcd}
+	n, err := v.Node(ctx, req.Msg.NodeId)
+	if errors.Is(err, ErrNotFound) || !validID(req.Msg.NodeId) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no sim node %q is registered", req.Msg.NodeId))
+	}
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	if _, err := c.Etcd.Put(ctx, DrainKey(n.ID), "drain"); err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	return connect.NewResponse(&ludusv1.DrainNodeResponse{Games: int32(n.Games)}), nil
+}
+
+// HandoffGame asks the game's owner to move it.
+func (c *Control) HandoffGame(ctx context.Context, req *connect.Request[ludusv1.HandoffGameRequest]) (*connect.Response[ludusv1.HandoffGameResponse], error) {
+	if err := c.authorize(req.Header()); err != nil {
+		return nil, err
+	}
+	v := &View{Client: c.Etcd}
+	g, err := v.Game(ctx, req.Msg.TenantId, req.Msg.GameId)
+	if errors.Is(err, ErrNotFound) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q in tenant %q", req.Msg.GameId, req.Msg.TenantId))
+	}
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	if g.Owner == "" {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("game %s has no running owner (state %q)", req.Msg.GameId, g.Status.State))
+	}
+	owner, err := v.Node(ctx, g.Owner)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	client := clusterv1connect.NewNodeControlServiceClient(c.HTTPClient, owner.Addr, connect.WithInterceptors(bearerToken(c.ClusterToken)))
+	resp, err := client.HandoffGame(ctx, connect.NewRequest(&clusterv1.HandoffGameRequest{
+		TenantId: req.Msg.TenantId, GameId: req.Msg.GameId, TargetNodeId: req.Msg.TargetNodeId}))
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&ludusv1.HandoffGameResponse{FromNodeId: owner.ID, ToNodeId: resp.Msg.ToNodeId}), nil
+}
+
+type bearerToken string
+
+func (b bearerToken) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearerToken) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (b bearerToken) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
