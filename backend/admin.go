@@ -17,8 +17,39 @@ import (
 	"ludus.dev/ludus/sdk/abi"
 )
 
-// ScopeAdmin is the scope of a tenant's admin API key: everything on the tenant.
-const ScopeAdmin = "admin"
+// API key scopes.
+const (
+	// ScopeAdmin may do everything on its tenant.
+	ScopeAdmin = "admin"
+	// ScopeServer is for a studio's game servers and backend: accounts,
+	// custom logins, grants, and every read.
+	ScopeServer = "server"
+	// ScopeReadOnly may only read.
+	ScopeReadOnly = "read-only"
+)
+
+// need is what a call needs of a tenant key.
+type need int
+
+const (
+	needRead  need = iota // any scope
+	needWrite             // server or admin
+	needAdmin             // admin
+)
+
+func (n need) allows(scope string) bool {
+	switch n {
+	case needRead:
+		return scope == ScopeAdmin || scope == ScopeServer || scope == ScopeReadOnly
+	case needWrite:
+		return scope == ScopeAdmin || scope == ScopeServer
+	}
+	return scope == ScopeAdmin
+}
+
+func (n need) String() string {
+	return [...]string{`any scope`, `scope "server" or "admin"`, `scope "admin"`}[n]
+}
 
 // adminService implements ludus.v1.AdminService.
 type adminService struct{ *Server }
@@ -72,17 +103,23 @@ func (s *adminService) operator(ctx context.Context, h http.Header, method strin
 // tenantAdmin authenticates a call that needs a tenant's admin key and returns
 // the tenant id.
 func (s *adminService) tenantAdmin(ctx context.Context, h http.Header, method string) (string, error) {
+	return s.tenantCall(ctx, h, method, needAdmin)
+}
+
+// tenantCall authenticates a call on the caller's tenant that needs n, and
+// returns the tenant id.
+func (s *adminService) tenantCall(ctx context.Context, h http.Header, method string, n need) (string, error) {
 	p, err := s.authenticate(ctx, h)
 	if err != nil {
 		return "", err
 	}
 	if p.operator {
 		return "", connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("%s acts on one tenant: use that tenant's admin API key, not the operator key", method))
+			fmt.Errorf("%s acts on one tenant: use that tenant's API key, not the operator key", method))
 	}
-	if p.scope != ScopeAdmin {
+	if !n.allows(p.scope) {
 		return "", connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("%s needs a key with scope %q; this key has scope %q", method, ScopeAdmin, p.scope))
+			fmt.Errorf("%s needs a key with %s; this key has scope %q", method, n, p.scope))
 	}
 	return p.tenantID, nil
 }
@@ -230,7 +267,7 @@ func clipMessage(s string) string {
 
 // ListModules lists the caller's tenant's modules, newest first.
 func (s *adminService) ListModules(ctx context.Context, req *connect.Request[ludusv1.ListModulesRequest]) (*connect.Response[ludusv1.ListModulesResponse], error) {
-	tenantID, err := s.tenantAdmin(ctx, req.Header(), "ListModules")
+	tenantID, err := s.tenantCall(ctx, req.Header(), "ListModules", needRead)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +286,7 @@ var errNoFleet = connect.NewError(connect.CodeUnavailable, errors.New("fleet vie
 
 // ListGames lists the caller's tenant's matches.
 func (s *adminService) ListGames(ctx context.Context, req *connect.Request[ludusv1.AdminServiceListGamesRequest]) (*connect.Response[ludusv1.AdminServiceListGamesResponse], error) {
-	tenantID, err := s.tenantAdmin(ctx, req.Header(), "ListGames")
+	tenantID, err := s.tenantCall(ctx, req.Header(), "ListGames", needRead)
 	if err != nil {
 		return nil, err
 	}
@@ -269,9 +306,9 @@ func (s *adminService) ListNodes(ctx context.Context, req *connect.Request[ludus
 	if err != nil {
 		return nil, err
 	}
-	if !p.operator && p.scope != ScopeAdmin {
+	if !p.operator && !needRead.allows(p.scope) {
 		return nil, connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("ListNodes needs a key with scope %q; this key has scope %q", ScopeAdmin, p.scope))
+			fmt.Errorf("ListNodes needs a key with %s; this key has scope %q", needRead, p.scope))
 	}
 	if s.fleet == nil {
 		return nil, errNoFleet

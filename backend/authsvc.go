@@ -8,9 +8,7 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"ludus.dev/ludus/auth"
 	"ludus.dev/ludus/backend/store"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 )
@@ -44,20 +42,17 @@ func (s *authService) GuestLogin(ctx context.Context, req *connect.Request[ludus
 		return nil, s.internal(ctx, "guest login: account", err)
 	}
 
-	ticket, exp, err := s.issuer.Issue(auth.Claims{
-		TenantID:    tenant.ID,
-		TenantSlug:  tenant.Slug,
-		AccountID:   acc.ID,
-		DisplayName: acc.DisplayName,
-	})
+	sess, err := s.session(ctx, tenant, acc)
 	if err != nil {
-		return nil, s.internal(ctx, "guest login: issue ticket", err)
+		return nil, err
 	}
 	return connect.NewResponse(&ludusv1.GuestLoginResponse{
-		Ticket:      ticket,
-		ExpiresAt:   timestamppb.New(exp),
-		AccountId:   acc.ID,
-		DisplayName: acc.DisplayName,
+		Ticket:           sess.Ticket,
+		ExpiresAt:        sess.ExpiresAt,
+		AccountId:        acc.ID,
+		DisplayName:      acc.DisplayName,
+		RefreshToken:     sess.RefreshToken,
+		RefreshExpiresAt: sess.RefreshExpiresAt,
 	}), nil
 }
 

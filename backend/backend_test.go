@@ -218,7 +218,7 @@ func TestAdminAuthentication(t *testing.T) {
 	wantCode(t, err, connect.CodePermissionDenied, "operator key")
 	// The operator key is not a tenant key.
 	_, err = e.admin.UploadModule(ctx, req(&ludusv1.UploadModuleRequest{Name: "arena", Wasm: wasm("a")}, operatorKey))
-	wantCode(t, err, connect.CodePermissionDenied, "tenant's admin API key")
+	wantCode(t, err, connect.CodePermissionDenied, "tenant's API key")
 	// Case-insensitive scheme works.
 	lower := connect.NewRequest(&ludusv1.ListModulesRequest{})
 	lower.Header().Set("Authorization", "bearer "+keyA)

@@ -1,7 +1,9 @@
 // Package backend is the Ludus control-plane service: tenants, player accounts,
 // session tickets, API keys and game modules. It is stateless: everything lives
-// in a store.Store (SQLite today, see store/sqlite), so several instances can
-// share one database once it is PostgreSQL.
+// in a store.Store (SQLite, see store/sqlite, or PostgreSQL, see
+// store/postgres), so several instances can share one PostgreSQL database.
+// docs/BACKEND.md describes accounts, sessions, progression, match results,
+// webhooks and API key scopes.
 //
 // A Server serves over HTTP (Server.Handler):
 //
@@ -10,7 +12,12 @@
 //   - ludus.v1.AdminService: for studios' backends and operators, with an API
 //     key in "Authorization: Bearer <key>".
 //   - ludus.cluster.v1.ModuleStoreService: for sim nodes and gateways, with
-//     the cluster token in "Authorization: Bearer <token>".
+//     the cluster token in "Authorization: Bearer <token>"; it also mints
+//     match-scoped credentials.
+//   - ludus.v1.ProgressionService: players' progression and leaderboards
+//     (session ticket).
+//   - ludus.v1.MatchReportService: sim nodes report a match's progress and
+//     result with its credential (see MatchReporter).
 //   - GET /.well-known/jwks.json: the public ticket keys (RFC 8037 JWK set),
 //     which gateways fetch with auth.JWKSClient.
 //
@@ -19,7 +26,7 @@
 // The operator key (Config.OperatorKey) manages tenants. Each tenant gets an
 // admin API key when it is created: "lds_" followed by 32 random bytes in
 // base64url, shown once. Keys are stored as their SHA-256 hash with the tenant
-// and a scope ("admin"; more scopes later). A fast hash is the right tool here:
+// and a scope: "admin", "server" or "read-only" (see ScopeAdmin). A fast hash is the right tool here:
 // slow password hashes (argon2, bcrypt) exist to make guessing low-entropy
 // human passwords expensive, but a 256-bit random key cannot be guessed, so
 // SHA-256 loses nothing, and it lets a key be found by an indexed lookup of its

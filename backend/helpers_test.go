@@ -114,6 +114,11 @@ type env struct {
 	auth    ludusv1connect.AuthServiceClient
 	admin   ludusv1connect.AdminServiceClient
 	modules clusterv1connect.ModuleStoreServiceClient
+	prog    ludusv1connect.ProgressionServiceClient
+	reports ludusv1connect.MatchReportServiceClient
+
+	// reopen opens the store again after stop (default: the SQLite file).
+	reopen func() store.Store
 }
 
 type option func(*backend.Config)
@@ -154,6 +159,7 @@ func (e *env) startWith(st store.Store, opts ...option) {
 		Fleet:          e.fleet,
 		Now:            e.clock.Now,
 		Logger:         slog.New(slog.NewTextHandler(e.logs, nil)),
+		PasswordParams: &backend.PasswordParams{MemoryKiB: 64, Time: 1, Threads: 1}, // fast; production uses OWASP's
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -171,6 +177,8 @@ func (e *env) startWith(st store.Store, opts ...option) {
 	e.auth = ludusv1connect.NewAuthServiceClient(hc, e.http.URL)
 	e.admin = ludusv1connect.NewAdminServiceClient(hc, e.http.URL)
 	e.modules = clusterv1connect.NewModuleStoreServiceClient(hc, e.http.URL, connect.WithReadMaxBytes(backend.MaxRequestBytes))
+	e.prog = ludusv1connect.NewProgressionServiceClient(hc, e.http.URL)
+	e.reports = ludusv1connect.NewMatchReportServiceClient(hc, e.http.URL)
 	t.Cleanup(e.stop)
 }
 
@@ -188,6 +196,11 @@ func (e *env) stop() {
 
 func (e *env) restart() {
 	e.stop()
+	if e.reopen != nil {
+		e.store = e.reopen()
+		e.startWith(e.store)
+		return
+	}
 	e.start()
 }
 

@@ -50,6 +50,11 @@ type Config struct {
 	Now func() time.Time
 	// Logger gets server-side errors; slog.Default() if nil.
 	Logger *slog.Logger
+	// PasswordParams are the argon2id parameters of new password hashes;
+	// nil means DefaultPasswordParams (OWASP's). Lower them only in tests.
+	PasswordParams *PasswordParams
+	// WebhookClient posts webhooks; a client with a 10 s timeout if nil.
+	WebhookClient *http.Client
 }
 
 // minSecretLen is the least length of the operator key and cluster token.
@@ -68,6 +73,9 @@ type Server struct {
 	clusterHash    *[32]byte // nil: module store disabled
 	handler        http.Handler
 	rotateInFlight chan struct{} // serializes key rotations
+	pwParams       PasswordParams
+	dummyHash      string // checked against for unknown emails, to equalize timing
+	webhookClient  *http.Client
 }
 
 // New creates a Server, loading the ticket signing keys from the store (and
@@ -92,6 +100,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	s.pwParams = DefaultPasswordParams
+	if cfg.PasswordParams != nil {
+		s.pwParams = *cfg.PasswordParams
+	}
+	s.dummyHash = hashPassword(s.pwParams, "dummy password")
+	s.webhookClient = cfg.WebhookClient
+	if s.webhookClient == nil {
+		s.webhookClient = &http.Client{Timeout: 10 * time.Second}
 	}
 	for _, sec := range []struct {
 		name, value string
@@ -147,6 +164,8 @@ func (s *Server) buildHandler() http.Handler {
 	mux.Handle(ludusv1connect.NewAuthServiceHandler(&authService{s}, opts...))
 	mux.Handle(ludusv1connect.NewAdminServiceHandler(&adminService{s}, opts...))
 	mux.Handle(clusterv1connect.NewModuleStoreServiceHandler(&moduleStore{s}, opts...))
+	mux.Handle(ludusv1connect.NewProgressionServiceHandler(&progressionService{s}, opts...))
+	mux.Handle(ludusv1connect.NewMatchReportServiceHandler(&matchReports{s}, opts...))
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		w.Header().Set("Cache-Control", "public, max-age=60")
@@ -163,6 +182,8 @@ func (s *Server) internal(ctx context.Context, op string, err error) error {
 		return connect.NewError(connect.CodeCanceled, context.Canceled)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
+	case errors.Is(err, store.ErrInvalid):
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("a value is too long or contains characters that cannot be stored"))
 	}
 	s.log.ErrorContext(ctx, "backend: "+op, "err", err)
 	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
@@ -183,12 +204,19 @@ var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
 const APIKeyPrefix = "lds_"
 
 // newAPIKey returns a fresh API key and its hash.
-func newAPIKey() (key string, hash []byte) {
+func newAPIKey() (key string, hash []byte) { return newSecret(APIKeyPrefix) }
+
+// newSecret returns prefix + 32 random bytes in base64url, and its SHA-256.
+func newSecret(prefix string) (secret string, hash []byte) {
 	var b [32]byte
 	rand.Read(b[:])
-	key = APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	h := sha256.Sum256([]byte(key))
-	return key, h[:]
+	secret = prefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return secret, hashSecret(secret)
+}
+
+func hashSecret(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
 }
 
 // bearer extracts the credential of an "Authorization: Bearer <x>" header.

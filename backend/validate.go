@@ -101,3 +101,101 @@ func cleanName(field, s string, max int) (string, error) {
 	}
 	return s, nil
 }
+
+// More limits of user-supplied values.
+const (
+	MaxEmailLen          = 254
+	MinPasswordLen       = 8
+	MaxPasswordLen       = 128 // runes
+	MaxCustomIDLen       = 128
+	MaxKeyNameLen        = 64 // runes
+	MaxIdempotencyKeyLen = 128
+	MaxReasonLen         = 128 // runes
+	MaxNameKeyLen        = 64  // currency and item names
+	MaxMapEntries        = 64
+	MaxDelta             = 1_000_000_000_000
+	MaxMatchIDLen        = 128
+	MaxPlayers           = 256
+	MaxWebhookURLLen     = 2048
+	MaxRefreshTokenLen   = 128
+)
+
+// checkText checks a printable UTF-8 value of 1..max bytes (no control
+// characters, which includes NUL).
+func checkText(field, s string, max int) error {
+	if s == "" || len(s) > max {
+		return fmt.Errorf("%s must be 1..%d bytes, got %d", field, max, len(s))
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%s must be valid UTF-8", field)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("%s must be printable text: character %U is not allowed", field, r)
+		}
+	}
+	return nil
+}
+
+// cleanEmail lowercases and checks an email address.
+func cleanEmail(s string) (string, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if err := checkText("email", s, MaxEmailLen); err != nil {
+		return "", err
+	}
+	at := strings.LastIndexByte(s, '@')
+	if at < 1 || at == len(s)-1 || strings.ContainsAny(s, " \t") {
+		return "", fmt.Errorf("email must look like name@example.com, got %q", clip(s))
+	}
+	return s, nil
+}
+
+func checkPasswordValue(p string) error {
+	if !utf8.ValidString(p) {
+		return fmt.Errorf("password must be valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(p); n < MinPasswordLen || n > MaxPasswordLen {
+		return fmt.Errorf("password must be %d..%d characters, got %d", MinPasswordLen, MaxPasswordLen, n)
+	}
+	if strings.ContainsRune(p, 0) {
+		return fmt.Errorf("password must not contain NUL")
+	}
+	return nil
+}
+
+func isNameKeyByte(c byte) bool {
+	return isLowerDigit(c) || c == '-' || c == '_' || c == '.' || c == ':'
+}
+
+// checkAmounts checks a map of currency or item deltas.
+func checkAmounts(field string, m map[string]int64, allowNegative bool) error {
+	if len(m) > MaxMapEntries {
+		return fmt.Errorf("%s has %d entries; at most %d", field, len(m), MaxMapEntries)
+	}
+	for k, v := range m {
+		if k == "" || len(k) > MaxNameKeyLen || !allBytes(k, isNameKeyByte) {
+			return fmt.Errorf("%s names must be 1..%d characters of a-z, 0-9, \"-\", \"_\", \".\" and \":\", got %q", field, MaxNameKeyLen, clip(k))
+		}
+		if v > MaxDelta || v < -MaxDelta || (!allowNegative && v < 0) {
+			return fmt.Errorf("%s[%s] = %d is out of range", field, k, v)
+		}
+	}
+	return nil
+}
+
+func isMatchIDByte(c byte) bool { return isDeviceByte(c) || c == '.' || c == ':' }
+
+func checkMatchID(s string) error {
+	if s == "" || len(s) > MaxMatchIDLen || !allBytes(s, isMatchIDByte) {
+		return fmt.Errorf("match_id must be 1..%d characters of A-Z, a-z, 0-9, \"_\", \"-\", \".\" and \":\", got %q", MaxMatchIDLen, clip(s))
+	}
+	return nil
+}
+
+// checkAccountID checks the shape of an account id (not that it exists).
+func checkAccountID(field, s string) error {
+	if s == "" || len(s) > 64 || !allBytes(s, func(c byte) bool { return isLowerDigit(c) || c == '_' }) {
+		return fmt.Errorf("%s must be an account id like a_..., got %q", field, clip(s))
+	}
+	return nil
+}

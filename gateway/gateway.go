@@ -14,6 +14,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -53,6 +54,40 @@ type Gateway struct {
 
 	mu    sync.Mutex
 	nodes map[string]clusterv1connect.NodeServiceClient // by address
+	// recent holds this gateway's placements of the last two seconds, by node.
+	recent []placementRecord
+}
+
+type placementRecord struct {
+	node string
+	at   time.Time
+}
+
+// placed records a game placed on node.
+func (g *Gateway) placed(node string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.recent = append(g.recent, placementRecord{node, time.Now()})
+}
+
+// recentPlacements counts this gateway's placements on node that the node's
+// published record may not show yet.
+func (g *Gateway) recentPlacements(node string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cut := time.Now().Add(-2 * time.Second)
+	kept := g.recent[:0]
+	n := 0
+	for _, p := range g.recent {
+		if p.at.After(cut) {
+			kept = append(kept, p)
+			if p.node == node {
+				n++
+			}
+		}
+	}
+	g.recent = kept
+	return n
 }
 
 // New returns a Gateway.
@@ -107,6 +142,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("/"+ludusv1connect.AuthServiceName+"/", proxy)
 	mux.Handle("/"+ludusv1connect.AdminServiceName+"/", proxy)
 	mux.Handle("/"+ludusv1connect.FleetServiceName+"/", proxy)
+	mux.Handle("/"+ludusv1connect.ProgressionServiceName+"/", proxy)
 	mux.Handle("/.well-known/", proxy)
 	if g.cfg.Web != nil {
 		mux.Handle("/", g.cfg.Web)

@@ -11,10 +11,12 @@ import (
 	"hash/fnv"
 	"sort"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/gateway/framecodec"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/ops/fleet"
@@ -66,10 +68,16 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("read fleet: %w", err))
 	}
+	// Node records are republished about once a second; count this gateway's own
+	// recent placements too, so a burst of creates spreads out.
+	for i := range nodes {
+		nodes[i].Games += s.g.recentPlacements(nodes[i].ID)
+	}
 	var lastErr error
 	for _, n := range placement(nodes, start.GameId) {
 		resp, err := s.g.node(n.Addr).StartGame(ctx, connect.NewRequest(start))
 		if err == nil {
+			s.g.placed(n.ID)
 			s.g.log.Info("game created", "tenant", c.TenantID, "game", start.GameId, "node", n.ID, "build", start.BuildId, "account", c.AccountID)
 			return connect.NewResponse(&ludusv1.CreateGameResponse{Game: resp.Msg.Game}), nil
 		}
@@ -169,6 +177,8 @@ func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+	defer cancel()
 	resp, err := s.g.node(n.Addr).JoinGame(ctx, connect.NewRequest(&clusterv1.JoinGameRequest{
 		TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, DisplayName: c.DisplayName}))
 	if err != nil {
@@ -189,6 +199,8 @@ func (s *gameService) SendInput(ctx context.Context, req *connect.Request[ludusv
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+	defer cancel()
 	resp, err := s.g.node(n.Addr).SendInput(ctx, connect.NewRequest(&clusterv1.SendInputRequest{
 		TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, Seq: req.Msg.Seq, Payload: req.Msg.Payload}))
 	if err != nil {
@@ -199,54 +211,170 @@ func (s *gameService) SendInput(ctx context.Context, req *connect.Request[ludusv
 
 func (s *gameService) StreamFrames(ctx context.Context, req *connect.Request[ludusv1.StreamFramesRequest], stream *connect.ServerStream[ludusv1.StreamFramesResponse]) error {
 	c := claimsFrom(ctx)
+	// Frames are encoded per client: deltas against the last frame this stream sent.
+	fs := framecodec.NewStream(req.Msg.AcceptEncodings)
 	return s.forward(ctx, c, req.Msg.GameId, false, func(m *clusterv1.StreamFramesResponse) error {
-		out := &ludusv1.StreamFramesResponse{}
 		switch v := m.Msg.(type) {
 		case *clusterv1.StreamFramesResponse_Frame:
-			out.Msg = &ludusv1.StreamFramesResponse_Frame{Frame: v.Frame}
+			return fs.Send(v.Frame, func(f *ludusv1.Frame) error {
+				return stream.Send(&ludusv1.StreamFramesResponse{Msg: &ludusv1.StreamFramesResponse_Frame{Frame: f}})
+			})
 		case *clusterv1.StreamFramesResponse_Status:
-			out.Msg = &ludusv1.StreamFramesResponse_Status{Status: v.Status}
+			fs.Status(v.Status)
+			return stream.Send(&ludusv1.StreamFramesResponse{Msg: &ludusv1.StreamFramesResponse_Status{Status: v.Status}})
 		}
-		return stream.Send(out)
-	})
+		return nil
+	}, fs.Reattached)
 }
 
 func (s *gameService) Spectate(ctx context.Context, req *connect.Request[ludusv1.SpectateRequest], stream *connect.ServerStream[ludusv1.SpectateResponse]) error {
 	c := claimsFrom(ctx)
+	fs := framecodec.NewStream(req.Msg.AcceptEncodings)
 	return s.forward(ctx, c, req.Msg.GameId, true, func(m *clusterv1.StreamFramesResponse) error {
-		out := &ludusv1.SpectateResponse{}
 		switch v := m.Msg.(type) {
 		case *clusterv1.StreamFramesResponse_Frame:
-			out.Msg = &ludusv1.SpectateResponse_Frame{Frame: v.Frame}
+			return fs.Send(v.Frame, func(f *ludusv1.Frame) error {
+				return stream.Send(&ludusv1.SpectateResponse{Msg: &ludusv1.SpectateResponse_Frame{Frame: f}})
+			})
 		case *clusterv1.StreamFramesResponse_Status:
-			out.Msg = &ludusv1.SpectateResponse_Status{Status: v.Status}
+			fs.Status(v.Status)
+			return stream.Send(&ludusv1.SpectateResponse{Msg: &ludusv1.SpectateResponse_Status{Status: v.Status}})
 		}
-		return stream.Send(out)
-	})
+		return nil
+	}, fs.Reattached)
 }
 
-// forward relays the owner node's frame stream to the client until either ends.
-func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string, spectator bool, send func(*clusterv1.StreamFramesResponse) error) error {
-	n, err := s.owner(ctx, c, gameID)
-	if err != nil {
-		return err
-	}
+// Re-attach bounds: how long a stream may wait for a moving game's new owner,
+// and how long an upstream may stay silent before it is presumed dead (a node
+// publishes a status at least every flush interval, 250 ms).
+const (
+	reattachTimeout = 30 * time.Second
+	upstreamSilence = 3 * time.Second
+	nodeCallTimeout = 5 * time.Second
+)
+
+// forward relays the owner node's frame stream to the client. When the stream
+// ends without the game ending — a handoff, a failover, a dead or frozen node —
+// it finds the game's new owner and re-attaches the client's open stream to it:
+// the client sees a "migrating" status, then a status with the migration's
+// duration and a keyframe, never a reconnect.
+func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string, spectator bool, send func(*clusterv1.StreamFramesResponse) error, reattached func()) error {
 	req := &clusterv1.StreamFramesRequest{TenantId: c.TenantID, GameId: gameID, Spectator: spectator}
 	if !spectator {
 		req.AccountId = c.AccountID
 	}
-	up, err := s.g.node(n.Addr).StreamFrames(ctx, connect.NewRequest(req))
-	if err != nil {
-		return err
-	}
-	defer up.Close()
-	for up.Receive() {
-		if err := send(up.Msg()); err != nil {
+	var moving time.Time // when the current move started; zero while attached
+	prev := ""
+	backoff := 50 * time.Millisecond
+	for {
+		n, err := s.owner(ctx, c, gameID)
+		if err == nil {
+			var attached bool
+			var ended bool
+			attached, ended, err = s.relay(ctx, n, req, send, func() {
+				if !moving.IsZero() {
+					ms := time.Since(moving).Milliseconds()
+					reattached()
+					s.g.log.Info("stream re-attached", "tenant", c.TenantID, "game", gameID, "from", prev, "to", n.ID, "ms", ms)
+					_ = send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
+						NodeId: n.ID, State: fleet.StateRunning, MigrationMs: ms, PreviousNodeId: prev,
+						Message: fmt.Sprintf("moved from node %s to %s in %d ms", prev, n.ID, ms)}}})
+					moving = time.Time{}
+				}
+			})
+			if ended || ctx.Err() != nil {
+				return nil
+			}
+			if attached {
+				backoff = 50 * time.Millisecond
+			}
+			prev = n.ID
+		}
+		code := connect.CodeOf(err)
+		s.g.log.Debug("stream upstream ended", "game", gameID, "prev", prev, "err", err)
+		if err != nil && code != connect.CodeUnavailable && code != connect.CodeNotFound && code != connect.CodeUnknown &&
+			code != connect.CodeDeadlineExceeded && code != connect.CodeCanceled && code != connect.CodeInternal {
 			return err
 		}
+		if err != nil && prev == "" {
+			// Never attached: the game does not exist or cannot be reached now.
+			return err
+		}
+		if moving.IsZero() {
+			moving = time.Now()
+			if err := send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
+				NodeId: prev, State: "migrating", Message: "the game is moving to another node"}}}); err != nil {
+				return err
+			}
+		}
+		if time.Since(moving) > reattachTimeout {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s did not come back within %v; retry", gameID, reattachTimeout))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
 	}
-	if err := up.Err(); err != nil && ctx.Err() == nil {
-		return err
+}
+
+// relay streams from one node until the upstream ends. attached reports whether
+// the node accepted the stream (its first message arrived); ended whether the
+// game is over (or the client went away).
+func (s *gameService) relay(ctx context.Context, n fleet.NodeInfo, req *clusterv1.StreamFramesRequest, send func(*clusterv1.StreamFramesResponse) error, onAttach func()) (attached, ended bool, err error) {
+	upCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	up, err := s.g.node(n.Addr).StreamFrames(upCtx, connect.NewRequest(req))
+	if err != nil {
+		return false, false, err
 	}
-	return nil
+	defer up.Close()
+	// A frozen node (SIGSTOP, a partition) keeps the connection open and silent.
+	alive := make(chan struct{}, 1)
+	go func() {
+		t := time.NewTimer(upstreamSilence)
+		defer t.Stop()
+		for {
+			select {
+			case <-upCtx.Done():
+				return
+			case <-alive:
+				t.Reset(upstreamSilence)
+			case <-t.C:
+				cancel()
+				return
+			}
+		}
+	}()
+	for up.Receive() {
+		select {
+		case alive <- struct{}{}:
+		default:
+		}
+		m := up.Msg()
+		if !attached {
+			attached = true
+			onAttach()
+		}
+		if st := m.GetStatus(); st != nil {
+			switch st.State {
+			case "moved":
+				// The node handed the game off or lost it: find the new owner.
+				return attached, false, nil
+			case fleet.StateEnded, fleet.StateFailed:
+				return attached, true, send(m)
+			}
+		}
+		if err := send(m); err != nil {
+			return attached, true, err
+		}
+	}
+	if ctx.Err() != nil {
+		return attached, true, nil
+	}
+	if err := up.Err(); err != nil {
+		return attached, false, err
+	}
+	return attached, false, nil
 }

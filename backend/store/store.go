@@ -1,6 +1,6 @@
 // Package store defines the persistence interface of the backend and its
-// records. Implementations (store/sqlite today, PostgreSQL later) must pass the
-// shared suite in store/storetest.
+// records. Implementations (store/sqlite and store/postgres, both built on
+// store/sqlstore) must pass the shared suite in store/storetest.
 //
 // The store is deliberately dumb: callers generate ids, validate input and hash
 // secrets; the store keeps records verbatim (parameterized queries only) and
@@ -21,6 +21,20 @@ var (
 	// ErrAlreadyExists: a unique key (tenant slug, account device, key hash,
 	// id) is taken.
 	ErrAlreadyExists = errors.New("store: already exists")
+	// ErrInvalid: a value the database cannot store (e.g. a string too long
+	// for an index, or with a NUL byte on PostgreSQL). Callers should have
+	// refused it earlier; this keeps it from becoming an internal error.
+	ErrInvalid = errors.New("store: value cannot be stored")
+	// ErrInsufficient: a change would take a wallet balance or an item
+	// count below zero. Nothing of the change is applied.
+	ErrInsufficient = errors.New("store: insufficient balance")
+	// ErrRefreshReused: a refresh token that was already used was presented
+	// again. Its whole family has been revoked.
+	ErrRefreshReused = errors.New("store: refresh token reused")
+	// ErrRevoked: a refresh token whose family is revoked, or that expired.
+	ErrRevoked = errors.New("store: refresh token revoked or expired")
+	// ErrMatchEnded: a report for a match whose final result is stored.
+	ErrMatchEnded = errors.New("store: match ended")
 )
 
 // Tenant is a studio.
@@ -37,8 +51,10 @@ type APIKey struct {
 	TenantID string
 	// Hash is the SHA-256 of the key (32 bytes), unique across tenants.
 	Hash []byte
-	// Scope says what the key may do, e.g. "admin".
-	Scope     string
+	// Scope says what the key may do: "admin", "server" or "read-only".
+	Scope string
+	// Name is a label for people ("ci", "game server eu").
+	Name      string
 	CreatedAt time.Time
 }
 
@@ -47,8 +63,14 @@ type Account struct {
 	ID       string
 	TenantID string
 	// DeviceID binds a guest account to a device; unique per tenant. Empty
-	// for accounts signed in otherwise (reserved for email/password).
-	DeviceID    string
+	// for accounts signed in otherwise.
+	DeviceID string
+	// Email (lowercased by the caller) is unique per tenant; empty if none.
+	Email string
+	// PasswordHash is the PHC string of the password (argon2id); empty if none.
+	PasswordHash string
+	// CustomID is the studio's own id of the player, unique per tenant.
+	CustomID    string
 	DisplayName string
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
@@ -87,6 +109,143 @@ type SigningKey struct {
 	RetiredAt time.Time
 }
 
+// LoginThrottle counts failed logins for one identifier (e.g. an email).
+type LoginThrottle struct {
+	Failures    int
+	LastFailure time.Time
+	LockedUntil time.Time
+}
+
+// RefreshToken is an opaque refresh token, stored as the SHA-256 of its secret.
+// Tokens of one login share a family; using a token replaces it with the next.
+type RefreshToken struct {
+	Hash      []byte
+	FamilyID  string
+	TenantID  string
+	AccountID string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// Change is one idempotent change to an account's progression. Deltas may be
+// negative; Currency and Items map names to deltas.
+type Change struct {
+	TenantID  string
+	AccountID string
+	// Key makes the change idempotent: a second change with the same key for
+	// the same account is not applied.
+	Key      string
+	XP       int64
+	Currency map[string]int64
+	Items    map[string]int64
+	Reason   string
+	At       time.Time
+}
+
+// Progression is an account's XP, wallet and inventory.
+type Progression struct {
+	XP       int64
+	Currency map[string]int64
+	Items    map[string]int64
+}
+
+// LedgerEntry is one wallet movement.
+type LedgerEntry struct {
+	Seq      int64
+	Currency string
+	Delta    int64
+	Balance  int64
+	Key      string
+	Reason   string
+	At       time.Time
+}
+
+// Match is a match known to the backend: created when its report credential
+// is minted, ended when its final result is stored.
+type Match struct {
+	TenantID string
+	ID       string
+	Game     string // module name: leaderboards are per game
+	// CredentialHash is the SHA-256 of the match-scoped credential.
+	CredentialHash []byte
+	CreatedAt      time.Time
+	ExpiresAt      time.Time
+	EndedAt        time.Time // zero while running
+	LastSeq        int64     // highest report sequence applied
+}
+
+// PlayerReport is one player's cumulative figures in a match report: totals
+// since the start of the match, not deltas.
+type PlayerReport struct {
+	AccountID  string
+	Score      int64
+	DurationMs int64
+	Damage     int64
+	ItemsUsed  map[string]int64
+	XP         int64
+	Currency   map[string]int64
+	Items      map[string]int64
+}
+
+// MatchReport is a cumulative report of a match. Interim reports have
+// Final false and increasing Seq; the final report ends the match.
+type MatchReport struct {
+	TenantID string
+	MatchID  string
+	Seq      int64
+	Final    bool
+	Players  []PlayerReport
+	At       time.Time
+	// Webhook, if set on a final report, is queued in the same transaction.
+	Webhook *WebhookDelivery
+}
+
+// MatchResult is a stored final result.
+type MatchResult struct {
+	TenantID string
+	MatchID  string
+	Game     string
+	Players  []PlayerReport
+	EndedAt  time.Time
+}
+
+// LeaderboardEntry is an account's standing on a game's leaderboard.
+type LeaderboardEntry struct {
+	Rank      int64 // 1-based
+	AccountID string
+	Best      int64
+	Sum       int64
+	Matches   int64
+}
+
+// Webhook is a tenant's webhook endpoint.
+type Webhook struct {
+	TenantID string
+	URL      string
+	Secret   []byte
+}
+
+// Delivery states.
+const (
+	DeliveryPending   = "pending"
+	DeliveryDelivered = "delivered"
+	DeliveryFailed    = "failed"
+)
+
+// WebhookDelivery is one event to deliver (the outbox).
+type WebhookDelivery struct {
+	ID        string // also the idempotency key sent to the receiver
+	TenantID  string
+	Event     string
+	Payload   []byte
+	State     string
+	Attempts  int
+	NextAt    time.Time
+	LastError string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
 // Store is the backend's persistence. Implementations are safe for concurrent use.
 type Store interface {
 	// CreateTenant creates a tenant together with its first API keys, atomically.
@@ -101,14 +260,92 @@ type Store interface {
 	CreateAPIKey(ctx context.Context, k APIKey) error
 	// APIKeyByHash finds a key by the hash of its secret.
 	APIKeyByHash(ctx context.Context, hash []byte) (APIKey, error)
+	// ListAPIKeys lists a tenant's keys, oldest first.
+	ListAPIKeys(ctx context.Context, tenantID string) ([]APIKey, error)
+	// ReplaceAPIKey atomically deletes key oldID of the tenant and stores k
+	// (rotation). ErrNotFound if the tenant has no such key.
+	ReplaceAPIKey(ctx context.Context, tenantID, oldID string, k APIKey) error
+	// DeleteAPIKey revokes a key. ErrNotFound if the tenant has no such key.
+	DeleteAPIKey(ctx context.Context, tenantID, keyID string) error
 
 	// CreateAccount stores a new account. ErrAlreadyExists if the device id
 	// is taken in the tenant; ErrNotFound if the tenant does not exist.
 	CreateAccount(ctx context.Context, a Account) error
 	AccountByID(ctx context.Context, tenantID, accountID string) (Account, error)
 	AccountByDevice(ctx context.Context, tenantID, deviceID string) (Account, error)
+	AccountByEmail(ctx context.Context, tenantID, email string) (Account, error)
+	AccountByCustomID(ctx context.Context, tenantID, customID string) (Account, error)
 	// SetDisplayName renames an account.
 	SetDisplayName(ctx context.Context, tenantID, accountID, name string, at time.Time) error
+	// UpdateAccount replaces the identities (device, email, password hash,
+	// custom id), display name and UpdatedAt of an existing account.
+	// ErrAlreadyExists if an identity is taken by another account.
+	UpdateAccount(ctx context.Context, a Account) error
+	// DeleteAccount deletes an account and everything of it (progression,
+	// refresh tokens, leaderboard entries). ErrNotFound if there is none.
+	DeleteAccount(ctx context.Context, tenantID, accountID string) error
+
+	// LoginThrottle returns the throttle of an identifier (zero if none).
+	LoginThrottle(ctx context.Context, tenantID, key string) (LoginThrottle, error)
+	// PutLoginThrottle stores it; a zero throttle deletes it.
+	PutLoginThrottle(ctx context.Context, tenantID, key string, t LoginThrottle) error
+
+	// CreateRefreshToken stores a token (the first of a family, usually).
+	CreateRefreshToken(ctx context.Context, t RefreshToken) error
+	// UseRefreshToken atomically consumes the token with this hash and
+	// stores next in its family (next.FamilyID, TenantID and AccountID are
+	// set from the old token). It returns the old token. ErrNotFound if
+	// unknown; ErrRevoked if its family is revoked or it expired at at;
+	// ErrRefreshReused if it was used before (the family is then revoked).
+	UseRefreshToken(ctx context.Context, hash []byte, at time.Time, next RefreshToken) (RefreshToken, error)
+	// RevokeRefreshFamily revokes the family of the token with this hash.
+	// ErrNotFound if unknown.
+	RevokeRefreshFamily(ctx context.Context, hash []byte) error
+
+	// ApplyChange applies a progression change atomically, once per
+	// (tenant, account, key). applied is false if the key was seen before.
+	// ErrInsufficient if a balance would go negative; ErrNotFound if the
+	// account does not exist.
+	ApplyChange(ctx context.Context, c Change) (applied bool, err error)
+	// Progression returns an account's progression (zero if none).
+	Progression(ctx context.Context, tenantID, accountID string) (Progression, error)
+	// Ledger returns the newest wallet movements of an account, newest first.
+	Ledger(ctx context.Context, tenantID, accountID string, limit int) ([]LedgerEntry, error)
+
+	// CreateMatch stores a match. ErrAlreadyExists if the id is taken.
+	CreateMatch(ctx context.Context, m Match) error
+	// MatchByCredential finds a match by its credential hash.
+	MatchByCredential(ctx context.Context, hash []byte) (Match, error)
+	// ApplyMatchReport applies a cumulative report exactly once: a report
+	// whose Seq is not above the match's LastSeq (interim) or any report
+	// after the final one changes nothing (applied false). Each player's
+	// progression gets the difference between the report's totals and what
+	// earlier reports of the match granted; a final report also stores the
+	// result, feeds the leaderboards and queues r.Webhook. ErrNotFound if the
+	// match or a player's account does not exist.
+	ApplyMatchReport(ctx context.Context, r MatchReport) (applied bool, err error)
+	// MatchResult returns a stored final result.
+	MatchResult(ctx context.Context, tenantID, matchID string) (MatchResult, error)
+	// ListMatchResults returns a tenant's final results, newest first;
+	// accountID, if set, keeps the matches that account played.
+	ListMatchResults(ctx context.Context, tenantID, accountID string, limit int) ([]MatchResult, error)
+	// Leaderboard returns the top entries of a game ordered by best score
+	// (byBest) or by sum, from rank offset+1.
+	Leaderboard(ctx context.Context, tenantID, game string, byBest bool, offset, limit int) ([]LeaderboardEntry, error)
+	// LeaderboardRank returns an account's entry (with its rank).
+	LeaderboardRank(ctx context.Context, tenantID, game string, byBest bool, accountID string) (LeaderboardEntry, error)
+
+	// PutWebhook sets (or with an empty URL removes) a tenant's webhook.
+	PutWebhook(ctx context.Context, w Webhook) error
+	Webhook(ctx context.Context, tenantID string) (Webhook, error)
+	// DueDeliveries leases up to limit pending deliveries due at at: their
+	// NextAt moves to leaseUntil so other replicas skip them meanwhile.
+	DueDeliveries(ctx context.Context, at, leaseUntil time.Time, limit int) ([]WebhookDelivery, error)
+	// UpdateDelivery stores a delivery's State, Attempts, NextAt, LastError
+	// and UpdatedAt.
+	UpdateDelivery(ctx context.Context, d WebhookDelivery) error
+	// ListDeliveries lists a tenant's deliveries, newest first.
+	ListDeliveries(ctx context.Context, tenantID string, limit int) ([]WebhookDelivery, error)
 
 	// PutModule stores a build under a name and makes it the newest of that
 	// name; m.UploadedAt is the time of this upload (CreatedAt is ignored and

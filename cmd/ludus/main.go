@@ -22,6 +22,7 @@ usage:
   ludus backend  --etcd URLS --listen ADDR --data DIR --cluster-token T --operator-key K
   ludus gateway  --etcd URLS --listen ADDR --backend URL --cluster-token T
   ludus simnode  --etcd URLS --listen ADDR --advertise URL --backend URL --cluster-token T --id ID
+  ludus etcd     [--data DIR] [--client-port 2379] ...  an embedded etcd member as a process
   ludus ctl      [--url URL] [--key KEY] COMMAND ...   (run "ludus ctl help")
   ludus bench    NAME [-json]                          (run "ludus bench help")
 
@@ -50,6 +51,8 @@ func main() {
 		err = runSimnode(ctx, args, logger)
 	case "ctl":
 		err = runCtl(ctx, args, os.Stdout)
+	case "etcd":
+		err = runEtcd(ctx, args, logger)
 	case "bench":
 		err = runBench(ctx, args, os.Stdout)
 	case "help", "-h", "--help":

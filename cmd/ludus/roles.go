@@ -18,6 +18,8 @@ import (
 
 	"ludus.dev/ludus/auth"
 	"ludus.dev/ludus/backend"
+	"ludus.dev/ludus/backend/store"
+	"ludus.dev/ludus/backend/store/postgres"
 	"ludus.dev/ludus/backend/store/sqlite"
 	"ludus.dev/ludus/gateway"
 	"ludus.dev/ludus/ops/devstack"
@@ -95,6 +97,7 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 	data := fs.String("data", "ludus-backend", "directory of the SQLite database and the compilation cache")
 	token := fs.String("cluster-token", os.Getenv("LUDUS_CLUSTER_TOKEN"), "shared secret of the cluster's roles")
 	opKey := fs.String("operator-key", os.Getenv("LUDUS_OPERATOR_KEY"), "operator API key (tenant management)")
+	pg := fs.String("postgres", os.Getenv("LUDUS_POSTGRES"), "PostgreSQL DSN; empty stores in SQLite under --data")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -114,11 +117,22 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 		return err
 	}
 	defer eng.Close(context.Background())
-	st, err := sqlite.Open(ctx, filepath.Join(*data, "ludus.db"))
-	if err != nil {
-		return err
+	var st store.Store
+	if *pg != "" {
+		p, err := postgres.Open(ctx, *pg)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		st = p
+	} else {
+		s, err := sqlite.Open(ctx, filepath.Join(*data, "ludus.db"))
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		st = s
 	}
-	defer st.Close()
 	srv, err := backend.New(ctx, backend.Config{
 		Store: st, ClusterToken: *token, OperatorKey: *opKey, ValidateModule: eng.Validate,
 		Fleet: fleet.Admin{View: &fleet.View{Client: cli}}, Logger: logger.With("role", "backend"),
@@ -126,6 +140,7 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	go srv.RunWebhooks(ctx, time.Second)
 	control := &fleet.Control{Etcd: cli, OperatorKey: *opKey, ClusterToken: *token,
 		HTTPClient: &http.Client{Transport: gateway.H2CTransport()}}
 	mux := http.NewServeMux()

@@ -23,6 +23,12 @@ type Config struct {
 	NoFsync bool
 	// ClientPort and PeerPort are loopback ports; 0 picks free ones.
 	ClientPort, PeerPort int
+	// Name and InitialCluster make the member part of a multi-member cluster
+	// (e.g. "a=http://127.0.0.1:2380,b=http://127.0.0.1:2382"); empty for one member.
+	Name, InitialCluster string
+	// ElectionTimeout and HeartbeatInterval tune failure detection; zero keeps
+	// etcd's defaults (1000 ms and 100 ms).
+	ElectionTimeout, HeartbeatInterval time.Duration
 }
 
 // Server is a running embedded etcd.
@@ -43,6 +49,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	ec := embed.NewConfig()
 	ec.Name = "ludus-dev"
+	if cfg.Name != "" {
+		ec.Name = cfg.Name
+	}
+	if cfg.ElectionTimeout > 0 {
+		ec.ElectionMs = uint(cfg.ElectionTimeout / time.Millisecond)
+	}
+	if cfg.HeartbeatInterval > 0 {
+		ec.TickMs = uint(cfg.HeartbeatInterval / time.Millisecond)
+	}
 	ec.Dir = cfg.Dir
 	ec.LogLevel = "error"
 	// etcd logs through zap; Ludus logs through slog. Keep etcd quiet: its
@@ -54,6 +69,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	if cfg.InitialCluster != "" {
+		ec.InitialCluster = cfg.InitialCluster
+		ec.InitialClusterToken = "ludus"
+	}
 	// Finished games' logs are deleted; compact old revisions hourly so deleted
 	// keys do not pile up in the store (see docs/OPERATIONS.md).
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
@@ -61,6 +80,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("etcdserver: start: %w", err)
+	}
+	if cfg.InitialCluster != "" {
+		// A member of a cluster is ready only once a quorum is up; don't wait here.
+		return &Server{e: e, Endpoint: cu.String()}, nil
 	}
 	select {
 	case <-e.Server.ReadyNotify():

@@ -143,9 +143,7 @@ const refillQuantum = 1 << 22
 var errDeadline = ErrDeadline
 
 // refill is ludus_engine.refill, called by instrumented code when its fuel runs out.
-var refills int
 func (e *Engine) refill(_ context.Context, mod api.Module, _ []uint64) {
-	refills++
 	if dl := int64(mod.ExportedGlobal(deadlineExport).Get()); dl != 0 && e.now() > dl {
 		panic(errDeadline)
 	}

@@ -81,4 +81,4 @@ func FuzzInstrument(f *testing.F) {
 }
 
 // builtinModules are the embedded modules, as fuzz seeds.
-func builtinModules() [][]byte { return [][]byte{builtin.Arena} }
+func builtinModules() [][]byte { return [][]byte{builtin.Arena, builtin.Pong, builtin.DensityC} }

@@ -3,7 +3,8 @@
 
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describeError, type Session } from "./api";
-import type { Frame, Status } from "./gen/ludus/v1/game_pb";
+import { deltaDeflateSupported, FrameDecoder } from "./codec";
+import { FrameEncoding, type Frame, type Status } from "./gen/ludus/v1/game_pb";
 import { InputSender, Keyboard } from "./input";
 import { INDEXED8, Renderer } from "./render";
 import { StatusBar } from "./status";
@@ -20,6 +21,16 @@ export interface MatchOptions {
   /** View format, if already known (JoinGame); otherwise taken from the stream. */
   viewFormat?: string;
   slot?: number;
+}
+
+/**
+ * Frame encodings to ask for: keyframes and deflated deltas where the browser
+ * inflates raw deflate (DecompressionStream), whole views otherwise or with
+ * ?codec=raw.
+ */
+function acceptEncodings(): FrameEncoding[] {
+  const raw = new URLSearchParams(location.search).get("codec") === "raw";
+  return !raw && deltaDeflateSupported() ? [FrameEncoding.DELTA_DEFLATE] : [];
 }
 
 const BACKOFF_MIN_MS = 500;
@@ -105,12 +116,17 @@ export class Match {
       let now = false;
       try {
         this.status.set({ conn: "connecting" });
+        // Every stream starts with a keyframe; deltas apply to this stream's frames.
+        const decoder = new FrameDecoder();
+        const accept = acceptEncodings();
         const stream = spectate
-          ? session.game.spectate({ gameId }, { signal })
-          : session.game.streamFrames({ gameId }, { signal });
+          ? session.game.spectate({ gameId, acceptEncodings: accept }, { signal })
+          : session.game.streamFrames({ gameId, acceptEncodings: accept }, { signal });
         for await (const res of stream) {
           if (res.msg.case === "frame") {
-            this.onFrame(res.msg.value);
+            // Decoded in order before the next message is read; a frame that does
+            // not decode ends the stream, and the retry starts with a keyframe.
+            this.onFrame(res.msg.value, await decoder.frame(res.msg.value));
             backoff = BACKOFF_MIN_MS;
             relogged = false;
           } else if (res.msg.case === "status") {
@@ -138,7 +154,7 @@ export class Match {
     if (this.finished) this.status.set({ conn: "closed" });
   }
 
-  private onFrame(frame: Frame): void {
+  private onFrame(frame: Frame, view: Uint8Array): void {
     this.frames++;
     this.status.set({ conn: "streaming", tick: frame.tick });
     if (this.reconnecting) {
@@ -146,7 +162,7 @@ export class Match {
       this.status.say("");
     }
     if (this.viewFormat && this.viewFormat !== INDEXED8) return;
-    this.renderer.submit(frame.view);
+    this.renderer.submit(view);
   }
 
   private onStatus(s: Status): void {

@@ -61,4 +61,137 @@ var migrations = [][]string{
 			retired_at  INTEGER
 		) STRICT`,
 	},
+	// Version 2: key scopes and names, email/password and custom-id
+	// accounts, login throttling, refresh tokens, progression, matches,
+	// leaderboards, webhooks.
+	{
+		`ALTER TABLE api_keys ADD COLUMN name TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE accounts ADD COLUMN email TEXT`,
+		`ALTER TABLE accounts ADD COLUMN password_hash TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE accounts ADD COLUMN custom_id TEXT`,
+		`CREATE UNIQUE INDEX accounts_email ON accounts(tenant_id, email)`,
+		`CREATE UNIQUE INDEX accounts_custom_id ON accounts(tenant_id, custom_id)`,
+		`CREATE TABLE login_throttles (
+			tenant_id    TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			key          TEXT    NOT NULL,
+			failures     INTEGER NOT NULL,
+			last_failure INTEGER NOT NULL,
+			locked_until INTEGER NOT NULL,
+			PRIMARY KEY (tenant_id, key)
+		) STRICT`,
+		`CREATE TABLE refresh_tokens (
+			hash       BLOB    PRIMARY KEY,
+			family_id  TEXT    NOT NULL,
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			created_at INTEGER NOT NULL,
+			expires_at INTEGER NOT NULL,
+			used_at    INTEGER,
+			revoked    INTEGER NOT NULL
+		) STRICT`,
+		`CREATE INDEX refresh_tokens_family ON refresh_tokens(family_id)`,
+		`CREATE INDEX refresh_tokens_account ON refresh_tokens(account_id)`,
+		`CREATE TABLE changes_applied (
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			key        TEXT    NOT NULL,
+			at         INTEGER NOT NULL,
+			PRIMARY KEY (tenant_id, account_id, key)
+		) STRICT`,
+		`CREATE INDEX changes_applied_account ON changes_applied(account_id)`,
+		`CREATE TABLE progression (
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			xp         INTEGER NOT NULL,
+			PRIMARY KEY (tenant_id, account_id)
+		) STRICT`,
+		`CREATE INDEX progression_account ON progression(account_id)`,
+		`CREATE TABLE wallet (
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			currency   TEXT    NOT NULL,
+			balance    INTEGER NOT NULL,
+			PRIMARY KEY (tenant_id, account_id, currency)
+		) STRICT`,
+		`CREATE INDEX wallet_account ON wallet(account_id)`,
+		`CREATE TABLE ledger (
+			seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			currency   TEXT    NOT NULL,
+			delta      INTEGER NOT NULL,
+			balance    INTEGER NOT NULL,
+			key        TEXT    NOT NULL,
+			reason     TEXT    NOT NULL,
+			at         INTEGER NOT NULL
+		) STRICT`,
+		`CREATE INDEX ledger_account ON ledger(tenant_id, account_id, seq)`,
+		`CREATE INDEX ledger_account_fk ON ledger(account_id)`,
+		`CREATE TABLE inventory (
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			item       TEXT    NOT NULL,
+			quantity   INTEGER NOT NULL,
+			PRIMARY KEY (tenant_id, account_id, item)
+		) STRICT`,
+		`CREATE INDEX inventory_account ON inventory(account_id)`,
+		`CREATE TABLE matches (
+			tenant_id       TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			id              TEXT    NOT NULL,
+			game            TEXT    NOT NULL,
+			credential_hash BLOB    NOT NULL UNIQUE,
+			created_at      INTEGER NOT NULL,
+			expires_at      INTEGER NOT NULL,
+			ended_at        INTEGER,
+			last_seq        INTEGER NOT NULL,
+			PRIMARY KEY (tenant_id, id)
+		) STRICT`,
+		`CREATE INDEX matches_ended ON matches(tenant_id, ended_at)`,
+		`CREATE TABLE match_players (
+			tenant_id   TEXT    NOT NULL,
+			match_id    TEXT    NOT NULL,
+			account_id  TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			score       INTEGER NOT NULL,
+			duration_ms INTEGER NOT NULL,
+			damage      INTEGER NOT NULL,
+			items_used  TEXT    NOT NULL,
+			xp          INTEGER NOT NULL,
+			currency    TEXT    NOT NULL,
+			items       TEXT    NOT NULL,
+			PRIMARY KEY (tenant_id, match_id, account_id),
+			FOREIGN KEY (tenant_id, match_id) REFERENCES matches(tenant_id, id) ON DELETE CASCADE
+		) STRICT`,
+		`CREATE INDEX match_players_account ON match_players(account_id)`,
+		`CREATE TABLE leaderboard (
+			tenant_id  TEXT    NOT NULL,
+			game       TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			best       INTEGER NOT NULL,
+			total      INTEGER NOT NULL,
+			matches    INTEGER NOT NULL,
+			PRIMARY KEY (tenant_id, game, account_id)
+		) STRICT`,
+		`CREATE INDEX leaderboard_best ON leaderboard(tenant_id, game, best DESC, account_id)`,
+		`CREATE INDEX leaderboard_total ON leaderboard(tenant_id, game, total DESC, account_id)`,
+		`CREATE INDEX leaderboard_account ON leaderboard(account_id)`,
+		`CREATE TABLE webhooks (
+			tenant_id TEXT PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+			url       TEXT NOT NULL,
+			secret    BLOB NOT NULL
+		) STRICT`,
+		`CREATE TABLE webhook_deliveries (
+			id         TEXT    PRIMARY KEY,
+			tenant_id  TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			event      TEXT    NOT NULL,
+			payload    BLOB    NOT NULL,
+			state      TEXT    NOT NULL,
+			attempts   INTEGER NOT NULL,
+			next_at    INTEGER NOT NULL,
+			last_error TEXT    NOT NULL,
+			created_at INTEGER NOT NULL,
+			updated_at INTEGER NOT NULL
+		) STRICT`,
+		`CREATE INDEX webhook_deliveries_due ON webhook_deliveries(state, next_at)`,
+		`CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries(tenant_id, created_at)`,
+	},
 }

@@ -39,6 +39,19 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ModulesTenantIsolation", testModulesTenantIsolation},
 		{"SigningKeys", testSigningKeys},
 		{"CanceledContext", testCanceledContext},
+		{"APIKeyLifecycle", testAPIKeyLifecycle},
+		{"AccountIdentities", testAccountIdentities},
+		{"LoginThrottle", testLoginThrottle},
+		{"RefreshTokens", testRefreshTokens},
+		{"RefreshConcurrentUse", testRefreshConcurrentUse},
+		{"Progression", testProgression},
+		{"ProgressionConcurrent", testProgressionConcurrent},
+		{"MatchReports", testMatchReports},
+		{"MatchReportsConcurrent", testMatchReportsConcurrent},
+		{"Leaderboard", testLeaderboard},
+		{"Webhooks", testWebhooks},
+		{"DeleteAccountCascades", testDeleteAccountCascades},
+		{"NastyStringsEverywhere", testNastyStringsEverywhere},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newStore(t)) })

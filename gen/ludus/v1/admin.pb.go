@@ -799,11 +799,1746 @@ func (x *ListNodesResponse) GetNodes() []*Node {
 	return nil
 }
 
+type APIKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "admin", "server" or "read-only".
+	Scope         string                 `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *APIKey) Reset() {
+	*x = APIKey{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *APIKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*APIKey) ProtoMessage() {}
+
+func (x *APIKey) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use APIKey.ProtoReflect.Descriptor instead.
+func (*APIKey) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *APIKey) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *APIKey) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *APIKey) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *APIKey) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type CreateAPIKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "admin" (everything on the tenant), "server" (accounts, grants, custom
+	// logins, reads) or "read-only".
+	Scope string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// A label, at most 64 characters.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateAPIKeyRequest) Reset() {
+	*x = CreateAPIKeyRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateAPIKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateAPIKeyRequest) ProtoMessage() {}
+
+func (x *CreateAPIKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateAPIKeyRequest.ProtoReflect.Descriptor instead.
+func (*CreateAPIKeyRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CreateAPIKeyRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *CreateAPIKeyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CreateAPIKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   *APIKey                `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The key itself; shown only once, stored hashed.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateAPIKeyResponse) Reset() {
+	*x = CreateAPIKeyResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateAPIKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateAPIKeyResponse) ProtoMessage() {}
+
+func (x *CreateAPIKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateAPIKeyResponse.ProtoReflect.Descriptor instead.
+func (*CreateAPIKeyResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CreateAPIKeyResponse) GetKey() *APIKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *CreateAPIKeyResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type ListAPIKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAPIKeysRequest) Reset() {
+	*x = ListAPIKeysRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAPIKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAPIKeysRequest) ProtoMessage() {}
+
+func (x *ListAPIKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAPIKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListAPIKeysRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+type ListAPIKeysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*APIKey              `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAPIKeysResponse) Reset() {
+	*x = ListAPIKeysResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAPIKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAPIKeysResponse) ProtoMessage() {}
+
+func (x *ListAPIKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAPIKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListAPIKeysResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListAPIKeysResponse) GetKeys() []*APIKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type RotateAPIKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateAPIKeyRequest) Reset() {
+	*x = RotateAPIKeyRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateAPIKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateAPIKeyRequest) ProtoMessage() {}
+
+func (x *RotateAPIKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateAPIKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateAPIKeyRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RotateAPIKeyRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RotateAPIKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *APIKey                `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Secret        string                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateAPIKeyResponse) Reset() {
+	*x = RotateAPIKeyResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateAPIKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateAPIKeyResponse) ProtoMessage() {}
+
+func (x *RotateAPIKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateAPIKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateAPIKeyResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RotateAPIKeyResponse) GetKey() *APIKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *RotateAPIKeyResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type RevokeAPIKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeAPIKeyRequest) Reset() {
+	*x = RevokeAPIKeyRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeAPIKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeAPIKeyRequest) ProtoMessage() {}
+
+func (x *RevokeAPIKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeAPIKeyRequest.ProtoReflect.Descriptor instead.
+func (*RevokeAPIKeyRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RevokeAPIKeyRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RevokeAPIKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeAPIKeyResponse) Reset() {
+	*x = RevokeAPIKeyResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeAPIKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeAPIKeyResponse) ProtoMessage() {}
+
+func (x *RevokeAPIKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeAPIKeyResponse.ProtoReflect.Descriptor instead.
+func (*RevokeAPIKeyResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+type RotateSigningKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateSigningKeyRequest) Reset() {
+	*x = RotateSigningKeyRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateSigningKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateSigningKeyRequest) ProtoMessage() {}
+
+func (x *RotateSigningKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateSigningKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateSigningKeyRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+type RotateSigningKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kid           string                 `protobuf:"bytes,1,opt,name=kid,proto3" json:"kid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateSigningKeyResponse) Reset() {
+	*x = RotateSigningKeyResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateSigningKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateSigningKeyResponse) ProtoMessage() {}
+
+func (x *RotateSigningKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateSigningKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateSigningKeyResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RotateSigningKeyResponse) GetKid() string {
+	if x != nil {
+		return x.Kid
+	}
+	return ""
+}
+
+type Account struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	DisplayName   string                 `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	DeviceId      string                 `protobuf:"bytes,3,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	Email         string                 `protobuf:"bytes,4,opt,name=email,proto3" json:"email,omitempty"`
+	CustomId      string                 `protobuf:"bytes,5,opt,name=custom_id,json=customId,proto3" json:"custom_id,omitempty"`
+	HasPassword   bool                   `protobuf:"varint,6,opt,name=has_password,json=hasPassword,proto3" json:"has_password,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Account) Reset() {
+	*x = Account{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Account) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Account) ProtoMessage() {}
+
+func (x *Account) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Account.ProtoReflect.Descriptor instead.
+func (*Account) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Account) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Account) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *Account) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+func (x *Account) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *Account) GetCustomId() string {
+	if x != nil {
+		return x.CustomId
+	}
+	return ""
+}
+
+func (x *Account) GetHasPassword() bool {
+	if x != nil {
+		return x.HasPassword
+	}
+	return false
+}
+
+func (x *Account) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Account) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+type CreateAccountRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At least one of custom_id, email (with password) or device_id.
+	CustomId      string `protobuf:"bytes,1,opt,name=custom_id,json=customId,proto3" json:"custom_id,omitempty"`
+	Email         string `protobuf:"bytes,2,opt,name=email,proto3" json:"email,omitempty"`
+	Password      string `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
+	DeviceId      string `protobuf:"bytes,4,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	DisplayName   string `protobuf:"bytes,5,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateAccountRequest) Reset() {
+	*x = CreateAccountRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateAccountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateAccountRequest) ProtoMessage() {}
+
+func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateAccountRequest.ProtoReflect.Descriptor instead.
+func (*CreateAccountRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *CreateAccountRequest) GetCustomId() string {
+	if x != nil {
+		return x.CustomId
+	}
+	return ""
+}
+
+func (x *CreateAccountRequest) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *CreateAccountRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *CreateAccountRequest) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+func (x *CreateAccountRequest) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+type CreateAccountResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Account       *Account               `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateAccountResponse) Reset() {
+	*x = CreateAccountResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateAccountResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateAccountResponse) ProtoMessage() {}
+
+func (x *CreateAccountResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateAccountResponse.ProtoReflect.Descriptor instead.
+func (*CreateAccountResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CreateAccountResponse) GetAccount() *Account {
+	if x != nil {
+		return x.Account
+	}
+	return nil
+}
+
+type GetAccountRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	CustomId      string `protobuf:"bytes,2,opt,name=custom_id,json=customId,proto3" json:"custom_id,omitempty"`
+	Email         string `protobuf:"bytes,3,opt,name=email,proto3" json:"email,omitempty"`
+	DeviceId      string `protobuf:"bytes,4,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAccountRequest) Reset() {
+	*x = GetAccountRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAccountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAccountRequest) ProtoMessage() {}
+
+func (x *GetAccountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAccountRequest.ProtoReflect.Descriptor instead.
+func (*GetAccountRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetAccountRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GetAccountRequest) GetCustomId() string {
+	if x != nil {
+		return x.CustomId
+	}
+	return ""
+}
+
+func (x *GetAccountRequest) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *GetAccountRequest) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+type GetAccountResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Account       *Account               `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAccountResponse) Reset() {
+	*x = GetAccountResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAccountResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAccountResponse) ProtoMessage() {}
+
+func (x *GetAccountResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAccountResponse.ProtoReflect.Descriptor instead.
+func (*GetAccountResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetAccountResponse) GetAccount() *Account {
+	if x != nil {
+		return x.Account
+	}
+	return nil
+}
+
+type DeleteAccountRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteAccountRequest) Reset() {
+	*x = DeleteAccountRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteAccountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteAccountRequest) ProtoMessage() {}
+
+func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteAccountRequest.ProtoReflect.Descriptor instead.
+func (*DeleteAccountRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DeleteAccountRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DeleteAccountResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteAccountResponse) Reset() {
+	*x = DeleteAccountResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteAccountResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteAccountResponse) ProtoMessage() {}
+
+func (x *DeleteAccountResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteAccountResponse.ProtoReflect.Descriptor instead.
+func (*DeleteAccountResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+type ExportAccountRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportAccountRequest) Reset() {
+	*x = ExportAccountRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportAccountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportAccountRequest) ProtoMessage() {}
+
+func (x *ExportAccountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportAccountRequest.ProtoReflect.Descriptor instead.
+func (*ExportAccountRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ExportAccountRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ExportAccountResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// JSON: the account, its progression, ledger, match results and leaderboard entries.
+	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportAccountResponse) Reset() {
+	*x = ExportAccountResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportAccountResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportAccountResponse) ProtoMessage() {}
+
+func (x *ExportAccountResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportAccountResponse.ProtoReflect.Descriptor instead.
+func (*ExportAccountResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ExportAccountResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type GrantProgressionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// Required: a second grant with the same key for the same account does nothing.
+	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	Xp             int64  `protobuf:"varint,3,opt,name=xp,proto3" json:"xp,omitempty"`
+	// Deltas; negative spends (never below zero).
+	Currency      map[string]int64 `protobuf:"bytes,4,rep,name=currency,proto3" json:"currency,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Items         map[string]int64 `protobuf:"bytes,5,rep,name=items,proto3" json:"items,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Reason        string           `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantProgressionRequest) Reset() {
+	*x = GrantProgressionRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantProgressionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantProgressionRequest) ProtoMessage() {}
+
+func (x *GrantProgressionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantProgressionRequest.ProtoReflect.Descriptor instead.
+func (*GrantProgressionRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GrantProgressionRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *GrantProgressionRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *GrantProgressionRequest) GetXp() int64 {
+	if x != nil {
+		return x.Xp
+	}
+	return 0
+}
+
+func (x *GrantProgressionRequest) GetCurrency() map[string]int64 {
+	if x != nil {
+		return x.Currency
+	}
+	return nil
+}
+
+func (x *GrantProgressionRequest) GetItems() map[string]int64 {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *GrantProgressionRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type GrantProgressionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False if the idempotency key was used before (nothing changed).
+	Applied       bool         `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	Progression   *Progression `protobuf:"bytes,2,opt,name=progression,proto3" json:"progression,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantProgressionResponse) Reset() {
+	*x = GrantProgressionResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantProgressionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantProgressionResponse) ProtoMessage() {}
+
+func (x *GrantProgressionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantProgressionResponse.ProtoReflect.Descriptor instead.
+func (*GrantProgressionResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GrantProgressionResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *GrantProgressionResponse) GetProgression() *Progression {
+	if x != nil {
+		return x.Progression
+	}
+	return nil
+}
+
+type GetAccountProgressionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// Ledger entries to return, newest first (default 20, at most 200).
+	LedgerLimit   int32 `protobuf:"varint,2,opt,name=ledger_limit,json=ledgerLimit,proto3" json:"ledger_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAccountProgressionRequest) Reset() {
+	*x = GetAccountProgressionRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAccountProgressionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAccountProgressionRequest) ProtoMessage() {}
+
+func (x *GetAccountProgressionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAccountProgressionRequest.ProtoReflect.Descriptor instead.
+func (*GetAccountProgressionRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetAccountProgressionRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *GetAccountProgressionRequest) GetLedgerLimit() int32 {
+	if x != nil {
+		return x.LedgerLimit
+	}
+	return 0
+}
+
+type GetAccountProgressionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Progression   *Progression           `protobuf:"bytes,1,opt,name=progression,proto3" json:"progression,omitempty"`
+	Ledger        []*LedgerEntry         `protobuf:"bytes,2,rep,name=ledger,proto3" json:"ledger,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAccountProgressionResponse) Reset() {
+	*x = GetAccountProgressionResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAccountProgressionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAccountProgressionResponse) ProtoMessage() {}
+
+func (x *GetAccountProgressionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAccountProgressionResponse.ProtoReflect.Descriptor instead.
+func (*GetAccountProgressionResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GetAccountProgressionResponse) GetProgression() *Progression {
+	if x != nil {
+		return x.Progression
+	}
+	return nil
+}
+
+func (x *GetAccountProgressionResponse) GetLedger() []*LedgerEntry {
+	if x != nil {
+		return x.Ledger
+	}
+	return nil
+}
+
+type ListMatchResultsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optional: only matches this account played.
+	AccountId string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// Default 20, at most 200.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMatchResultsRequest) Reset() {
+	*x = ListMatchResultsRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMatchResultsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMatchResultsRequest) ProtoMessage() {}
+
+func (x *ListMatchResultsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMatchResultsRequest.ProtoReflect.Descriptor instead.
+func (*ListMatchResultsRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListMatchResultsRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *ListMatchResultsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListMatchResultsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*MatchResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMatchResultsResponse) Reset() {
+	*x = ListMatchResultsResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMatchResultsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMatchResultsResponse) ProtoMessage() {}
+
+func (x *ListMatchResultsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMatchResultsResponse.ProtoReflect.Descriptor instead.
+func (*ListMatchResultsResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListMatchResultsResponse) GetResults() []*MatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type GetAdminLeaderboardRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Query *LeaderboardRequest    `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
+	// Optional: entries around this account instead of the top.
+	AroundAccountId string `protobuf:"bytes,2,opt,name=around_account_id,json=aroundAccountId,proto3" json:"around_account_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GetAdminLeaderboardRequest) Reset() {
+	*x = GetAdminLeaderboardRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAdminLeaderboardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAdminLeaderboardRequest) ProtoMessage() {}
+
+func (x *GetAdminLeaderboardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAdminLeaderboardRequest.ProtoReflect.Descriptor instead.
+func (*GetAdminLeaderboardRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GetAdminLeaderboardRequest) GetQuery() *LeaderboardRequest {
+	if x != nil {
+		return x.Query
+	}
+	return nil
+}
+
+func (x *GetAdminLeaderboardRequest) GetAroundAccountId() string {
+	if x != nil {
+		return x.AroundAccountId
+	}
+	return ""
+}
+
+type GetAdminLeaderboardResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*LeaderboardEntry    `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAdminLeaderboardResponse) Reset() {
+	*x = GetAdminLeaderboardResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAdminLeaderboardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAdminLeaderboardResponse) ProtoMessage() {}
+
+func (x *GetAdminLeaderboardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAdminLeaderboardResponse.ProtoReflect.Descriptor instead.
+func (*GetAdminLeaderboardResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *GetAdminLeaderboardResponse) GetEntries() []*LeaderboardEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type SetWebhookRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// http(s) URL receiving POSTs of match results; empty removes the webhook.
+	Url           string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWebhookRequest) Reset() {
+	*x = SetWebhookRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWebhookRequest) ProtoMessage() {}
+
+func (x *SetWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWebhookRequest.ProtoReflect.Descriptor instead.
+func (*SetWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *SetWebhookRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+type SetWebhookResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// HMAC-SHA256 secret for the Ludus-Signature header; shown only once.
+	Secret        string `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWebhookResponse) Reset() {
+	*x = SetWebhookResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWebhookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWebhookResponse) ProtoMessage() {}
+
+func (x *SetWebhookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWebhookResponse.ProtoReflect.Descriptor instead.
+func (*SetWebhookResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SetWebhookResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type ListWebhookDeliveriesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limit         int32                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookDeliveriesRequest) Reset() {
+	*x = ListWebhookDeliveriesRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookDeliveriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
+
+func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
+func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListWebhookDeliveriesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type WebhookDelivery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also the idempotency key sent as Ludus-Idempotency-Key.
+	Id    string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Event string `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	// "pending", "delivered" or "failed".
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Attempts      int32                  `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	NextAttemptAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
+	LastError     string                 `protobuf:"bytes,6,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookDelivery) Reset() {
+	*x = WebhookDelivery{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookDelivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookDelivery) ProtoMessage() {}
+
+func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
+func (*WebhookDelivery) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *WebhookDelivery) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *WebhookDelivery) GetNextAttemptAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptAt
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+type ListWebhookDeliveriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deliveries    []*WebhookDelivery     `protobuf:"bytes,1,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookDeliveriesResponse) Reset() {
+	*x = ListWebhookDeliveriesResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookDeliveriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
+
+func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
+func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
 var File_ludus_v1_admin_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14ludus/v1/admin.proto\x12\bludus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13ludus/v1/game.proto\"{\n" +
+	"\x14ludus/v1/admin.proto\x12\bludus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13ludus/v1/game.proto\x1a\x14ludus/v1/match.proto\"{\n" +
 	"\x06Tenant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04slug\x18\x02 \x01(\tR\x04slug\x12\x12\n" +
@@ -853,14 +2588,148 @@ const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\bdraining\x18\x06 \x01(\bR\bdraining\"\x12\n" +
 	"\x10ListNodesRequest\"9\n" +
 	"\x11ListNodesResponse\x12$\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x0e.ludus.v1.NodeR\x05nodes2\xe8\x03\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x0e.ludus.v1.NodeR\x05nodes\"}\n" +
+	"\x06APIKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"?\n" +
+	"\x13CreateAPIKeyRequest\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"R\n" +
+	"\x14CreateAPIKeyResponse\x12\"\n" +
+	"\x03key\x18\x01 \x01(\v2\x10.ludus.v1.APIKeyR\x03key\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x14\n" +
+	"\x12ListAPIKeysRequest\";\n" +
+	"\x13ListAPIKeysResponse\x12$\n" +
+	"\x04keys\x18\x01 \x03(\v2\x10.ludus.v1.APIKeyR\x04keys\"%\n" +
+	"\x13RotateAPIKeyRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"R\n" +
+	"\x14RotateAPIKeyResponse\x12\"\n" +
+	"\x03key\x18\x01 \x01(\v2\x10.ludus.v1.APIKeyR\x03key\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"%\n" +
+	"\x13RevokeAPIKeyRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x16\n" +
+	"\x14RevokeAPIKeyResponse\"\x19\n" +
+	"\x17RotateSigningKeyRequest\",\n" +
+	"\x18RotateSigningKeyResponse\x12\x10\n" +
+	"\x03kid\x18\x01 \x01(\tR\x03kid\"\xa5\x02\n" +
+	"\aAccount\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12\x1b\n" +
+	"\tdevice_id\x18\x03 \x01(\tR\bdeviceId\x12\x14\n" +
+	"\x05email\x18\x04 \x01(\tR\x05email\x12\x1b\n" +
+	"\tcustom_id\x18\x05 \x01(\tR\bcustomId\x12!\n" +
+	"\fhas_password\x18\x06 \x01(\bR\vhasPassword\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xa5\x01\n" +
+	"\x14CreateAccountRequest\x12\x1b\n" +
+	"\tcustom_id\x18\x01 \x01(\tR\bcustomId\x12\x14\n" +
+	"\x05email\x18\x02 \x01(\tR\x05email\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\tR\bpassword\x12\x1b\n" +
+	"\tdevice_id\x18\x04 \x01(\tR\bdeviceId\x12!\n" +
+	"\fdisplay_name\x18\x05 \x01(\tR\vdisplayName\"D\n" +
+	"\x15CreateAccountResponse\x12+\n" +
+	"\aaccount\x18\x01 \x01(\v2\x11.ludus.v1.AccountR\aaccount\"s\n" +
+	"\x11GetAccountRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tcustom_id\x18\x02 \x01(\tR\bcustomId\x12\x14\n" +
+	"\x05email\x18\x03 \x01(\tR\x05email\x12\x1b\n" +
+	"\tdevice_id\x18\x04 \x01(\tR\bdeviceId\"A\n" +
+	"\x12GetAccountResponse\x12+\n" +
+	"\aaccount\x18\x01 \x01(\v2\x11.ludus.v1.AccountR\aaccount\"&\n" +
+	"\x14DeleteAccountRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x17\n" +
+	"\x15DeleteAccountResponse\"&\n" +
+	"\x14ExportAccountRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"+\n" +
+	"\x15ExportAccountResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x91\x03\n" +
+	"\x17GrantProgressionRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x0e\n" +
+	"\x02xp\x18\x03 \x01(\x03R\x02xp\x12K\n" +
+	"\bcurrency\x18\x04 \x03(\v2/.ludus.v1.GrantProgressionRequest.CurrencyEntryR\bcurrency\x12B\n" +
+	"\x05items\x18\x05 \x03(\v2,.ludus.v1.GrantProgressionRequest.ItemsEntryR\x05items\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x1a;\n" +
+	"\rCurrencyEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a8\n" +
+	"\n" +
+	"ItemsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"m\n" +
+	"\x18GrantProgressionResponse\x12\x18\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\x127\n" +
+	"\vprogression\x18\x02 \x01(\v2\x15.ludus.v1.ProgressionR\vprogression\"`\n" +
+	"\x1cGetAccountProgressionRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12!\n" +
+	"\fledger_limit\x18\x02 \x01(\x05R\vledgerLimit\"\x87\x01\n" +
+	"\x1dGetAccountProgressionResponse\x127\n" +
+	"\vprogression\x18\x01 \x01(\v2\x15.ludus.v1.ProgressionR\vprogression\x12-\n" +
+	"\x06ledger\x18\x02 \x03(\v2\x15.ludus.v1.LedgerEntryR\x06ledger\"N\n" +
+	"\x17ListMatchResultsRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"K\n" +
+	"\x18ListMatchResultsResponse\x12/\n" +
+	"\aresults\x18\x01 \x03(\v2\x15.ludus.v1.MatchResultR\aresults\"|\n" +
+	"\x1aGetAdminLeaderboardRequest\x122\n" +
+	"\x05query\x18\x01 \x01(\v2\x1c.ludus.v1.LeaderboardRequestR\x05query\x12*\n" +
+	"\x11around_account_id\x18\x02 \x01(\tR\x0faroundAccountId\"S\n" +
+	"\x1bGetAdminLeaderboardResponse\x124\n" +
+	"\aentries\x18\x01 \x03(\v2\x1a.ludus.v1.LeaderboardEntryR\aentries\"%\n" +
+	"\x11SetWebhookRequest\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\",\n" +
+	"\x12SetWebhookResponse\x12\x16\n" +
+	"\x06secret\x18\x01 \x01(\tR\x06secret\"4\n" +
+	"\x1cListWebhookDeliveriesRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"\xc2\x02\n" +
+	"\x0fWebhookDelivery\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05event\x18\x02 \x01(\tR\x05event\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1a\n" +
+	"\battempts\x18\x04 \x01(\x05R\battempts\x12B\n" +
+	"\x0fnext_attempt_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"Z\n" +
+	"\x1dListWebhookDeliveriesResponse\x129\n" +
+	"\n" +
+	"deliveries\x18\x01 \x03(\v2\x19.ludus.v1.WebhookDeliveryR\n" +
+	"deliveries2\xf2\r\n" +
 	"\fAdminService\x12M\n" +
 	"\fCreateTenant\x12\x1d.ludus.v1.CreateTenantRequest\x1a\x1e.ludus.v1.CreateTenantResponse\x12J\n" +
 	"\vListTenants\x12\x1c.ludus.v1.ListTenantsRequest\x1a\x1d.ludus.v1.ListTenantsResponse\x12M\n" +
 	"\fUploadModule\x12\x1d.ludus.v1.UploadModuleRequest\x1a\x1e.ludus.v1.UploadModuleResponse\x12J\n" +
 	"\vListModules\x12\x1c.ludus.v1.ListModulesRequest\x1a\x1d.ludus.v1.ListModulesResponse\x12\\\n" +
 	"\tListGames\x12&.ludus.v1.AdminServiceListGamesRequest\x1a'.ludus.v1.AdminServiceListGamesResponse\x12D\n" +
-	"\tListNodes\x12\x1a.ludus.v1.ListNodesRequest\x1a\x1b.ludus.v1.ListNodesResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
+	"\tListNodes\x12\x1a.ludus.v1.ListNodesRequest\x1a\x1b.ludus.v1.ListNodesResponse\x12M\n" +
+	"\fCreateAPIKey\x12\x1d.ludus.v1.CreateAPIKeyRequest\x1a\x1e.ludus.v1.CreateAPIKeyResponse\x12J\n" +
+	"\vListAPIKeys\x12\x1c.ludus.v1.ListAPIKeysRequest\x1a\x1d.ludus.v1.ListAPIKeysResponse\x12M\n" +
+	"\fRotateAPIKey\x12\x1d.ludus.v1.RotateAPIKeyRequest\x1a\x1e.ludus.v1.RotateAPIKeyResponse\x12M\n" +
+	"\fRevokeAPIKey\x12\x1d.ludus.v1.RevokeAPIKeyRequest\x1a\x1e.ludus.v1.RevokeAPIKeyResponse\x12Y\n" +
+	"\x10RotateSigningKey\x12!.ludus.v1.RotateSigningKeyRequest\x1a\".ludus.v1.RotateSigningKeyResponse\x12P\n" +
+	"\rCreateAccount\x12\x1e.ludus.v1.CreateAccountRequest\x1a\x1f.ludus.v1.CreateAccountResponse\x12G\n" +
+	"\n" +
+	"GetAccount\x12\x1b.ludus.v1.GetAccountRequest\x1a\x1c.ludus.v1.GetAccountResponse\x12P\n" +
+	"\rDeleteAccount\x12\x1e.ludus.v1.DeleteAccountRequest\x1a\x1f.ludus.v1.DeleteAccountResponse\x12P\n" +
+	"\rExportAccount\x12\x1e.ludus.v1.ExportAccountRequest\x1a\x1f.ludus.v1.ExportAccountResponse\x12Y\n" +
+	"\x10GrantProgression\x12!.ludus.v1.GrantProgressionRequest\x1a\".ludus.v1.GrantProgressionResponse\x12h\n" +
+	"\x15GetAccountProgression\x12&.ludus.v1.GetAccountProgressionRequest\x1a'.ludus.v1.GetAccountProgressionResponse\x12Y\n" +
+	"\x10ListMatchResults\x12!.ludus.v1.ListMatchResultsRequest\x1a\".ludus.v1.ListMatchResultsResponse\x12b\n" +
+	"\x13GetAdminLeaderboard\x12$.ludus.v1.GetAdminLeaderboardRequest\x1a%.ludus.v1.GetAdminLeaderboardResponse\x12G\n" +
+	"\n" +
+	"SetWebhook\x12\x1b.ludus.v1.SetWebhookRequest\x1a\x1c.ludus.v1.SetWebhookResponse\x12h\n" +
+	"\x15ListWebhookDeliveries\x12&.ludus.v1.ListWebhookDeliveriesRequest\x1a'.ludus.v1.ListWebhookDeliveriesResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
 
 var (
 	file_ludus_v1_admin_proto_rawDescOnce sync.Once
@@ -874,7 +2743,7 @@ func file_ludus_v1_admin_proto_rawDescGZIP() []byte {
 	return file_ludus_v1_admin_proto_rawDescData
 }
 
-var file_ludus_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_ludus_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_ludus_v1_admin_proto_goTypes = []any{
 	(*Tenant)(nil),                        // 0: ludus.v1.Tenant
 	(*CreateTenantRequest)(nil),           // 1: ludus.v1.CreateTenantRequest
@@ -891,35 +2760,125 @@ var file_ludus_v1_admin_proto_goTypes = []any{
 	(*Node)(nil),                          // 12: ludus.v1.Node
 	(*ListNodesRequest)(nil),              // 13: ludus.v1.ListNodesRequest
 	(*ListNodesResponse)(nil),             // 14: ludus.v1.ListNodesResponse
-	(*timestamppb.Timestamp)(nil),         // 15: google.protobuf.Timestamp
-	(*GameInfo)(nil),                      // 16: ludus.v1.GameInfo
+	(*APIKey)(nil),                        // 15: ludus.v1.APIKey
+	(*CreateAPIKeyRequest)(nil),           // 16: ludus.v1.CreateAPIKeyRequest
+	(*CreateAPIKeyResponse)(nil),          // 17: ludus.v1.CreateAPIKeyResponse
+	(*ListAPIKeysRequest)(nil),            // 18: ludus.v1.ListAPIKeysRequest
+	(*ListAPIKeysResponse)(nil),           // 19: ludus.v1.ListAPIKeysResponse
+	(*RotateAPIKeyRequest)(nil),           // 20: ludus.v1.RotateAPIKeyRequest
+	(*RotateAPIKeyResponse)(nil),          // 21: ludus.v1.RotateAPIKeyResponse
+	(*RevokeAPIKeyRequest)(nil),           // 22: ludus.v1.RevokeAPIKeyRequest
+	(*RevokeAPIKeyResponse)(nil),          // 23: ludus.v1.RevokeAPIKeyResponse
+	(*RotateSigningKeyRequest)(nil),       // 24: ludus.v1.RotateSigningKeyRequest
+	(*RotateSigningKeyResponse)(nil),      // 25: ludus.v1.RotateSigningKeyResponse
+	(*Account)(nil),                       // 26: ludus.v1.Account
+	(*CreateAccountRequest)(nil),          // 27: ludus.v1.CreateAccountRequest
+	(*CreateAccountResponse)(nil),         // 28: ludus.v1.CreateAccountResponse
+	(*GetAccountRequest)(nil),             // 29: ludus.v1.GetAccountRequest
+	(*GetAccountResponse)(nil),            // 30: ludus.v1.GetAccountResponse
+	(*DeleteAccountRequest)(nil),          // 31: ludus.v1.DeleteAccountRequest
+	(*DeleteAccountResponse)(nil),         // 32: ludus.v1.DeleteAccountResponse
+	(*ExportAccountRequest)(nil),          // 33: ludus.v1.ExportAccountRequest
+	(*ExportAccountResponse)(nil),         // 34: ludus.v1.ExportAccountResponse
+	(*GrantProgressionRequest)(nil),       // 35: ludus.v1.GrantProgressionRequest
+	(*GrantProgressionResponse)(nil),      // 36: ludus.v1.GrantProgressionResponse
+	(*GetAccountProgressionRequest)(nil),  // 37: ludus.v1.GetAccountProgressionRequest
+	(*GetAccountProgressionResponse)(nil), // 38: ludus.v1.GetAccountProgressionResponse
+	(*ListMatchResultsRequest)(nil),       // 39: ludus.v1.ListMatchResultsRequest
+	(*ListMatchResultsResponse)(nil),      // 40: ludus.v1.ListMatchResultsResponse
+	(*GetAdminLeaderboardRequest)(nil),    // 41: ludus.v1.GetAdminLeaderboardRequest
+	(*GetAdminLeaderboardResponse)(nil),   // 42: ludus.v1.GetAdminLeaderboardResponse
+	(*SetWebhookRequest)(nil),             // 43: ludus.v1.SetWebhookRequest
+	(*SetWebhookResponse)(nil),            // 44: ludus.v1.SetWebhookResponse
+	(*ListWebhookDeliveriesRequest)(nil),  // 45: ludus.v1.ListWebhookDeliveriesRequest
+	(*WebhookDelivery)(nil),               // 46: ludus.v1.WebhookDelivery
+	(*ListWebhookDeliveriesResponse)(nil), // 47: ludus.v1.ListWebhookDeliveriesResponse
+	nil,                                   // 48: ludus.v1.GrantProgressionRequest.CurrencyEntry
+	nil,                                   // 49: ludus.v1.GrantProgressionRequest.ItemsEntry
+	(*timestamppb.Timestamp)(nil),         // 50: google.protobuf.Timestamp
+	(*GameInfo)(nil),                      // 51: ludus.v1.GameInfo
+	(*Progression)(nil),                   // 52: ludus.v1.Progression
+	(*LedgerEntry)(nil),                   // 53: ludus.v1.LedgerEntry
+	(*MatchResult)(nil),                   // 54: ludus.v1.MatchResult
+	(*LeaderboardRequest)(nil),            // 55: ludus.v1.LeaderboardRequest
+	(*LeaderboardEntry)(nil),              // 56: ludus.v1.LeaderboardEntry
 }
 var file_ludus_v1_admin_proto_depIdxs = []int32{
-	15, // 0: ludus.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	50, // 0: ludus.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: ludus.v1.CreateTenantResponse.tenant:type_name -> ludus.v1.Tenant
 	0,  // 2: ludus.v1.ListTenantsResponse.tenants:type_name -> ludus.v1.Tenant
-	15, // 3: ludus.v1.Module.created_at:type_name -> google.protobuf.Timestamp
+	50, // 3: ludus.v1.Module.created_at:type_name -> google.protobuf.Timestamp
 	5,  // 4: ludus.v1.UploadModuleResponse.module:type_name -> ludus.v1.Module
 	5,  // 5: ludus.v1.ListModulesResponse.modules:type_name -> ludus.v1.Module
-	16, // 6: ludus.v1.AdminServiceListGamesResponse.games:type_name -> ludus.v1.GameInfo
+	51, // 6: ludus.v1.AdminServiceListGamesResponse.games:type_name -> ludus.v1.GameInfo
 	12, // 7: ludus.v1.ListNodesResponse.nodes:type_name -> ludus.v1.Node
-	1,  // 8: ludus.v1.AdminService.CreateTenant:input_type -> ludus.v1.CreateTenantRequest
-	3,  // 9: ludus.v1.AdminService.ListTenants:input_type -> ludus.v1.ListTenantsRequest
-	6,  // 10: ludus.v1.AdminService.UploadModule:input_type -> ludus.v1.UploadModuleRequest
-	8,  // 11: ludus.v1.AdminService.ListModules:input_type -> ludus.v1.ListModulesRequest
-	10, // 12: ludus.v1.AdminService.ListGames:input_type -> ludus.v1.AdminServiceListGamesRequest
-	13, // 13: ludus.v1.AdminService.ListNodes:input_type -> ludus.v1.ListNodesRequest
-	2,  // 14: ludus.v1.AdminService.CreateTenant:output_type -> ludus.v1.CreateTenantResponse
-	4,  // 15: ludus.v1.AdminService.ListTenants:output_type -> ludus.v1.ListTenantsResponse
-	7,  // 16: ludus.v1.AdminService.UploadModule:output_type -> ludus.v1.UploadModuleResponse
-	9,  // 17: ludus.v1.AdminService.ListModules:output_type -> ludus.v1.ListModulesResponse
-	11, // 18: ludus.v1.AdminService.ListGames:output_type -> ludus.v1.AdminServiceListGamesResponse
-	14, // 19: ludus.v1.AdminService.ListNodes:output_type -> ludus.v1.ListNodesResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	50, // 8: ludus.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	15, // 9: ludus.v1.CreateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
+	15, // 10: ludus.v1.ListAPIKeysResponse.keys:type_name -> ludus.v1.APIKey
+	15, // 11: ludus.v1.RotateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
+	50, // 12: ludus.v1.Account.created_at:type_name -> google.protobuf.Timestamp
+	50, // 13: ludus.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
+	26, // 14: ludus.v1.CreateAccountResponse.account:type_name -> ludus.v1.Account
+	26, // 15: ludus.v1.GetAccountResponse.account:type_name -> ludus.v1.Account
+	48, // 16: ludus.v1.GrantProgressionRequest.currency:type_name -> ludus.v1.GrantProgressionRequest.CurrencyEntry
+	49, // 17: ludus.v1.GrantProgressionRequest.items:type_name -> ludus.v1.GrantProgressionRequest.ItemsEntry
+	52, // 18: ludus.v1.GrantProgressionResponse.progression:type_name -> ludus.v1.Progression
+	52, // 19: ludus.v1.GetAccountProgressionResponse.progression:type_name -> ludus.v1.Progression
+	53, // 20: ludus.v1.GetAccountProgressionResponse.ledger:type_name -> ludus.v1.LedgerEntry
+	54, // 21: ludus.v1.ListMatchResultsResponse.results:type_name -> ludus.v1.MatchResult
+	55, // 22: ludus.v1.GetAdminLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
+	56, // 23: ludus.v1.GetAdminLeaderboardResponse.entries:type_name -> ludus.v1.LeaderboardEntry
+	50, // 24: ludus.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	50, // 25: ludus.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	50, // 26: ludus.v1.WebhookDelivery.updated_at:type_name -> google.protobuf.Timestamp
+	46, // 27: ludus.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> ludus.v1.WebhookDelivery
+	1,  // 28: ludus.v1.AdminService.CreateTenant:input_type -> ludus.v1.CreateTenantRequest
+	3,  // 29: ludus.v1.AdminService.ListTenants:input_type -> ludus.v1.ListTenantsRequest
+	6,  // 30: ludus.v1.AdminService.UploadModule:input_type -> ludus.v1.UploadModuleRequest
+	8,  // 31: ludus.v1.AdminService.ListModules:input_type -> ludus.v1.ListModulesRequest
+	10, // 32: ludus.v1.AdminService.ListGames:input_type -> ludus.v1.AdminServiceListGamesRequest
+	13, // 33: ludus.v1.AdminService.ListNodes:input_type -> ludus.v1.ListNodesRequest
+	16, // 34: ludus.v1.AdminService.CreateAPIKey:input_type -> ludus.v1.CreateAPIKeyRequest
+	18, // 35: ludus.v1.AdminService.ListAPIKeys:input_type -> ludus.v1.ListAPIKeysRequest
+	20, // 36: ludus.v1.AdminService.RotateAPIKey:input_type -> ludus.v1.RotateAPIKeyRequest
+	22, // 37: ludus.v1.AdminService.RevokeAPIKey:input_type -> ludus.v1.RevokeAPIKeyRequest
+	24, // 38: ludus.v1.AdminService.RotateSigningKey:input_type -> ludus.v1.RotateSigningKeyRequest
+	27, // 39: ludus.v1.AdminService.CreateAccount:input_type -> ludus.v1.CreateAccountRequest
+	29, // 40: ludus.v1.AdminService.GetAccount:input_type -> ludus.v1.GetAccountRequest
+	31, // 41: ludus.v1.AdminService.DeleteAccount:input_type -> ludus.v1.DeleteAccountRequest
+	33, // 42: ludus.v1.AdminService.ExportAccount:input_type -> ludus.v1.ExportAccountRequest
+	35, // 43: ludus.v1.AdminService.GrantProgression:input_type -> ludus.v1.GrantProgressionRequest
+	37, // 44: ludus.v1.AdminService.GetAccountProgression:input_type -> ludus.v1.GetAccountProgressionRequest
+	39, // 45: ludus.v1.AdminService.ListMatchResults:input_type -> ludus.v1.ListMatchResultsRequest
+	41, // 46: ludus.v1.AdminService.GetAdminLeaderboard:input_type -> ludus.v1.GetAdminLeaderboardRequest
+	43, // 47: ludus.v1.AdminService.SetWebhook:input_type -> ludus.v1.SetWebhookRequest
+	45, // 48: ludus.v1.AdminService.ListWebhookDeliveries:input_type -> ludus.v1.ListWebhookDeliveriesRequest
+	2,  // 49: ludus.v1.AdminService.CreateTenant:output_type -> ludus.v1.CreateTenantResponse
+	4,  // 50: ludus.v1.AdminService.ListTenants:output_type -> ludus.v1.ListTenantsResponse
+	7,  // 51: ludus.v1.AdminService.UploadModule:output_type -> ludus.v1.UploadModuleResponse
+	9,  // 52: ludus.v1.AdminService.ListModules:output_type -> ludus.v1.ListModulesResponse
+	11, // 53: ludus.v1.AdminService.ListGames:output_type -> ludus.v1.AdminServiceListGamesResponse
+	14, // 54: ludus.v1.AdminService.ListNodes:output_type -> ludus.v1.ListNodesResponse
+	17, // 55: ludus.v1.AdminService.CreateAPIKey:output_type -> ludus.v1.CreateAPIKeyResponse
+	19, // 56: ludus.v1.AdminService.ListAPIKeys:output_type -> ludus.v1.ListAPIKeysResponse
+	21, // 57: ludus.v1.AdminService.RotateAPIKey:output_type -> ludus.v1.RotateAPIKeyResponse
+	23, // 58: ludus.v1.AdminService.RevokeAPIKey:output_type -> ludus.v1.RevokeAPIKeyResponse
+	25, // 59: ludus.v1.AdminService.RotateSigningKey:output_type -> ludus.v1.RotateSigningKeyResponse
+	28, // 60: ludus.v1.AdminService.CreateAccount:output_type -> ludus.v1.CreateAccountResponse
+	30, // 61: ludus.v1.AdminService.GetAccount:output_type -> ludus.v1.GetAccountResponse
+	32, // 62: ludus.v1.AdminService.DeleteAccount:output_type -> ludus.v1.DeleteAccountResponse
+	34, // 63: ludus.v1.AdminService.ExportAccount:output_type -> ludus.v1.ExportAccountResponse
+	36, // 64: ludus.v1.AdminService.GrantProgression:output_type -> ludus.v1.GrantProgressionResponse
+	38, // 65: ludus.v1.AdminService.GetAccountProgression:output_type -> ludus.v1.GetAccountProgressionResponse
+	40, // 66: ludus.v1.AdminService.ListMatchResults:output_type -> ludus.v1.ListMatchResultsResponse
+	42, // 67: ludus.v1.AdminService.GetAdminLeaderboard:output_type -> ludus.v1.GetAdminLeaderboardResponse
+	44, // 68: ludus.v1.AdminService.SetWebhook:output_type -> ludus.v1.SetWebhookResponse
+	47, // 69: ludus.v1.AdminService.ListWebhookDeliveries:output_type -> ludus.v1.ListWebhookDeliveriesResponse
+	49, // [49:70] is the sub-list for method output_type
+	28, // [28:49] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_ludus_v1_admin_proto_init() }
@@ -928,13 +2887,14 @@ func file_ludus_v1_admin_proto_init() {
 		return
 	}
 	file_ludus_v1_game_proto_init()
+	file_ludus_v1_match_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_admin_proto_rawDesc), len(file_ludus_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Identity is a way of signing in.
+type Identity int32
+
+const (
+	Identity_IDENTITY_UNSPECIFIED Identity = 0
+	Identity_IDENTITY_DEVICE      Identity = 1
+	Identity_IDENTITY_EMAIL       Identity = 2
+	Identity_IDENTITY_CUSTOM      Identity = 3
+)
+
+// Enum value maps for Identity.
+var (
+	Identity_name = map[int32]string{
+		0: "IDENTITY_UNSPECIFIED",
+		1: "IDENTITY_DEVICE",
+		2: "IDENTITY_EMAIL",
+		3: "IDENTITY_CUSTOM",
+	}
+	Identity_value = map[string]int32{
+		"IDENTITY_UNSPECIFIED": 0,
+		"IDENTITY_DEVICE":      1,
+		"IDENTITY_EMAIL":       2,
+		"IDENTITY_CUSTOM":      3,
+	}
+)
+
+func (x Identity) Enum() *Identity {
+	p := new(Identity)
+	*p = x
+	return p
+}
+
+func (x Identity) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Identity) Descriptor() protoreflect.EnumDescriptor {
+	return file_ludus_v1_auth_proto_enumTypes[0].Descriptor()
+}
+
+func (Identity) Type() protoreflect.EnumType {
+	return &file_ludus_v1_auth_proto_enumTypes[0]
+}
+
+func (x Identity) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Identity.Descriptor instead.
+func (Identity) EnumDescriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{0}
+}
+
 type GuestLoginRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Tenant (studio) slug, e.g. "demo".
@@ -88,12 +141,15 @@ func (x *GuestLoginRequest) GetDisplayName() string {
 type GuestLoginResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Session ticket: a JWT signed with Ed25519, valid for 120 s.
-	Ticket        string                 `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	AccountId     string                 `protobuf:"bytes,3,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
-	DisplayName   string                 `protobuf:"bytes,4,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ticket      string                 `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	ExpiresAt   *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	AccountId   string                 `protobuf:"bytes,3,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	DisplayName string                 `protobuf:"bytes,4,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// Opaque refresh token for AuthService.Refresh (30 days, single use).
+	RefreshToken     string                 `protobuf:"bytes,5,opt,name=refresh_token,json=refreshToken,proto3" json:"refresh_token,omitempty"`
+	RefreshExpiresAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=refresh_expires_at,json=refreshExpiresAt,proto3" json:"refresh_expires_at,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GuestLoginResponse) Reset() {
@@ -154,6 +210,855 @@ func (x *GuestLoginResponse) GetDisplayName() string {
 	return ""
 }
 
+func (x *GuestLoginResponse) GetRefreshToken() string {
+	if x != nil {
+		return x.RefreshToken
+	}
+	return ""
+}
+
+func (x *GuestLoginResponse) GetRefreshExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RefreshExpiresAt
+	}
+	return nil
+}
+
+// Session is a signed-in session.
+type Session struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Session ticket: a JWT signed with Ed25519, valid for 120 s.
+	Ticket      string                 `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	ExpiresAt   *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	AccountId   string                 `protobuf:"bytes,3,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	DisplayName string                 `protobuf:"bytes,4,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// Opaque refresh token for AuthService.Refresh (30 days, single use).
+	RefreshToken     string                 `protobuf:"bytes,5,opt,name=refresh_token,json=refreshToken,proto3" json:"refresh_token,omitempty"`
+	RefreshExpiresAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=refresh_expires_at,json=refreshExpiresAt,proto3" json:"refresh_expires_at,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Session) Reset() {
+	*x = Session{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Session) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Session) ProtoMessage() {}
+
+func (x *Session) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Session.ProtoReflect.Descriptor instead.
+func (*Session) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Session) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+func (x *Session) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Session) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *Session) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *Session) GetRefreshToken() string {
+	if x != nil {
+		return x.RefreshToken
+	}
+	return ""
+}
+
+func (x *Session) GetRefreshExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RefreshExpiresAt
+	}
+	return nil
+}
+
+type RegisterEmailRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// At most 254 characters.
+	Email string `protobuf:"bytes,2,opt,name=email,proto3" json:"email,omitempty"`
+	// 8..128 characters.
+	Password      string `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
+	DisplayName   string `protobuf:"bytes,4,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterEmailRequest) Reset() {
+	*x = RegisterEmailRequest{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterEmailRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterEmailRequest) ProtoMessage() {}
+
+func (x *RegisterEmailRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterEmailRequest.ProtoReflect.Descriptor instead.
+func (*RegisterEmailRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RegisterEmailRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RegisterEmailRequest) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *RegisterEmailRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *RegisterEmailRequest) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+type RegisterEmailResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterEmailResponse) Reset() {
+	*x = RegisterEmailResponse{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterEmailResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterEmailResponse) ProtoMessage() {}
+
+func (x *RegisterEmailResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterEmailResponse.ProtoReflect.Descriptor instead.
+func (*RegisterEmailResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RegisterEmailResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type EmailLoginRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Email         string                 `protobuf:"bytes,2,opt,name=email,proto3" json:"email,omitempty"`
+	Password      string                 `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmailLoginRequest) Reset() {
+	*x = EmailLoginRequest{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmailLoginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmailLoginRequest) ProtoMessage() {}
+
+func (x *EmailLoginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmailLoginRequest.ProtoReflect.Descriptor instead.
+func (*EmailLoginRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *EmailLoginRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *EmailLoginRequest) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *EmailLoginRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+type EmailLoginResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmailLoginResponse) Reset() {
+	*x = EmailLoginResponse{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmailLoginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmailLoginResponse) ProtoMessage() {}
+
+func (x *EmailLoginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmailLoginResponse.ProtoReflect.Descriptor instead.
+func (*EmailLoginResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *EmailLoginResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type CustomLoginRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The studio's id of the player: 1..128 printable characters.
+	CustomId string `protobuf:"bytes,1,opt,name=custom_id,json=customId,proto3" json:"custom_id,omitempty"`
+	// Used when the account is created, or to rename it.
+	DisplayName   string `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CustomLoginRequest) Reset() {
+	*x = CustomLoginRequest{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CustomLoginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CustomLoginRequest) ProtoMessage() {}
+
+func (x *CustomLoginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CustomLoginRequest.ProtoReflect.Descriptor instead.
+func (*CustomLoginRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CustomLoginRequest) GetCustomId() string {
+	if x != nil {
+		return x.CustomId
+	}
+	return ""
+}
+
+func (x *CustomLoginRequest) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+type CustomLoginResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CustomLoginResponse) Reset() {
+	*x = CustomLoginResponse{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CustomLoginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CustomLoginResponse) ProtoMessage() {}
+
+func (x *CustomLoginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CustomLoginResponse.ProtoReflect.Descriptor instead.
+func (*CustomLoginResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CustomLoginResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type RefreshRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	RefreshToken  string                 `protobuf:"bytes,2,opt,name=refresh_token,json=refreshToken,proto3" json:"refresh_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefreshRequest) Reset() {
+	*x = RefreshRequest{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefreshRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefreshRequest) ProtoMessage() {}
+
+func (x *RefreshRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefreshRequest.ProtoReflect.Descriptor instead.
+func (*RefreshRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RefreshRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RefreshRequest) GetRefreshToken() string {
+	if x != nil {
+		return x.RefreshToken
+	}
+	return ""
+}
+
+type RefreshResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefreshResponse) Reset() {
+	*x = RefreshResponse{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefreshResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefreshResponse) ProtoMessage() {}
+
+func (x *RefreshResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefreshResponse.ProtoReflect.Descriptor instead.
+func (*RefreshResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RefreshResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type LogoutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	RefreshToken  string                 `protobuf:"bytes,2,opt,name=refresh_token,json=refreshToken,proto3" json:"refresh_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogoutRequest) Reset() {
+	*x = LogoutRequest{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogoutRequest) ProtoMessage() {}
+
+func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogoutRequest.ProtoReflect.Descriptor instead.
+func (*LogoutRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LogoutRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *LogoutRequest) GetRefreshToken() string {
+	if x != nil {
+		return x.RefreshToken
+	}
+	return ""
+}
+
+type LogoutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogoutResponse) Reset() {
+	*x = LogoutResponse{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogoutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogoutResponse) ProtoMessage() {}
+
+func (x *LogoutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogoutResponse.ProtoReflect.Descriptor instead.
+func (*LogoutResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{12}
+}
+
+type LinkDeviceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DeviceId      string                 `protobuf:"bytes,1,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkDeviceRequest) Reset() {
+	*x = LinkDeviceRequest{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkDeviceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkDeviceRequest) ProtoMessage() {}
+
+func (x *LinkDeviceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkDeviceRequest.ProtoReflect.Descriptor instead.
+func (*LinkDeviceRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LinkDeviceRequest) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+type LinkDeviceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkDeviceResponse) Reset() {
+	*x = LinkDeviceResponse{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkDeviceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkDeviceResponse) ProtoMessage() {}
+
+func (x *LinkDeviceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkDeviceResponse.ProtoReflect.Descriptor instead.
+func (*LinkDeviceResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{14}
+}
+
+type LinkEmailRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Email         string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
+	Password      string                 `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkEmailRequest) Reset() {
+	*x = LinkEmailRequest{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkEmailRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkEmailRequest) ProtoMessage() {}
+
+func (x *LinkEmailRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkEmailRequest.ProtoReflect.Descriptor instead.
+func (*LinkEmailRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *LinkEmailRequest) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *LinkEmailRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+type LinkEmailResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkEmailResponse) Reset() {
+	*x = LinkEmailResponse{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkEmailResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkEmailResponse) ProtoMessage() {}
+
+func (x *LinkEmailResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkEmailResponse.ProtoReflect.Descriptor instead.
+func (*LinkEmailResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{16}
+}
+
+type UnlinkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Identity      Identity               `protobuf:"varint,1,opt,name=identity,proto3,enum=ludus.v1.Identity" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnlinkRequest) Reset() {
+	*x = UnlinkRequest{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnlinkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnlinkRequest) ProtoMessage() {}
+
+func (x *UnlinkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnlinkRequest.ProtoReflect.Descriptor instead.
+func (*UnlinkRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *UnlinkRequest) GetIdentity() Identity {
+	if x != nil {
+		return x.Identity
+	}
+	return Identity_IDENTITY_UNSPECIFIED
+}
+
+type UnlinkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnlinkResponse) Reset() {
+	*x = UnlinkResponse{}
+	mi := &file_ludus_v1_auth_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnlinkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnlinkResponse) ProtoMessage() {}
+
+func (x *UnlinkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_auth_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnlinkResponse.ProtoReflect.Descriptor instead.
+func (*UnlinkResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_auth_proto_rawDescGZIP(), []int{18}
+}
+
 var File_ludus_v1_auth_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_auth_proto_rawDesc = "" +
@@ -162,17 +1067,80 @@ const file_ludus_v1_auth_proto_rawDesc = "" +
 	"\x11GuestLoginRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1b\n" +
 	"\tdevice_id\x18\x02 \x01(\tR\bdeviceId\x12!\n" +
-	"\fdisplay_name\x18\x03 \x01(\tR\vdisplayName\"\xa9\x01\n" +
+	"\fdisplay_name\x18\x03 \x01(\tR\vdisplayName\"\x98\x02\n" +
 	"\x12GuestLoginResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x03 \x01(\tR\taccountId\x12!\n" +
-	"\fdisplay_name\x18\x04 \x01(\tR\vdisplayName2V\n" +
+	"\fdisplay_name\x18\x04 \x01(\tR\vdisplayName\x12#\n" +
+	"\rrefresh_token\x18\x05 \x01(\tR\frefreshToken\x12H\n" +
+	"\x12refresh_expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x10refreshExpiresAt\"\x8d\x02\n" +
+	"\aSession\x12\x16\n" +
+	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x03 \x01(\tR\taccountId\x12!\n" +
+	"\fdisplay_name\x18\x04 \x01(\tR\vdisplayName\x12#\n" +
+	"\rrefresh_token\x18\x05 \x01(\tR\frefreshToken\x12H\n" +
+	"\x12refresh_expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x10refreshExpiresAt\"\x83\x01\n" +
+	"\x14RegisterEmailRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05email\x18\x02 \x01(\tR\x05email\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\tR\bpassword\x12!\n" +
+	"\fdisplay_name\x18\x04 \x01(\tR\vdisplayName\"D\n" +
+	"\x15RegisterEmailResponse\x12+\n" +
+	"\asession\x18\x01 \x01(\v2\x11.ludus.v1.SessionR\asession\"]\n" +
+	"\x11EmailLoginRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05email\x18\x02 \x01(\tR\x05email\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\tR\bpassword\"A\n" +
+	"\x12EmailLoginResponse\x12+\n" +
+	"\asession\x18\x01 \x01(\v2\x11.ludus.v1.SessionR\asession\"T\n" +
+	"\x12CustomLoginRequest\x12\x1b\n" +
+	"\tcustom_id\x18\x01 \x01(\tR\bcustomId\x12!\n" +
+	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\"B\n" +
+	"\x13CustomLoginResponse\x12+\n" +
+	"\asession\x18\x01 \x01(\v2\x11.ludus.v1.SessionR\asession\"M\n" +
+	"\x0eRefreshRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12#\n" +
+	"\rrefresh_token\x18\x02 \x01(\tR\frefreshToken\">\n" +
+	"\x0fRefreshResponse\x12+\n" +
+	"\asession\x18\x01 \x01(\v2\x11.ludus.v1.SessionR\asession\"L\n" +
+	"\rLogoutRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12#\n" +
+	"\rrefresh_token\x18\x02 \x01(\tR\frefreshToken\"\x10\n" +
+	"\x0eLogoutResponse\"0\n" +
+	"\x11LinkDeviceRequest\x12\x1b\n" +
+	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\"\x14\n" +
+	"\x12LinkDeviceResponse\"D\n" +
+	"\x10LinkEmailRequest\x12\x14\n" +
+	"\x05email\x18\x01 \x01(\tR\x05email\x12\x1a\n" +
+	"\bpassword\x18\x02 \x01(\tR\bpassword\"\x13\n" +
+	"\x11LinkEmailResponse\"?\n" +
+	"\rUnlinkRequest\x12.\n" +
+	"\bidentity\x18\x01 \x01(\x0e2\x12.ludus.v1.IdentityR\bidentity\"\x10\n" +
+	"\x0eUnlinkResponse*b\n" +
+	"\bIdentity\x12\x18\n" +
+	"\x14IDENTITY_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fIDENTITY_DEVICE\x10\x01\x12\x12\n" +
+	"\x0eIDENTITY_EMAIL\x10\x02\x12\x13\n" +
+	"\x0fIDENTITY_CUSTOM\x10\x032\x86\x05\n" +
 	"\vAuthService\x12G\n" +
 	"\n" +
-	"GuestLogin\x12\x1b.ludus.v1.GuestLoginRequest\x1a\x1c.ludus.v1.GuestLoginResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
+	"GuestLogin\x12\x1b.ludus.v1.GuestLoginRequest\x1a\x1c.ludus.v1.GuestLoginResponse\x12P\n" +
+	"\rRegisterEmail\x12\x1e.ludus.v1.RegisterEmailRequest\x1a\x1f.ludus.v1.RegisterEmailResponse\x12G\n" +
+	"\n" +
+	"EmailLogin\x12\x1b.ludus.v1.EmailLoginRequest\x1a\x1c.ludus.v1.EmailLoginResponse\x12J\n" +
+	"\vCustomLogin\x12\x1c.ludus.v1.CustomLoginRequest\x1a\x1d.ludus.v1.CustomLoginResponse\x12>\n" +
+	"\aRefresh\x12\x18.ludus.v1.RefreshRequest\x1a\x19.ludus.v1.RefreshResponse\x12;\n" +
+	"\x06Logout\x12\x17.ludus.v1.LogoutRequest\x1a\x18.ludus.v1.LogoutResponse\x12G\n" +
+	"\n" +
+	"LinkDevice\x12\x1b.ludus.v1.LinkDeviceRequest\x1a\x1c.ludus.v1.LinkDeviceResponse\x12D\n" +
+	"\tLinkEmail\x12\x1a.ludus.v1.LinkEmailRequest\x1a\x1b.ludus.v1.LinkEmailResponse\x12;\n" +
+	"\x06Unlink\x12\x17.ludus.v1.UnlinkRequest\x1a\x18.ludus.v1.UnlinkResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
 
 var (
 	file_ludus_v1_auth_proto_rawDescOnce sync.Once
@@ -186,21 +1154,64 @@ func file_ludus_v1_auth_proto_rawDescGZIP() []byte {
 	return file_ludus_v1_auth_proto_rawDescData
 }
 
-var file_ludus_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_ludus_v1_auth_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_ludus_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_ludus_v1_auth_proto_goTypes = []any{
-	(*GuestLoginRequest)(nil),     // 0: ludus.v1.GuestLoginRequest
-	(*GuestLoginResponse)(nil),    // 1: ludus.v1.GuestLoginResponse
-	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
+	(Identity)(0),                 // 0: ludus.v1.Identity
+	(*GuestLoginRequest)(nil),     // 1: ludus.v1.GuestLoginRequest
+	(*GuestLoginResponse)(nil),    // 2: ludus.v1.GuestLoginResponse
+	(*Session)(nil),               // 3: ludus.v1.Session
+	(*RegisterEmailRequest)(nil),  // 4: ludus.v1.RegisterEmailRequest
+	(*RegisterEmailResponse)(nil), // 5: ludus.v1.RegisterEmailResponse
+	(*EmailLoginRequest)(nil),     // 6: ludus.v1.EmailLoginRequest
+	(*EmailLoginResponse)(nil),    // 7: ludus.v1.EmailLoginResponse
+	(*CustomLoginRequest)(nil),    // 8: ludus.v1.CustomLoginRequest
+	(*CustomLoginResponse)(nil),   // 9: ludus.v1.CustomLoginResponse
+	(*RefreshRequest)(nil),        // 10: ludus.v1.RefreshRequest
+	(*RefreshResponse)(nil),       // 11: ludus.v1.RefreshResponse
+	(*LogoutRequest)(nil),         // 12: ludus.v1.LogoutRequest
+	(*LogoutResponse)(nil),        // 13: ludus.v1.LogoutResponse
+	(*LinkDeviceRequest)(nil),     // 14: ludus.v1.LinkDeviceRequest
+	(*LinkDeviceResponse)(nil),    // 15: ludus.v1.LinkDeviceResponse
+	(*LinkEmailRequest)(nil),      // 16: ludus.v1.LinkEmailRequest
+	(*LinkEmailResponse)(nil),     // 17: ludus.v1.LinkEmailResponse
+	(*UnlinkRequest)(nil),         // 18: ludus.v1.UnlinkRequest
+	(*UnlinkResponse)(nil),        // 19: ludus.v1.UnlinkResponse
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
 }
 var file_ludus_v1_auth_proto_depIdxs = []int32{
-	2, // 0: ludus.v1.GuestLoginResponse.expires_at:type_name -> google.protobuf.Timestamp
-	0, // 1: ludus.v1.AuthService.GuestLogin:input_type -> ludus.v1.GuestLoginRequest
-	1, // 2: ludus.v1.AuthService.GuestLogin:output_type -> ludus.v1.GuestLoginResponse
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	20, // 0: ludus.v1.GuestLoginResponse.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 1: ludus.v1.GuestLoginResponse.refresh_expires_at:type_name -> google.protobuf.Timestamp
+	20, // 2: ludus.v1.Session.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 3: ludus.v1.Session.refresh_expires_at:type_name -> google.protobuf.Timestamp
+	3,  // 4: ludus.v1.RegisterEmailResponse.session:type_name -> ludus.v1.Session
+	3,  // 5: ludus.v1.EmailLoginResponse.session:type_name -> ludus.v1.Session
+	3,  // 6: ludus.v1.CustomLoginResponse.session:type_name -> ludus.v1.Session
+	3,  // 7: ludus.v1.RefreshResponse.session:type_name -> ludus.v1.Session
+	0,  // 8: ludus.v1.UnlinkRequest.identity:type_name -> ludus.v1.Identity
+	1,  // 9: ludus.v1.AuthService.GuestLogin:input_type -> ludus.v1.GuestLoginRequest
+	4,  // 10: ludus.v1.AuthService.RegisterEmail:input_type -> ludus.v1.RegisterEmailRequest
+	6,  // 11: ludus.v1.AuthService.EmailLogin:input_type -> ludus.v1.EmailLoginRequest
+	8,  // 12: ludus.v1.AuthService.CustomLogin:input_type -> ludus.v1.CustomLoginRequest
+	10, // 13: ludus.v1.AuthService.Refresh:input_type -> ludus.v1.RefreshRequest
+	12, // 14: ludus.v1.AuthService.Logout:input_type -> ludus.v1.LogoutRequest
+	14, // 15: ludus.v1.AuthService.LinkDevice:input_type -> ludus.v1.LinkDeviceRequest
+	16, // 16: ludus.v1.AuthService.LinkEmail:input_type -> ludus.v1.LinkEmailRequest
+	18, // 17: ludus.v1.AuthService.Unlink:input_type -> ludus.v1.UnlinkRequest
+	2,  // 18: ludus.v1.AuthService.GuestLogin:output_type -> ludus.v1.GuestLoginResponse
+	5,  // 19: ludus.v1.AuthService.RegisterEmail:output_type -> ludus.v1.RegisterEmailResponse
+	7,  // 20: ludus.v1.AuthService.EmailLogin:output_type -> ludus.v1.EmailLoginResponse
+	9,  // 21: ludus.v1.AuthService.CustomLogin:output_type -> ludus.v1.CustomLoginResponse
+	11, // 22: ludus.v1.AuthService.Refresh:output_type -> ludus.v1.RefreshResponse
+	13, // 23: ludus.v1.AuthService.Logout:output_type -> ludus.v1.LogoutResponse
+	15, // 24: ludus.v1.AuthService.LinkDevice:output_type -> ludus.v1.LinkDeviceResponse
+	17, // 25: ludus.v1.AuthService.LinkEmail:output_type -> ludus.v1.LinkEmailResponse
+	19, // 26: ludus.v1.AuthService.Unlink:output_type -> ludus.v1.UnlinkResponse
+	18, // [18:27] is the sub-list for method output_type
+	9,  // [9:18] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_ludus_v1_auth_proto_init() }
@@ -213,13 +1224,14 @@ func file_ludus_v1_auth_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_auth_proto_rawDesc), len(file_ludus_v1_auth_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   2,
+			NumEnums:      1,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_ludus_v1_auth_proto_goTypes,
 		DependencyIndexes: file_ludus_v1_auth_proto_depIdxs,
+		EnumInfos:         file_ludus_v1_auth_proto_enumTypes,
 		MessageInfos:      file_ludus_v1_auth_proto_msgTypes,
 	}.Build()
 	File_ludus_v1_auth_proto = out.File

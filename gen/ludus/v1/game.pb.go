@@ -21,6 +21,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// FrameEncoding is how Frame.view is encoded; see docs/STREAMS.md.
+type FrameEncoding int32
+
+const (
+	// Unset: a raw view (as FRAME_ENCODING_RAW).
+	FrameEncoding_FRAME_ENCODING_UNSPECIFIED FrameEncoding = 0
+	// The whole view, as the game rendered it.
+	FrameEncoding_FRAME_ENCODING_RAW FrameEncoding = 1
+	// Keyframes and XOR deltas, run-length coded, raw deflate (browsers:
+	// DecompressionStream("deflate-raw")).
+	FrameEncoding_FRAME_ENCODING_DELTA_DEFLATE FrameEncoding = 2
+	// The same with zstd, for native clients.
+	FrameEncoding_FRAME_ENCODING_DELTA_ZSTD FrameEncoding = 3
+)
+
+// Enum value maps for FrameEncoding.
+var (
+	FrameEncoding_name = map[int32]string{
+		0: "FRAME_ENCODING_UNSPECIFIED",
+		1: "FRAME_ENCODING_RAW",
+		2: "FRAME_ENCODING_DELTA_DEFLATE",
+		3: "FRAME_ENCODING_DELTA_ZSTD",
+	}
+	FrameEncoding_value = map[string]int32{
+		"FRAME_ENCODING_UNSPECIFIED":   0,
+		"FRAME_ENCODING_RAW":           1,
+		"FRAME_ENCODING_DELTA_DEFLATE": 2,
+		"FRAME_ENCODING_DELTA_ZSTD":    3,
+	}
+)
+
+func (x FrameEncoding) Enum() *FrameEncoding {
+	p := new(FrameEncoding)
+	*p = x
+	return p
+}
+
+func (x FrameEncoding) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FrameEncoding) Descriptor() protoreflect.EnumDescriptor {
+	return file_ludus_v1_game_proto_enumTypes[0].Descriptor()
+}
+
+func (FrameEncoding) Type() protoreflect.EnumType {
+	return &file_ludus_v1_game_proto_enumTypes[0]
+}
+
+func (x FrameEncoding) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FrameEncoding.Descriptor instead.
+func (FrameEncoding) EnumDescriptor() ([]byte, []int) {
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{0}
+}
+
 type GameInfo struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	GameId     string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
@@ -423,10 +481,14 @@ func (x *JoinGameResponse) GetSlot() int32 {
 }
 
 type StreamFramesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GameId        string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	GameId string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
+	// Frame encodings the client can decode, most preferred first; the gateway uses
+	// the first one it supports. Empty: FRAME_ENCODING_RAW (whole views), so older
+	// clients keep working. See docs/STREAMS.md.
+	AcceptEncodings []FrameEncoding `protobuf:"varint,2,rep,packed,name=accept_encodings,json=acceptEncodings,proto3,enum=ludus.v1.FrameEncoding" json:"accept_encodings,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StreamFramesRequest) Reset() {
@@ -464,6 +526,13 @@ func (x *StreamFramesRequest) GetGameId() string {
 		return x.GameId
 	}
 	return ""
+}
+
+func (x *StreamFramesRequest) GetAcceptEncodings() []FrameEncoding {
+	if x != nil {
+		return x.AcceptEncodings
+	}
+	return nil
 }
 
 // StreamFramesResponse is one message of a frame stream: a frame or a status change.
@@ -552,8 +621,19 @@ func (*StreamFramesResponse_Status) isStreamFramesResponse_Msg() {}
 type Frame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Tick  int64                  `protobuf:"varint,1,opt,name=tick,proto3" json:"tick,omitempty"`
-	// The view, opaque to the platform; see GameInfo.view_format.
-	View          []byte `protobuf:"bytes,2,opt,name=view,proto3" json:"view,omitempty"`
+	// The view, opaque to the platform; see GameInfo.view_format. With a delta
+	// encoding, a payload that decodes to the view (docs/STREAMS.md).
+	View []byte `protobuf:"bytes,2,opt,name=view,proto3" json:"view,omitempty"`
+	// How view is encoded; unset means raw.
+	Encoding FrameEncoding `protobuf:"varint,3,opt,name=encoding,proto3,enum=ludus.v1.FrameEncoding" json:"encoding,omitempty"`
+	// With a delta encoding: the payload is a keyframe (decodes on its own). The
+	// first frame of every stream, and of every re-attach, is a keyframe.
+	Keyframe bool `protobuf:"varint,4,opt,name=keyframe,proto3" json:"keyframe,omitempty"`
+	// With a delta encoding and keyframe false: the tick of the frame the delta
+	// applies to, the last frame this stream sent.
+	BaseTick int64 `protobuf:"varint,5,opt,name=base_tick,json=baseTick,proto3" json:"base_tick,omitempty"`
+	// Size in bytes of the decoded view.
+	RawSize       uint32 `protobuf:"varint,6,opt,name=raw_size,json=rawSize,proto3" json:"raw_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,20 +682,53 @@ func (x *Frame) GetView() []byte {
 	return nil
 }
 
+func (x *Frame) GetEncoding() FrameEncoding {
+	if x != nil {
+		return x.Encoding
+	}
+	return FrameEncoding_FRAME_ENCODING_UNSPECIFIED
+}
+
+func (x *Frame) GetKeyframe() bool {
+	if x != nil {
+		return x.Keyframe
+	}
+	return false
+}
+
+func (x *Frame) GetBaseTick() int64 {
+	if x != nil {
+		return x.BaseTick
+	}
+	return 0
+}
+
+func (x *Frame) GetRawSize() uint32 {
+	if x != nil {
+		return x.RawSize
+	}
+	return 0
+}
+
 type Status struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Region string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
 	Tick   int64                  `protobuf:"varint,3,opt,name=tick,proto3" json:"tick,omitempty"`
-	// "running", "ended" or "failed".
+	// "running", "ended", "failed", or "migrating" while the gateway re-attaches the
+	// stream to the game's new node (handoff or failover).
 	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
 	// Human-readable detail, e.g. why a match failed.
-	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
-	Slot          int32  `protobuf:"varint,6,opt,name=slot,proto3" json:"slot,omitempty"`
-	ViewFormat    string `protobuf:"bytes,7,opt,name=view_format,json=viewFormat,proto3" json:"view_format,omitempty"`
-	TickRate      int32  `protobuf:"varint,8,opt,name=tick_rate,json=tickRate,proto3" json:"tick_rate,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Message    string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Slot       int32  `protobuf:"varint,6,opt,name=slot,proto3" json:"slot,omitempty"`
+	ViewFormat string `protobuf:"bytes,7,opt,name=view_format,json=viewFormat,proto3" json:"view_format,omitempty"`
+	TickRate   int32  `protobuf:"varint,8,opt,name=tick_rate,json=tickRate,proto3" json:"tick_rate,omitempty"`
+	// Set on the first status after a re-attach: how long the stream was moving, in
+	// milliseconds, and the node it came from.
+	MigrationMs    int64  `protobuf:"varint,9,opt,name=migration_ms,json=migrationMs,proto3" json:"migration_ms,omitempty"`
+	PreviousNodeId string `protobuf:"bytes,10,opt,name=previous_node_id,json=previousNodeId,proto3" json:"previous_node_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -702,6 +815,20 @@ func (x *Status) GetTickRate() int32 {
 		return x.TickRate
 	}
 	return 0
+}
+
+func (x *Status) GetMigrationMs() int64 {
+	if x != nil {
+		return x.MigrationMs
+	}
+	return 0
+}
+
+func (x *Status) GetPreviousNodeId() string {
+	if x != nil {
+		return x.PreviousNodeId
+	}
+	return ""
 }
 
 type SendInputRequest struct {
@@ -822,10 +949,12 @@ func (x *SendInputResponse) GetTick() int64 {
 }
 
 type SpectateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GameId        string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	GameId string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
+	// As StreamFramesRequest.accept_encodings.
+	AcceptEncodings []FrameEncoding `protobuf:"varint,2,rep,packed,name=accept_encodings,json=acceptEncodings,proto3,enum=ludus.v1.FrameEncoding" json:"accept_encodings,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SpectateRequest) Reset() {
@@ -863,6 +992,13 @@ func (x *SpectateRequest) GetGameId() string {
 		return x.GameId
 	}
 	return ""
+}
+
+func (x *SpectateRequest) GetAcceptEncodings() []FrameEncoding {
+	if x != nil {
+		return x.AcceptEncodings
+	}
+	return nil
 }
 
 // SpectateResponse is one message of a spectator stream: a frame or a status change.
@@ -982,16 +1118,21 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\agame_id\x18\x01 \x01(\tR\x06gameId\"N\n" +
 	"\x10JoinGameResponse\x12&\n" +
 	"\x04game\x18\x01 \x01(\v2\x12.ludus.v1.GameInfoR\x04game\x12\x12\n" +
-	"\x04slot\x18\x02 \x01(\x05R\x04slot\".\n" +
+	"\x04slot\x18\x02 \x01(\x05R\x04slot\"r\n" +
 	"\x13StreamFramesRequest\x12\x17\n" +
-	"\agame_id\x18\x01 \x01(\tR\x06gameId\"r\n" +
+	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12B\n" +
+	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\"r\n" +
 	"\x14StreamFramesResponse\x12'\n" +
 	"\x05frame\x18\x01 \x01(\v2\x0f.ludus.v1.FrameH\x00R\x05frame\x12*\n" +
 	"\x06status\x18\x02 \x01(\v2\x10.ludus.v1.StatusH\x00R\x06statusB\x05\n" +
-	"\x03msg\"/\n" +
+	"\x03msg\"\xb8\x01\n" +
 	"\x05Frame\x12\x12\n" +
 	"\x04tick\x18\x01 \x01(\x03R\x04tick\x12\x12\n" +
-	"\x04view\x18\x02 \x01(\fR\x04view\"\xcf\x01\n" +
+	"\x04view\x18\x02 \x01(\fR\x04view\x123\n" +
+	"\bencoding\x18\x03 \x01(\x0e2\x17.ludus.v1.FrameEncodingR\bencoding\x12\x1a\n" +
+	"\bkeyframe\x18\x04 \x01(\bR\bkeyframe\x12\x1b\n" +
+	"\tbase_tick\x18\x05 \x01(\x03R\bbaseTick\x12\x19\n" +
+	"\braw_size\x18\x06 \x01(\rR\arawSize\"\x9c\x02\n" +
 	"\x06Status\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x12\n" +
@@ -1001,20 +1142,29 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\x04slot\x18\x06 \x01(\x05R\x04slot\x12\x1f\n" +
 	"\vview_format\x18\a \x01(\tR\n" +
 	"viewFormat\x12\x1b\n" +
-	"\ttick_rate\x18\b \x01(\x05R\btickRate\"W\n" +
+	"\ttick_rate\x18\b \x01(\x05R\btickRate\x12!\n" +
+	"\fmigration_ms\x18\t \x01(\x03R\vmigrationMs\x12(\n" +
+	"\x10previous_node_id\x18\n" +
+	" \x01(\tR\x0epreviousNodeId\"W\n" +
 	"\x10SendInputRequest\x12\x17\n" +
 	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\"D\n" +
 	"\x11SendInputResponse\x12\x1b\n" +
 	"\tacked_seq\x18\x01 \x01(\x04R\backedSeq\x12\x12\n" +
-	"\x04tick\x18\x02 \x01(\x03R\x04tick\"*\n" +
+	"\x04tick\x18\x02 \x01(\x03R\x04tick\"n\n" +
 	"\x0fSpectateRequest\x12\x17\n" +
-	"\agame_id\x18\x01 \x01(\tR\x06gameId\"n\n" +
+	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12B\n" +
+	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\"n\n" +
 	"\x10SpectateResponse\x12'\n" +
 	"\x05frame\x18\x01 \x01(\v2\x0f.ludus.v1.FrameH\x00R\x05frame\x12*\n" +
 	"\x06status\x18\x02 \x01(\v2\x10.ludus.v1.StatusH\x00R\x06statusB\x05\n" +
-	"\x03msg2\xbb\x03\n" +
+	"\x03msg*\x88\x01\n" +
+	"\rFrameEncoding\x12\x1e\n" +
+	"\x1aFRAME_ENCODING_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12FRAME_ENCODING_RAW\x10\x01\x12 \n" +
+	"\x1cFRAME_ENCODING_DELTA_DEFLATE\x10\x02\x12\x1d\n" +
+	"\x19FRAME_ENCODING_DELTA_ZSTD\x10\x032\xbb\x03\n" +
 	"\vGameService\x12G\n" +
 	"\n" +
 	"CreateGame\x12\x1b.ludus.v1.CreateGameRequest\x1a\x1c.ludus.v1.CreateGameResponse\x12D\n" +
@@ -1036,49 +1186,54 @@ func file_ludus_v1_game_proto_rawDescGZIP() []byte {
 	return file_ludus_v1_game_proto_rawDescData
 }
 
+var file_ludus_v1_game_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_ludus_v1_game_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_ludus_v1_game_proto_goTypes = []any{
-	(*GameInfo)(nil),             // 0: ludus.v1.GameInfo
-	(*CreateGameRequest)(nil),    // 1: ludus.v1.CreateGameRequest
-	(*CreateGameResponse)(nil),   // 2: ludus.v1.CreateGameResponse
-	(*ListGamesRequest)(nil),     // 3: ludus.v1.ListGamesRequest
-	(*ListGamesResponse)(nil),    // 4: ludus.v1.ListGamesResponse
-	(*JoinGameRequest)(nil),      // 5: ludus.v1.JoinGameRequest
-	(*JoinGameResponse)(nil),     // 6: ludus.v1.JoinGameResponse
-	(*StreamFramesRequest)(nil),  // 7: ludus.v1.StreamFramesRequest
-	(*StreamFramesResponse)(nil), // 8: ludus.v1.StreamFramesResponse
-	(*Frame)(nil),                // 9: ludus.v1.Frame
-	(*Status)(nil),               // 10: ludus.v1.Status
-	(*SendInputRequest)(nil),     // 11: ludus.v1.SendInputRequest
-	(*SendInputResponse)(nil),    // 12: ludus.v1.SendInputResponse
-	(*SpectateRequest)(nil),      // 13: ludus.v1.SpectateRequest
-	(*SpectateResponse)(nil),     // 14: ludus.v1.SpectateResponse
+	(FrameEncoding)(0),           // 0: ludus.v1.FrameEncoding
+	(*GameInfo)(nil),             // 1: ludus.v1.GameInfo
+	(*CreateGameRequest)(nil),    // 2: ludus.v1.CreateGameRequest
+	(*CreateGameResponse)(nil),   // 3: ludus.v1.CreateGameResponse
+	(*ListGamesRequest)(nil),     // 4: ludus.v1.ListGamesRequest
+	(*ListGamesResponse)(nil),    // 5: ludus.v1.ListGamesResponse
+	(*JoinGameRequest)(nil),      // 6: ludus.v1.JoinGameRequest
+	(*JoinGameResponse)(nil),     // 7: ludus.v1.JoinGameResponse
+	(*StreamFramesRequest)(nil),  // 8: ludus.v1.StreamFramesRequest
+	(*StreamFramesResponse)(nil), // 9: ludus.v1.StreamFramesResponse
+	(*Frame)(nil),                // 10: ludus.v1.Frame
+	(*Status)(nil),               // 11: ludus.v1.Status
+	(*SendInputRequest)(nil),     // 12: ludus.v1.SendInputRequest
+	(*SendInputResponse)(nil),    // 13: ludus.v1.SendInputResponse
+	(*SpectateRequest)(nil),      // 14: ludus.v1.SpectateRequest
+	(*SpectateResponse)(nil),     // 15: ludus.v1.SpectateResponse
 }
 var file_ludus_v1_game_proto_depIdxs = []int32{
-	0,  // 0: ludus.v1.CreateGameResponse.game:type_name -> ludus.v1.GameInfo
-	0,  // 1: ludus.v1.ListGamesResponse.games:type_name -> ludus.v1.GameInfo
-	0,  // 2: ludus.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
-	9,  // 3: ludus.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
-	10, // 4: ludus.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
-	9,  // 5: ludus.v1.SpectateResponse.frame:type_name -> ludus.v1.Frame
-	10, // 6: ludus.v1.SpectateResponse.status:type_name -> ludus.v1.Status
-	1,  // 7: ludus.v1.GameService.CreateGame:input_type -> ludus.v1.CreateGameRequest
-	3,  // 8: ludus.v1.GameService.ListGames:input_type -> ludus.v1.ListGamesRequest
-	5,  // 9: ludus.v1.GameService.JoinGame:input_type -> ludus.v1.JoinGameRequest
-	7,  // 10: ludus.v1.GameService.StreamFrames:input_type -> ludus.v1.StreamFramesRequest
-	11, // 11: ludus.v1.GameService.SendInput:input_type -> ludus.v1.SendInputRequest
-	13, // 12: ludus.v1.GameService.Spectate:input_type -> ludus.v1.SpectateRequest
-	2,  // 13: ludus.v1.GameService.CreateGame:output_type -> ludus.v1.CreateGameResponse
-	4,  // 14: ludus.v1.GameService.ListGames:output_type -> ludus.v1.ListGamesResponse
-	6,  // 15: ludus.v1.GameService.JoinGame:output_type -> ludus.v1.JoinGameResponse
-	8,  // 16: ludus.v1.GameService.StreamFrames:output_type -> ludus.v1.StreamFramesResponse
-	12, // 17: ludus.v1.GameService.SendInput:output_type -> ludus.v1.SendInputResponse
-	14, // 18: ludus.v1.GameService.Spectate:output_type -> ludus.v1.SpectateResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	1,  // 0: ludus.v1.CreateGameResponse.game:type_name -> ludus.v1.GameInfo
+	1,  // 1: ludus.v1.ListGamesResponse.games:type_name -> ludus.v1.GameInfo
+	1,  // 2: ludus.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
+	0,  // 3: ludus.v1.StreamFramesRequest.accept_encodings:type_name -> ludus.v1.FrameEncoding
+	10, // 4: ludus.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
+	11, // 5: ludus.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
+	0,  // 6: ludus.v1.Frame.encoding:type_name -> ludus.v1.FrameEncoding
+	0,  // 7: ludus.v1.SpectateRequest.accept_encodings:type_name -> ludus.v1.FrameEncoding
+	10, // 8: ludus.v1.SpectateResponse.frame:type_name -> ludus.v1.Frame
+	11, // 9: ludus.v1.SpectateResponse.status:type_name -> ludus.v1.Status
+	2,  // 10: ludus.v1.GameService.CreateGame:input_type -> ludus.v1.CreateGameRequest
+	4,  // 11: ludus.v1.GameService.ListGames:input_type -> ludus.v1.ListGamesRequest
+	6,  // 12: ludus.v1.GameService.JoinGame:input_type -> ludus.v1.JoinGameRequest
+	8,  // 13: ludus.v1.GameService.StreamFrames:input_type -> ludus.v1.StreamFramesRequest
+	12, // 14: ludus.v1.GameService.SendInput:input_type -> ludus.v1.SendInputRequest
+	14, // 15: ludus.v1.GameService.Spectate:input_type -> ludus.v1.SpectateRequest
+	3,  // 16: ludus.v1.GameService.CreateGame:output_type -> ludus.v1.CreateGameResponse
+	5,  // 17: ludus.v1.GameService.ListGames:output_type -> ludus.v1.ListGamesResponse
+	7,  // 18: ludus.v1.GameService.JoinGame:output_type -> ludus.v1.JoinGameResponse
+	9,  // 19: ludus.v1.GameService.StreamFrames:output_type -> ludus.v1.StreamFramesResponse
+	13, // 20: ludus.v1.GameService.SendInput:output_type -> ludus.v1.SendInputResponse
+	15, // 21: ludus.v1.GameService.Spectate:output_type -> ludus.v1.SpectateResponse
+	16, // [16:22] is the sub-list for method output_type
+	10, // [10:16] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_ludus_v1_game_proto_init() }
@@ -1099,13 +1254,14 @@ func file_ludus_v1_game_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_game_proto_rawDesc), len(file_ludus_v1_game_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_ludus_v1_game_proto_goTypes,
 		DependencyIndexes: file_ludus_v1_game_proto_depIdxs,
+		EnumInfos:         file_ludus_v1_game_proto_enumTypes,
 		MessageInfos:      file_ludus_v1_game_proto_msgTypes,
 	}.Build()
 	File_ludus_v1_game_proto = out.File

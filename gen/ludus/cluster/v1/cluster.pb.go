@@ -9,6 +9,7 @@ package clusterv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	v1 "ludus.dev/ludus/gen/ludus/v1"
 	reflect "reflect"
 	sync "sync"
@@ -845,11 +846,125 @@ func (x *GetModuleResponse) GetWasm() []byte {
 	return nil
 }
 
+type MintMatchCredentialRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	MatchId  string                 `protobuf:"bytes,2,opt,name=match_id,json=matchId,proto3" json:"match_id,omitempty"`
+	// Module name of the game (leaderboards are per game).
+	Game          string `protobuf:"bytes,3,opt,name=game,proto3" json:"game,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MintMatchCredentialRequest) Reset() {
+	*x = MintMatchCredentialRequest{}
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MintMatchCredentialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MintMatchCredentialRequest) ProtoMessage() {}
+
+func (x *MintMatchCredentialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MintMatchCredentialRequest.ProtoReflect.Descriptor instead.
+func (*MintMatchCredentialRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *MintMatchCredentialRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *MintMatchCredentialRequest) GetMatchId() string {
+	if x != nil {
+		return x.MatchId
+	}
+	return ""
+}
+
+func (x *MintMatchCredentialRequest) GetGame() string {
+	if x != nil {
+		return x.Game
+	}
+	return ""
+}
+
+type MintMatchCredentialResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "lmc_" + 32 random bytes in base64url; stored hashed.
+	Credential    string                 `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MintMatchCredentialResponse) Reset() {
+	*x = MintMatchCredentialResponse{}
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MintMatchCredentialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MintMatchCredentialResponse) ProtoMessage() {}
+
+func (x *MintMatchCredentialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MintMatchCredentialResponse.ProtoReflect.Descriptor instead.
+func (*MintMatchCredentialResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *MintMatchCredentialResponse) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+func (x *MintMatchCredentialResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 var File_ludus_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\"\xb0\x01\n" +
+	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\"\xb0\x01\n" +
 	"\x10StartGameRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1f\n" +
@@ -904,16 +1019,27 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\bbuild_id\x18\x02 \x01(\tR\abuildId\"Q\n" +
 	"\x11GetModuleResponse\x12(\n" +
 	"\x06module\x18\x01 \x01(\v2\x10.ludus.v1.ModuleR\x06module\x12\x12\n" +
-	"\x04wasm\x18\x02 \x01(\fR\x04wasm2\xbd\x03\n" +
+	"\x04wasm\x18\x02 \x01(\fR\x04wasm\"h\n" +
+	"\x1aMintMatchCredentialRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x19\n" +
+	"\bmatch_id\x18\x02 \x01(\tR\amatchId\x12\x12\n" +
+	"\x04game\x18\x03 \x01(\tR\x04game\"x\n" +
+	"\x1bMintMatchCredentialResponse\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x01 \x01(\tR\n" +
+	"credential\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt2\xbd\x03\n" +
 	"\vNodeService\x12T\n" +
 	"\tStartGame\x12\".ludus.cluster.v1.StartGameRequest\x1a#.ludus.cluster.v1.StartGameResponse\x12N\n" +
 	"\aGetGame\x12 .ludus.cluster.v1.GetGameRequest\x1a!.ludus.cluster.v1.GetGameResponse\x12Q\n" +
 	"\bJoinGame\x12!.ludus.cluster.v1.JoinGameRequest\x1a\".ludus.cluster.v1.JoinGameResponse\x12_\n" +
 	"\fStreamFrames\x12%.ludus.cluster.v1.StreamFramesRequest\x1a&.ludus.cluster.v1.StreamFramesResponse0\x01\x12T\n" +
-	"\tSendInput\x12\".ludus.cluster.v1.SendInputRequest\x1a#.ludus.cluster.v1.SendInputResponse2\xcc\x01\n" +
+	"\tSendInput\x12\".ludus.cluster.v1.SendInputRequest\x1a#.ludus.cluster.v1.SendInputResponse2\xc0\x02\n" +
 	"\x12ModuleStoreService\x12`\n" +
 	"\rResolveModule\x12&.ludus.cluster.v1.ResolveModuleRequest\x1a'.ludus.cluster.v1.ResolveModuleResponse\x12T\n" +
-	"\tGetModule\x12\".ludus.cluster.v1.GetModuleRequest\x1a#.ludus.cluster.v1.GetModuleResponseB0Z.ludus.dev/ludus/gen/ludus/cluster/v1;clusterv1b\x06proto3"
+	"\tGetModule\x12\".ludus.cluster.v1.GetModuleRequest\x1a#.ludus.cluster.v1.GetModuleResponse\x12r\n" +
+	"\x13MintMatchCredential\x12,.ludus.cluster.v1.MintMatchCredentialRequest\x1a-.ludus.cluster.v1.MintMatchCredentialResponseB0Z.ludus.dev/ludus/gen/ludus/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_ludus_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -927,54 +1053,60 @@ func file_ludus_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ludus_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ludus_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_ludus_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_ludus_cluster_v1_cluster_proto_goTypes = []any{
-	(*StartGameRequest)(nil),      // 0: ludus.cluster.v1.StartGameRequest
-	(*StartGameResponse)(nil),     // 1: ludus.cluster.v1.StartGameResponse
-	(*GetGameRequest)(nil),        // 2: ludus.cluster.v1.GetGameRequest
-	(*GetGameResponse)(nil),       // 3: ludus.cluster.v1.GetGameResponse
-	(*JoinGameRequest)(nil),       // 4: ludus.cluster.v1.JoinGameRequest
-	(*JoinGameResponse)(nil),      // 5: ludus.cluster.v1.JoinGameResponse
-	(*StreamFramesRequest)(nil),   // 6: ludus.cluster.v1.StreamFramesRequest
-	(*StreamFramesResponse)(nil),  // 7: ludus.cluster.v1.StreamFramesResponse
-	(*SendInputResponse)(nil),     // 8: ludus.cluster.v1.SendInputResponse
-	(*SendInputRequest)(nil),      // 9: ludus.cluster.v1.SendInputRequest
-	(*ResolveModuleRequest)(nil),  // 10: ludus.cluster.v1.ResolveModuleRequest
-	(*ResolveModuleResponse)(nil), // 11: ludus.cluster.v1.ResolveModuleResponse
-	(*GetModuleRequest)(nil),      // 12: ludus.cluster.v1.GetModuleRequest
-	(*GetModuleResponse)(nil),     // 13: ludus.cluster.v1.GetModuleResponse
-	(*v1.GameInfo)(nil),           // 14: ludus.v1.GameInfo
-	(*v1.Frame)(nil),              // 15: ludus.v1.Frame
-	(*v1.Status)(nil),             // 16: ludus.v1.Status
-	(*v1.Module)(nil),             // 17: ludus.v1.Module
+	(*StartGameRequest)(nil),            // 0: ludus.cluster.v1.StartGameRequest
+	(*StartGameResponse)(nil),           // 1: ludus.cluster.v1.StartGameResponse
+	(*GetGameRequest)(nil),              // 2: ludus.cluster.v1.GetGameRequest
+	(*GetGameResponse)(nil),             // 3: ludus.cluster.v1.GetGameResponse
+	(*JoinGameRequest)(nil),             // 4: ludus.cluster.v1.JoinGameRequest
+	(*JoinGameResponse)(nil),            // 5: ludus.cluster.v1.JoinGameResponse
+	(*StreamFramesRequest)(nil),         // 6: ludus.cluster.v1.StreamFramesRequest
+	(*StreamFramesResponse)(nil),        // 7: ludus.cluster.v1.StreamFramesResponse
+	(*SendInputResponse)(nil),           // 8: ludus.cluster.v1.SendInputResponse
+	(*SendInputRequest)(nil),            // 9: ludus.cluster.v1.SendInputRequest
+	(*ResolveModuleRequest)(nil),        // 10: ludus.cluster.v1.ResolveModuleRequest
+	(*ResolveModuleResponse)(nil),       // 11: ludus.cluster.v1.ResolveModuleResponse
+	(*GetModuleRequest)(nil),            // 12: ludus.cluster.v1.GetModuleRequest
+	(*GetModuleResponse)(nil),           // 13: ludus.cluster.v1.GetModuleResponse
+	(*MintMatchCredentialRequest)(nil),  // 14: ludus.cluster.v1.MintMatchCredentialRequest
+	(*MintMatchCredentialResponse)(nil), // 15: ludus.cluster.v1.MintMatchCredentialResponse
+	(*v1.GameInfo)(nil),                 // 16: ludus.v1.GameInfo
+	(*v1.Frame)(nil),                    // 17: ludus.v1.Frame
+	(*v1.Status)(nil),                   // 18: ludus.v1.Status
+	(*v1.Module)(nil),                   // 19: ludus.v1.Module
+	(*timestamppb.Timestamp)(nil),       // 20: google.protobuf.Timestamp
 }
 var file_ludus_cluster_v1_cluster_proto_depIdxs = []int32{
-	14, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
-	14, // 1: ludus.cluster.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
-	14, // 2: ludus.cluster.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
-	15, // 3: ludus.cluster.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
-	16, // 4: ludus.cluster.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
-	17, // 5: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
-	17, // 6: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
-	0,  // 7: ludus.cluster.v1.NodeService.StartGame:input_type -> ludus.cluster.v1.StartGameRequest
-	2,  // 8: ludus.cluster.v1.NodeService.GetGame:input_type -> ludus.cluster.v1.GetGameRequest
-	4,  // 9: ludus.cluster.v1.NodeService.JoinGame:input_type -> ludus.cluster.v1.JoinGameRequest
-	6,  // 10: ludus.cluster.v1.NodeService.StreamFrames:input_type -> ludus.cluster.v1.StreamFramesRequest
-	9,  // 11: ludus.cluster.v1.NodeService.SendInput:input_type -> ludus.cluster.v1.SendInputRequest
-	10, // 12: ludus.cluster.v1.ModuleStoreService.ResolveModule:input_type -> ludus.cluster.v1.ResolveModuleRequest
-	12, // 13: ludus.cluster.v1.ModuleStoreService.GetModule:input_type -> ludus.cluster.v1.GetModuleRequest
-	1,  // 14: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
-	3,  // 15: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
-	5,  // 16: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
-	7,  // 17: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
-	8,  // 18: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
-	11, // 19: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
-	13, // 20: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
-	14, // [14:21] is the sub-list for method output_type
-	7,  // [7:14] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	16, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
+	16, // 1: ludus.cluster.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
+	16, // 2: ludus.cluster.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
+	17, // 3: ludus.cluster.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
+	18, // 4: ludus.cluster.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
+	19, // 5: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
+	19, // 6: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
+	20, // 7: ludus.cluster.v1.MintMatchCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 8: ludus.cluster.v1.NodeService.StartGame:input_type -> ludus.cluster.v1.StartGameRequest
+	2,  // 9: ludus.cluster.v1.NodeService.GetGame:input_type -> ludus.cluster.v1.GetGameRequest
+	4,  // 10: ludus.cluster.v1.NodeService.JoinGame:input_type -> ludus.cluster.v1.JoinGameRequest
+	6,  // 11: ludus.cluster.v1.NodeService.StreamFrames:input_type -> ludus.cluster.v1.StreamFramesRequest
+	9,  // 12: ludus.cluster.v1.NodeService.SendInput:input_type -> ludus.cluster.v1.SendInputRequest
+	10, // 13: ludus.cluster.v1.ModuleStoreService.ResolveModule:input_type -> ludus.cluster.v1.ResolveModuleRequest
+	12, // 14: ludus.cluster.v1.ModuleStoreService.GetModule:input_type -> ludus.cluster.v1.GetModuleRequest
+	14, // 15: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:input_type -> ludus.cluster.v1.MintMatchCredentialRequest
+	1,  // 16: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
+	3,  // 17: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
+	5,  // 18: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
+	7,  // 19: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
+	8,  // 20: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
+	11, // 21: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
+	13, // 22: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
+	15, // 23: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:output_type -> ludus.cluster.v1.MintMatchCredentialResponse
+	16, // [16:24] is the sub-list for method output_type
+	8,  // [8:16] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_ludus_cluster_v1_cluster_proto_init() }
@@ -992,7 +1124,7 @@ func file_ludus_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_cluster_v1_cluster_proto_rawDesc), len(file_ludus_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

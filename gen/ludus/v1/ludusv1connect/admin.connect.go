@@ -49,6 +49,49 @@ const (
 	AdminServiceListGamesProcedure = "/ludus.v1.AdminService/ListGames"
 	// AdminServiceListNodesProcedure is the fully-qualified name of the AdminService's ListNodes RPC.
 	AdminServiceListNodesProcedure = "/ludus.v1.AdminService/ListNodes"
+	// AdminServiceCreateAPIKeyProcedure is the fully-qualified name of the AdminService's CreateAPIKey
+	// RPC.
+	AdminServiceCreateAPIKeyProcedure = "/ludus.v1.AdminService/CreateAPIKey"
+	// AdminServiceListAPIKeysProcedure is the fully-qualified name of the AdminService's ListAPIKeys
+	// RPC.
+	AdminServiceListAPIKeysProcedure = "/ludus.v1.AdminService/ListAPIKeys"
+	// AdminServiceRotateAPIKeyProcedure is the fully-qualified name of the AdminService's RotateAPIKey
+	// RPC.
+	AdminServiceRotateAPIKeyProcedure = "/ludus.v1.AdminService/RotateAPIKey"
+	// AdminServiceRevokeAPIKeyProcedure is the fully-qualified name of the AdminService's RevokeAPIKey
+	// RPC.
+	AdminServiceRevokeAPIKeyProcedure = "/ludus.v1.AdminService/RevokeAPIKey"
+	// AdminServiceRotateSigningKeyProcedure is the fully-qualified name of the AdminService's
+	// RotateSigningKey RPC.
+	AdminServiceRotateSigningKeyProcedure = "/ludus.v1.AdminService/RotateSigningKey"
+	// AdminServiceCreateAccountProcedure is the fully-qualified name of the AdminService's
+	// CreateAccount RPC.
+	AdminServiceCreateAccountProcedure = "/ludus.v1.AdminService/CreateAccount"
+	// AdminServiceGetAccountProcedure is the fully-qualified name of the AdminService's GetAccount RPC.
+	AdminServiceGetAccountProcedure = "/ludus.v1.AdminService/GetAccount"
+	// AdminServiceDeleteAccountProcedure is the fully-qualified name of the AdminService's
+	// DeleteAccount RPC.
+	AdminServiceDeleteAccountProcedure = "/ludus.v1.AdminService/DeleteAccount"
+	// AdminServiceExportAccountProcedure is the fully-qualified name of the AdminService's
+	// ExportAccount RPC.
+	AdminServiceExportAccountProcedure = "/ludus.v1.AdminService/ExportAccount"
+	// AdminServiceGrantProgressionProcedure is the fully-qualified name of the AdminService's
+	// GrantProgression RPC.
+	AdminServiceGrantProgressionProcedure = "/ludus.v1.AdminService/GrantProgression"
+	// AdminServiceGetAccountProgressionProcedure is the fully-qualified name of the AdminService's
+	// GetAccountProgression RPC.
+	AdminServiceGetAccountProgressionProcedure = "/ludus.v1.AdminService/GetAccountProgression"
+	// AdminServiceListMatchResultsProcedure is the fully-qualified name of the AdminService's
+	// ListMatchResults RPC.
+	AdminServiceListMatchResultsProcedure = "/ludus.v1.AdminService/ListMatchResults"
+	// AdminServiceGetAdminLeaderboardProcedure is the fully-qualified name of the AdminService's
+	// GetAdminLeaderboard RPC.
+	AdminServiceGetAdminLeaderboardProcedure = "/ludus.v1.AdminService/GetAdminLeaderboard"
+	// AdminServiceSetWebhookProcedure is the fully-qualified name of the AdminService's SetWebhook RPC.
+	AdminServiceSetWebhookProcedure = "/ludus.v1.AdminService/SetWebhook"
+	// AdminServiceListWebhookDeliveriesProcedure is the fully-qualified name of the AdminService's
+	// ListWebhookDeliveries RPC.
+	AdminServiceListWebhookDeliveriesProcedure = "/ludus.v1.AdminService/ListWebhookDeliveries"
 )
 
 // AdminServiceClient is a client for the ludus.v1.AdminService service.
@@ -65,6 +108,32 @@ type AdminServiceClient interface {
 	ListGames(context.Context, *connect.Request[v1.AdminServiceListGamesRequest]) (*connect.Response[v1.AdminServiceListGamesResponse], error)
 	// ListNodes lists the sim nodes of the fleet.
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
+	// API keys of the caller's tenant (scope "admin").
+	CreateAPIKey(context.Context, *connect.Request[v1.CreateAPIKeyRequest]) (*connect.Response[v1.CreateAPIKeyResponse], error)
+	ListAPIKeys(context.Context, *connect.Request[v1.ListAPIKeysRequest]) (*connect.Response[v1.ListAPIKeysResponse], error)
+	// RotateAPIKey replaces a key with a new one of the same scope and name; the
+	// old key stops working at once.
+	RotateAPIKey(context.Context, *connect.Request[v1.RotateAPIKeyRequest]) (*connect.Response[v1.RotateAPIKeyResponse], error)
+	RevokeAPIKey(context.Context, *connect.Request[v1.RevokeAPIKeyRequest]) (*connect.Response[v1.RevokeAPIKeyResponse], error)
+	// RotateSigningKey makes a new ticket signing key; tickets signed by the old
+	// one verify until they expire. Operator key only.
+	RotateSigningKey(context.Context, *connect.Request[v1.RotateSigningKeyRequest]) (*connect.Response[v1.RotateSigningKeyResponse], error)
+	// Accounts (scope "server" or "admin" to write, any scope to read).
+	CreateAccount(context.Context, *connect.Request[v1.CreateAccountRequest]) (*connect.Response[v1.CreateAccountResponse], error)
+	GetAccount(context.Context, *connect.Request[v1.GetAccountRequest]) (*connect.Response[v1.GetAccountResponse], error)
+	// DeleteAccount deletes an account and all its data. Scope "admin".
+	DeleteAccount(context.Context, *connect.Request[v1.DeleteAccountRequest]) (*connect.Response[v1.DeleteAccountResponse], error)
+	// ExportAccount returns everything stored about an account, as JSON. Scope "admin".
+	ExportAccount(context.Context, *connect.Request[v1.ExportAccountRequest]) (*connect.Response[v1.ExportAccountResponse], error)
+	// Progression (scope "server" or "admin" to grant).
+	GrantProgression(context.Context, *connect.Request[v1.GrantProgressionRequest]) (*connect.Response[v1.GrantProgressionResponse], error)
+	GetAccountProgression(context.Context, *connect.Request[v1.GetAccountProgressionRequest]) (*connect.Response[v1.GetAccountProgressionResponse], error)
+	// Match results.
+	ListMatchResults(context.Context, *connect.Request[v1.ListMatchResultsRequest]) (*connect.Response[v1.ListMatchResultsResponse], error)
+	GetAdminLeaderboard(context.Context, *connect.Request[v1.GetAdminLeaderboardRequest]) (*connect.Response[v1.GetAdminLeaderboardResponse], error)
+	// Webhooks (scope "admin" to set).
+	SetWebhook(context.Context, *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error)
+	ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the ludus.v1.AdminService service. By default, it
@@ -114,17 +183,122 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("ListNodes")),
 			connect.WithClientOptions(opts...),
 		),
+		createAPIKey: connect.NewClient[v1.CreateAPIKeyRequest, v1.CreateAPIKeyResponse](
+			httpClient,
+			baseURL+AdminServiceCreateAPIKeyProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("CreateAPIKey")),
+			connect.WithClientOptions(opts...),
+		),
+		listAPIKeys: connect.NewClient[v1.ListAPIKeysRequest, v1.ListAPIKeysResponse](
+			httpClient,
+			baseURL+AdminServiceListAPIKeysProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListAPIKeys")),
+			connect.WithClientOptions(opts...),
+		),
+		rotateAPIKey: connect.NewClient[v1.RotateAPIKeyRequest, v1.RotateAPIKeyResponse](
+			httpClient,
+			baseURL+AdminServiceRotateAPIKeyProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RotateAPIKey")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeAPIKey: connect.NewClient[v1.RevokeAPIKeyRequest, v1.RevokeAPIKeyResponse](
+			httpClient,
+			baseURL+AdminServiceRevokeAPIKeyProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RevokeAPIKey")),
+			connect.WithClientOptions(opts...),
+		),
+		rotateSigningKey: connect.NewClient[v1.RotateSigningKeyRequest, v1.RotateSigningKeyResponse](
+			httpClient,
+			baseURL+AdminServiceRotateSigningKeyProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RotateSigningKey")),
+			connect.WithClientOptions(opts...),
+		),
+		createAccount: connect.NewClient[v1.CreateAccountRequest, v1.CreateAccountResponse](
+			httpClient,
+			baseURL+AdminServiceCreateAccountProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("CreateAccount")),
+			connect.WithClientOptions(opts...),
+		),
+		getAccount: connect.NewClient[v1.GetAccountRequest, v1.GetAccountResponse](
+			httpClient,
+			baseURL+AdminServiceGetAccountProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetAccount")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteAccount: connect.NewClient[v1.DeleteAccountRequest, v1.DeleteAccountResponse](
+			httpClient,
+			baseURL+AdminServiceDeleteAccountProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DeleteAccount")),
+			connect.WithClientOptions(opts...),
+		),
+		exportAccount: connect.NewClient[v1.ExportAccountRequest, v1.ExportAccountResponse](
+			httpClient,
+			baseURL+AdminServiceExportAccountProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ExportAccount")),
+			connect.WithClientOptions(opts...),
+		),
+		grantProgression: connect.NewClient[v1.GrantProgressionRequest, v1.GrantProgressionResponse](
+			httpClient,
+			baseURL+AdminServiceGrantProgressionProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GrantProgression")),
+			connect.WithClientOptions(opts...),
+		),
+		getAccountProgression: connect.NewClient[v1.GetAccountProgressionRequest, v1.GetAccountProgressionResponse](
+			httpClient,
+			baseURL+AdminServiceGetAccountProgressionProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetAccountProgression")),
+			connect.WithClientOptions(opts...),
+		),
+		listMatchResults: connect.NewClient[v1.ListMatchResultsRequest, v1.ListMatchResultsResponse](
+			httpClient,
+			baseURL+AdminServiceListMatchResultsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListMatchResults")),
+			connect.WithClientOptions(opts...),
+		),
+		getAdminLeaderboard: connect.NewClient[v1.GetAdminLeaderboardRequest, v1.GetAdminLeaderboardResponse](
+			httpClient,
+			baseURL+AdminServiceGetAdminLeaderboardProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetAdminLeaderboard")),
+			connect.WithClientOptions(opts...),
+		),
+		setWebhook: connect.NewClient[v1.SetWebhookRequest, v1.SetWebhookResponse](
+			httpClient,
+			baseURL+AdminServiceSetWebhookProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetWebhook")),
+			connect.WithClientOptions(opts...),
+		),
+		listWebhookDeliveries: connect.NewClient[v1.ListWebhookDeliveriesRequest, v1.ListWebhookDeliveriesResponse](
+			httpClient,
+			baseURL+AdminServiceListWebhookDeliveriesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListWebhookDeliveries")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	createTenant *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
-	listTenants  *connect.Client[v1.ListTenantsRequest, v1.ListTenantsResponse]
-	uploadModule *connect.Client[v1.UploadModuleRequest, v1.UploadModuleResponse]
-	listModules  *connect.Client[v1.ListModulesRequest, v1.ListModulesResponse]
-	listGames    *connect.Client[v1.AdminServiceListGamesRequest, v1.AdminServiceListGamesResponse]
-	listNodes    *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
+	createTenant          *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
+	listTenants           *connect.Client[v1.ListTenantsRequest, v1.ListTenantsResponse]
+	uploadModule          *connect.Client[v1.UploadModuleRequest, v1.UploadModuleResponse]
+	listModules           *connect.Client[v1.ListModulesRequest, v1.ListModulesResponse]
+	listGames             *connect.Client[v1.AdminServiceListGamesRequest, v1.AdminServiceListGamesResponse]
+	listNodes             *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
+	createAPIKey          *connect.Client[v1.CreateAPIKeyRequest, v1.CreateAPIKeyResponse]
+	listAPIKeys           *connect.Client[v1.ListAPIKeysRequest, v1.ListAPIKeysResponse]
+	rotateAPIKey          *connect.Client[v1.RotateAPIKeyRequest, v1.RotateAPIKeyResponse]
+	revokeAPIKey          *connect.Client[v1.RevokeAPIKeyRequest, v1.RevokeAPIKeyResponse]
+	rotateSigningKey      *connect.Client[v1.RotateSigningKeyRequest, v1.RotateSigningKeyResponse]
+	createAccount         *connect.Client[v1.CreateAccountRequest, v1.CreateAccountResponse]
+	getAccount            *connect.Client[v1.GetAccountRequest, v1.GetAccountResponse]
+	deleteAccount         *connect.Client[v1.DeleteAccountRequest, v1.DeleteAccountResponse]
+	exportAccount         *connect.Client[v1.ExportAccountRequest, v1.ExportAccountResponse]
+	grantProgression      *connect.Client[v1.GrantProgressionRequest, v1.GrantProgressionResponse]
+	getAccountProgression *connect.Client[v1.GetAccountProgressionRequest, v1.GetAccountProgressionResponse]
+	listMatchResults      *connect.Client[v1.ListMatchResultsRequest, v1.ListMatchResultsResponse]
+	getAdminLeaderboard   *connect.Client[v1.GetAdminLeaderboardRequest, v1.GetAdminLeaderboardResponse]
+	setWebhook            *connect.Client[v1.SetWebhookRequest, v1.SetWebhookResponse]
+	listWebhookDeliveries *connect.Client[v1.ListWebhookDeliveriesRequest, v1.ListWebhookDeliveriesResponse]
 }
 
 // CreateTenant calls ludus.v1.AdminService.CreateTenant.
@@ -157,6 +331,81 @@ func (c *adminServiceClient) ListNodes(ctx context.Context, req *connect.Request
 	return c.listNodes.CallUnary(ctx, req)
 }
 
+// CreateAPIKey calls ludus.v1.AdminService.CreateAPIKey.
+func (c *adminServiceClient) CreateAPIKey(ctx context.Context, req *connect.Request[v1.CreateAPIKeyRequest]) (*connect.Response[v1.CreateAPIKeyResponse], error) {
+	return c.createAPIKey.CallUnary(ctx, req)
+}
+
+// ListAPIKeys calls ludus.v1.AdminService.ListAPIKeys.
+func (c *adminServiceClient) ListAPIKeys(ctx context.Context, req *connect.Request[v1.ListAPIKeysRequest]) (*connect.Response[v1.ListAPIKeysResponse], error) {
+	return c.listAPIKeys.CallUnary(ctx, req)
+}
+
+// RotateAPIKey calls ludus.v1.AdminService.RotateAPIKey.
+func (c *adminServiceClient) RotateAPIKey(ctx context.Context, req *connect.Request[v1.RotateAPIKeyRequest]) (*connect.Response[v1.RotateAPIKeyResponse], error) {
+	return c.rotateAPIKey.CallUnary(ctx, req)
+}
+
+// RevokeAPIKey calls ludus.v1.AdminService.RevokeAPIKey.
+func (c *adminServiceClient) RevokeAPIKey(ctx context.Context, req *connect.Request[v1.RevokeAPIKeyRequest]) (*connect.Response[v1.RevokeAPIKeyResponse], error) {
+	return c.revokeAPIKey.CallUnary(ctx, req)
+}
+
+// RotateSigningKey calls ludus.v1.AdminService.RotateSigningKey.
+func (c *adminServiceClient) RotateSigningKey(ctx context.Context, req *connect.Request[v1.RotateSigningKeyRequest]) (*connect.Response[v1.RotateSigningKeyResponse], error) {
+	return c.rotateSigningKey.CallUnary(ctx, req)
+}
+
+// CreateAccount calls ludus.v1.AdminService.CreateAccount.
+func (c *adminServiceClient) CreateAccount(ctx context.Context, req *connect.Request[v1.CreateAccountRequest]) (*connect.Response[v1.CreateAccountResponse], error) {
+	return c.createAccount.CallUnary(ctx, req)
+}
+
+// GetAccount calls ludus.v1.AdminService.GetAccount.
+func (c *adminServiceClient) GetAccount(ctx context.Context, req *connect.Request[v1.GetAccountRequest]) (*connect.Response[v1.GetAccountResponse], error) {
+	return c.getAccount.CallUnary(ctx, req)
+}
+
+// DeleteAccount calls ludus.v1.AdminService.DeleteAccount.
+func (c *adminServiceClient) DeleteAccount(ctx context.Context, req *connect.Request[v1.DeleteAccountRequest]) (*connect.Response[v1.DeleteAccountResponse], error) {
+	return c.deleteAccount.CallUnary(ctx, req)
+}
+
+// ExportAccount calls ludus.v1.AdminService.ExportAccount.
+func (c *adminServiceClient) ExportAccount(ctx context.Context, req *connect.Request[v1.ExportAccountRequest]) (*connect.Response[v1.ExportAccountResponse], error) {
+	return c.exportAccount.CallUnary(ctx, req)
+}
+
+// GrantProgression calls ludus.v1.AdminService.GrantProgression.
+func (c *adminServiceClient) GrantProgression(ctx context.Context, req *connect.Request[v1.GrantProgressionRequest]) (*connect.Response[v1.GrantProgressionResponse], error) {
+	return c.grantProgression.CallUnary(ctx, req)
+}
+
+// GetAccountProgression calls ludus.v1.AdminService.GetAccountProgression.
+func (c *adminServiceClient) GetAccountProgression(ctx context.Context, req *connect.Request[v1.GetAccountProgressionRequest]) (*connect.Response[v1.GetAccountProgressionResponse], error) {
+	return c.getAccountProgression.CallUnary(ctx, req)
+}
+
+// ListMatchResults calls ludus.v1.AdminService.ListMatchResults.
+func (c *adminServiceClient) ListMatchResults(ctx context.Context, req *connect.Request[v1.ListMatchResultsRequest]) (*connect.Response[v1.ListMatchResultsResponse], error) {
+	return c.listMatchResults.CallUnary(ctx, req)
+}
+
+// GetAdminLeaderboard calls ludus.v1.AdminService.GetAdminLeaderboard.
+func (c *adminServiceClient) GetAdminLeaderboard(ctx context.Context, req *connect.Request[v1.GetAdminLeaderboardRequest]) (*connect.Response[v1.GetAdminLeaderboardResponse], error) {
+	return c.getAdminLeaderboard.CallUnary(ctx, req)
+}
+
+// SetWebhook calls ludus.v1.AdminService.SetWebhook.
+func (c *adminServiceClient) SetWebhook(ctx context.Context, req *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error) {
+	return c.setWebhook.CallUnary(ctx, req)
+}
+
+// ListWebhookDeliveries calls ludus.v1.AdminService.ListWebhookDeliveries.
+func (c *adminServiceClient) ListWebhookDeliveries(ctx context.Context, req *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error) {
+	return c.listWebhookDeliveries.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the ludus.v1.AdminService service.
 type AdminServiceHandler interface {
 	// CreateTenant creates a studio and returns its first admin API key. Operator key only.
@@ -171,6 +420,32 @@ type AdminServiceHandler interface {
 	ListGames(context.Context, *connect.Request[v1.AdminServiceListGamesRequest]) (*connect.Response[v1.AdminServiceListGamesResponse], error)
 	// ListNodes lists the sim nodes of the fleet.
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
+	// API keys of the caller's tenant (scope "admin").
+	CreateAPIKey(context.Context, *connect.Request[v1.CreateAPIKeyRequest]) (*connect.Response[v1.CreateAPIKeyResponse], error)
+	ListAPIKeys(context.Context, *connect.Request[v1.ListAPIKeysRequest]) (*connect.Response[v1.ListAPIKeysResponse], error)
+	// RotateAPIKey replaces a key with a new one of the same scope and name; the
+	// old key stops working at once.
+	RotateAPIKey(context.Context, *connect.Request[v1.RotateAPIKeyRequest]) (*connect.Response[v1.RotateAPIKeyResponse], error)
+	RevokeAPIKey(context.Context, *connect.Request[v1.RevokeAPIKeyRequest]) (*connect.Response[v1.RevokeAPIKeyResponse], error)
+	// RotateSigningKey makes a new ticket signing key; tickets signed by the old
+	// one verify until they expire. Operator key only.
+	RotateSigningKey(context.Context, *connect.Request[v1.RotateSigningKeyRequest]) (*connect.Response[v1.RotateSigningKeyResponse], error)
+	// Accounts (scope "server" or "admin" to write, any scope to read).
+	CreateAccount(context.Context, *connect.Request[v1.CreateAccountRequest]) (*connect.Response[v1.CreateAccountResponse], error)
+	GetAccount(context.Context, *connect.Request[v1.GetAccountRequest]) (*connect.Response[v1.GetAccountResponse], error)
+	// DeleteAccount deletes an account and all its data. Scope "admin".
+	DeleteAccount(context.Context, *connect.Request[v1.DeleteAccountRequest]) (*connect.Response[v1.DeleteAccountResponse], error)
+	// ExportAccount returns everything stored about an account, as JSON. Scope "admin".
+	ExportAccount(context.Context, *connect.Request[v1.ExportAccountRequest]) (*connect.Response[v1.ExportAccountResponse], error)
+	// Progression (scope "server" or "admin" to grant).
+	GrantProgression(context.Context, *connect.Request[v1.GrantProgressionRequest]) (*connect.Response[v1.GrantProgressionResponse], error)
+	GetAccountProgression(context.Context, *connect.Request[v1.GetAccountProgressionRequest]) (*connect.Response[v1.GetAccountProgressionResponse], error)
+	// Match results.
+	ListMatchResults(context.Context, *connect.Request[v1.ListMatchResultsRequest]) (*connect.Response[v1.ListMatchResultsResponse], error)
+	GetAdminLeaderboard(context.Context, *connect.Request[v1.GetAdminLeaderboardRequest]) (*connect.Response[v1.GetAdminLeaderboardResponse], error)
+	// Webhooks (scope "admin" to set).
+	SetWebhook(context.Context, *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error)
+	ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -216,6 +491,96 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("ListNodes")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceCreateAPIKeyHandler := connect.NewUnaryHandler(
+		AdminServiceCreateAPIKeyProcedure,
+		svc.CreateAPIKey,
+		connect.WithSchema(adminServiceMethods.ByName("CreateAPIKey")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListAPIKeysHandler := connect.NewUnaryHandler(
+		AdminServiceListAPIKeysProcedure,
+		svc.ListAPIKeys,
+		connect.WithSchema(adminServiceMethods.ByName("ListAPIKeys")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRotateAPIKeyHandler := connect.NewUnaryHandler(
+		AdminServiceRotateAPIKeyProcedure,
+		svc.RotateAPIKey,
+		connect.WithSchema(adminServiceMethods.ByName("RotateAPIKey")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRevokeAPIKeyHandler := connect.NewUnaryHandler(
+		AdminServiceRevokeAPIKeyProcedure,
+		svc.RevokeAPIKey,
+		connect.WithSchema(adminServiceMethods.ByName("RevokeAPIKey")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRotateSigningKeyHandler := connect.NewUnaryHandler(
+		AdminServiceRotateSigningKeyProcedure,
+		svc.RotateSigningKey,
+		connect.WithSchema(adminServiceMethods.ByName("RotateSigningKey")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceCreateAccountHandler := connect.NewUnaryHandler(
+		AdminServiceCreateAccountProcedure,
+		svc.CreateAccount,
+		connect.WithSchema(adminServiceMethods.ByName("CreateAccount")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetAccountHandler := connect.NewUnaryHandler(
+		AdminServiceGetAccountProcedure,
+		svc.GetAccount,
+		connect.WithSchema(adminServiceMethods.ByName("GetAccount")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceDeleteAccountHandler := connect.NewUnaryHandler(
+		AdminServiceDeleteAccountProcedure,
+		svc.DeleteAccount,
+		connect.WithSchema(adminServiceMethods.ByName("DeleteAccount")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceExportAccountHandler := connect.NewUnaryHandler(
+		AdminServiceExportAccountProcedure,
+		svc.ExportAccount,
+		connect.WithSchema(adminServiceMethods.ByName("ExportAccount")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGrantProgressionHandler := connect.NewUnaryHandler(
+		AdminServiceGrantProgressionProcedure,
+		svc.GrantProgression,
+		connect.WithSchema(adminServiceMethods.ByName("GrantProgression")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetAccountProgressionHandler := connect.NewUnaryHandler(
+		AdminServiceGetAccountProgressionProcedure,
+		svc.GetAccountProgression,
+		connect.WithSchema(adminServiceMethods.ByName("GetAccountProgression")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListMatchResultsHandler := connect.NewUnaryHandler(
+		AdminServiceListMatchResultsProcedure,
+		svc.ListMatchResults,
+		connect.WithSchema(adminServiceMethods.ByName("ListMatchResults")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetAdminLeaderboardHandler := connect.NewUnaryHandler(
+		AdminServiceGetAdminLeaderboardProcedure,
+		svc.GetAdminLeaderboard,
+		connect.WithSchema(adminServiceMethods.ByName("GetAdminLeaderboard")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceSetWebhookHandler := connect.NewUnaryHandler(
+		AdminServiceSetWebhookProcedure,
+		svc.SetWebhook,
+		connect.WithSchema(adminServiceMethods.ByName("SetWebhook")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListWebhookDeliveriesHandler := connect.NewUnaryHandler(
+		AdminServiceListWebhookDeliveriesProcedure,
+		svc.ListWebhookDeliveries,
+		connect.WithSchema(adminServiceMethods.ByName("ListWebhookDeliveries")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ludus.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateTenantProcedure:
@@ -230,6 +595,36 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListGamesHandler.ServeHTTP(w, r)
 		case AdminServiceListNodesProcedure:
 			adminServiceListNodesHandler.ServeHTTP(w, r)
+		case AdminServiceCreateAPIKeyProcedure:
+			adminServiceCreateAPIKeyHandler.ServeHTTP(w, r)
+		case AdminServiceListAPIKeysProcedure:
+			adminServiceListAPIKeysHandler.ServeHTTP(w, r)
+		case AdminServiceRotateAPIKeyProcedure:
+			adminServiceRotateAPIKeyHandler.ServeHTTP(w, r)
+		case AdminServiceRevokeAPIKeyProcedure:
+			adminServiceRevokeAPIKeyHandler.ServeHTTP(w, r)
+		case AdminServiceRotateSigningKeyProcedure:
+			adminServiceRotateSigningKeyHandler.ServeHTTP(w, r)
+		case AdminServiceCreateAccountProcedure:
+			adminServiceCreateAccountHandler.ServeHTTP(w, r)
+		case AdminServiceGetAccountProcedure:
+			adminServiceGetAccountHandler.ServeHTTP(w, r)
+		case AdminServiceDeleteAccountProcedure:
+			adminServiceDeleteAccountHandler.ServeHTTP(w, r)
+		case AdminServiceExportAccountProcedure:
+			adminServiceExportAccountHandler.ServeHTTP(w, r)
+		case AdminServiceGrantProgressionProcedure:
+			adminServiceGrantProgressionHandler.ServeHTTP(w, r)
+		case AdminServiceGetAccountProgressionProcedure:
+			adminServiceGetAccountProgressionHandler.ServeHTTP(w, r)
+		case AdminServiceListMatchResultsProcedure:
+			adminServiceListMatchResultsHandler.ServeHTTP(w, r)
+		case AdminServiceGetAdminLeaderboardProcedure:
+			adminServiceGetAdminLeaderboardHandler.ServeHTTP(w, r)
+		case AdminServiceSetWebhookProcedure:
+			adminServiceSetWebhookHandler.ServeHTTP(w, r)
+		case AdminServiceListWebhookDeliveriesProcedure:
+			adminServiceListWebhookDeliveriesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -261,4 +656,64 @@ func (UnimplementedAdminServiceHandler) ListGames(context.Context, *connect.Requ
 
 func (UnimplementedAdminServiceHandler) ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.ListNodes is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) CreateAPIKey(context.Context, *connect.Request[v1.CreateAPIKeyRequest]) (*connect.Response[v1.CreateAPIKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.CreateAPIKey is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListAPIKeys(context.Context, *connect.Request[v1.ListAPIKeysRequest]) (*connect.Response[v1.ListAPIKeysResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.ListAPIKeys is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RotateAPIKey(context.Context, *connect.Request[v1.RotateAPIKeyRequest]) (*connect.Response[v1.RotateAPIKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.RotateAPIKey is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RevokeAPIKey(context.Context, *connect.Request[v1.RevokeAPIKeyRequest]) (*connect.Response[v1.RevokeAPIKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.RevokeAPIKey is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RotateSigningKey(context.Context, *connect.Request[v1.RotateSigningKeyRequest]) (*connect.Response[v1.RotateSigningKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.RotateSigningKey is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) CreateAccount(context.Context, *connect.Request[v1.CreateAccountRequest]) (*connect.Response[v1.CreateAccountResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.CreateAccount is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetAccount(context.Context, *connect.Request[v1.GetAccountRequest]) (*connect.Response[v1.GetAccountResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.GetAccount is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DeleteAccount(context.Context, *connect.Request[v1.DeleteAccountRequest]) (*connect.Response[v1.DeleteAccountResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.DeleteAccount is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ExportAccount(context.Context, *connect.Request[v1.ExportAccountRequest]) (*connect.Response[v1.ExportAccountResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.ExportAccount is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GrantProgression(context.Context, *connect.Request[v1.GrantProgressionRequest]) (*connect.Response[v1.GrantProgressionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.GrantProgression is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetAccountProgression(context.Context, *connect.Request[v1.GetAccountProgressionRequest]) (*connect.Response[v1.GetAccountProgressionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.GetAccountProgression is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListMatchResults(context.Context, *connect.Request[v1.ListMatchResultsRequest]) (*connect.Response[v1.ListMatchResultsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.ListMatchResults is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetAdminLeaderboard(context.Context, *connect.Request[v1.GetAdminLeaderboardRequest]) (*connect.Response[v1.GetAdminLeaderboardResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.GetAdminLeaderboard is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetWebhook(context.Context, *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.SetWebhook is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.ListWebhookDeliveries is not implemented"))
 }

@@ -35,6 +35,23 @@ const (
 const (
 	// AuthServiceGuestLoginProcedure is the fully-qualified name of the AuthService's GuestLogin RPC.
 	AuthServiceGuestLoginProcedure = "/ludus.v1.AuthService/GuestLogin"
+	// AuthServiceRegisterEmailProcedure is the fully-qualified name of the AuthService's RegisterEmail
+	// RPC.
+	AuthServiceRegisterEmailProcedure = "/ludus.v1.AuthService/RegisterEmail"
+	// AuthServiceEmailLoginProcedure is the fully-qualified name of the AuthService's EmailLogin RPC.
+	AuthServiceEmailLoginProcedure = "/ludus.v1.AuthService/EmailLogin"
+	// AuthServiceCustomLoginProcedure is the fully-qualified name of the AuthService's CustomLogin RPC.
+	AuthServiceCustomLoginProcedure = "/ludus.v1.AuthService/CustomLogin"
+	// AuthServiceRefreshProcedure is the fully-qualified name of the AuthService's Refresh RPC.
+	AuthServiceRefreshProcedure = "/ludus.v1.AuthService/Refresh"
+	// AuthServiceLogoutProcedure is the fully-qualified name of the AuthService's Logout RPC.
+	AuthServiceLogoutProcedure = "/ludus.v1.AuthService/Logout"
+	// AuthServiceLinkDeviceProcedure is the fully-qualified name of the AuthService's LinkDevice RPC.
+	AuthServiceLinkDeviceProcedure = "/ludus.v1.AuthService/LinkDevice"
+	// AuthServiceLinkEmailProcedure is the fully-qualified name of the AuthService's LinkEmail RPC.
+	AuthServiceLinkEmailProcedure = "/ludus.v1.AuthService/LinkEmail"
+	// AuthServiceUnlinkProcedure is the fully-qualified name of the AuthService's Unlink RPC.
+	AuthServiceUnlinkProcedure = "/ludus.v1.AuthService/Unlink"
 )
 
 // AuthServiceClient is a client for the ludus.v1.AuthService service.
@@ -43,6 +60,30 @@ type AuthServiceClient interface {
 	// and returns a session ticket. Calling it again with the same device id returns
 	// the same account with a fresh ticket.
 	GuestLogin(context.Context, *connect.Request[v1.GuestLoginRequest]) (*connect.Response[v1.GuestLoginResponse], error)
+	// RegisterEmail creates an account with an email and password and signs it in.
+	RegisterEmail(context.Context, *connect.Request[v1.RegisterEmailRequest]) (*connect.Response[v1.RegisterEmailResponse], error)
+	// EmailLogin signs in with an email and password. Repeated failures for one
+	// email are slowed down, then locked out for a while (ResourceExhausted).
+	EmailLogin(context.Context, *connect.Request[v1.EmailLoginRequest]) (*connect.Response[v1.EmailLoginResponse], error)
+	// CustomLogin signs in (creating on first use) the account of a studio's own
+	// player id. The studio's backend calls it with an API key of scope "server"
+	// ("Authorization: Bearer <key>"), vouching for the player, and hands the
+	// session to its client.
+	CustomLogin(context.Context, *connect.Request[v1.CustomLoginRequest]) (*connect.Response[v1.CustomLoginResponse], error)
+	// Refresh trades a refresh token for a new ticket and a new refresh token.
+	// Each refresh token works once: presenting a used one again revokes every
+	// token of its login (theft detection).
+	Refresh(context.Context, *connect.Request[v1.RefreshRequest]) (*connect.Response[v1.RefreshResponse], error)
+	// Logout revokes the refresh token and every token of its login.
+	Logout(context.Context, *connect.Request[v1.LogoutRequest]) (*connect.Response[v1.LogoutResponse], error)
+	// LinkDevice binds a device id to the signed-in account (ticket in
+	// "Authorization: Bearer <ticket>").
+	LinkDevice(context.Context, *connect.Request[v1.LinkDeviceRequest]) (*connect.Response[v1.LinkDeviceResponse], error)
+	// LinkEmail sets an email and password on the signed-in account.
+	LinkEmail(context.Context, *connect.Request[v1.LinkEmailRequest]) (*connect.Response[v1.LinkEmailResponse], error)
+	// Unlink removes one way of signing in from the signed-in account; the last
+	// one cannot be removed.
+	Unlink(context.Context, *connect.Request[v1.UnlinkRequest]) (*connect.Response[v1.UnlinkResponse], error)
 }
 
 // NewAuthServiceClient constructs a client for the ludus.v1.AuthService service. By default, it
@@ -62,17 +103,113 @@ func NewAuthServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(authServiceMethods.ByName("GuestLogin")),
 			connect.WithClientOptions(opts...),
 		),
+		registerEmail: connect.NewClient[v1.RegisterEmailRequest, v1.RegisterEmailResponse](
+			httpClient,
+			baseURL+AuthServiceRegisterEmailProcedure,
+			connect.WithSchema(authServiceMethods.ByName("RegisterEmail")),
+			connect.WithClientOptions(opts...),
+		),
+		emailLogin: connect.NewClient[v1.EmailLoginRequest, v1.EmailLoginResponse](
+			httpClient,
+			baseURL+AuthServiceEmailLoginProcedure,
+			connect.WithSchema(authServiceMethods.ByName("EmailLogin")),
+			connect.WithClientOptions(opts...),
+		),
+		customLogin: connect.NewClient[v1.CustomLoginRequest, v1.CustomLoginResponse](
+			httpClient,
+			baseURL+AuthServiceCustomLoginProcedure,
+			connect.WithSchema(authServiceMethods.ByName("CustomLogin")),
+			connect.WithClientOptions(opts...),
+		),
+		refresh: connect.NewClient[v1.RefreshRequest, v1.RefreshResponse](
+			httpClient,
+			baseURL+AuthServiceRefreshProcedure,
+			connect.WithSchema(authServiceMethods.ByName("Refresh")),
+			connect.WithClientOptions(opts...),
+		),
+		logout: connect.NewClient[v1.LogoutRequest, v1.LogoutResponse](
+			httpClient,
+			baseURL+AuthServiceLogoutProcedure,
+			connect.WithSchema(authServiceMethods.ByName("Logout")),
+			connect.WithClientOptions(opts...),
+		),
+		linkDevice: connect.NewClient[v1.LinkDeviceRequest, v1.LinkDeviceResponse](
+			httpClient,
+			baseURL+AuthServiceLinkDeviceProcedure,
+			connect.WithSchema(authServiceMethods.ByName("LinkDevice")),
+			connect.WithClientOptions(opts...),
+		),
+		linkEmail: connect.NewClient[v1.LinkEmailRequest, v1.LinkEmailResponse](
+			httpClient,
+			baseURL+AuthServiceLinkEmailProcedure,
+			connect.WithSchema(authServiceMethods.ByName("LinkEmail")),
+			connect.WithClientOptions(opts...),
+		),
+		unlink: connect.NewClient[v1.UnlinkRequest, v1.UnlinkResponse](
+			httpClient,
+			baseURL+AuthServiceUnlinkProcedure,
+			connect.WithSchema(authServiceMethods.ByName("Unlink")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // authServiceClient implements AuthServiceClient.
 type authServiceClient struct {
-	guestLogin *connect.Client[v1.GuestLoginRequest, v1.GuestLoginResponse]
+	guestLogin    *connect.Client[v1.GuestLoginRequest, v1.GuestLoginResponse]
+	registerEmail *connect.Client[v1.RegisterEmailRequest, v1.RegisterEmailResponse]
+	emailLogin    *connect.Client[v1.EmailLoginRequest, v1.EmailLoginResponse]
+	customLogin   *connect.Client[v1.CustomLoginRequest, v1.CustomLoginResponse]
+	refresh       *connect.Client[v1.RefreshRequest, v1.RefreshResponse]
+	logout        *connect.Client[v1.LogoutRequest, v1.LogoutResponse]
+	linkDevice    *connect.Client[v1.LinkDeviceRequest, v1.LinkDeviceResponse]
+	linkEmail     *connect.Client[v1.LinkEmailRequest, v1.LinkEmailResponse]
+	unlink        *connect.Client[v1.UnlinkRequest, v1.UnlinkResponse]
 }
 
 // GuestLogin calls ludus.v1.AuthService.GuestLogin.
 func (c *authServiceClient) GuestLogin(ctx context.Context, req *connect.Request[v1.GuestLoginRequest]) (*connect.Response[v1.GuestLoginResponse], error) {
 	return c.guestLogin.CallUnary(ctx, req)
+}
+
+// RegisterEmail calls ludus.v1.AuthService.RegisterEmail.
+func (c *authServiceClient) RegisterEmail(ctx context.Context, req *connect.Request[v1.RegisterEmailRequest]) (*connect.Response[v1.RegisterEmailResponse], error) {
+	return c.registerEmail.CallUnary(ctx, req)
+}
+
+// EmailLogin calls ludus.v1.AuthService.EmailLogin.
+func (c *authServiceClient) EmailLogin(ctx context.Context, req *connect.Request[v1.EmailLoginRequest]) (*connect.Response[v1.EmailLoginResponse], error) {
+	return c.emailLogin.CallUnary(ctx, req)
+}
+
+// CustomLogin calls ludus.v1.AuthService.CustomLogin.
+func (c *authServiceClient) CustomLogin(ctx context.Context, req *connect.Request[v1.CustomLoginRequest]) (*connect.Response[v1.CustomLoginResponse], error) {
+	return c.customLogin.CallUnary(ctx, req)
+}
+
+// Refresh calls ludus.v1.AuthService.Refresh.
+func (c *authServiceClient) Refresh(ctx context.Context, req *connect.Request[v1.RefreshRequest]) (*connect.Response[v1.RefreshResponse], error) {
+	return c.refresh.CallUnary(ctx, req)
+}
+
+// Logout calls ludus.v1.AuthService.Logout.
+func (c *authServiceClient) Logout(ctx context.Context, req *connect.Request[v1.LogoutRequest]) (*connect.Response[v1.LogoutResponse], error) {
+	return c.logout.CallUnary(ctx, req)
+}
+
+// LinkDevice calls ludus.v1.AuthService.LinkDevice.
+func (c *authServiceClient) LinkDevice(ctx context.Context, req *connect.Request[v1.LinkDeviceRequest]) (*connect.Response[v1.LinkDeviceResponse], error) {
+	return c.linkDevice.CallUnary(ctx, req)
+}
+
+// LinkEmail calls ludus.v1.AuthService.LinkEmail.
+func (c *authServiceClient) LinkEmail(ctx context.Context, req *connect.Request[v1.LinkEmailRequest]) (*connect.Response[v1.LinkEmailResponse], error) {
+	return c.linkEmail.CallUnary(ctx, req)
+}
+
+// Unlink calls ludus.v1.AuthService.Unlink.
+func (c *authServiceClient) Unlink(ctx context.Context, req *connect.Request[v1.UnlinkRequest]) (*connect.Response[v1.UnlinkResponse], error) {
+	return c.unlink.CallUnary(ctx, req)
 }
 
 // AuthServiceHandler is an implementation of the ludus.v1.AuthService service.
@@ -81,6 +218,30 @@ type AuthServiceHandler interface {
 	// and returns a session ticket. Calling it again with the same device id returns
 	// the same account with a fresh ticket.
 	GuestLogin(context.Context, *connect.Request[v1.GuestLoginRequest]) (*connect.Response[v1.GuestLoginResponse], error)
+	// RegisterEmail creates an account with an email and password and signs it in.
+	RegisterEmail(context.Context, *connect.Request[v1.RegisterEmailRequest]) (*connect.Response[v1.RegisterEmailResponse], error)
+	// EmailLogin signs in with an email and password. Repeated failures for one
+	// email are slowed down, then locked out for a while (ResourceExhausted).
+	EmailLogin(context.Context, *connect.Request[v1.EmailLoginRequest]) (*connect.Response[v1.EmailLoginResponse], error)
+	// CustomLogin signs in (creating on first use) the account of a studio's own
+	// player id. The studio's backend calls it with an API key of scope "server"
+	// ("Authorization: Bearer <key>"), vouching for the player, and hands the
+	// session to its client.
+	CustomLogin(context.Context, *connect.Request[v1.CustomLoginRequest]) (*connect.Response[v1.CustomLoginResponse], error)
+	// Refresh trades a refresh token for a new ticket and a new refresh token.
+	// Each refresh token works once: presenting a used one again revokes every
+	// token of its login (theft detection).
+	Refresh(context.Context, *connect.Request[v1.RefreshRequest]) (*connect.Response[v1.RefreshResponse], error)
+	// Logout revokes the refresh token and every token of its login.
+	Logout(context.Context, *connect.Request[v1.LogoutRequest]) (*connect.Response[v1.LogoutResponse], error)
+	// LinkDevice binds a device id to the signed-in account (ticket in
+	// "Authorization: Bearer <ticket>").
+	LinkDevice(context.Context, *connect.Request[v1.LinkDeviceRequest]) (*connect.Response[v1.LinkDeviceResponse], error)
+	// LinkEmail sets an email and password on the signed-in account.
+	LinkEmail(context.Context, *connect.Request[v1.LinkEmailRequest]) (*connect.Response[v1.LinkEmailResponse], error)
+	// Unlink removes one way of signing in from the signed-in account; the last
+	// one cannot be removed.
+	Unlink(context.Context, *connect.Request[v1.UnlinkRequest]) (*connect.Response[v1.UnlinkResponse], error)
 }
 
 // NewAuthServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -96,10 +257,74 @@ func NewAuthServiceHandler(svc AuthServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(authServiceMethods.ByName("GuestLogin")),
 		connect.WithHandlerOptions(opts...),
 	)
+	authServiceRegisterEmailHandler := connect.NewUnaryHandler(
+		AuthServiceRegisterEmailProcedure,
+		svc.RegisterEmail,
+		connect.WithSchema(authServiceMethods.ByName("RegisterEmail")),
+		connect.WithHandlerOptions(opts...),
+	)
+	authServiceEmailLoginHandler := connect.NewUnaryHandler(
+		AuthServiceEmailLoginProcedure,
+		svc.EmailLogin,
+		connect.WithSchema(authServiceMethods.ByName("EmailLogin")),
+		connect.WithHandlerOptions(opts...),
+	)
+	authServiceCustomLoginHandler := connect.NewUnaryHandler(
+		AuthServiceCustomLoginProcedure,
+		svc.CustomLogin,
+		connect.WithSchema(authServiceMethods.ByName("CustomLogin")),
+		connect.WithHandlerOptions(opts...),
+	)
+	authServiceRefreshHandler := connect.NewUnaryHandler(
+		AuthServiceRefreshProcedure,
+		svc.Refresh,
+		connect.WithSchema(authServiceMethods.ByName("Refresh")),
+		connect.WithHandlerOptions(opts...),
+	)
+	authServiceLogoutHandler := connect.NewUnaryHandler(
+		AuthServiceLogoutProcedure,
+		svc.Logout,
+		connect.WithSchema(authServiceMethods.ByName("Logout")),
+		connect.WithHandlerOptions(opts...),
+	)
+	authServiceLinkDeviceHandler := connect.NewUnaryHandler(
+		AuthServiceLinkDeviceProcedure,
+		svc.LinkDevice,
+		connect.WithSchema(authServiceMethods.ByName("LinkDevice")),
+		connect.WithHandlerOptions(opts...),
+	)
+	authServiceLinkEmailHandler := connect.NewUnaryHandler(
+		AuthServiceLinkEmailProcedure,
+		svc.LinkEmail,
+		connect.WithSchema(authServiceMethods.ByName("LinkEmail")),
+		connect.WithHandlerOptions(opts...),
+	)
+	authServiceUnlinkHandler := connect.NewUnaryHandler(
+		AuthServiceUnlinkProcedure,
+		svc.Unlink,
+		connect.WithSchema(authServiceMethods.ByName("Unlink")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ludus.v1.AuthService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AuthServiceGuestLoginProcedure:
 			authServiceGuestLoginHandler.ServeHTTP(w, r)
+		case AuthServiceRegisterEmailProcedure:
+			authServiceRegisterEmailHandler.ServeHTTP(w, r)
+		case AuthServiceEmailLoginProcedure:
+			authServiceEmailLoginHandler.ServeHTTP(w, r)
+		case AuthServiceCustomLoginProcedure:
+			authServiceCustomLoginHandler.ServeHTTP(w, r)
+		case AuthServiceRefreshProcedure:
+			authServiceRefreshHandler.ServeHTTP(w, r)
+		case AuthServiceLogoutProcedure:
+			authServiceLogoutHandler.ServeHTTP(w, r)
+		case AuthServiceLinkDeviceProcedure:
+			authServiceLinkDeviceHandler.ServeHTTP(w, r)
+		case AuthServiceLinkEmailProcedure:
+			authServiceLinkEmailHandler.ServeHTTP(w, r)
+		case AuthServiceUnlinkProcedure:
+			authServiceUnlinkHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -111,4 +336,36 @@ type UnimplementedAuthServiceHandler struct{}
 
 func (UnimplementedAuthServiceHandler) GuestLogin(context.Context, *connect.Request[v1.GuestLoginRequest]) (*connect.Response[v1.GuestLoginResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AuthService.GuestLogin is not implemented"))
+}
+
+func (UnimplementedAuthServiceHandler) RegisterEmail(context.Context, *connect.Request[v1.RegisterEmailRequest]) (*connect.Response[v1.RegisterEmailResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AuthService.RegisterEmail is not implemented"))
+}
+
+func (UnimplementedAuthServiceHandler) EmailLogin(context.Context, *connect.Request[v1.EmailLoginRequest]) (*connect.Response[v1.EmailLoginResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AuthService.EmailLogin is not implemented"))
+}
+
+func (UnimplementedAuthServiceHandler) CustomLogin(context.Context, *connect.Request[v1.CustomLoginRequest]) (*connect.Response[v1.CustomLoginResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AuthService.CustomLogin is not implemented"))
+}
+
+func (UnimplementedAuthServiceHandler) Refresh(context.Context, *connect.Request[v1.RefreshRequest]) (*connect.Response[v1.RefreshResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AuthService.Refresh is not implemented"))
+}
+
+func (UnimplementedAuthServiceHandler) Logout(context.Context, *connect.Request[v1.LogoutRequest]) (*connect.Response[v1.LogoutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AuthService.Logout is not implemented"))
+}
+
+func (UnimplementedAuthServiceHandler) LinkDevice(context.Context, *connect.Request[v1.LinkDeviceRequest]) (*connect.Response[v1.LinkDeviceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AuthService.LinkDevice is not implemented"))
+}
+
+func (UnimplementedAuthServiceHandler) LinkEmail(context.Context, *connect.Request[v1.LinkEmailRequest]) (*connect.Response[v1.LinkEmailResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AuthService.LinkEmail is not implemented"))
+}
+
+func (UnimplementedAuthServiceHandler) Unlink(context.Context, *connect.Request[v1.UnlinkRequest]) (*connect.Response[v1.UnlinkResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AuthService.Unlink is not implemented"))
 }

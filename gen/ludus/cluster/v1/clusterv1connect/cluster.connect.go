@@ -52,6 +52,9 @@ const (
 	// ModuleStoreServiceGetModuleProcedure is the fully-qualified name of the ModuleStoreService's
 	// GetModule RPC.
 	ModuleStoreServiceGetModuleProcedure = "/ludus.cluster.v1.ModuleStoreService/GetModule"
+	// ModuleStoreServiceMintMatchCredentialProcedure is the fully-qualified name of the
+	// ModuleStoreService's MintMatchCredential RPC.
+	ModuleStoreServiceMintMatchCredentialProcedure = "/ludus.cluster.v1.ModuleStoreService/MintMatchCredential"
 )
 
 // NodeServiceClient is a client for the ludus.cluster.v1.NodeService service.
@@ -244,6 +247,11 @@ type ModuleStoreServiceClient interface {
 	ResolveModule(context.Context, *connect.Request[v1.ResolveModuleRequest]) (*connect.Response[v1.ResolveModuleResponse], error)
 	// GetModule returns a module's bytes by build id.
 	GetModule(context.Context, *connect.Request[v1.GetModuleRequest]) (*connect.Response[v1.GetModuleResponse], error)
+	// MintMatchCredential registers a match and returns the credential its sim
+	// node reports results with (ludus.v1.MatchReportService). Call it when the
+	// game is created; the credential reports only that match, until its final
+	// result is stored or it expires.
+	MintMatchCredential(context.Context, *connect.Request[v1.MintMatchCredentialRequest]) (*connect.Response[v1.MintMatchCredentialResponse], error)
 }
 
 // NewModuleStoreServiceClient constructs a client for the ludus.cluster.v1.ModuleStoreService
@@ -269,13 +277,20 @@ func NewModuleStoreServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(moduleStoreServiceMethods.ByName("GetModule")),
 			connect.WithClientOptions(opts...),
 		),
+		mintMatchCredential: connect.NewClient[v1.MintMatchCredentialRequest, v1.MintMatchCredentialResponse](
+			httpClient,
+			baseURL+ModuleStoreServiceMintMatchCredentialProcedure,
+			connect.WithSchema(moduleStoreServiceMethods.ByName("MintMatchCredential")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // moduleStoreServiceClient implements ModuleStoreServiceClient.
 type moduleStoreServiceClient struct {
-	resolveModule *connect.Client[v1.ResolveModuleRequest, v1.ResolveModuleResponse]
-	getModule     *connect.Client[v1.GetModuleRequest, v1.GetModuleResponse]
+	resolveModule       *connect.Client[v1.ResolveModuleRequest, v1.ResolveModuleResponse]
+	getModule           *connect.Client[v1.GetModuleRequest, v1.GetModuleResponse]
+	mintMatchCredential *connect.Client[v1.MintMatchCredentialRequest, v1.MintMatchCredentialResponse]
 }
 
 // ResolveModule calls ludus.cluster.v1.ModuleStoreService.ResolveModule.
@@ -288,6 +303,11 @@ func (c *moduleStoreServiceClient) GetModule(ctx context.Context, req *connect.R
 	return c.getModule.CallUnary(ctx, req)
 }
 
+// MintMatchCredential calls ludus.cluster.v1.ModuleStoreService.MintMatchCredential.
+func (c *moduleStoreServiceClient) MintMatchCredential(ctx context.Context, req *connect.Request[v1.MintMatchCredentialRequest]) (*connect.Response[v1.MintMatchCredentialResponse], error) {
+	return c.mintMatchCredential.CallUnary(ctx, req)
+}
+
 // ModuleStoreServiceHandler is an implementation of the ludus.cluster.v1.ModuleStoreService
 // service.
 type ModuleStoreServiceHandler interface {
@@ -295,6 +315,11 @@ type ModuleStoreServiceHandler interface {
 	ResolveModule(context.Context, *connect.Request[v1.ResolveModuleRequest]) (*connect.Response[v1.ResolveModuleResponse], error)
 	// GetModule returns a module's bytes by build id.
 	GetModule(context.Context, *connect.Request[v1.GetModuleRequest]) (*connect.Response[v1.GetModuleResponse], error)
+	// MintMatchCredential registers a match and returns the credential its sim
+	// node reports results with (ludus.v1.MatchReportService). Call it when the
+	// game is created; the credential reports only that match, until its final
+	// result is stored or it expires.
+	MintMatchCredential(context.Context, *connect.Request[v1.MintMatchCredentialRequest]) (*connect.Response[v1.MintMatchCredentialResponse], error)
 }
 
 // NewModuleStoreServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -316,12 +341,20 @@ func NewModuleStoreServiceHandler(svc ModuleStoreServiceHandler, opts ...connect
 		connect.WithSchema(moduleStoreServiceMethods.ByName("GetModule")),
 		connect.WithHandlerOptions(opts...),
 	)
+	moduleStoreServiceMintMatchCredentialHandler := connect.NewUnaryHandler(
+		ModuleStoreServiceMintMatchCredentialProcedure,
+		svc.MintMatchCredential,
+		connect.WithSchema(moduleStoreServiceMethods.ByName("MintMatchCredential")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ludus.cluster.v1.ModuleStoreService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ModuleStoreServiceResolveModuleProcedure:
 			moduleStoreServiceResolveModuleHandler.ServeHTTP(w, r)
 		case ModuleStoreServiceGetModuleProcedure:
 			moduleStoreServiceGetModuleHandler.ServeHTTP(w, r)
+		case ModuleStoreServiceMintMatchCredentialProcedure:
+			moduleStoreServiceMintMatchCredentialHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -337,4 +370,8 @@ func (UnimplementedModuleStoreServiceHandler) ResolveModule(context.Context, *co
 
 func (UnimplementedModuleStoreServiceHandler) GetModule(context.Context, *connect.Request[v1.GetModuleRequest]) (*connect.Response[v1.GetModuleResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.ModuleStoreService.GetModule is not implemented"))
+}
+
+func (UnimplementedModuleStoreServiceHandler) MintMatchCredential(context.Context, *connect.Request[v1.MintMatchCredentialRequest]) (*connect.Response[v1.MintMatchCredentialResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.ModuleStoreService.MintMatchCredential is not implemented"))
 }

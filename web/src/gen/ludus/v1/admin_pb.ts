@@ -8,13 +8,15 @@ import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { GameInfo } from "./game_pb";
 import { file_ludus_v1_game } from "./game_pb";
+import type { LeaderboardEntry, LeaderboardRequest, LedgerEntry, MatchResult, Progression } from "./match_pb";
+import { file_ludus_v1_match } from "./match_pb";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file ludus/v1/admin.proto.
  */
 export const file_ludus_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsdWR1cy92MS9hZG1pbi5wcm90bxIIbHVkdXMudjEiYAoGVGVuYW50EgoKAmlkGAEgASgJEgwKBHNsdWcYAiABKAkSDAoEbmFtZRgDIAEoCRIuCgpjcmVhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIxChNDcmVhdGVUZW5hbnRSZXF1ZXN0EgwKBHNsdWcYASABKAkSDAoEbmFtZRgCIAEoCSJLChRDcmVhdGVUZW5hbnRSZXNwb25zZRIgCgZ0ZW5hbnQYASABKAsyEC5sdWR1cy52MS5UZW5hbnQSEQoJYWRtaW5fa2V5GAIgASgJIhQKEkxpc3RUZW5hbnRzUmVxdWVzdCI4ChNMaXN0VGVuYW50c1Jlc3BvbnNlEiEKB3RlbmFudHMYASADKAsyEC5sdWR1cy52MS5UZW5hbnQivgEKBk1vZHVsZRIQCghidWlsZF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhMKC2FiaV92ZXJzaW9uGAMgASgFEhEKCXRpY2tfcmF0ZRgEIAEoBRITCgttYXhfcGxheWVycxgFIAEoBRITCgt2aWV3X2Zvcm1hdBgGIAEoCRISCgpzaXplX2J5dGVzGAcgASgDEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjEKE1VwbG9hZE1vZHVsZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIMCgR3YXNtGAIgASgMIjgKFFVwbG9hZE1vZHVsZVJlc3BvbnNlEiAKBm1vZHVsZRgBIAEoCzIQLmx1ZHVzLnYxLk1vZHVsZSIUChJMaXN0TW9kdWxlc1JlcXVlc3QiOAoTTGlzdE1vZHVsZXNSZXNwb25zZRIhCgdtb2R1bGVzGAEgAygLMhAubHVkdXMudjEuTW9kdWxlIh4KHEFkbWluU2VydmljZUxpc3RHYW1lc1JlcXVlc3QiQgodQWRtaW5TZXJ2aWNlTGlzdEdhbWVzUmVzcG9uc2USIQoFZ2FtZXMYASADKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJmCgROb2RlEgoKAmlkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSDgoGcmVnaW9uGAMgASgJEhAKCGNhcGFjaXR5GAQgASgFEg0KBWdhbWVzGAUgASgFEhAKCGRyYWluaW5nGAYgASgIIhIKEExpc3ROb2Rlc1JlcXVlc3QiMgoRTGlzdE5vZGVzUmVzcG9uc2USHQoFbm9kZXMYASADKAsyDi5sdWR1cy52MS5Ob2RlMugDCgxBZG1pblNlcnZpY2USTQoMQ3JlYXRlVGVuYW50Eh0ubHVkdXMudjEuQ3JlYXRlVGVuYW50UmVxdWVzdBoeLmx1ZHVzLnYxLkNyZWF0ZVRlbmFudFJlc3BvbnNlEkoKC0xpc3RUZW5hbnRzEhwubHVkdXMudjEuTGlzdFRlbmFudHNSZXF1ZXN0Gh0ubHVkdXMudjEuTGlzdFRlbmFudHNSZXNwb25zZRJNCgxVcGxvYWRNb2R1bGUSHS5sdWR1cy52MS5VcGxvYWRNb2R1bGVSZXF1ZXN0Gh4ubHVkdXMudjEuVXBsb2FkTW9kdWxlUmVzcG9uc2USSgoLTGlzdE1vZHVsZXMSHC5sdWR1cy52MS5MaXN0TW9kdWxlc1JlcXVlc3QaHS5sdWR1cy52MS5MaXN0TW9kdWxlc1Jlc3BvbnNlElwKCUxpc3RHYW1lcxImLmx1ZHVzLnYxLkFkbWluU2VydmljZUxpc3RHYW1lc1JlcXVlc3QaJy5sdWR1cy52MS5BZG1pblNlcnZpY2VMaXN0R2FtZXNSZXNwb25zZRJECglMaXN0Tm9kZXMSGi5sdWR1cy52MS5MaXN0Tm9kZXNSZXF1ZXN0GhsubHVkdXMudjEuTGlzdE5vZGVzUmVzcG9uc2VCJlokbHVkdXMuZGV2L2x1ZHVzL2dlbi9sdWR1cy92MTtsdWR1c3YxYgZwcm90bzM", [file_google_protobuf_timestamp, file_ludus_v1_game]);
+  fileDesc("ChRsdWR1cy92MS9hZG1pbi5wcm90bxIIbHVkdXMudjEiYAoGVGVuYW50EgoKAmlkGAEgASgJEgwKBHNsdWcYAiABKAkSDAoEbmFtZRgDIAEoCRIuCgpjcmVhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIxChNDcmVhdGVUZW5hbnRSZXF1ZXN0EgwKBHNsdWcYASABKAkSDAoEbmFtZRgCIAEoCSJLChRDcmVhdGVUZW5hbnRSZXNwb25zZRIgCgZ0ZW5hbnQYASABKAsyEC5sdWR1cy52MS5UZW5hbnQSEQoJYWRtaW5fa2V5GAIgASgJIhQKEkxpc3RUZW5hbnRzUmVxdWVzdCI4ChNMaXN0VGVuYW50c1Jlc3BvbnNlEiEKB3RlbmFudHMYASADKAsyEC5sdWR1cy52MS5UZW5hbnQivgEKBk1vZHVsZRIQCghidWlsZF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhMKC2FiaV92ZXJzaW9uGAMgASgFEhEKCXRpY2tfcmF0ZRgEIAEoBRITCgttYXhfcGxheWVycxgFIAEoBRITCgt2aWV3X2Zvcm1hdBgGIAEoCRISCgpzaXplX2J5dGVzGAcgASgDEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjEKE1VwbG9hZE1vZHVsZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIMCgR3YXNtGAIgASgMIjgKFFVwbG9hZE1vZHVsZVJlc3BvbnNlEiAKBm1vZHVsZRgBIAEoCzIQLmx1ZHVzLnYxLk1vZHVsZSIUChJMaXN0TW9kdWxlc1JlcXVlc3QiOAoTTGlzdE1vZHVsZXNSZXNwb25zZRIhCgdtb2R1bGVzGAEgAygLMhAubHVkdXMudjEuTW9kdWxlIh4KHEFkbWluU2VydmljZUxpc3RHYW1lc1JlcXVlc3QiQgodQWRtaW5TZXJ2aWNlTGlzdEdhbWVzUmVzcG9uc2USIQoFZ2FtZXMYASADKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJmCgROb2RlEgoKAmlkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSDgoGcmVnaW9uGAMgASgJEhAKCGNhcGFjaXR5GAQgASgFEg0KBWdhbWVzGAUgASgFEhAKCGRyYWluaW5nGAYgASgIIhIKEExpc3ROb2Rlc1JlcXVlc3QiMgoRTGlzdE5vZGVzUmVzcG9uc2USHQoFbm9kZXMYASADKAsyDi5sdWR1cy52MS5Ob2RlImEKBkFQSUtleRIKCgJpZBgBIAEoCRINCgVzY29wZRgCIAEoCRIMCgRuYW1lGAMgASgJEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjIKE0NyZWF0ZUFQSUtleVJlcXVlc3QSDQoFc2NvcGUYASABKAkSDAoEbmFtZRgCIAEoCSJFChRDcmVhdGVBUElLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sdWR1cy52MS5BUElLZXkSDgoGc2VjcmV0GAIgASgJIhQKEkxpc3RBUElLZXlzUmVxdWVzdCI1ChNMaXN0QVBJS2V5c1Jlc3BvbnNlEh4KBGtleXMYASADKAsyEC5sdWR1cy52MS5BUElLZXkiIQoTUm90YXRlQVBJS2V5UmVxdWVzdBIKCgJpZBgBIAEoCSJFChRSb3RhdGVBUElLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sdWR1cy52MS5BUElLZXkSDgoGc2VjcmV0GAIgASgJIiEKE1Jldm9rZUFQSUtleVJlcXVlc3QSCgoCaWQYASABKAkiFgoUUmV2b2tlQVBJS2V5UmVzcG9uc2UiGQoXUm90YXRlU2lnbmluZ0tleVJlcXVlc3QiJwoYUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlEgsKA2tpZBgBIAEoCSLWAQoHQWNjb3VudBIKCgJpZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSEQoJZGV2aWNlX2lkGAMgASgJEg0KBWVtYWlsGAQgASgJEhEKCWN1c3RvbV9pZBgFIAEoCRIUCgxoYXNfcGFzc3dvcmQYBiABKAgSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAicwoUQ3JlYXRlQWNjb3VudFJlcXVlc3QSEQoJY3VzdG9tX2lkGAEgASgJEg0KBWVtYWlsGAIgASgJEhAKCHBhc3N3b3JkGAMgASgJEhEKCWRldmljZV9pZBgEIAEoCRIUCgxkaXNwbGF5X25hbWUYBSABKAkiOwoVQ3JlYXRlQWNjb3VudFJlc3BvbnNlEiIKB2FjY291bnQYASABKAsyES5sdWR1cy52MS5BY2NvdW50IlQKEUdldEFjY291bnRSZXF1ZXN0EgoKAmlkGAEgASgJEhEKCWN1c3RvbV9pZBgCIAEoCRINCgVlbWFpbBgDIAEoCRIRCglkZXZpY2VfaWQYBCABKAkiOAoSR2V0QWNjb3VudFJlc3BvbnNlEiIKB2FjY291bnQYASABKAsyES5sdWR1cy52MS5BY2NvdW50IiIKFERlbGV0ZUFjY291bnRSZXF1ZXN0EgoKAmlkGAEgASgJIhcKFURlbGV0ZUFjY291bnRSZXNwb25zZSIiChRFeHBvcnRBY2NvdW50UmVxdWVzdBIKCgJpZBgBIAEoCSIlChVFeHBvcnRBY2NvdW50UmVzcG9uc2USDAoEZGF0YRgBIAEoDCLBAgoXR3JhbnRQcm9ncmVzc2lvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkSCgoCeHAYAyABKAMSQQoIY3VycmVuY3kYBCADKAsyLy5sdWR1cy52MS5HcmFudFByb2dyZXNzaW9uUmVxdWVzdC5DdXJyZW5jeUVudHJ5EjsKBWl0ZW1zGAUgAygLMiwubHVkdXMudjEuR3JhbnRQcm9ncmVzc2lvblJlcXVlc3QuSXRlbXNFbnRyeRIOCgZyZWFzb24YBiABKAkaLwoNQ3VycmVuY3lFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBGiwKCkl0ZW1zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASJXChhHcmFudFByb2dyZXNzaW9uUmVzcG9uc2USDwoHYXBwbGllZBgBIAEoCBIqCgtwcm9ncmVzc2lvbhgCIAEoCzIVLmx1ZHVzLnYxLlByb2dyZXNzaW9uIkgKHEdldEFjY291bnRQcm9ncmVzc2lvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIUCgxsZWRnZXJfbGltaXQYAiABKAUicgodR2V0QWNjb3VudFByb2dyZXNzaW9uUmVzcG9uc2USKgoLcHJvZ3Jlc3Npb24YASABKAsyFS5sdWR1cy52MS5Qcm9ncmVzc2lvbhIlCgZsZWRnZXIYAiADKAsyFS5sdWR1cy52MS5MZWRnZXJFbnRyeSI8ChdMaXN0TWF0Y2hSZXN1bHRzUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIkIKGExpc3RNYXRjaFJlc3VsdHNSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubHVkdXMudjEuTWF0Y2hSZXN1bHQiZAoaR2V0QWRtaW5MZWFkZXJib2FyZFJlcXVlc3QSKwoFcXVlcnkYASABKAsyHC5sdWR1cy52MS5MZWFkZXJib2FyZFJlcXVlc3QSGQoRYXJvdW5kX2FjY291bnRfaWQYAiABKAkiSgobR2V0QWRtaW5MZWFkZXJib2FyZFJlc3BvbnNlEisKB2VudHJpZXMYASADKAsyGi5sdWR1cy52MS5MZWFkZXJib2FyZEVudHJ5IiAKEVNldFdlYmhvb2tSZXF1ZXN0EgsKA3VybBgBIAEoCSIkChJTZXRXZWJob29rUmVzcG9uc2USDgoGc2VjcmV0GAEgASgJIi0KHExpc3RXZWJob29rRGVsaXZlcmllc1JlcXVlc3QSDQoFbGltaXQYASABKAUi9gEKD1dlYmhvb2tEZWxpdmVyeRIKCgJpZBgBIAEoCRINCgVldmVudBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIQCghhdHRlbXB0cxgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiTgodTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVzcG9uc2USLQoKZGVsaXZlcmllcxgBIAMoCzIZLmx1ZHVzLnYxLldlYmhvb2tEZWxpdmVyeTLyDQoMQWRtaW5TZXJ2aWNlEk0KDENyZWF0ZVRlbmFudBIdLmx1ZHVzLnYxLkNyZWF0ZVRlbmFudFJlcXVlc3QaHi5sdWR1cy52MS5DcmVhdGVUZW5hbnRSZXNwb25zZRJKCgtMaXN0VGVuYW50cxIcLmx1ZHVzLnYxLkxpc3RUZW5hbnRzUmVxdWVzdBodLmx1ZHVzLnYxLkxpc3RUZW5hbnRzUmVzcG9uc2USTQoMVXBsb2FkTW9kdWxlEh0ubHVkdXMudjEuVXBsb2FkTW9kdWxlUmVxdWVzdBoeLmx1ZHVzLnYxLlVwbG9hZE1vZHVsZVJlc3BvbnNlEkoKC0xpc3RNb2R1bGVzEhwubHVkdXMudjEuTGlzdE1vZHVsZXNSZXF1ZXN0Gh0ubHVkdXMudjEuTGlzdE1vZHVsZXNSZXNwb25zZRJcCglMaXN0R2FtZXMSJi5sdWR1cy52MS5BZG1pblNlcnZpY2VMaXN0R2FtZXNSZXF1ZXN0GicubHVkdXMudjEuQWRtaW5TZXJ2aWNlTGlzdEdhbWVzUmVzcG9uc2USRAoJTGlzdE5vZGVzEhoubHVkdXMudjEuTGlzdE5vZGVzUmVxdWVzdBobLmx1ZHVzLnYxLkxpc3ROb2Rlc1Jlc3BvbnNlEk0KDENyZWF0ZUFQSUtleRIdLmx1ZHVzLnYxLkNyZWF0ZUFQSUtleVJlcXVlc3QaHi5sdWR1cy52MS5DcmVhdGVBUElLZXlSZXNwb25zZRJKCgtMaXN0QVBJS2V5cxIcLmx1ZHVzLnYxLkxpc3RBUElLZXlzUmVxdWVzdBodLmx1ZHVzLnYxLkxpc3RBUElLZXlzUmVzcG9uc2USTQoMUm90YXRlQVBJS2V5Eh0ubHVkdXMudjEuUm90YXRlQVBJS2V5UmVxdWVzdBoeLmx1ZHVzLnYxLlJvdGF0ZUFQSUtleVJlc3BvbnNlEk0KDFJldm9rZUFQSUtleRIdLmx1ZHVzLnYxLlJldm9rZUFQSUtleVJlcXVlc3QaHi5sdWR1cy52MS5SZXZva2VBUElLZXlSZXNwb25zZRJZChBSb3RhdGVTaWduaW5nS2V5EiEubHVkdXMudjEuUm90YXRlU2lnbmluZ0tleVJlcXVlc3QaIi5sdWR1cy52MS5Sb3RhdGVTaWduaW5nS2V5UmVzcG9uc2USUAoNQ3JlYXRlQWNjb3VudBIeLmx1ZHVzLnYxLkNyZWF0ZUFjY291bnRSZXF1ZXN0Gh8ubHVkdXMudjEuQ3JlYXRlQWNjb3VudFJlc3BvbnNlEkcKCkdldEFjY291bnQSGy5sdWR1cy52MS5HZXRBY2NvdW50UmVxdWVzdBocLmx1ZHVzLnYxLkdldEFjY291bnRSZXNwb25zZRJQCg1EZWxldGVBY2NvdW50Eh4ubHVkdXMudjEuRGVsZXRlQWNjb3VudFJlcXVlc3QaHy5sdWR1cy52MS5EZWxldGVBY2NvdW50UmVzcG9uc2USUAoNRXhwb3J0QWNjb3VudBIeLmx1ZHVzLnYxLkV4cG9ydEFjY291bnRSZXF1ZXN0Gh8ubHVkdXMudjEuRXhwb3J0QWNjb3VudFJlc3BvbnNlElkKEEdyYW50UHJvZ3Jlc3Npb24SIS5sdWR1cy52MS5HcmFudFByb2dyZXNzaW9uUmVxdWVzdBoiLmx1ZHVzLnYxLkdyYW50UHJvZ3Jlc3Npb25SZXNwb25zZRJoChVHZXRBY2NvdW50UHJvZ3Jlc3Npb24SJi5sdWR1cy52MS5HZXRBY2NvdW50UHJvZ3Jlc3Npb25SZXF1ZXN0GicubHVkdXMudjEuR2V0QWNjb3VudFByb2dyZXNzaW9uUmVzcG9uc2USWQoQTGlzdE1hdGNoUmVzdWx0cxIhLmx1ZHVzLnYxLkxpc3RNYXRjaFJlc3VsdHNSZXF1ZXN0GiIubHVkdXMudjEuTGlzdE1hdGNoUmVzdWx0c1Jlc3BvbnNlEmIKE0dldEFkbWluTGVhZGVyYm9hcmQSJC5sdWR1cy52MS5HZXRBZG1pbkxlYWRlcmJvYXJkUmVxdWVzdBolLmx1ZHVzLnYxLkdldEFkbWluTGVhZGVyYm9hcmRSZXNwb25zZRJHCgpTZXRXZWJob29rEhsubHVkdXMudjEuU2V0V2ViaG9va1JlcXVlc3QaHC5sdWR1cy52MS5TZXRXZWJob29rUmVzcG9uc2USaAoVTGlzdFdlYmhvb2tEZWxpdmVyaWVzEiYubHVkdXMudjEuTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVxdWVzdBonLmx1ZHVzLnYxLkxpc3RXZWJob29rRGVsaXZlcmllc1Jlc3BvbnNlQiZaJGx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvdjE7bHVkdXN2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_ludus_v1_game, file_ludus_v1_match]);
 
 /**
  * @generated from message ludus.v1.Tenant
@@ -356,6 +358,773 @@ export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE_
   messageDesc(file_ludus_v1_admin, 14);
 
 /**
+ * @generated from message ludus.v1.APIKey
+ */
+export type APIKey = Message<"ludus.v1.APIKey"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * "admin", "server" or "read-only".
+   *
+   * @generated from field: string scope = 2;
+   */
+  scope: string;
+
+  /**
+   * @generated from field: string name = 3;
+   */
+  name: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 4;
+   */
+  createdAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.APIKey.
+ * Use `create(APIKeySchema)` to create a new message.
+ */
+export const APIKeySchema: GenMessage<APIKey> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 15);
+
+/**
+ * @generated from message ludus.v1.CreateAPIKeyRequest
+ */
+export type CreateAPIKeyRequest = Message<"ludus.v1.CreateAPIKeyRequest"> & {
+  /**
+   * "admin" (everything on the tenant), "server" (accounts, grants, custom
+   * logins, reads) or "read-only".
+   *
+   * @generated from field: string scope = 1;
+   */
+  scope: string;
+
+  /**
+   * A label, at most 64 characters.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message ludus.v1.CreateAPIKeyRequest.
+ * Use `create(CreateAPIKeyRequestSchema)` to create a new message.
+ */
+export const CreateAPIKeyRequestSchema: GenMessage<CreateAPIKeyRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 16);
+
+/**
+ * @generated from message ludus.v1.CreateAPIKeyResponse
+ */
+export type CreateAPIKeyResponse = Message<"ludus.v1.CreateAPIKeyResponse"> & {
+  /**
+   * @generated from field: ludus.v1.APIKey key = 1;
+   */
+  key?: APIKey | undefined;
+
+  /**
+   * The key itself; shown only once, stored hashed.
+   *
+   * @generated from field: string secret = 2;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message ludus.v1.CreateAPIKeyResponse.
+ * Use `create(CreateAPIKeyResponseSchema)` to create a new message.
+ */
+export const CreateAPIKeyResponseSchema: GenMessage<CreateAPIKeyResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 17);
+
+/**
+ * @generated from message ludus.v1.ListAPIKeysRequest
+ */
+export type ListAPIKeysRequest = Message<"ludus.v1.ListAPIKeysRequest"> & {
+};
+
+/**
+ * Describes the message ludus.v1.ListAPIKeysRequest.
+ * Use `create(ListAPIKeysRequestSchema)` to create a new message.
+ */
+export const ListAPIKeysRequestSchema: GenMessage<ListAPIKeysRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 18);
+
+/**
+ * @generated from message ludus.v1.ListAPIKeysResponse
+ */
+export type ListAPIKeysResponse = Message<"ludus.v1.ListAPIKeysResponse"> & {
+  /**
+   * @generated from field: repeated ludus.v1.APIKey keys = 1;
+   */
+  keys: APIKey[];
+};
+
+/**
+ * Describes the message ludus.v1.ListAPIKeysResponse.
+ * Use `create(ListAPIKeysResponseSchema)` to create a new message.
+ */
+export const ListAPIKeysResponseSchema: GenMessage<ListAPIKeysResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 19);
+
+/**
+ * @generated from message ludus.v1.RotateAPIKeyRequest
+ */
+export type RotateAPIKeyRequest = Message<"ludus.v1.RotateAPIKeyRequest"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message ludus.v1.RotateAPIKeyRequest.
+ * Use `create(RotateAPIKeyRequestSchema)` to create a new message.
+ */
+export const RotateAPIKeyRequestSchema: GenMessage<RotateAPIKeyRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 20);
+
+/**
+ * @generated from message ludus.v1.RotateAPIKeyResponse
+ */
+export type RotateAPIKeyResponse = Message<"ludus.v1.RotateAPIKeyResponse"> & {
+  /**
+   * @generated from field: ludus.v1.APIKey key = 1;
+   */
+  key?: APIKey | undefined;
+
+  /**
+   * @generated from field: string secret = 2;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message ludus.v1.RotateAPIKeyResponse.
+ * Use `create(RotateAPIKeyResponseSchema)` to create a new message.
+ */
+export const RotateAPIKeyResponseSchema: GenMessage<RotateAPIKeyResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 21);
+
+/**
+ * @generated from message ludus.v1.RevokeAPIKeyRequest
+ */
+export type RevokeAPIKeyRequest = Message<"ludus.v1.RevokeAPIKeyRequest"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message ludus.v1.RevokeAPIKeyRequest.
+ * Use `create(RevokeAPIKeyRequestSchema)` to create a new message.
+ */
+export const RevokeAPIKeyRequestSchema: GenMessage<RevokeAPIKeyRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 22);
+
+/**
+ * @generated from message ludus.v1.RevokeAPIKeyResponse
+ */
+export type RevokeAPIKeyResponse = Message<"ludus.v1.RevokeAPIKeyResponse"> & {
+};
+
+/**
+ * Describes the message ludus.v1.RevokeAPIKeyResponse.
+ * Use `create(RevokeAPIKeyResponseSchema)` to create a new message.
+ */
+export const RevokeAPIKeyResponseSchema: GenMessage<RevokeAPIKeyResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 23);
+
+/**
+ * @generated from message ludus.v1.RotateSigningKeyRequest
+ */
+export type RotateSigningKeyRequest = Message<"ludus.v1.RotateSigningKeyRequest"> & {
+};
+
+/**
+ * Describes the message ludus.v1.RotateSigningKeyRequest.
+ * Use `create(RotateSigningKeyRequestSchema)` to create a new message.
+ */
+export const RotateSigningKeyRequestSchema: GenMessage<RotateSigningKeyRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 24);
+
+/**
+ * @generated from message ludus.v1.RotateSigningKeyResponse
+ */
+export type RotateSigningKeyResponse = Message<"ludus.v1.RotateSigningKeyResponse"> & {
+  /**
+   * @generated from field: string kid = 1;
+   */
+  kid: string;
+};
+
+/**
+ * Describes the message ludus.v1.RotateSigningKeyResponse.
+ * Use `create(RotateSigningKeyResponseSchema)` to create a new message.
+ */
+export const RotateSigningKeyResponseSchema: GenMessage<RotateSigningKeyResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 25);
+
+/**
+ * @generated from message ludus.v1.Account
+ */
+export type Account = Message<"ludus.v1.Account"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string display_name = 2;
+   */
+  displayName: string;
+
+  /**
+   * @generated from field: string device_id = 3;
+   */
+  deviceId: string;
+
+  /**
+   * @generated from field: string email = 4;
+   */
+  email: string;
+
+  /**
+   * @generated from field: string custom_id = 5;
+   */
+  customId: string;
+
+  /**
+   * @generated from field: bool has_password = 6;
+   */
+  hasPassword: boolean;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 7;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_at = 8;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.Account.
+ * Use `create(AccountSchema)` to create a new message.
+ */
+export const AccountSchema: GenMessage<Account> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 26);
+
+/**
+ * @generated from message ludus.v1.CreateAccountRequest
+ */
+export type CreateAccountRequest = Message<"ludus.v1.CreateAccountRequest"> & {
+  /**
+   * At least one of custom_id, email (with password) or device_id.
+   *
+   * @generated from field: string custom_id = 1;
+   */
+  customId: string;
+
+  /**
+   * @generated from field: string email = 2;
+   */
+  email: string;
+
+  /**
+   * @generated from field: string password = 3;
+   */
+  password: string;
+
+  /**
+   * @generated from field: string device_id = 4;
+   */
+  deviceId: string;
+
+  /**
+   * @generated from field: string display_name = 5;
+   */
+  displayName: string;
+};
+
+/**
+ * Describes the message ludus.v1.CreateAccountRequest.
+ * Use `create(CreateAccountRequestSchema)` to create a new message.
+ */
+export const CreateAccountRequestSchema: GenMessage<CreateAccountRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 27);
+
+/**
+ * @generated from message ludus.v1.CreateAccountResponse
+ */
+export type CreateAccountResponse = Message<"ludus.v1.CreateAccountResponse"> & {
+  /**
+   * @generated from field: ludus.v1.Account account = 1;
+   */
+  account?: Account | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.CreateAccountResponse.
+ * Use `create(CreateAccountResponseSchema)` to create a new message.
+ */
+export const CreateAccountResponseSchema: GenMessage<CreateAccountResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 28);
+
+/**
+ * @generated from message ludus.v1.GetAccountRequest
+ */
+export type GetAccountRequest = Message<"ludus.v1.GetAccountRequest"> & {
+  /**
+   * Exactly one.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string custom_id = 2;
+   */
+  customId: string;
+
+  /**
+   * @generated from field: string email = 3;
+   */
+  email: string;
+
+  /**
+   * @generated from field: string device_id = 4;
+   */
+  deviceId: string;
+};
+
+/**
+ * Describes the message ludus.v1.GetAccountRequest.
+ * Use `create(GetAccountRequestSchema)` to create a new message.
+ */
+export const GetAccountRequestSchema: GenMessage<GetAccountRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 29);
+
+/**
+ * @generated from message ludus.v1.GetAccountResponse
+ */
+export type GetAccountResponse = Message<"ludus.v1.GetAccountResponse"> & {
+  /**
+   * @generated from field: ludus.v1.Account account = 1;
+   */
+  account?: Account | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.GetAccountResponse.
+ * Use `create(GetAccountResponseSchema)` to create a new message.
+ */
+export const GetAccountResponseSchema: GenMessage<GetAccountResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 30);
+
+/**
+ * @generated from message ludus.v1.DeleteAccountRequest
+ */
+export type DeleteAccountRequest = Message<"ludus.v1.DeleteAccountRequest"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message ludus.v1.DeleteAccountRequest.
+ * Use `create(DeleteAccountRequestSchema)` to create a new message.
+ */
+export const DeleteAccountRequestSchema: GenMessage<DeleteAccountRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 31);
+
+/**
+ * @generated from message ludus.v1.DeleteAccountResponse
+ */
+export type DeleteAccountResponse = Message<"ludus.v1.DeleteAccountResponse"> & {
+};
+
+/**
+ * Describes the message ludus.v1.DeleteAccountResponse.
+ * Use `create(DeleteAccountResponseSchema)` to create a new message.
+ */
+export const DeleteAccountResponseSchema: GenMessage<DeleteAccountResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 32);
+
+/**
+ * @generated from message ludus.v1.ExportAccountRequest
+ */
+export type ExportAccountRequest = Message<"ludus.v1.ExportAccountRequest"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message ludus.v1.ExportAccountRequest.
+ * Use `create(ExportAccountRequestSchema)` to create a new message.
+ */
+export const ExportAccountRequestSchema: GenMessage<ExportAccountRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 33);
+
+/**
+ * @generated from message ludus.v1.ExportAccountResponse
+ */
+export type ExportAccountResponse = Message<"ludus.v1.ExportAccountResponse"> & {
+  /**
+   * JSON: the account, its progression, ledger, match results and leaderboard entries.
+   *
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+};
+
+/**
+ * Describes the message ludus.v1.ExportAccountResponse.
+ * Use `create(ExportAccountResponseSchema)` to create a new message.
+ */
+export const ExportAccountResponseSchema: GenMessage<ExportAccountResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 34);
+
+/**
+ * @generated from message ludus.v1.GrantProgressionRequest
+ */
+export type GrantProgressionRequest = Message<"ludus.v1.GrantProgressionRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * Required: a second grant with the same key for the same account does nothing.
+   *
+   * @generated from field: string idempotency_key = 2;
+   */
+  idempotencyKey: string;
+
+  /**
+   * @generated from field: int64 xp = 3;
+   */
+  xp: bigint;
+
+  /**
+   * Deltas; negative spends (never below zero).
+   *
+   * @generated from field: map<string, int64> currency = 4;
+   */
+  currency: { [key: string]: bigint };
+
+  /**
+   * @generated from field: map<string, int64> items = 5;
+   */
+  items: { [key: string]: bigint };
+
+  /**
+   * @generated from field: string reason = 6;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message ludus.v1.GrantProgressionRequest.
+ * Use `create(GrantProgressionRequestSchema)` to create a new message.
+ */
+export const GrantProgressionRequestSchema: GenMessage<GrantProgressionRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 35);
+
+/**
+ * @generated from message ludus.v1.GrantProgressionResponse
+ */
+export type GrantProgressionResponse = Message<"ludus.v1.GrantProgressionResponse"> & {
+  /**
+   * False if the idempotency key was used before (nothing changed).
+   *
+   * @generated from field: bool applied = 1;
+   */
+  applied: boolean;
+
+  /**
+   * @generated from field: ludus.v1.Progression progression = 2;
+   */
+  progression?: Progression | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.GrantProgressionResponse.
+ * Use `create(GrantProgressionResponseSchema)` to create a new message.
+ */
+export const GrantProgressionResponseSchema: GenMessage<GrantProgressionResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 36);
+
+/**
+ * @generated from message ludus.v1.GetAccountProgressionRequest
+ */
+export type GetAccountProgressionRequest = Message<"ludus.v1.GetAccountProgressionRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * Ledger entries to return, newest first (default 20, at most 200).
+   *
+   * @generated from field: int32 ledger_limit = 2;
+   */
+  ledgerLimit: number;
+};
+
+/**
+ * Describes the message ludus.v1.GetAccountProgressionRequest.
+ * Use `create(GetAccountProgressionRequestSchema)` to create a new message.
+ */
+export const GetAccountProgressionRequestSchema: GenMessage<GetAccountProgressionRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 37);
+
+/**
+ * @generated from message ludus.v1.GetAccountProgressionResponse
+ */
+export type GetAccountProgressionResponse = Message<"ludus.v1.GetAccountProgressionResponse"> & {
+  /**
+   * @generated from field: ludus.v1.Progression progression = 1;
+   */
+  progression?: Progression | undefined;
+
+  /**
+   * @generated from field: repeated ludus.v1.LedgerEntry ledger = 2;
+   */
+  ledger: LedgerEntry[];
+};
+
+/**
+ * Describes the message ludus.v1.GetAccountProgressionResponse.
+ * Use `create(GetAccountProgressionResponseSchema)` to create a new message.
+ */
+export const GetAccountProgressionResponseSchema: GenMessage<GetAccountProgressionResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 38);
+
+/**
+ * @generated from message ludus.v1.ListMatchResultsRequest
+ */
+export type ListMatchResultsRequest = Message<"ludus.v1.ListMatchResultsRequest"> & {
+  /**
+   * Optional: only matches this account played.
+   *
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * Default 20, at most 200.
+   *
+   * @generated from field: int32 limit = 2;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message ludus.v1.ListMatchResultsRequest.
+ * Use `create(ListMatchResultsRequestSchema)` to create a new message.
+ */
+export const ListMatchResultsRequestSchema: GenMessage<ListMatchResultsRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 39);
+
+/**
+ * @generated from message ludus.v1.ListMatchResultsResponse
+ */
+export type ListMatchResultsResponse = Message<"ludus.v1.ListMatchResultsResponse"> & {
+  /**
+   * @generated from field: repeated ludus.v1.MatchResult results = 1;
+   */
+  results: MatchResult[];
+};
+
+/**
+ * Describes the message ludus.v1.ListMatchResultsResponse.
+ * Use `create(ListMatchResultsResponseSchema)` to create a new message.
+ */
+export const ListMatchResultsResponseSchema: GenMessage<ListMatchResultsResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 40);
+
+/**
+ * @generated from message ludus.v1.GetAdminLeaderboardRequest
+ */
+export type GetAdminLeaderboardRequest = Message<"ludus.v1.GetAdminLeaderboardRequest"> & {
+  /**
+   * @generated from field: ludus.v1.LeaderboardRequest query = 1;
+   */
+  query?: LeaderboardRequest | undefined;
+
+  /**
+   * Optional: entries around this account instead of the top.
+   *
+   * @generated from field: string around_account_id = 2;
+   */
+  aroundAccountId: string;
+};
+
+/**
+ * Describes the message ludus.v1.GetAdminLeaderboardRequest.
+ * Use `create(GetAdminLeaderboardRequestSchema)` to create a new message.
+ */
+export const GetAdminLeaderboardRequestSchema: GenMessage<GetAdminLeaderboardRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 41);
+
+/**
+ * @generated from message ludus.v1.GetAdminLeaderboardResponse
+ */
+export type GetAdminLeaderboardResponse = Message<"ludus.v1.GetAdminLeaderboardResponse"> & {
+  /**
+   * @generated from field: repeated ludus.v1.LeaderboardEntry entries = 1;
+   */
+  entries: LeaderboardEntry[];
+};
+
+/**
+ * Describes the message ludus.v1.GetAdminLeaderboardResponse.
+ * Use `create(GetAdminLeaderboardResponseSchema)` to create a new message.
+ */
+export const GetAdminLeaderboardResponseSchema: GenMessage<GetAdminLeaderboardResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 42);
+
+/**
+ * @generated from message ludus.v1.SetWebhookRequest
+ */
+export type SetWebhookRequest = Message<"ludus.v1.SetWebhookRequest"> & {
+  /**
+   * http(s) URL receiving POSTs of match results; empty removes the webhook.
+   *
+   * @generated from field: string url = 1;
+   */
+  url: string;
+};
+
+/**
+ * Describes the message ludus.v1.SetWebhookRequest.
+ * Use `create(SetWebhookRequestSchema)` to create a new message.
+ */
+export const SetWebhookRequestSchema: GenMessage<SetWebhookRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 43);
+
+/**
+ * @generated from message ludus.v1.SetWebhookResponse
+ */
+export type SetWebhookResponse = Message<"ludus.v1.SetWebhookResponse"> & {
+  /**
+   * HMAC-SHA256 secret for the Ludus-Signature header; shown only once.
+   *
+   * @generated from field: string secret = 1;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message ludus.v1.SetWebhookResponse.
+ * Use `create(SetWebhookResponseSchema)` to create a new message.
+ */
+export const SetWebhookResponseSchema: GenMessage<SetWebhookResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 44);
+
+/**
+ * @generated from message ludus.v1.ListWebhookDeliveriesRequest
+ */
+export type ListWebhookDeliveriesRequest = Message<"ludus.v1.ListWebhookDeliveriesRequest"> & {
+  /**
+   * @generated from field: int32 limit = 1;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message ludus.v1.ListWebhookDeliveriesRequest.
+ * Use `create(ListWebhookDeliveriesRequestSchema)` to create a new message.
+ */
+export const ListWebhookDeliveriesRequestSchema: GenMessage<ListWebhookDeliveriesRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 45);
+
+/**
+ * @generated from message ludus.v1.WebhookDelivery
+ */
+export type WebhookDelivery = Message<"ludus.v1.WebhookDelivery"> & {
+  /**
+   * Also the idempotency key sent as Ludus-Idempotency-Key.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string event = 2;
+   */
+  event: string;
+
+  /**
+   * "pending", "delivered" or "failed".
+   *
+   * @generated from field: string state = 3;
+   */
+  state: string;
+
+  /**
+   * @generated from field: int32 attempts = 4;
+   */
+  attempts: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp next_attempt_at = 5;
+   */
+  nextAttemptAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string last_error = 6;
+   */
+  lastError: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 7;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_at = 8;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.WebhookDelivery.
+ * Use `create(WebhookDeliverySchema)` to create a new message.
+ */
+export const WebhookDeliverySchema: GenMessage<WebhookDelivery> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 46);
+
+/**
+ * @generated from message ludus.v1.ListWebhookDeliveriesResponse
+ */
+export type ListWebhookDeliveriesResponse = Message<"ludus.v1.ListWebhookDeliveriesResponse"> & {
+  /**
+   * @generated from field: repeated ludus.v1.WebhookDelivery deliveries = 1;
+   */
+  deliveries: WebhookDelivery[];
+};
+
+/**
+ * Describes the message ludus.v1.ListWebhookDeliveriesResponse.
+ * Use `create(ListWebhookDeliveriesResponseSchema)` to create a new message.
+ */
+export const ListWebhookDeliveriesResponseSchema: GenMessage<ListWebhookDeliveriesResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 47);
+
+/**
  * AdminService is what studios' backends and operators call, with an API key in the
  * Authorization header ("Bearer <key>"). Served by the backend.
  *
@@ -421,6 +1190,146 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListNodesRequestSchema;
     output: typeof ListNodesResponseSchema;
+  },
+  /**
+   * API keys of the caller's tenant (scope "admin").
+   *
+   * @generated from rpc ludus.v1.AdminService.CreateAPIKey
+   */
+  createAPIKey: {
+    methodKind: "unary";
+    input: typeof CreateAPIKeyRequestSchema;
+    output: typeof CreateAPIKeyResponseSchema;
+  },
+  /**
+   * @generated from rpc ludus.v1.AdminService.ListAPIKeys
+   */
+  listAPIKeys: {
+    methodKind: "unary";
+    input: typeof ListAPIKeysRequestSchema;
+    output: typeof ListAPIKeysResponseSchema;
+  },
+  /**
+   * RotateAPIKey replaces a key with a new one of the same scope and name; the
+   * old key stops working at once.
+   *
+   * @generated from rpc ludus.v1.AdminService.RotateAPIKey
+   */
+  rotateAPIKey: {
+    methodKind: "unary";
+    input: typeof RotateAPIKeyRequestSchema;
+    output: typeof RotateAPIKeyResponseSchema;
+  },
+  /**
+   * @generated from rpc ludus.v1.AdminService.RevokeAPIKey
+   */
+  revokeAPIKey: {
+    methodKind: "unary";
+    input: typeof RevokeAPIKeyRequestSchema;
+    output: typeof RevokeAPIKeyResponseSchema;
+  },
+  /**
+   * RotateSigningKey makes a new ticket signing key; tickets signed by the old
+   * one verify until they expire. Operator key only.
+   *
+   * @generated from rpc ludus.v1.AdminService.RotateSigningKey
+   */
+  rotateSigningKey: {
+    methodKind: "unary";
+    input: typeof RotateSigningKeyRequestSchema;
+    output: typeof RotateSigningKeyResponseSchema;
+  },
+  /**
+   * Accounts (scope "server" or "admin" to write, any scope to read).
+   *
+   * @generated from rpc ludus.v1.AdminService.CreateAccount
+   */
+  createAccount: {
+    methodKind: "unary";
+    input: typeof CreateAccountRequestSchema;
+    output: typeof CreateAccountResponseSchema;
+  },
+  /**
+   * @generated from rpc ludus.v1.AdminService.GetAccount
+   */
+  getAccount: {
+    methodKind: "unary";
+    input: typeof GetAccountRequestSchema;
+    output: typeof GetAccountResponseSchema;
+  },
+  /**
+   * DeleteAccount deletes an account and all its data. Scope "admin".
+   *
+   * @generated from rpc ludus.v1.AdminService.DeleteAccount
+   */
+  deleteAccount: {
+    methodKind: "unary";
+    input: typeof DeleteAccountRequestSchema;
+    output: typeof DeleteAccountResponseSchema;
+  },
+  /**
+   * ExportAccount returns everything stored about an account, as JSON. Scope "admin".
+   *
+   * @generated from rpc ludus.v1.AdminService.ExportAccount
+   */
+  exportAccount: {
+    methodKind: "unary";
+    input: typeof ExportAccountRequestSchema;
+    output: typeof ExportAccountResponseSchema;
+  },
+  /**
+   * Progression (scope "server" or "admin" to grant).
+   *
+   * @generated from rpc ludus.v1.AdminService.GrantProgression
+   */
+  grantProgression: {
+    methodKind: "unary";
+    input: typeof GrantProgressionRequestSchema;
+    output: typeof GrantProgressionResponseSchema;
+  },
+  /**
+   * @generated from rpc ludus.v1.AdminService.GetAccountProgression
+   */
+  getAccountProgression: {
+    methodKind: "unary";
+    input: typeof GetAccountProgressionRequestSchema;
+    output: typeof GetAccountProgressionResponseSchema;
+  },
+  /**
+   * Match results.
+   *
+   * @generated from rpc ludus.v1.AdminService.ListMatchResults
+   */
+  listMatchResults: {
+    methodKind: "unary";
+    input: typeof ListMatchResultsRequestSchema;
+    output: typeof ListMatchResultsResponseSchema;
+  },
+  /**
+   * @generated from rpc ludus.v1.AdminService.GetAdminLeaderboard
+   */
+  getAdminLeaderboard: {
+    methodKind: "unary";
+    input: typeof GetAdminLeaderboardRequestSchema;
+    output: typeof GetAdminLeaderboardResponseSchema;
+  },
+  /**
+   * Webhooks (scope "admin" to set).
+   *
+   * @generated from rpc ludus.v1.AdminService.SetWebhook
+   */
+  setWebhook: {
+    methodKind: "unary";
+    input: typeof SetWebhookRequestSchema;
+    output: typeof SetWebhookResponseSchema;
+  },
+  /**
+   * @generated from rpc ludus.v1.AdminService.ListWebhookDeliveries
+   */
+  listWebhookDeliveries: {
+    methodKind: "unary";
+    input: typeof ListWebhookDeliveriesRequestSchema;
+    output: typeof ListWebhookDeliveriesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ludus_v1_admin, 0);

@@ -2,8 +2,8 @@
 // @generated from file ludus/v1/auth.proto (package ludus.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/v1/auth.proto.
  */
 export const file_ludus_v1_auth: GenFile = /*@__PURE__*/
-  fileDesc("ChNsdWR1cy92MS9hdXRoLnByb3RvEghsdWR1cy52MSJMChFHdWVzdExvZ2luUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSEQoJZGV2aWNlX2lkGAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCSJ+ChJHdWVzdExvZ2luUmVzcG9uc2USDgoGdGlja2V0GAEgASgJEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmFjY291bnRfaWQYAyABKAkSFAoMZGlzcGxheV9uYW1lGAQgASgJMlYKC0F1dGhTZXJ2aWNlEkcKCkd1ZXN0TG9naW4SGy5sdWR1cy52MS5HdWVzdExvZ2luUmVxdWVzdBocLmx1ZHVzLnYxLkd1ZXN0TG9naW5SZXNwb25zZUImWiRsdWR1cy5kZXYvbHVkdXMvZ2VuL2x1ZHVzL3YxO2x1ZHVzdjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("ChNsdWR1cy92MS9hdXRoLnByb3RvEghsdWR1cy52MSJMChFHdWVzdExvZ2luUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSEQoJZGV2aWNlX2lkGAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCSLNAQoSR3Vlc3RMb2dpblJlc3BvbnNlEg4KBnRpY2tldBgBIAEoCRIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgphY2NvdW50X2lkGAMgASgJEhQKDGRpc3BsYXlfbmFtZRgEIAEoCRIVCg1yZWZyZXNoX3Rva2VuGAUgASgJEjYKEnJlZnJlc2hfZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiwgEKB1Nlc3Npb24SDgoGdGlja2V0GAEgASgJEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmFjY291bnRfaWQYAyABKAkSFAoMZGlzcGxheV9uYW1lGAQgASgJEhUKDXJlZnJlc2hfdG9rZW4YBSABKAkSNgoScmVmcmVzaF9leHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJdChRSZWdpc3RlckVtYWlsUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDQoFZW1haWwYAiABKAkSEAoIcGFzc3dvcmQYAyABKAkSFAoMZGlzcGxheV9uYW1lGAQgASgJIjsKFVJlZ2lzdGVyRW1haWxSZXNwb25zZRIiCgdzZXNzaW9uGAEgASgLMhEubHVkdXMudjEuU2Vzc2lvbiJEChFFbWFpbExvZ2luUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDQoFZW1haWwYAiABKAkSEAoIcGFzc3dvcmQYAyABKAkiOAoSRW1haWxMb2dpblJlc3BvbnNlEiIKB3Nlc3Npb24YASABKAsyES5sdWR1cy52MS5TZXNzaW9uIj0KEkN1c3RvbUxvZ2luUmVxdWVzdBIRCgljdXN0b21faWQYASABKAkSFAoMZGlzcGxheV9uYW1lGAIgASgJIjkKE0N1c3RvbUxvZ2luUmVzcG9uc2USIgoHc2Vzc2lvbhgBIAEoCzIRLmx1ZHVzLnYxLlNlc3Npb24iNwoOUmVmcmVzaFJlcXVlc3QSDgoGdGVuYW50GAEgASgJEhUKDXJlZnJlc2hfdG9rZW4YAiABKAkiNQoPUmVmcmVzaFJlc3BvbnNlEiIKB3Nlc3Npb24YASABKAsyES5sdWR1cy52MS5TZXNzaW9uIjYKDUxvZ291dFJlcXVlc3QSDgoGdGVuYW50GAEgASgJEhUKDXJlZnJlc2hfdG9rZW4YAiABKAkiEAoOTG9nb3V0UmVzcG9uc2UiJgoRTGlua0RldmljZVJlcXVlc3QSEQoJZGV2aWNlX2lkGAEgASgJIhQKEkxpbmtEZXZpY2VSZXNwb25zZSIzChBMaW5rRW1haWxSZXF1ZXN0Eg0KBWVtYWlsGAEgASgJEhAKCHBhc3N3b3JkGAIgASgJIhMKEUxpbmtFbWFpbFJlc3BvbnNlIjUKDVVubGlua1JlcXVlc3QSJAoIaWRlbnRpdHkYASABKA4yEi5sdWR1cy52MS5JZGVudGl0eSIQCg5VbmxpbmtSZXNwb25zZSpiCghJZGVudGl0eRIYChRJREVOVElUWV9VTlNQRUNJRklFRBAAEhMKD0lERU5USVRZX0RFVklDRRABEhIKDklERU5USVRZX0VNQUlMEAISEwoPSURFTlRJVFlfQ1VTVE9NEAMyhgUKC0F1dGhTZXJ2aWNlEkcKCkd1ZXN0TG9naW4SGy5sdWR1cy52MS5HdWVzdExvZ2luUmVxdWVzdBocLmx1ZHVzLnYxLkd1ZXN0TG9naW5SZXNwb25zZRJQCg1SZWdpc3RlckVtYWlsEh4ubHVkdXMudjEuUmVnaXN0ZXJFbWFpbFJlcXVlc3QaHy5sdWR1cy52MS5SZWdpc3RlckVtYWlsUmVzcG9uc2USRwoKRW1haWxMb2dpbhIbLmx1ZHVzLnYxLkVtYWlsTG9naW5SZXF1ZXN0GhwubHVkdXMudjEuRW1haWxMb2dpblJlc3BvbnNlEkoKC0N1c3RvbUxvZ2luEhwubHVkdXMudjEuQ3VzdG9tTG9naW5SZXF1ZXN0Gh0ubHVkdXMudjEuQ3VzdG9tTG9naW5SZXNwb25zZRI+CgdSZWZyZXNoEhgubHVkdXMudjEuUmVmcmVzaFJlcXVlc3QaGS5sdWR1cy52MS5SZWZyZXNoUmVzcG9uc2USOwoGTG9nb3V0EhcubHVkdXMudjEuTG9nb3V0UmVxdWVzdBoYLmx1ZHVzLnYxLkxvZ291dFJlc3BvbnNlEkcKCkxpbmtEZXZpY2USGy5sdWR1cy52MS5MaW5rRGV2aWNlUmVxdWVzdBocLmx1ZHVzLnYxLkxpbmtEZXZpY2VSZXNwb25zZRJECglMaW5rRW1haWwSGi5sdWR1cy52MS5MaW5rRW1haWxSZXF1ZXN0GhsubHVkdXMudjEuTGlua0VtYWlsUmVzcG9uc2USOwoGVW5saW5rEhcubHVkdXMudjEuVW5saW5rUmVxdWVzdBoYLmx1ZHVzLnYxLlVubGlua1Jlc3BvbnNlQiZaJGx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvdjE7bHVkdXN2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message ludus.v1.GuestLoginRequest
@@ -72,6 +72,18 @@ export type GuestLoginResponse = Message<"ludus.v1.GuestLoginResponse"> & {
    * @generated from field: string display_name = 4;
    */
   displayName: string;
+
+  /**
+   * Opaque refresh token for AuthService.Refresh (30 days, single use).
+   *
+   * @generated from field: string refresh_token = 5;
+   */
+  refreshToken: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp refresh_expires_at = 6;
+   */
+  refreshExpiresAt?: Timestamp | undefined;
 };
 
 /**
@@ -80,6 +92,396 @@ export type GuestLoginResponse = Message<"ludus.v1.GuestLoginResponse"> & {
  */
 export const GuestLoginResponseSchema: GenMessage<GuestLoginResponse> = /*@__PURE__*/
   messageDesc(file_ludus_v1_auth, 1);
+
+/**
+ * Session is a signed-in session.
+ *
+ * @generated from message ludus.v1.Session
+ */
+export type Session = Message<"ludus.v1.Session"> & {
+  /**
+   * Session ticket: a JWT signed with Ed25519, valid for 120 s.
+   *
+   * @generated from field: string ticket = 1;
+   */
+  ticket: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 2;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string account_id = 3;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: string display_name = 4;
+   */
+  displayName: string;
+
+  /**
+   * Opaque refresh token for AuthService.Refresh (30 days, single use).
+   *
+   * @generated from field: string refresh_token = 5;
+   */
+  refreshToken: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp refresh_expires_at = 6;
+   */
+  refreshExpiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.Session.
+ * Use `create(SessionSchema)` to create a new message.
+ */
+export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 2);
+
+/**
+ * @generated from message ludus.v1.RegisterEmailRequest
+ */
+export type RegisterEmailRequest = Message<"ludus.v1.RegisterEmailRequest"> & {
+  /**
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * At most 254 characters.
+   *
+   * @generated from field: string email = 2;
+   */
+  email: string;
+
+  /**
+   * 8..128 characters.
+   *
+   * @generated from field: string password = 3;
+   */
+  password: string;
+
+  /**
+   * @generated from field: string display_name = 4;
+   */
+  displayName: string;
+};
+
+/**
+ * Describes the message ludus.v1.RegisterEmailRequest.
+ * Use `create(RegisterEmailRequestSchema)` to create a new message.
+ */
+export const RegisterEmailRequestSchema: GenMessage<RegisterEmailRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 3);
+
+/**
+ * @generated from message ludus.v1.RegisterEmailResponse
+ */
+export type RegisterEmailResponse = Message<"ludus.v1.RegisterEmailResponse"> & {
+  /**
+   * @generated from field: ludus.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.RegisterEmailResponse.
+ * Use `create(RegisterEmailResponseSchema)` to create a new message.
+ */
+export const RegisterEmailResponseSchema: GenMessage<RegisterEmailResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 4);
+
+/**
+ * @generated from message ludus.v1.EmailLoginRequest
+ */
+export type EmailLoginRequest = Message<"ludus.v1.EmailLoginRequest"> & {
+  /**
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: string email = 2;
+   */
+  email: string;
+
+  /**
+   * @generated from field: string password = 3;
+   */
+  password: string;
+};
+
+/**
+ * Describes the message ludus.v1.EmailLoginRequest.
+ * Use `create(EmailLoginRequestSchema)` to create a new message.
+ */
+export const EmailLoginRequestSchema: GenMessage<EmailLoginRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 5);
+
+/**
+ * @generated from message ludus.v1.EmailLoginResponse
+ */
+export type EmailLoginResponse = Message<"ludus.v1.EmailLoginResponse"> & {
+  /**
+   * @generated from field: ludus.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.EmailLoginResponse.
+ * Use `create(EmailLoginResponseSchema)` to create a new message.
+ */
+export const EmailLoginResponseSchema: GenMessage<EmailLoginResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 6);
+
+/**
+ * @generated from message ludus.v1.CustomLoginRequest
+ */
+export type CustomLoginRequest = Message<"ludus.v1.CustomLoginRequest"> & {
+  /**
+   * The studio's id of the player: 1..128 printable characters.
+   *
+   * @generated from field: string custom_id = 1;
+   */
+  customId: string;
+
+  /**
+   * Used when the account is created, or to rename it.
+   *
+   * @generated from field: string display_name = 2;
+   */
+  displayName: string;
+};
+
+/**
+ * Describes the message ludus.v1.CustomLoginRequest.
+ * Use `create(CustomLoginRequestSchema)` to create a new message.
+ */
+export const CustomLoginRequestSchema: GenMessage<CustomLoginRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 7);
+
+/**
+ * @generated from message ludus.v1.CustomLoginResponse
+ */
+export type CustomLoginResponse = Message<"ludus.v1.CustomLoginResponse"> & {
+  /**
+   * @generated from field: ludus.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.CustomLoginResponse.
+ * Use `create(CustomLoginResponseSchema)` to create a new message.
+ */
+export const CustomLoginResponseSchema: GenMessage<CustomLoginResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 8);
+
+/**
+ * @generated from message ludus.v1.RefreshRequest
+ */
+export type RefreshRequest = Message<"ludus.v1.RefreshRequest"> & {
+  /**
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: string refresh_token = 2;
+   */
+  refreshToken: string;
+};
+
+/**
+ * Describes the message ludus.v1.RefreshRequest.
+ * Use `create(RefreshRequestSchema)` to create a new message.
+ */
+export const RefreshRequestSchema: GenMessage<RefreshRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 9);
+
+/**
+ * @generated from message ludus.v1.RefreshResponse
+ */
+export type RefreshResponse = Message<"ludus.v1.RefreshResponse"> & {
+  /**
+   * @generated from field: ludus.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.RefreshResponse.
+ * Use `create(RefreshResponseSchema)` to create a new message.
+ */
+export const RefreshResponseSchema: GenMessage<RefreshResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 10);
+
+/**
+ * @generated from message ludus.v1.LogoutRequest
+ */
+export type LogoutRequest = Message<"ludus.v1.LogoutRequest"> & {
+  /**
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: string refresh_token = 2;
+   */
+  refreshToken: string;
+};
+
+/**
+ * Describes the message ludus.v1.LogoutRequest.
+ * Use `create(LogoutRequestSchema)` to create a new message.
+ */
+export const LogoutRequestSchema: GenMessage<LogoutRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 11);
+
+/**
+ * @generated from message ludus.v1.LogoutResponse
+ */
+export type LogoutResponse = Message<"ludus.v1.LogoutResponse"> & {
+};
+
+/**
+ * Describes the message ludus.v1.LogoutResponse.
+ * Use `create(LogoutResponseSchema)` to create a new message.
+ */
+export const LogoutResponseSchema: GenMessage<LogoutResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 12);
+
+/**
+ * @generated from message ludus.v1.LinkDeviceRequest
+ */
+export type LinkDeviceRequest = Message<"ludus.v1.LinkDeviceRequest"> & {
+  /**
+   * @generated from field: string device_id = 1;
+   */
+  deviceId: string;
+};
+
+/**
+ * Describes the message ludus.v1.LinkDeviceRequest.
+ * Use `create(LinkDeviceRequestSchema)` to create a new message.
+ */
+export const LinkDeviceRequestSchema: GenMessage<LinkDeviceRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 13);
+
+/**
+ * @generated from message ludus.v1.LinkDeviceResponse
+ */
+export type LinkDeviceResponse = Message<"ludus.v1.LinkDeviceResponse"> & {
+};
+
+/**
+ * Describes the message ludus.v1.LinkDeviceResponse.
+ * Use `create(LinkDeviceResponseSchema)` to create a new message.
+ */
+export const LinkDeviceResponseSchema: GenMessage<LinkDeviceResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 14);
+
+/**
+ * @generated from message ludus.v1.LinkEmailRequest
+ */
+export type LinkEmailRequest = Message<"ludus.v1.LinkEmailRequest"> & {
+  /**
+   * @generated from field: string email = 1;
+   */
+  email: string;
+
+  /**
+   * @generated from field: string password = 2;
+   */
+  password: string;
+};
+
+/**
+ * Describes the message ludus.v1.LinkEmailRequest.
+ * Use `create(LinkEmailRequestSchema)` to create a new message.
+ */
+export const LinkEmailRequestSchema: GenMessage<LinkEmailRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 15);
+
+/**
+ * @generated from message ludus.v1.LinkEmailResponse
+ */
+export type LinkEmailResponse = Message<"ludus.v1.LinkEmailResponse"> & {
+};
+
+/**
+ * Describes the message ludus.v1.LinkEmailResponse.
+ * Use `create(LinkEmailResponseSchema)` to create a new message.
+ */
+export const LinkEmailResponseSchema: GenMessage<LinkEmailResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 16);
+
+/**
+ * @generated from message ludus.v1.UnlinkRequest
+ */
+export type UnlinkRequest = Message<"ludus.v1.UnlinkRequest"> & {
+  /**
+   * @generated from field: ludus.v1.Identity identity = 1;
+   */
+  identity: Identity;
+};
+
+/**
+ * Describes the message ludus.v1.UnlinkRequest.
+ * Use `create(UnlinkRequestSchema)` to create a new message.
+ */
+export const UnlinkRequestSchema: GenMessage<UnlinkRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 17);
+
+/**
+ * @generated from message ludus.v1.UnlinkResponse
+ */
+export type UnlinkResponse = Message<"ludus.v1.UnlinkResponse"> & {
+};
+
+/**
+ * Describes the message ludus.v1.UnlinkResponse.
+ * Use `create(UnlinkResponseSchema)` to create a new message.
+ */
+export const UnlinkResponseSchema: GenMessage<UnlinkResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_auth, 18);
+
+/**
+ * Identity is a way of signing in.
+ *
+ * @generated from enum ludus.v1.Identity
+ */
+export enum Identity {
+  /**
+   * @generated from enum value: IDENTITY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: IDENTITY_DEVICE = 1;
+   */
+  DEVICE = 1,
+
+  /**
+   * @generated from enum value: IDENTITY_EMAIL = 2;
+   */
+  EMAIL = 2,
+
+  /**
+   * @generated from enum value: IDENTITY_CUSTOM = 3;
+   */
+  CUSTOM = 3,
+}
+
+/**
+ * Describes the enum ludus.v1.Identity.
+ */
+export const IdentitySchema: GenEnum<Identity> = /*@__PURE__*/
+  enumDesc(file_ludus_v1_auth, 0);
 
 /**
  * AuthService signs players in and issues session tickets. Served by the backend;
@@ -99,6 +501,94 @@ export const AuthService: GenService<{
     methodKind: "unary";
     input: typeof GuestLoginRequestSchema;
     output: typeof GuestLoginResponseSchema;
+  },
+  /**
+   * RegisterEmail creates an account with an email and password and signs it in.
+   *
+   * @generated from rpc ludus.v1.AuthService.RegisterEmail
+   */
+  registerEmail: {
+    methodKind: "unary";
+    input: typeof RegisterEmailRequestSchema;
+    output: typeof RegisterEmailResponseSchema;
+  },
+  /**
+   * EmailLogin signs in with an email and password. Repeated failures for one
+   * email are slowed down, then locked out for a while (ResourceExhausted).
+   *
+   * @generated from rpc ludus.v1.AuthService.EmailLogin
+   */
+  emailLogin: {
+    methodKind: "unary";
+    input: typeof EmailLoginRequestSchema;
+    output: typeof EmailLoginResponseSchema;
+  },
+  /**
+   * CustomLogin signs in (creating on first use) the account of a studio's own
+   * player id. The studio's backend calls it with an API key of scope "server"
+   * ("Authorization: Bearer <key>"), vouching for the player, and hands the
+   * session to its client.
+   *
+   * @generated from rpc ludus.v1.AuthService.CustomLogin
+   */
+  customLogin: {
+    methodKind: "unary";
+    input: typeof CustomLoginRequestSchema;
+    output: typeof CustomLoginResponseSchema;
+  },
+  /**
+   * Refresh trades a refresh token for a new ticket and a new refresh token.
+   * Each refresh token works once: presenting a used one again revokes every
+   * token of its login (theft detection).
+   *
+   * @generated from rpc ludus.v1.AuthService.Refresh
+   */
+  refresh: {
+    methodKind: "unary";
+    input: typeof RefreshRequestSchema;
+    output: typeof RefreshResponseSchema;
+  },
+  /**
+   * Logout revokes the refresh token and every token of its login.
+   *
+   * @generated from rpc ludus.v1.AuthService.Logout
+   */
+  logout: {
+    methodKind: "unary";
+    input: typeof LogoutRequestSchema;
+    output: typeof LogoutResponseSchema;
+  },
+  /**
+   * LinkDevice binds a device id to the signed-in account (ticket in
+   * "Authorization: Bearer <ticket>").
+   *
+   * @generated from rpc ludus.v1.AuthService.LinkDevice
+   */
+  linkDevice: {
+    methodKind: "unary";
+    input: typeof LinkDeviceRequestSchema;
+    output: typeof LinkDeviceResponseSchema;
+  },
+  /**
+   * LinkEmail sets an email and password on the signed-in account.
+   *
+   * @generated from rpc ludus.v1.AuthService.LinkEmail
+   */
+  linkEmail: {
+    methodKind: "unary";
+    input: typeof LinkEmailRequestSchema;
+    output: typeof LinkEmailResponseSchema;
+  },
+  /**
+   * Unlink removes one way of signing in from the signed-in account; the last
+   * one cannot be removed.
+   *
+   * @generated from rpc ludus.v1.AuthService.Unlink
+   */
+  unlink: {
+    methodKind: "unary";
+    input: typeof UnlinkRequestSchema;
+    output: typeof UnlinkResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ludus_v1_auth, 0);

@@ -2,15 +2,15 @@
 // @generated from file ludus/v1/game.proto (package ludus.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file ludus/v1/game.proto.
  */
 export const file_ludus_v1_game: GenFile = /*@__PURE__*/
-  fileDesc("ChNsdWR1cy92MS9nYW1lLnByb3RvEghsdWR1cy52MSK+AQoIR2FtZUluZm8SDwoHZ2FtZV9pZBgBIAEoCRITCgttb2R1bGVfbmFtZRgCIAEoCRIQCghidWlsZF9pZBgDIAEoCRIPCgdub2RlX2lkGAQgASgJEhMKC21heF9wbGF5ZXJzGAUgASgFEg8KB3BsYXllcnMYBiABKAUSDAoEdGljaxgHIAEoAxINCgVzdGF0ZRgIIAEoCRIRCgl0aWNrX3JhdGUYCSABKAUSEwoLdmlld19mb3JtYXQYCiABKAkiRgoRQ3JlYXRlR2FtZVJlcXVlc3QSEwoLbW9kdWxlX25hbWUYASABKAkSDAoEYm90cxgCIAEoBRIOCgZjb25maWcYAyABKAwiNgoSQ3JlYXRlR2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyISChBMaXN0R2FtZXNSZXF1ZXN0IjYKEUxpc3RHYW1lc1Jlc3BvbnNlEiEKBWdhbWVzGAEgAygLMhIubHVkdXMudjEuR2FtZUluZm8iIgoPSm9pbkdhbWVSZXF1ZXN0Eg8KB2dhbWVfaWQYASABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSImChNTdHJlYW1GcmFtZXNSZXF1ZXN0Eg8KB2dhbWVfaWQYASABKAkiYwoUU3RyZWFtRnJhbWVzUmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAQgUKA21zZyIjCgVGcmFtZRIMCgR0aWNrGAEgASgDEgwKBHZpZXcYAiABKAwijQEKBlN0YXR1cxIPCgdub2RlX2lkGAEgASgJEg4KBnJlZ2lvbhgCIAEoCRIMCgR0aWNrGAMgASgDEg0KBXN0YXRlGAQgASgJEg8KB21lc3NhZ2UYBSABKAkSDAoEc2xvdBgGIAEoBRITCgt2aWV3X2Zvcm1hdBgHIAEoCRIRCgl0aWNrX3JhdGUYCCABKAUiQQoQU2VuZElucHV0UmVxdWVzdBIPCgdnYW1lX2lkGAEgASgJEgsKA3NlcRgCIAEoBBIPCgdwYXlsb2FkGAMgASgMIjQKEVNlbmRJbnB1dFJlc3BvbnNlEhEKCWFja2VkX3NlcRgBIAEoBBIMCgR0aWNrGAIgASgDIiIKD1NwZWN0YXRlUmVxdWVzdBIPCgdnYW1lX2lkGAEgASgJIl8KEFNwZWN0YXRlUmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAQgUKA21zZzK7AwoLR2FtZVNlcnZpY2USRwoKQ3JlYXRlR2FtZRIbLmx1ZHVzLnYxLkNyZWF0ZUdhbWVSZXF1ZXN0GhwubHVkdXMudjEuQ3JlYXRlR2FtZVJlc3BvbnNlEkQKCUxpc3RHYW1lcxIaLmx1ZHVzLnYxLkxpc3RHYW1lc1JlcXVlc3QaGy5sdWR1cy52MS5MaXN0R2FtZXNSZXNwb25zZRJBCghKb2luR2FtZRIZLmx1ZHVzLnYxLkpvaW5HYW1lUmVxdWVzdBoaLmx1ZHVzLnYxLkpvaW5HYW1lUmVzcG9uc2USTwoMU3RyZWFtRnJhbWVzEh0ubHVkdXMudjEuU3RyZWFtRnJhbWVzUmVxdWVzdBoeLmx1ZHVzLnYxLlN0cmVhbUZyYW1lc1Jlc3BvbnNlMAESRAoJU2VuZElucHV0EhoubHVkdXMudjEuU2VuZElucHV0UmVxdWVzdBobLmx1ZHVzLnYxLlNlbmRJbnB1dFJlc3BvbnNlEkMKCFNwZWN0YXRlEhkubHVkdXMudjEuU3BlY3RhdGVSZXF1ZXN0GhoubHVkdXMudjEuU3BlY3RhdGVSZXNwb25zZTABQiZaJGx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvdjE7bHVkdXN2MWIGcHJvdG8z");
+  fileDesc("ChNsdWR1cy92MS9nYW1lLnByb3RvEghsdWR1cy52MSK+AQoIR2FtZUluZm8SDwoHZ2FtZV9pZBgBIAEoCRITCgttb2R1bGVfbmFtZRgCIAEoCRIQCghidWlsZF9pZBgDIAEoCRIPCgdub2RlX2lkGAQgASgJEhMKC21heF9wbGF5ZXJzGAUgASgFEg8KB3BsYXllcnMYBiABKAUSDAoEdGljaxgHIAEoAxINCgVzdGF0ZRgIIAEoCRIRCgl0aWNrX3JhdGUYCSABKAUSEwoLdmlld19mb3JtYXQYCiABKAkiRgoRQ3JlYXRlR2FtZVJlcXVlc3QSEwoLbW9kdWxlX25hbWUYASABKAkSDAoEYm90cxgCIAEoBRIOCgZjb25maWcYAyABKAwiNgoSQ3JlYXRlR2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyISChBMaXN0R2FtZXNSZXF1ZXN0IjYKEUxpc3RHYW1lc1Jlc3BvbnNlEiEKBWdhbWVzGAEgAygLMhIubHVkdXMudjEuR2FtZUluZm8iIgoPSm9pbkdhbWVSZXF1ZXN0Eg8KB2dhbWVfaWQYASABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSJZChNTdHJlYW1GcmFtZXNSZXF1ZXN0Eg8KB2dhbWVfaWQYASABKAkSMQoQYWNjZXB0X2VuY29kaW5ncxgCIAMoDjIXLmx1ZHVzLnYxLkZyYW1lRW5jb2RpbmciYwoUU3RyZWFtRnJhbWVzUmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAQgUKA21zZyKFAQoFRnJhbWUSDAoEdGljaxgBIAEoAxIMCgR2aWV3GAIgASgMEikKCGVuY29kaW5nGAMgASgOMhcubHVkdXMudjEuRnJhbWVFbmNvZGluZxIQCghrZXlmcmFtZRgEIAEoCBIRCgliYXNlX3RpY2sYBSABKAMSEAoIcmF3X3NpemUYBiABKA0ivQEKBlN0YXR1cxIPCgdub2RlX2lkGAEgASgJEg4KBnJlZ2lvbhgCIAEoCRIMCgR0aWNrGAMgASgDEg0KBXN0YXRlGAQgASgJEg8KB21lc3NhZ2UYBSABKAkSDAoEc2xvdBgGIAEoBRITCgt2aWV3X2Zvcm1hdBgHIAEoCRIRCgl0aWNrX3JhdGUYCCABKAUSFAoMbWlncmF0aW9uX21zGAkgASgDEhgKEHByZXZpb3VzX25vZGVfaWQYCiABKAkiQQoQU2VuZElucHV0UmVxdWVzdBIPCgdnYW1lX2lkGAEgASgJEgsKA3NlcRgCIAEoBBIPCgdwYXlsb2FkGAMgASgMIjQKEVNlbmRJbnB1dFJlc3BvbnNlEhEKCWFja2VkX3NlcRgBIAEoBBIMCgR0aWNrGAIgASgDIlUKD1NwZWN0YXRlUmVxdWVzdBIPCgdnYW1lX2lkGAEgASgJEjEKEGFjY2VwdF9lbmNvZGluZ3MYAiADKA4yFy5sdWR1cy52MS5GcmFtZUVuY29kaW5nIl8KEFNwZWN0YXRlUmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAQgUKA21zZyqIAQoNRnJhbWVFbmNvZGluZxIeChpGUkFNRV9FTkNPRElOR19VTlNQRUNJRklFRBAAEhYKEkZSQU1FX0VOQ09ESU5HX1JBVxABEiAKHEZSQU1FX0VOQ09ESU5HX0RFTFRBX0RFRkxBVEUQAhIdChlGUkFNRV9FTkNPRElOR19ERUxUQV9aU1REEAMyuwMKC0dhbWVTZXJ2aWNlEkcKCkNyZWF0ZUdhbWUSGy5sdWR1cy52MS5DcmVhdGVHYW1lUmVxdWVzdBocLmx1ZHVzLnYxLkNyZWF0ZUdhbWVSZXNwb25zZRJECglMaXN0R2FtZXMSGi5sdWR1cy52MS5MaXN0R2FtZXNSZXF1ZXN0GhsubHVkdXMudjEuTGlzdEdhbWVzUmVzcG9uc2USQQoISm9pbkdhbWUSGS5sdWR1cy52MS5Kb2luR2FtZVJlcXVlc3QaGi5sdWR1cy52MS5Kb2luR2FtZVJlc3BvbnNlEk8KDFN0cmVhbUZyYW1lcxIdLmx1ZHVzLnYxLlN0cmVhbUZyYW1lc1JlcXVlc3QaHi5sdWR1cy52MS5TdHJlYW1GcmFtZXNSZXNwb25zZTABEkQKCVNlbmRJbnB1dBIaLmx1ZHVzLnYxLlNlbmRJbnB1dFJlcXVlc3QaGy5sdWR1cy52MS5TZW5kSW5wdXRSZXNwb25zZRJDCghTcGVjdGF0ZRIZLmx1ZHVzLnYxLlNwZWN0YXRlUmVxdWVzdBoaLmx1ZHVzLnYxLlNwZWN0YXRlUmVzcG9uc2UwAUImWiRsdWR1cy5kZXYvbHVkdXMvZ2VuL2x1ZHVzL3YxO2x1ZHVzdjFiBnByb3RvMw");
 
 /**
  * @generated from message ludus.v1.GameInfo
@@ -205,6 +205,15 @@ export type StreamFramesRequest = Message<"ludus.v1.StreamFramesRequest"> & {
    * @generated from field: string game_id = 1;
    */
   gameId: string;
+
+  /**
+   * Frame encodings the client can decode, most preferred first; the gateway uses
+   * the first one it supports. Empty: FRAME_ENCODING_RAW (whole views), so older
+   * clients keep working. See docs/STREAMS.md.
+   *
+   * @generated from field: repeated ludus.v1.FrameEncoding accept_encodings = 2;
+   */
+  acceptEncodings: FrameEncoding[];
 };
 
 /**
@@ -255,11 +264,42 @@ export type Frame = Message<"ludus.v1.Frame"> & {
   tick: bigint;
 
   /**
-   * The view, opaque to the platform; see GameInfo.view_format.
+   * The view, opaque to the platform; see GameInfo.view_format. With a delta
+   * encoding, a payload that decodes to the view (docs/STREAMS.md).
    *
    * @generated from field: bytes view = 2;
    */
   view: Uint8Array;
+
+  /**
+   * How view is encoded; unset means raw.
+   *
+   * @generated from field: ludus.v1.FrameEncoding encoding = 3;
+   */
+  encoding: FrameEncoding;
+
+  /**
+   * With a delta encoding: the payload is a keyframe (decodes on its own). The
+   * first frame of every stream, and of every re-attach, is a keyframe.
+   *
+   * @generated from field: bool keyframe = 4;
+   */
+  keyframe: boolean;
+
+  /**
+   * With a delta encoding and keyframe false: the tick of the frame the delta
+   * applies to, the last frame this stream sent.
+   *
+   * @generated from field: int64 base_tick = 5;
+   */
+  baseTick: bigint;
+
+  /**
+   * Size in bytes of the decoded view.
+   *
+   * @generated from field: uint32 raw_size = 6;
+   */
+  rawSize: number;
 };
 
 /**
@@ -289,7 +329,8 @@ export type Status = Message<"ludus.v1.Status"> & {
   tick: bigint;
 
   /**
-   * "running", "ended" or "failed".
+   * "running", "ended", "failed", or "migrating" while the gateway re-attaches the
+   * stream to the game's new node (handoff or failover).
    *
    * @generated from field: string state = 4;
    */
@@ -316,6 +357,19 @@ export type Status = Message<"ludus.v1.Status"> & {
    * @generated from field: int32 tick_rate = 8;
    */
   tickRate: number;
+
+  /**
+   * Set on the first status after a re-attach: how long the stream was moving, in
+   * milliseconds, and the node it came from.
+   *
+   * @generated from field: int64 migration_ms = 9;
+   */
+  migrationMs: bigint;
+
+  /**
+   * @generated from field: string previous_node_id = 10;
+   */
+  previousNodeId: string;
 };
 
 /**
@@ -391,6 +445,13 @@ export type SpectateRequest = Message<"ludus.v1.SpectateRequest"> & {
    * @generated from field: string game_id = 1;
    */
   gameId: string;
+
+  /**
+   * As StreamFramesRequest.accept_encodings.
+   *
+   * @generated from field: repeated ludus.v1.FrameEncoding accept_encodings = 2;
+   */
+  acceptEncodings: FrameEncoding[];
 };
 
 /**
@@ -430,6 +491,48 @@ export type SpectateResponse = Message<"ludus.v1.SpectateResponse"> & {
  */
 export const SpectateResponseSchema: GenMessage<SpectateResponse> = /*@__PURE__*/
   messageDesc(file_ludus_v1_game, 14);
+
+/**
+ * FrameEncoding is how Frame.view is encoded; see docs/STREAMS.md.
+ *
+ * @generated from enum ludus.v1.FrameEncoding
+ */
+export enum FrameEncoding {
+  /**
+   * Unset: a raw view (as FRAME_ENCODING_RAW).
+   *
+   * @generated from enum value: FRAME_ENCODING_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The whole view, as the game rendered it.
+   *
+   * @generated from enum value: FRAME_ENCODING_RAW = 1;
+   */
+  RAW = 1,
+
+  /**
+   * Keyframes and XOR deltas, run-length coded, raw deflate (browsers:
+   * DecompressionStream("deflate-raw")).
+   *
+   * @generated from enum value: FRAME_ENCODING_DELTA_DEFLATE = 2;
+   */
+  DELTA_DEFLATE = 2,
+
+  /**
+   * The same with zstd, for native clients.
+   *
+   * @generated from enum value: FRAME_ENCODING_DELTA_ZSTD = 3;
+   */
+  DELTA_ZSTD = 3,
+}
+
+/**
+ * Describes the enum ludus.v1.FrameEncoding.
+ */
+export const FrameEncodingSchema: GenEnum<FrameEncoding> = /*@__PURE__*/
+  enumDesc(file_ludus_v1_game, 0);
 
 /**
  * GameService is what players call, through the gateway, with a session ticket in

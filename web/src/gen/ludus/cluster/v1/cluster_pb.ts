@@ -4,6 +4,8 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Module } from "../../v1/admin_pb";
 import { file_ludus_v1_admin } from "../../v1/admin_pb";
 import type { Frame, GameInfo, Status } from "../../v1/game_pb";
@@ -14,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/cluster/v1/cluster.proto.
  */
 export const file_ludus_cluster_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NsdXN0ZXIucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEiewoQU3RhcnRHYW1lUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRITCgttb2R1bGVfbmFtZRgDIAEoCRIQCghidWlsZF9pZBgEIAEoCRIMCgRzZWVkGAUgASgEEg4KBmNvbmZpZxgGIAEoDCI1ChFTdGFydEdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8iNAoOR2V0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkiMwoPR2V0R2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJfCg9Kb2luR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRIUCgxkaXNwbGF5X25hbWUYBCABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSJgChNTdHJlYW1GcmFtZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdnYW1lX2lkGAIgASgJEhIKCmFjY291bnRfaWQYAyABKAkSEQoJc3BlY3RhdG9yGAQgASgIImMKFFN0cmVhbUZyYW1lc1Jlc3BvbnNlEiAKBWZyYW1lGAEgASgLMg8ubHVkdXMudjEuRnJhbWVIABIiCgZzdGF0dXMYAiABKAsyEC5sdWR1cy52MS5TdGF0dXNIAEIFCgNtc2ciNAoRU2VuZElucHV0UmVzcG9uc2USEQoJYWNrZWRfc2VxGAEgASgEEgwKBHRpY2sYAiABKAMiaAoQU2VuZElucHV0UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEgsKA3NlcRgEIAEoBBIPCgdwYXlsb2FkGAUgASgMIjcKFFJlc29sdmVNb2R1bGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJIjkKFVJlc29sdmVNb2R1bGVSZXNwb25zZRIgCgZtb2R1bGUYASABKAsyEC5sdWR1cy52MS5Nb2R1bGUiNwoQR2V0TW9kdWxlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIYnVpbGRfaWQYAiABKAkiQwoRR2V0TW9kdWxlUmVzcG9uc2USIAoGbW9kdWxlGAEgASgLMhAubHVkdXMudjEuTW9kdWxlEgwKBHdhc20YAiABKAwyvQMKC05vZGVTZXJ2aWNlElQKCVN0YXJ0R2FtZRIiLmx1ZHVzLmNsdXN0ZXIudjEuU3RhcnRHYW1lUmVxdWVzdBojLmx1ZHVzLmNsdXN0ZXIudjEuU3RhcnRHYW1lUmVzcG9uc2USTgoHR2V0R2FtZRIgLmx1ZHVzLmNsdXN0ZXIudjEuR2V0R2FtZVJlcXVlc3QaIS5sdWR1cy5jbHVzdGVyLnYxLkdldEdhbWVSZXNwb25zZRJRCghKb2luR2FtZRIhLmx1ZHVzLmNsdXN0ZXIudjEuSm9pbkdhbWVSZXF1ZXN0GiIubHVkdXMuY2x1c3Rlci52MS5Kb2luR2FtZVJlc3BvbnNlEl8KDFN0cmVhbUZyYW1lcxIlLmx1ZHVzLmNsdXN0ZXIudjEuU3RyZWFtRnJhbWVzUmVxdWVzdBomLmx1ZHVzLmNsdXN0ZXIudjEuU3RyZWFtRnJhbWVzUmVzcG9uc2UwARJUCglTZW5kSW5wdXQSIi5sdWR1cy5jbHVzdGVyLnYxLlNlbmRJbnB1dFJlcXVlc3QaIy5sdWR1cy5jbHVzdGVyLnYxLlNlbmRJbnB1dFJlc3BvbnNlMswBChJNb2R1bGVTdG9yZVNlcnZpY2USYAoNUmVzb2x2ZU1vZHVsZRImLmx1ZHVzLmNsdXN0ZXIudjEuUmVzb2x2ZU1vZHVsZVJlcXVlc3QaJy5sdWR1cy5jbHVzdGVyLnYxLlJlc29sdmVNb2R1bGVSZXNwb25zZRJUCglHZXRNb2R1bGUSIi5sdWR1cy5jbHVzdGVyLnYxLkdldE1vZHVsZVJlcXVlc3QaIy5sdWR1cy5jbHVzdGVyLnYxLkdldE1vZHVsZVJlc3BvbnNlQjBaLmx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvY2x1c3Rlci92MTtjbHVzdGVydjFiBnByb3RvMw", [file_ludus_v1_admin, file_ludus_v1_game]);
+  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NsdXN0ZXIucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEiewoQU3RhcnRHYW1lUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRITCgttb2R1bGVfbmFtZRgDIAEoCRIQCghidWlsZF9pZBgEIAEoCRIMCgRzZWVkGAUgASgEEg4KBmNvbmZpZxgGIAEoDCI1ChFTdGFydEdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8iNAoOR2V0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkiMwoPR2V0R2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJfCg9Kb2luR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRIUCgxkaXNwbGF5X25hbWUYBCABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSJgChNTdHJlYW1GcmFtZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdnYW1lX2lkGAIgASgJEhIKCmFjY291bnRfaWQYAyABKAkSEQoJc3BlY3RhdG9yGAQgASgIImMKFFN0cmVhbUZyYW1lc1Jlc3BvbnNlEiAKBWZyYW1lGAEgASgLMg8ubHVkdXMudjEuRnJhbWVIABIiCgZzdGF0dXMYAiABKAsyEC5sdWR1cy52MS5TdGF0dXNIAEIFCgNtc2ciNAoRU2VuZElucHV0UmVzcG9uc2USEQoJYWNrZWRfc2VxGAEgASgEEgwKBHRpY2sYAiABKAMiaAoQU2VuZElucHV0UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEgsKA3NlcRgEIAEoBBIPCgdwYXlsb2FkGAUgASgMIjcKFFJlc29sdmVNb2R1bGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJIjkKFVJlc29sdmVNb2R1bGVSZXNwb25zZRIgCgZtb2R1bGUYASABKAsyEC5sdWR1cy52MS5Nb2R1bGUiNwoQR2V0TW9kdWxlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIYnVpbGRfaWQYAiABKAkiQwoRR2V0TW9kdWxlUmVzcG9uc2USIAoGbW9kdWxlGAEgASgLMhAubHVkdXMudjEuTW9kdWxlEgwKBHdhc20YAiABKAwiTwoaTWludE1hdGNoQ3JlZGVudGlhbFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCG1hdGNoX2lkGAIgASgJEgwKBGdhbWUYAyABKAkiYQobTWludE1hdGNoQ3JlZGVudGlhbFJlc3BvbnNlEhIKCmNyZWRlbnRpYWwYASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAyvQMKC05vZGVTZXJ2aWNlElQKCVN0YXJ0R2FtZRIiLmx1ZHVzLmNsdXN0ZXIudjEuU3RhcnRHYW1lUmVxdWVzdBojLmx1ZHVzLmNsdXN0ZXIudjEuU3RhcnRHYW1lUmVzcG9uc2USTgoHR2V0R2FtZRIgLmx1ZHVzLmNsdXN0ZXIudjEuR2V0R2FtZVJlcXVlc3QaIS5sdWR1cy5jbHVzdGVyLnYxLkdldEdhbWVSZXNwb25zZRJRCghKb2luR2FtZRIhLmx1ZHVzLmNsdXN0ZXIudjEuSm9pbkdhbWVSZXF1ZXN0GiIubHVkdXMuY2x1c3Rlci52MS5Kb2luR2FtZVJlc3BvbnNlEl8KDFN0cmVhbUZyYW1lcxIlLmx1ZHVzLmNsdXN0ZXIudjEuU3RyZWFtRnJhbWVzUmVxdWVzdBomLmx1ZHVzLmNsdXN0ZXIudjEuU3RyZWFtRnJhbWVzUmVzcG9uc2UwARJUCglTZW5kSW5wdXQSIi5sdWR1cy5jbHVzdGVyLnYxLlNlbmRJbnB1dFJlcXVlc3QaIy5sdWR1cy5jbHVzdGVyLnYxLlNlbmRJbnB1dFJlc3BvbnNlMsACChJNb2R1bGVTdG9yZVNlcnZpY2USYAoNUmVzb2x2ZU1vZHVsZRImLmx1ZHVzLmNsdXN0ZXIudjEuUmVzb2x2ZU1vZHVsZVJlcXVlc3QaJy5sdWR1cy5jbHVzdGVyLnYxLlJlc29sdmVNb2R1bGVSZXNwb25zZRJUCglHZXRNb2R1bGUSIi5sdWR1cy5jbHVzdGVyLnYxLkdldE1vZHVsZVJlcXVlc3QaIy5sdWR1cy5jbHVzdGVyLnYxLkdldE1vZHVsZVJlc3BvbnNlEnIKE01pbnRNYXRjaENyZWRlbnRpYWwSLC5sdWR1cy5jbHVzdGVyLnYxLk1pbnRNYXRjaENyZWRlbnRpYWxSZXF1ZXN0Gi0ubHVkdXMuY2x1c3Rlci52MS5NaW50TWF0Y2hDcmVkZW50aWFsUmVzcG9uc2VCMFoubHVkdXMuZGV2L2x1ZHVzL2dlbi9sdWR1cy9jbHVzdGVyL3YxO2NsdXN0ZXJ2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_ludus_v1_admin, file_ludus_v1_game]);
 
 /**
  * @generated from message ludus.cluster.v1.StartGameRequest
@@ -374,6 +376,59 @@ export const GetModuleResponseSchema: GenMessage<GetModuleResponse> = /*@__PURE_
   messageDesc(file_ludus_cluster_v1_cluster, 13);
 
 /**
+ * @generated from message ludus.cluster.v1.MintMatchCredentialRequest
+ */
+export type MintMatchCredentialRequest = Message<"ludus.cluster.v1.MintMatchCredentialRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * @generated from field: string match_id = 2;
+   */
+  matchId: string;
+
+  /**
+   * Module name of the game (leaderboards are per game).
+   *
+   * @generated from field: string game = 3;
+   */
+  game: string;
+};
+
+/**
+ * Describes the message ludus.cluster.v1.MintMatchCredentialRequest.
+ * Use `create(MintMatchCredentialRequestSchema)` to create a new message.
+ */
+export const MintMatchCredentialRequestSchema: GenMessage<MintMatchCredentialRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_cluster, 14);
+
+/**
+ * @generated from message ludus.cluster.v1.MintMatchCredentialResponse
+ */
+export type MintMatchCredentialResponse = Message<"ludus.cluster.v1.MintMatchCredentialResponse"> & {
+  /**
+   * "lmc_" + 32 random bytes in base64url; stored hashed.
+   *
+   * @generated from field: string credential = 1;
+   */
+  credential: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 2;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message ludus.cluster.v1.MintMatchCredentialResponse.
+ * Use `create(MintMatchCredentialResponseSchema)` to create a new message.
+ */
+export const MintMatchCredentialResponseSchema: GenMessage<MintMatchCredentialResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_cluster, 15);
+
+/**
  * NodeService is served by each sim node to the gateways. Calls carry the cluster
  * token ("Bearer <token>"), never a player's ticket: the gateway has already checked
  * the ticket and passes the verified tenant and account.
@@ -460,6 +515,19 @@ export const ModuleStoreService: GenService<{
     methodKind: "unary";
     input: typeof GetModuleRequestSchema;
     output: typeof GetModuleResponseSchema;
+  },
+  /**
+   * MintMatchCredential registers a match and returns the credential its sim
+   * node reports results with (ludus.v1.MatchReportService). Call it when the
+   * game is created; the credential reports only that match, until its final
+   * result is stored or it expires.
+   *
+   * @generated from rpc ludus.cluster.v1.ModuleStoreService.MintMatchCredential
+   */
+  mintMatchCredential: {
+    methodKind: "unary";
+    input: typeof MintMatchCredentialRequestSchema;
+    output: typeof MintMatchCredentialResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ludus_cluster_v1_cluster, 1);

@@ -1,0 +1,371 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/backend/store"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+)
+
+// RefreshTTL is how long a refresh token is valid (each use makes a new one).
+const RefreshTTL = 30 * 24 * time.Hour
+
+// RefreshTokenPrefix starts every refresh token.
+const RefreshTokenPrefix = "ldr_"
+
+// Login throttling: per tenant and email, failures within ThrottleWindow
+// count. After ThrottleFreeFailures, each attempt must wait 1 s, 2 s, 4 s ...
+// (at most a minute) after the last failure; after LockoutFailures the email
+// is locked for LockoutDuration. A success resets the count.
+const (
+	ThrottleWindow       = 15 * time.Minute
+	ThrottleFreeFailures = 3
+	LockoutFailures      = 10
+	LockoutDuration      = 15 * time.Minute
+)
+
+func throttleDelay(failures int) time.Duration {
+	if failures < ThrottleFreeFailures {
+		return 0
+	}
+	d := time.Second << min(failures-ThrottleFreeFailures, 6)
+	return min(d, time.Minute)
+}
+
+// session issues a ticket and starts a refresh-token family for acc.
+func (s *Server) session(ctx context.Context, tenant store.Tenant, acc store.Account) (*ludusv1.Session, error) {
+	ticket, exp, err := s.issuer.Issue(auth.Claims{TenantID: tenant.ID, TenantSlug: tenant.Slug, AccountID: acc.ID, DisplayName: acc.DisplayName})
+	if err != nil {
+		return nil, s.internal(ctx, "issue ticket", err)
+	}
+	now := s.now().UTC()
+	rt, hash := newSecret(RefreshTokenPrefix)
+	rec := store.RefreshToken{Hash: hash, FamilyID: newID("f_"), TenantID: tenant.ID, AccountID: acc.ID, CreatedAt: now, ExpiresAt: now.Add(RefreshTTL)}
+	if err := s.store.CreateRefreshToken(ctx, rec); err != nil {
+		return nil, s.internal(ctx, "create refresh token", err)
+	}
+	return &ludusv1.Session{Ticket: ticket, ExpiresAt: timestamppb.New(exp), AccountId: acc.ID, DisplayName: acc.DisplayName,
+		RefreshToken: rt, RefreshExpiresAt: timestamppb.New(rec.ExpiresAt)}, nil
+}
+
+func (s *Server) tenantBySlug(ctx context.Context, slug string) (store.Tenant, error) {
+	if err := checkSlug("tenant", slug); err != nil {
+		return store.Tenant{}, invalidArg(err)
+	}
+	t, err := s.store.TenantBySlug(ctx, slug)
+	if errors.Is(err, store.ErrNotFound) {
+		return t, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown tenant %q", slug))
+	} else if err != nil {
+		return t, s.internal(ctx, "tenant", err)
+	}
+	return t, nil
+}
+
+// RegisterEmail creates an email+password account.
+func (s *authService) RegisterEmail(ctx context.Context, req *connect.Request[ludusv1.RegisterEmailRequest]) (*connect.Response[ludusv1.RegisterEmailResponse], error) {
+	m := req.Msg
+	email, err := cleanEmail(m.Email)
+	if err != nil {
+		return nil, invalidArg(err)
+	}
+	if err := checkPasswordValue(m.Password); err != nil {
+		return nil, invalidArg(err)
+	}
+	name, err := cleanName("display_name", m.DisplayName, MaxDisplayNameLen)
+	if err != nil {
+		return nil, invalidArg(err)
+	}
+	tenant, err := s.tenantBySlug(ctx, m.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now().UTC()
+	acc := store.Account{ID: newID("a_"), TenantID: tenant.ID, Email: email, PasswordHash: hashPassword(s.pwParams, m.Password),
+		DisplayName: name, CreatedAt: now, UpdatedAt: now}
+	if acc.DisplayName == "" {
+		acc.DisplayName = guestName(acc.ID)
+	}
+	if err := s.store.CreateAccount(ctx, acc); errors.Is(err, store.ErrAlreadyExists) {
+		return nil, connect.NewError(connect.CodeAlreadyExists, errors.New("an account with this email exists: sign in with EmailLogin"))
+	} else if err != nil {
+		return nil, s.internal(ctx, "register email", err)
+	}
+	sess, err := s.session(ctx, tenant, acc)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&ludusv1.RegisterEmailResponse{Session: sess}), nil
+}
+
+// EmailLogin signs in with email and password, throttled per email.
+func (s *authService) EmailLogin(ctx context.Context, req *connect.Request[ludusv1.EmailLoginRequest]) (*connect.Response[ludusv1.EmailLoginResponse], error) {
+	m := req.Msg
+	email, err := cleanEmail(m.Email)
+	if err != nil {
+		return nil, invalidArg(err)
+	}
+	if len(m.Password) > 4*MaxPasswordLen {
+		return nil, invalidArg(fmt.Errorf("password must be at most %d characters", MaxPasswordLen))
+	}
+	tenant, err := s.tenantBySlug(ctx, m.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	key := "email:" + email
+	now := s.now().UTC()
+	th, err := s.store.LoginThrottle(ctx, tenant.ID, key)
+	if err != nil {
+		return nil, s.internal(ctx, "login throttle", err)
+	}
+	if !th.LastFailure.IsZero() && now.Sub(th.LastFailure) > ThrottleWindow && now.After(th.LockedUntil) {
+		th = store.LoginThrottle{} // old failures no longer count
+	}
+	if now.Before(th.LockedUntil) {
+		return nil, connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("too many failed sign-ins for this email: locked until %s", th.LockedUntil.Format(time.RFC3339)))
+	}
+	if wait := th.LastFailure.Add(throttleDelay(th.Failures)).Sub(now); th.Failures >= ThrottleFreeFailures && wait > 0 {
+		return nil, connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("too many failed sign-ins for this email: retry in %s", wait.Round(time.Second)))
+	}
+	acc, err := s.store.AccountByEmail(ctx, tenant.ID, email)
+	found := err == nil && acc.PasswordHash != ""
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, s.internal(ctx, "account by email", err)
+	}
+	phc := s.dummyHash // same work whether or not the account exists
+	if found {
+		phc = acc.PasswordHash
+	}
+	ok, err := checkPassword(phc, m.Password)
+	if err != nil {
+		return nil, s.internal(ctx, "check password", err)
+	}
+	if !ok || !found {
+		th.Failures++
+		th.LastFailure = now
+		if th.Failures >= LockoutFailures {
+			th.LockedUntil = now.Add(LockoutDuration)
+		}
+		if err := s.store.PutLoginThrottle(ctx, tenant.ID, key, th); err != nil {
+			return nil, s.internal(ctx, "login throttle", err)
+		}
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("wrong email or password"))
+	}
+	if th != (store.LoginThrottle{}) {
+		if err := s.store.PutLoginThrottle(ctx, tenant.ID, key, store.LoginThrottle{}); err != nil {
+			return nil, s.internal(ctx, "login throttle", err)
+		}
+	}
+	sess, err := s.session(ctx, tenant, acc)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&ludusv1.EmailLoginResponse{Session: sess}), nil
+}
+
+// CustomLogin signs in the account of a studio's player id, vouched for by a
+// server (or admin) API key of the tenant.
+func (s *authService) CustomLogin(ctx context.Context, req *connect.Request[ludusv1.CustomLoginRequest]) (*connect.Response[ludusv1.CustomLoginResponse], error) {
+	tenantID, err := (&adminService{s.Server}).tenantCall(ctx, req.Header(), "CustomLogin", needWrite)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkText("custom_id", req.Msg.CustomId, MaxCustomIDLen); err != nil {
+		return nil, invalidArg(err)
+	}
+	name, err := cleanName("display_name", req.Msg.DisplayName, MaxDisplayNameLen)
+	if err != nil {
+		return nil, invalidArg(err)
+	}
+	tenant, err := s.store.TenantByID(ctx, tenantID)
+	if err != nil {
+		return nil, s.internal(ctx, "tenant", err)
+	}
+	acc, err := s.store.AccountByCustomID(ctx, tenantID, req.Msg.CustomId)
+	if errors.Is(err, store.ErrNotFound) {
+		now := s.now().UTC()
+		acc = store.Account{ID: newID("a_"), TenantID: tenantID, CustomID: req.Msg.CustomId, DisplayName: name, CreatedAt: now, UpdatedAt: now}
+		if acc.DisplayName == "" {
+			acc.DisplayName = guestName(acc.ID)
+		}
+		if err = s.store.CreateAccount(ctx, acc); errors.Is(err, store.ErrAlreadyExists) {
+			acc, err = s.store.AccountByCustomID(ctx, tenantID, req.Msg.CustomId)
+		}
+	} else if err == nil && name != "" && name != acc.DisplayName {
+		acc.DisplayName = name
+		err = s.store.SetDisplayName(ctx, tenantID, acc.ID, name, s.now().UTC())
+	}
+	if err != nil {
+		return nil, s.internal(ctx, "custom login", err)
+	}
+	sess, err := s.session(ctx, tenant, acc)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&ludusv1.CustomLoginResponse{Session: sess}), nil
+}
+
+func checkRefreshToken(t string) error {
+	if !strings.HasPrefix(t, RefreshTokenPrefix) || len(t) > MaxRefreshTokenLen {
+		return errors.New("refresh_token is not a refresh token (they start with " + RefreshTokenPrefix + ")")
+	}
+	return nil
+}
+
+var errBadRefresh = connect.NewError(connect.CodeUnauthenticated, errors.New("refresh token is unknown, used, revoked or expired: sign in again"))
+
+// Refresh rotates a refresh token.
+func (s *authService) Refresh(ctx context.Context, req *connect.Request[ludusv1.RefreshRequest]) (*connect.Response[ludusv1.RefreshResponse], error) {
+	if err := checkRefreshToken(req.Msg.RefreshToken); err != nil {
+		return nil, invalidArg(err)
+	}
+	tenant, err := s.tenantBySlug(ctx, req.Msg.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now().UTC()
+	rt, hash := newSecret(RefreshTokenPrefix)
+	next := store.RefreshToken{Hash: hash, CreatedAt: now, ExpiresAt: now.Add(RefreshTTL)}
+	old, err := s.store.UseRefreshToken(ctx, hashSecret(req.Msg.RefreshToken), now, next)
+	switch {
+	case errors.Is(err, store.ErrRefreshReused):
+		s.log.WarnContext(ctx, "backend: refresh token reused; its family is revoked", "tenant", old.TenantID, "account", old.AccountID)
+		return nil, errBadRefresh
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrRevoked):
+		return nil, errBadRefresh
+	case err != nil:
+		return nil, s.internal(ctx, "refresh", err)
+	}
+	if old.TenantID != tenant.ID {
+		// Another tenant's token: it is now consumed; revoke its family.
+		s.store.RevokeRefreshFamily(ctx, hash)
+		return nil, errBadRefresh
+	}
+	acc, err := s.store.AccountByID(ctx, tenant.ID, old.AccountID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errBadRefresh
+	} else if err != nil {
+		return nil, s.internal(ctx, "refresh: account", err)
+	}
+	ticket, exp, err := s.issuer.Issue(auth.Claims{TenantID: tenant.ID, TenantSlug: tenant.Slug, AccountID: acc.ID, DisplayName: acc.DisplayName})
+	if err != nil {
+		return nil, s.internal(ctx, "issue ticket", err)
+	}
+	return connect.NewResponse(&ludusv1.RefreshResponse{Session: &ludusv1.Session{Ticket: ticket, ExpiresAt: timestamppb.New(exp),
+		AccountId: acc.ID, DisplayName: acc.DisplayName, RefreshToken: rt, RefreshExpiresAt: timestamppb.New(next.ExpiresAt)}}), nil
+}
+
+// Logout revokes a refresh token's family. Unknown tokens are not an error
+// (logging out twice is fine).
+func (s *authService) Logout(ctx context.Context, req *connect.Request[ludusv1.LogoutRequest]) (*connect.Response[ludusv1.LogoutResponse], error) {
+	if err := checkRefreshToken(req.Msg.RefreshToken); err != nil {
+		return nil, invalidArg(err)
+	}
+	if _, err := s.tenantBySlug(ctx, req.Msg.Tenant); err != nil {
+		return nil, err
+	}
+	if err := s.store.RevokeRefreshFamily(ctx, hashSecret(req.Msg.RefreshToken)); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, s.internal(ctx, "logout", err)
+	}
+	return connect.NewResponse(&ludusv1.LogoutResponse{}), nil
+}
+
+// player verifies the session ticket of a call.
+func (s *Server) player(ctx context.Context, h http.Header) (*auth.Claims, error) {
+	t, ok := bearer(h)
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New(`missing session ticket: send "Authorization: Bearer <ticket>"`))
+	}
+	c, err := s.Verifier().Verify(ctx, t)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnauthenticated, err)
+	}
+	return c, nil
+}
+
+// updateOwnAccount loads the caller's account, applies f and stores it.
+func (s *Server) updateOwnAccount(ctx context.Context, h http.Header, f func(a *store.Account) error) error {
+	c, err := s.player(ctx, h)
+	if err != nil {
+		return err
+	}
+	acc, err := s.store.AccountByID(ctx, c.TenantID, c.AccountID)
+	if errors.Is(err, store.ErrNotFound) {
+		return connect.NewError(connect.CodeNotFound, errors.New("your account no longer exists"))
+	} else if err != nil {
+		return s.internal(ctx, "account", err)
+	}
+	if err := f(&acc); err != nil {
+		return err
+	}
+	acc.UpdatedAt = s.now().UTC()
+	if err := s.store.UpdateAccount(ctx, acc); errors.Is(err, store.ErrAlreadyExists) {
+		return connect.NewError(connect.CodeAlreadyExists, errors.New("that sign-in is already linked to another account"))
+	} else if err != nil {
+		return s.internal(ctx, "update account", err)
+	}
+	return nil
+}
+
+// LinkDevice binds a device id to the caller's account.
+func (s *authService) LinkDevice(ctx context.Context, req *connect.Request[ludusv1.LinkDeviceRequest]) (*connect.Response[ludusv1.LinkDeviceResponse], error) {
+	if err := checkDeviceID(req.Msg.DeviceId); err != nil {
+		return nil, invalidArg(err)
+	}
+	err := s.updateOwnAccount(ctx, req.Header(), func(a *store.Account) error { a.DeviceID = req.Msg.DeviceId; return nil })
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&ludusv1.LinkDeviceResponse{}), nil
+}
+
+// LinkEmail sets an email and password on the caller's account.
+func (s *authService) LinkEmail(ctx context.Context, req *connect.Request[ludusv1.LinkEmailRequest]) (*connect.Response[ludusv1.LinkEmailResponse], error) {
+	email, err := cleanEmail(req.Msg.Email)
+	if err != nil {
+		return nil, invalidArg(err)
+	}
+	if err := checkPasswordValue(req.Msg.Password); err != nil {
+		return nil, invalidArg(err)
+	}
+	phc := hashPassword(s.pwParams, req.Msg.Password)
+	err = s.updateOwnAccount(ctx, req.Header(), func(a *store.Account) error { a.Email, a.PasswordHash = email, phc; return nil })
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&ludusv1.LinkEmailResponse{}), nil
+}
+
+// Unlink removes a way of signing in, never the last one.
+func (s *authService) Unlink(ctx context.Context, req *connect.Request[ludusv1.UnlinkRequest]) (*connect.Response[ludusv1.UnlinkResponse], error) {
+	err := s.updateOwnAccount(ctx, req.Header(), func(a *store.Account) error {
+		switch req.Msg.Identity {
+		case ludusv1.Identity_IDENTITY_DEVICE:
+			a.DeviceID = ""
+		case ludusv1.Identity_IDENTITY_EMAIL:
+			a.Email, a.PasswordHash = "", ""
+		case ludusv1.Identity_IDENTITY_CUSTOM:
+			a.CustomID = ""
+		default:
+			return invalidArg(errors.New("identity must be DEVICE, EMAIL or CUSTOM"))
+		}
+		if a.DeviceID == "" && a.Email == "" && a.CustomID == "" {
+			return connect.NewError(connect.CodeFailedPrecondition, errors.New("cannot unlink the last way of signing in to this account"))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&ludusv1.UnlinkResponse{}), nil
+}

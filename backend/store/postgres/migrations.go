@@ -1,0 +1,190 @@
+package postgres
+
+// migrations is the schema history: migrations[i] brings the schema to
+// version i+1. Never edit an applied migration; append a new one. Tables and
+// columns are those of the SQLite store (package sqlite), in PostgreSQL
+// types: times are BIGINT microseconds since the Unix epoch, UTC.
+var migrations = [][]string{
+	// Version 1: everything up to SQLite schema version 2.
+	{
+		`CREATE TABLE tenants (
+			id         TEXT    PRIMARY KEY,
+			slug       TEXT    NOT NULL UNIQUE,
+			name       TEXT    NOT NULL,
+			created_at BIGINT  NOT NULL
+		)`,
+		`CREATE TABLE api_keys (
+			id         TEXT    PRIMARY KEY,
+			tenant_id  TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			hash       BYTEA    NOT NULL UNIQUE,
+			scope      TEXT    NOT NULL,
+			name       TEXT    NOT NULL DEFAULT '',
+			created_at BIGINT  NOT NULL
+		)`,
+		`CREATE INDEX api_keys_tenant ON api_keys(tenant_id)`,
+		`CREATE TABLE accounts (
+			id           TEXT    PRIMARY KEY,
+			tenant_id    TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			device_id    TEXT,
+			email         TEXT,
+			password_hash TEXT NOT NULL DEFAULT '',
+			custom_id     TEXT,
+			display_name TEXT    NOT NULL,
+			created_at   BIGINT  NOT NULL,
+			updated_at   BIGINT  NOT NULL,
+			UNIQUE (tenant_id, device_id)
+		)`,
+		`CREATE TABLE modules (
+			tenant_id     TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			name          TEXT    NOT NULL,
+			build_id      TEXT    NOT NULL,
+			abi_version   BIGINT  NOT NULL,
+			meta_name     TEXT    NOT NULL,
+			tick_rate     BIGINT  NOT NULL,
+			max_players   BIGINT  NOT NULL,
+			frame_divisor BIGINT  NOT NULL,
+			view_format   TEXT    NOT NULL,
+			view_width    BIGINT  NOT NULL,
+			view_height   BIGINT  NOT NULL,
+			size_bytes    BIGINT  NOT NULL,
+			created_at    BIGINT  NOT NULL,
+			uploaded_at   BIGINT  NOT NULL,
+			seq           BIGINT  NOT NULL,
+			wasm          BYTEA    NOT NULL,
+			PRIMARY KEY (tenant_id, name, build_id)
+		)`,
+		`CREATE INDEX modules_by_name ON modules(tenant_id, name, seq)`,
+		`CREATE INDEX modules_by_build ON modules(tenant_id, build_id, seq)`,
+		`CREATE INDEX modules_by_seq ON modules(tenant_id, seq)`,
+		`CREATE TABLE signing_keys (
+			id          TEXT    PRIMARY KEY,
+			private_key BYTEA    NOT NULL,
+			created_at  BIGINT  NOT NULL,
+			retired_at  BIGINT 
+		)`,
+		`CREATE UNIQUE INDEX accounts_email ON accounts(tenant_id, email)`,
+		`CREATE UNIQUE INDEX accounts_custom_id ON accounts(tenant_id, custom_id)`,
+		`CREATE TABLE login_throttles (
+			tenant_id    TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			key          TEXT    NOT NULL,
+			failures     BIGINT  NOT NULL,
+			last_failure BIGINT  NOT NULL,
+			locked_until BIGINT  NOT NULL,
+			PRIMARY KEY (tenant_id, key)
+		)`,
+		`CREATE TABLE refresh_tokens (
+			hash       BYTEA    PRIMARY KEY,
+			family_id  TEXT    NOT NULL,
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			created_at BIGINT  NOT NULL,
+			expires_at BIGINT  NOT NULL,
+			used_at    BIGINT ,
+			revoked    BIGINT  NOT NULL
+		)`,
+		`CREATE INDEX refresh_tokens_family ON refresh_tokens(family_id)`,
+		`CREATE INDEX refresh_tokens_account ON refresh_tokens(account_id)`,
+		`CREATE TABLE changes_applied (
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			key        TEXT    NOT NULL,
+			at         BIGINT  NOT NULL,
+			PRIMARY KEY (tenant_id, account_id, key)
+		)`,
+		`CREATE INDEX changes_applied_account ON changes_applied(account_id)`,
+		`CREATE TABLE progression (
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			xp         BIGINT  NOT NULL,
+			PRIMARY KEY (tenant_id, account_id)
+		)`,
+		`CREATE INDEX progression_account ON progression(account_id)`,
+		`CREATE TABLE wallet (
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			currency   TEXT    NOT NULL,
+			balance    BIGINT  NOT NULL,
+			PRIMARY KEY (tenant_id, account_id, currency)
+		)`,
+		`CREATE INDEX wallet_account ON wallet(account_id)`,
+		`CREATE TABLE ledger (
+			seq        BIGSERIAL PRIMARY KEY,
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			currency   TEXT    NOT NULL,
+			delta      BIGINT  NOT NULL,
+			balance    BIGINT  NOT NULL,
+			key        TEXT    NOT NULL,
+			reason     TEXT    NOT NULL,
+			at         BIGINT  NOT NULL
+		)`,
+		`CREATE INDEX ledger_account ON ledger(tenant_id, account_id, seq)`,
+		`CREATE INDEX ledger_account_fk ON ledger(account_id)`,
+		`CREATE TABLE inventory (
+			tenant_id  TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			item       TEXT    NOT NULL,
+			quantity   BIGINT  NOT NULL,
+			PRIMARY KEY (tenant_id, account_id, item)
+		)`,
+		`CREATE INDEX inventory_account ON inventory(account_id)`,
+		`CREATE TABLE matches (
+			tenant_id       TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			id              TEXT    NOT NULL,
+			game            TEXT    NOT NULL,
+			credential_hash BYTEA    NOT NULL UNIQUE,
+			created_at      BIGINT  NOT NULL,
+			expires_at      BIGINT  NOT NULL,
+			ended_at        BIGINT ,
+			last_seq        BIGINT  NOT NULL,
+			PRIMARY KEY (tenant_id, id)
+		)`,
+		`CREATE INDEX matches_ended ON matches(tenant_id, ended_at)`,
+		`CREATE TABLE match_players (
+			tenant_id   TEXT    NOT NULL,
+			match_id    TEXT    NOT NULL,
+			account_id  TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			score       BIGINT  NOT NULL,
+			duration_ms BIGINT  NOT NULL,
+			damage      BIGINT  NOT NULL,
+			items_used  TEXT    NOT NULL,
+			xp          BIGINT  NOT NULL,
+			currency    TEXT    NOT NULL,
+			items       TEXT    NOT NULL,
+			PRIMARY KEY (tenant_id, match_id, account_id),
+			FOREIGN KEY (tenant_id, match_id) REFERENCES matches(tenant_id, id) ON DELETE CASCADE
+		)`,
+		`CREATE INDEX match_players_account ON match_players(account_id)`,
+		`CREATE TABLE leaderboard (
+			tenant_id  TEXT    NOT NULL,
+			game       TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			best       BIGINT  NOT NULL,
+			total      BIGINT  NOT NULL,
+			matches    BIGINT  NOT NULL,
+			PRIMARY KEY (tenant_id, game, account_id)
+		)`,
+		`CREATE INDEX leaderboard_best ON leaderboard(tenant_id, game, best DESC, account_id)`,
+		`CREATE INDEX leaderboard_total ON leaderboard(tenant_id, game, total DESC, account_id)`,
+		`CREATE INDEX leaderboard_account ON leaderboard(account_id)`,
+		`CREATE TABLE webhooks (
+			tenant_id TEXT PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+			url       TEXT NOT NULL,
+			secret    BYTEA NOT NULL
+		)`,
+		`CREATE TABLE webhook_deliveries (
+			id         TEXT    PRIMARY KEY,
+			tenant_id  TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			event      TEXT    NOT NULL,
+			payload    BYTEA    NOT NULL,
+			state      TEXT    NOT NULL,
+			attempts   BIGINT  NOT NULL,
+			next_at    BIGINT  NOT NULL,
+			last_error TEXT    NOT NULL,
+			created_at BIGINT  NOT NULL,
+			updated_at BIGINT  NOT NULL
+		)`,
+		`CREATE INDEX webhook_deliveries_due ON webhook_deliveries(state, next_at)`,
+		`CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries(tenant_id, created_at)`,
+	},
+}

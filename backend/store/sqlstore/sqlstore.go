@@ -1,0 +1,1009 @@
+// Package sqlstore implements store.Store over database/sql for the SQL
+// dialects Ludus supports (SQLite and PostgreSQL). The two share every query:
+// they are written with "?" placeholders (rewritten to $n for PostgreSQL),
+// INSERT ... ON CONFLICT and RETURNING, which both understand. Each dialect
+// package owns its schema (migrations) with the same table and column names,
+// and maps its driver's errors to the store's sentinels.
+//
+// Times are int64 microseconds since the Unix epoch, UTC; flags are integers.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"ludus.dev/ludus/backend/store"
+)
+
+// Dialect adapts the shared queries to one database.
+type Dialect struct {
+	// Name prefixes error messages ("sqlite", "postgres").
+	Name string
+	// Dollar rewrites "?" placeholders to $1, $2, ...
+	Dollar bool
+	// MapError returns the store sentinel (store.ErrAlreadyExists,
+	// store.ErrNotFound, store.ErrInvalid) err stands for, or nil.
+	MapError func(err error) error
+	// Retry reports whether a transaction failed in a way worth retrying
+	// (serialization failure, deadlock).
+	Retry func(err error) bool
+}
+
+// DB is a store.Store over a writer pool and a reader pool (the same pool
+// for PostgreSQL).
+type DB struct {
+	W, R *sql.DB
+	d    Dialect
+	qs   sync.Map // query text -> rewritten text
+}
+
+var _ store.Store = (*DB)(nil)
+
+// New returns a store over w (writes) and r (reads).
+func New(w, r *sql.DB, d Dialect) *DB { return &DB{W: w, R: r, d: d} }
+
+// Close closes both pools.
+func (s *DB) Close() error {
+	if s.R == s.W {
+		return s.W.Close()
+	}
+	return errors.Join(s.R.Close(), s.W.Close())
+}
+
+// q rewrites a query for the dialect.
+func (s *DB) q(query string) string {
+	if !s.d.Dollar {
+		return query
+	}
+	if v, ok := s.qs.Load(query); ok {
+		return v.(string)
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(query); i++ {
+		if query[i] == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(query[i])
+	}
+	out := b.String()
+	s.qs.Store(query, out)
+	return out
+}
+
+// ToDB converts a time to the stored integer.
+func ToDB(t time.Time) int64 { return t.UnixMicro() }
+
+// FromDB converts a stored integer to a time.
+func FromDB(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func nullTime(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: ToDB(t), Valid: true}
+}
+
+func fromNullTime(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return FromDB(v.Int64)
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// wrap maps errors to the store's sentinel errors.
+func (s *DB) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, sentinel := range []error{store.ErrNotFound, store.ErrAlreadyExists, store.ErrInsufficient,
+		store.ErrRefreshReused, store.ErrRevoked, store.ErrMatchEnded, store.ErrInvalid} {
+		if errors.Is(err, sentinel) {
+			return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
+		}
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s: %s: %w", s.d.Name, op, store.ErrNotFound)
+	}
+	if s.d.MapError != nil {
+		if m := s.d.MapError(err); m != nil {
+			return fmt.Errorf("%s: %s: %w (%v)", s.d.Name, op, m, err)
+		}
+	}
+	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
+}
+
+// tx is a transaction with the dialect's query rewriting.
+type tx struct {
+	s  *DB
+	tx *sql.Tx
+}
+
+func (t *tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(ctx, t.s.q(query), args...)
+}
+
+func (t *tx) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(ctx, t.s.q(query), args...)
+}
+
+func (t *tx) row(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.tx.QueryRowContext(ctx, t.s.q(query), args...)
+}
+
+// errRollback carries an error that must roll back but is not a failure of
+// the transaction itself (e.g. ErrRefreshReused after revoking, which must
+// commit): see inTx's commitErr.
+type commitErr struct{ err error }
+
+func (c commitErr) Error() string { return c.err.Error() }
+
+// inTx runs fn in a write transaction, retrying a few times on
+// serialization failures. If fn returns a commitErr, the transaction is
+// committed and its error returned.
+func (s *DB) inTx(ctx context.Context, op string, fn func(t *tx) error) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		err = s.tryTx(ctx, fn)
+		if err == nil || s.d.Retry == nil || !s.d.Retry(err) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
+	}
+	return s.wrap(op, err)
+}
+
+func (s *DB) tryTx(ctx context.Context, fn func(t *tx) error) error {
+	sqlTx, err := s.W.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer sqlTx.Rollback()
+	if err := fn(&tx{s, sqlTx}); err != nil {
+		var ce commitErr
+		if errors.As(err, &ce) {
+			if cerr := sqlTx.Commit(); cerr != nil {
+				return cerr
+			}
+			return ce.err
+		}
+		return err
+	}
+	return sqlTx.Commit()
+}
+
+func (s *DB) row(ctx context.Context, query string, args ...any) *sql.Row {
+	return s.R.QueryRowContext(ctx, s.q(query), args...)
+}
+
+func (s *DB) rows(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return s.R.QueryContext(ctx, s.q(query), args...)
+}
+
+type scanner interface{ Scan(...any) error }
+
+// list runs a read query and scans each row with scan.
+func list[T any](ctx context.Context, s *DB, op string, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := s.rows(ctx, query, args...)
+	if err != nil {
+		return nil, s.wrap(op, err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, s.wrap(op, err)
+		}
+		out = append(out, v)
+	}
+	return out, s.wrap(op, rows.Err())
+}
+
+func mustAffect(res sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return sql.ErrNoRows
+	}
+	return nil
+}
+
+// Tenants
+
+// CreateTenant implements store.Store.
+func (s *DB) CreateTenant(ctx context.Context, t store.Tenant, keys ...store.APIKey) error {
+	return s.inTx(ctx, "create tenant", func(tx *tx) error {
+		if _, err := tx.exec(ctx, `INSERT INTO tenants (id, slug, name, created_at) VALUES (?, ?, ?, ?)`,
+			t.ID, t.Slug, t.Name, ToDB(t.CreatedAt)); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := insertAPIKey(ctx, tx, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+const tenantCols = `id, slug, name, created_at`
+
+func scanTenant(row scanner) (store.Tenant, error) {
+	var t store.Tenant
+	var created int64
+	err := row.Scan(&t.ID, &t.Slug, &t.Name, &created)
+	t.CreatedAt = FromDB(created)
+	return t, err
+}
+
+// TenantByID implements store.Store.
+func (s *DB) TenantByID(ctx context.Context, id string) (store.Tenant, error) {
+	t, err := scanTenant(s.row(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
+	return t, s.wrap("tenant by id", err)
+}
+
+// TenantBySlug implements store.Store.
+func (s *DB) TenantBySlug(ctx context.Context, slug string) (store.Tenant, error) {
+	t, err := scanTenant(s.row(ctx, `SELECT `+tenantCols+` FROM tenants WHERE slug = ?`, slug))
+	return t, s.wrap("tenant by slug", err)
+}
+
+// ListTenants implements store.Store.
+func (s *DB) ListTenants(ctx context.Context) ([]store.Tenant, error) {
+	return list(ctx, s, "list tenants", scanTenant, `SELECT `+tenantCols+` FROM tenants ORDER BY created_at, slug`)
+}
+
+// API keys
+
+const apiKeyCols = `id, tenant_id, hash, scope, name, created_at`
+
+func insertAPIKey(ctx context.Context, tx *tx, k store.APIKey) error {
+	_, err := tx.exec(ctx, `INSERT INTO api_keys (`+apiKeyCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
+		k.ID, k.TenantID, k.Hash, k.Scope, k.Name, ToDB(k.CreatedAt))
+	return err
+}
+
+func scanAPIKey(row scanner) (store.APIKey, error) {
+	var k store.APIKey
+	var created int64
+	err := row.Scan(&k.ID, &k.TenantID, &k.Hash, &k.Scope, &k.Name, &created)
+	k.CreatedAt = FromDB(created)
+	return k, err
+}
+
+// CreateAPIKey implements store.Store.
+func (s *DB) CreateAPIKey(ctx context.Context, k store.APIKey) error {
+	return s.inTx(ctx, "create api key", func(tx *tx) error { return insertAPIKey(ctx, tx, k) })
+}
+
+// APIKeyByHash implements store.Store.
+func (s *DB) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
+	k, err := scanAPIKey(s.row(ctx, `SELECT `+apiKeyCols+` FROM api_keys WHERE hash = ?`, hash))
+	return k, s.wrap("api key by hash", err)
+}
+
+// ListAPIKeys implements store.Store.
+func (s *DB) ListAPIKeys(ctx context.Context, tenantID string) ([]store.APIKey, error) {
+	return list(ctx, s, "list api keys", scanAPIKey,
+		`SELECT `+apiKeyCols+` FROM api_keys WHERE tenant_id = ? ORDER BY created_at, id`, tenantID)
+}
+
+// ReplaceAPIKey implements store.Store.
+func (s *DB) ReplaceAPIKey(ctx context.Context, tenantID, oldID string, k store.APIKey) error {
+	return s.inTx(ctx, "replace api key", func(tx *tx) error {
+		if err := mustAffect(tx.exec(ctx, `DELETE FROM api_keys WHERE tenant_id = ? AND id = ?`, tenantID, oldID)); err != nil {
+			return err
+		}
+		return insertAPIKey(ctx, tx, k)
+	})
+}
+
+// DeleteAPIKey implements store.Store.
+func (s *DB) DeleteAPIKey(ctx context.Context, tenantID, keyID string) error {
+	return s.inTx(ctx, "delete api key", func(tx *tx) error {
+		return mustAffect(tx.exec(ctx, `DELETE FROM api_keys WHERE tenant_id = ? AND id = ?`, tenantID, keyID))
+	})
+}
+
+// Accounts
+
+const accountCols = `id, tenant_id, device_id, email, password_hash, custom_id, display_name, created_at, updated_at`
+
+func scanAccount(row scanner) (store.Account, error) {
+	var a store.Account
+	var device, email, custom sql.NullString
+	var created, updated int64
+	err := row.Scan(&a.ID, &a.TenantID, &device, &email, &a.PasswordHash, &custom, &a.DisplayName, &created, &updated)
+	a.DeviceID, a.Email, a.CustomID = device.String, email.String, custom.String
+	a.CreatedAt, a.UpdatedAt = FromDB(created), FromDB(updated)
+	return a, err
+}
+
+// CreateAccount implements store.Store.
+func (s *DB) CreateAccount(ctx context.Context, a store.Account) error {
+	return s.inTx(ctx, "create account", func(tx *tx) error {
+		_, err := tx.exec(ctx, `INSERT INTO accounts (`+accountCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			a.ID, a.TenantID, nullString(a.DeviceID), nullString(a.Email), a.PasswordHash, nullString(a.CustomID),
+			a.DisplayName, ToDB(a.CreatedAt), ToDB(a.UpdatedAt))
+		return err
+	})
+}
+
+func (s *DB) accountBy(ctx context.Context, op, col, tenantID, v string) (store.Account, error) {
+	a, err := scanAccount(s.row(ctx, `SELECT `+accountCols+` FROM accounts WHERE tenant_id = ? AND `+col+` = ?`, tenantID, v))
+	return a, s.wrap(op, err)
+}
+
+// AccountByID implements store.Store.
+func (s *DB) AccountByID(ctx context.Context, tenantID, accountID string) (store.Account, error) {
+	return s.accountBy(ctx, "account by id", "id", tenantID, accountID)
+}
+
+// AccountByDevice implements store.Store.
+func (s *DB) AccountByDevice(ctx context.Context, tenantID, deviceID string) (store.Account, error) {
+	return s.accountBy(ctx, "account by device", "device_id", tenantID, deviceID)
+}
+
+// AccountByEmail implements store.Store.
+func (s *DB) AccountByEmail(ctx context.Context, tenantID, email string) (store.Account, error) {
+	return s.accountBy(ctx, "account by email", "email", tenantID, email)
+}
+
+// AccountByCustomID implements store.Store.
+func (s *DB) AccountByCustomID(ctx context.Context, tenantID, customID string) (store.Account, error) {
+	return s.accountBy(ctx, "account by custom id", "custom_id", tenantID, customID)
+}
+
+// SetDisplayName implements store.Store.
+func (s *DB) SetDisplayName(ctx context.Context, tenantID, accountID, name string, at time.Time) error {
+	return s.inTx(ctx, "set display name", func(tx *tx) error {
+		return mustAffect(tx.exec(ctx, `UPDATE accounts SET display_name = ?, updated_at = ? WHERE tenant_id = ? AND id = ?`,
+			name, ToDB(at), tenantID, accountID))
+	})
+}
+
+// UpdateAccount implements store.Store.
+func (s *DB) UpdateAccount(ctx context.Context, a store.Account) error {
+	return s.inTx(ctx, "update account", func(tx *tx) error {
+		return mustAffect(tx.exec(ctx, `UPDATE accounts SET device_id = ?, email = ?, password_hash = ?, custom_id = ?,
+			display_name = ?, updated_at = ? WHERE tenant_id = ? AND id = ?`,
+			nullString(a.DeviceID), nullString(a.Email), a.PasswordHash, nullString(a.CustomID),
+			a.DisplayName, ToDB(a.UpdatedAt), a.TenantID, a.ID))
+	})
+}
+
+// DeleteAccount implements store.Store. Rows of the account in other tables
+// go with it (ON DELETE CASCADE).
+func (s *DB) DeleteAccount(ctx context.Context, tenantID, accountID string) error {
+	return s.inTx(ctx, "delete account", func(tx *tx) error {
+		return mustAffect(tx.exec(ctx, `DELETE FROM accounts WHERE tenant_id = ? AND id = ?`, tenantID, accountID))
+	})
+}
+
+// Login throttling
+
+// LoginThrottle implements store.Store.
+func (s *DB) LoginThrottle(ctx context.Context, tenantID, key string) (store.LoginThrottle, error) {
+	var t store.LoginThrottle
+	var last, locked int64
+	err := s.row(ctx, `SELECT failures, last_failure, locked_until FROM login_throttles WHERE tenant_id = ? AND key = ?`,
+		tenantID, key).Scan(&t.Failures, &last, &locked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.LoginThrottle{}, nil
+	}
+	if err != nil {
+		return t, s.wrap("login throttle", err)
+	}
+	if last != 0 {
+		t.LastFailure = FromDB(last)
+	}
+	if locked != 0 {
+		t.LockedUntil = FromDB(locked)
+	}
+	return t, nil
+}
+
+func zeroOr(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return ToDB(t)
+}
+
+// PutLoginThrottle implements store.Store.
+func (s *DB) PutLoginThrottle(ctx context.Context, tenantID, key string, t store.LoginThrottle) error {
+	return s.inTx(ctx, "put login throttle", func(tx *tx) error {
+		if t == (store.LoginThrottle{}) {
+			_, err := tx.exec(ctx, `DELETE FROM login_throttles WHERE tenant_id = ? AND key = ?`, tenantID, key)
+			return err
+		}
+		_, err := tx.exec(ctx, `INSERT INTO login_throttles (tenant_id, key, failures, last_failure, locked_until)
+			VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant_id, key) DO UPDATE SET failures = excluded.failures,
+			last_failure = excluded.last_failure, locked_until = excluded.locked_until`,
+			tenantID, key, t.Failures, zeroOr(t.LastFailure), zeroOr(t.LockedUntil))
+		return err
+	})
+}
+
+// Refresh tokens
+
+func insertRefresh(ctx context.Context, tx *tx, t store.RefreshToken) error {
+	_, err := tx.exec(ctx, `INSERT INTO refresh_tokens (hash, family_id, tenant_id, account_id, created_at, expires_at, used_at, revoked)
+		VALUES (?, ?, ?, ?, ?, ?, NULL, 0)`, t.Hash, t.FamilyID, t.TenantID, t.AccountID, ToDB(t.CreatedAt), ToDB(t.ExpiresAt))
+	return err
+}
+
+// CreateRefreshToken implements store.Store.
+func (s *DB) CreateRefreshToken(ctx context.Context, t store.RefreshToken) error {
+	return s.inTx(ctx, "create refresh token", func(tx *tx) error { return insertRefresh(ctx, tx, t) })
+}
+
+// UseRefreshToken implements store.Store.
+func (s *DB) UseRefreshToken(ctx context.Context, hash []byte, at time.Time, next store.RefreshToken) (store.RefreshToken, error) {
+	var old store.RefreshToken
+	err := s.inTx(ctx, "use refresh token", func(tx *tx) error {
+		// Mark used first: the UPDATE takes the row lock, so of two
+		// concurrent uses exactly one sees used_at IS NULL.
+		res, err := tx.exec(ctx, `UPDATE refresh_tokens SET used_at = ? WHERE hash = ? AND used_at IS NULL AND revoked = 0 AND expires_at > ?`,
+			ToDB(at), hash, ToDB(at))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		var created, expires int64
+		var used sql.NullInt64
+		var revoked int
+		if err := tx.row(ctx, `SELECT family_id, tenant_id, account_id, created_at, expires_at, used_at, revoked FROM refresh_tokens WHERE hash = ?`, hash).
+			Scan(&old.FamilyID, &old.TenantID, &old.AccountID, &created, &expires, &used, &revoked); err != nil {
+			return err
+		}
+		old.Hash, old.CreatedAt, old.ExpiresAt = hash, FromDB(created), FromDB(expires)
+		if n == 0 {
+			if revoked != 0 || !FromDB(expires).After(at) {
+				return store.ErrRevoked
+			}
+			// Used before: theft or a replay. Revoke the family, and commit that.
+			if _, err := tx.exec(ctx, `UPDATE refresh_tokens SET revoked = 1 WHERE family_id = ?`, old.FamilyID); err != nil {
+				return err
+			}
+			return commitErr{store.ErrRefreshReused}
+		}
+		next.FamilyID, next.TenantID, next.AccountID = old.FamilyID, old.TenantID, old.AccountID
+		return insertRefresh(ctx, tx, next)
+	})
+	if err != nil {
+		return store.RefreshToken{}, err
+	}
+	return old, nil
+}
+
+// RevokeRefreshFamily implements store.Store.
+func (s *DB) RevokeRefreshFamily(ctx context.Context, hash []byte) error {
+	return s.inTx(ctx, "revoke refresh family", func(tx *tx) error {
+		var family string
+		if err := tx.row(ctx, `SELECT family_id FROM refresh_tokens WHERE hash = ?`, hash).Scan(&family); err != nil {
+			return err
+		}
+		_, err := tx.exec(ctx, `UPDATE refresh_tokens SET revoked = 1 WHERE family_id = ?`, family)
+		return err
+	})
+}
+
+// Progression
+
+// ApplyChange implements store.Store.
+func (s *DB) ApplyChange(ctx context.Context, c store.Change) (bool, error) {
+	var applied bool
+	err := s.inTx(ctx, "apply change", func(tx *tx) error {
+		if err := accountExists(ctx, tx, c.TenantID, c.AccountID); err != nil {
+			return err
+		}
+		var err error
+		applied, err = applyChange(ctx, tx, c)
+		return err
+	})
+	return applied, err
+}
+
+func accountExists(ctx context.Context, tx *tx, tenantID, accountID string) error {
+	var one int
+	return tx.row(ctx, `SELECT 1 FROM accounts WHERE tenant_id = ? AND id = ?`, tenantID, accountID).Scan(&one)
+}
+
+func sortedKeys(m map[string]int64) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks) // a fixed order avoids deadlocks between transactions
+	return ks
+}
+
+// applyChange applies c inside tx; the account must exist.
+func applyChange(ctx context.Context, tx *tx, c store.Change) (bool, error) {
+	res, err := tx.exec(ctx, `INSERT INTO changes_applied (tenant_id, account_id, key, at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (tenant_id, account_id, key) DO NOTHING`, c.TenantID, c.AccountID, c.Key, ToDB(c.At))
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return false, err
+	} else if n == 0 {
+		return false, nil
+	}
+	if c.XP != 0 {
+		var xp int64
+		if err := tx.row(ctx, `INSERT INTO progression (tenant_id, account_id, xp) VALUES (?, ?, ?)
+			ON CONFLICT (tenant_id, account_id) DO UPDATE SET xp = progression.xp + excluded.xp RETURNING xp`,
+			c.TenantID, c.AccountID, c.XP).Scan(&xp); err != nil {
+			return false, err
+		}
+		if xp < 0 {
+			return false, fmt.Errorf("xp would be %d: %w", xp, store.ErrInsufficient)
+		}
+	}
+	for _, cur := range sortedKeys(c.Currency) {
+		d := c.Currency[cur]
+		if d == 0 {
+			continue
+		}
+		var bal int64
+		if err := tx.row(ctx, `INSERT INTO wallet (tenant_id, account_id, currency, balance) VALUES (?, ?, ?, ?)
+			ON CONFLICT (tenant_id, account_id, currency) DO UPDATE SET balance = wallet.balance + excluded.balance RETURNING balance`,
+			c.TenantID, c.AccountID, cur, d).Scan(&bal); err != nil {
+			return false, err
+		}
+		if bal < 0 {
+			return false, fmt.Errorf("%s balance would be %d: %w", cur, bal, store.ErrInsufficient)
+		}
+		if _, err := tx.exec(ctx, `INSERT INTO ledger (tenant_id, account_id, currency, delta, balance, key, reason, at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, c.TenantID, c.AccountID, cur, d, bal, c.Key, c.Reason, ToDB(c.At)); err != nil {
+			return false, err
+		}
+	}
+	for _, item := range sortedKeys(c.Items) {
+		d := c.Items[item]
+		if d == 0 {
+			continue
+		}
+		var q int64
+		if err := tx.row(ctx, `INSERT INTO inventory (tenant_id, account_id, item, quantity) VALUES (?, ?, ?, ?)
+			ON CONFLICT (tenant_id, account_id, item) DO UPDATE SET quantity = inventory.quantity + excluded.quantity RETURNING quantity`,
+			c.TenantID, c.AccountID, item, d).Scan(&q); err != nil {
+			return false, err
+		}
+		if q < 0 {
+			return false, fmt.Errorf("%s count would be %d: %w", item, q, store.ErrInsufficient)
+		}
+	}
+	return true, nil
+}
+
+// Progression implements store.Store.
+func (s *DB) Progression(ctx context.Context, tenantID, accountID string) (store.Progression, error) {
+	p := store.Progression{Currency: map[string]int64{}, Items: map[string]int64{}}
+	err := s.row(ctx, `SELECT xp FROM progression WHERE tenant_id = ? AND account_id = ?`, tenantID, accountID).Scan(&p.XP)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return p, s.wrap("progression", err)
+	}
+	for _, q := range []struct {
+		query string
+		into  map[string]int64
+	}{
+		{`SELECT currency, balance FROM wallet WHERE tenant_id = ? AND account_id = ?`, p.Currency},
+		{`SELECT item, quantity FROM inventory WHERE tenant_id = ? AND account_id = ? AND quantity <> 0`, p.Items},
+	} {
+		type kv struct {
+			k string
+			v int64
+		}
+		rows, err := list(ctx, s, "progression", func(r scanner) (kv, error) {
+			var x kv
+			return x, r.Scan(&x.k, &x.v)
+		}, q.query, tenantID, accountID)
+		if err != nil {
+			return p, err
+		}
+		for _, r := range rows {
+			q.into[r.k] = r.v
+		}
+	}
+	return p, nil
+}
+
+// Ledger implements store.Store.
+func (s *DB) Ledger(ctx context.Context, tenantID, accountID string, limit int) ([]store.LedgerEntry, error) {
+	return list(ctx, s, "ledger", func(r scanner) (store.LedgerEntry, error) {
+		var e store.LedgerEntry
+		var at int64
+		err := r.Scan(&e.Seq, &e.Currency, &e.Delta, &e.Balance, &e.Key, &e.Reason, &at)
+		e.At = FromDB(at)
+		return e, err
+	}, `SELECT seq, currency, delta, balance, key, reason, at FROM ledger WHERE tenant_id = ? AND account_id = ?
+		ORDER BY seq DESC LIMIT ?`, tenantID, accountID, limit)
+}
+
+// Matches
+
+const matchCols = `tenant_id, id, game, credential_hash, created_at, expires_at, ended_at, last_seq`
+
+func scanMatch(row scanner) (store.Match, error) {
+	var m store.Match
+	var created, expires int64
+	var ended sql.NullInt64
+	err := row.Scan(&m.TenantID, &m.ID, &m.Game, &m.CredentialHash, &created, &expires, &ended, &m.LastSeq)
+	m.CreatedAt, m.ExpiresAt, m.EndedAt = FromDB(created), FromDB(expires), fromNullTime(ended)
+	return m, err
+}
+
+// CreateMatch implements store.Store.
+func (s *DB) CreateMatch(ctx context.Context, m store.Match) error {
+	return s.inTx(ctx, "create match", func(tx *tx) error {
+		_, err := tx.exec(ctx, `INSERT INTO matches (`+matchCols+`) VALUES (?, ?, ?, ?, ?, ?, NULL, 0)`,
+			m.TenantID, m.ID, m.Game, m.CredentialHash, ToDB(m.CreatedAt), ToDB(m.ExpiresAt))
+		return err
+	})
+}
+
+// MatchByCredential implements store.Store.
+func (s *DB) MatchByCredential(ctx context.Context, hash []byte) (store.Match, error) {
+	m, err := scanMatch(s.row(ctx, `SELECT `+matchCols+` FROM matches WHERE credential_hash = ?`, hash))
+	return m, s.wrap("match by credential", err)
+}
+
+func encodeMap(m map[string]int64) string {
+	if len(m) == 0 {
+		return "{}"
+	}
+	b, _ := json.Marshal(m) // map[string]int64 always encodes
+	return string(b)
+}
+
+func decodeMap(s string) (map[string]int64, error) {
+	m := map[string]int64{}
+	if s == "" {
+		return m, nil
+	}
+	return m, json.Unmarshal([]byte(s), &m)
+}
+
+// ApplyMatchReport implements store.Store.
+func (s *DB) ApplyMatchReport(ctx context.Context, r store.MatchReport) (bool, error) {
+	var applied bool
+	err := s.inTx(ctx, "apply match report", func(tx *tx) error {
+		applied = false
+		// Claim the report on the match row: the UPDATE locks the row, so
+		// reports of one match apply one at a time, and a duplicate or stale
+		// report changes nothing.
+		var res sql.Result
+		var err error
+		if r.Final {
+			res, err = tx.exec(ctx, `UPDATE matches SET ended_at = ?, last_seq = CASE WHEN last_seq > ? THEN last_seq ELSE ? END
+				WHERE tenant_id = ? AND id = ? AND ended_at IS NULL`, ToDB(r.At), r.Seq, r.Seq, r.TenantID, r.MatchID)
+		} else {
+			res, err = tx.exec(ctx, `UPDATE matches SET last_seq = ? WHERE tenant_id = ? AND id = ? AND ended_at IS NULL AND last_seq < ?`,
+				r.Seq, r.TenantID, r.MatchID, r.Seq)
+		}
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			m, err := scanMatch(tx.row(ctx, `SELECT `+matchCols+` FROM matches WHERE tenant_id = ? AND id = ?`, r.TenantID, r.MatchID))
+			if err != nil {
+				return err
+			}
+			if !m.EndedAt.IsZero() && !r.Final {
+				return store.ErrMatchEnded
+			}
+			return nil // duplicate final, or a stale interim report
+		}
+		var game string
+		if err := tx.row(ctx, `SELECT game FROM matches WHERE tenant_id = ? AND id = ?`, r.TenantID, r.MatchID).Scan(&game); err != nil {
+			return err
+		}
+		players := slices.Clone(r.Players)
+		slices.SortFunc(players, func(a, b store.PlayerReport) int { return strings.Compare(a.AccountID, b.AccountID) })
+		key := fmt.Sprintf("match/%s/%d", r.MatchID, r.Seq)
+		if r.Final {
+			key = "match/" + r.MatchID + "/final"
+		}
+		for _, p := range players {
+			if err := accountExists(ctx, tx, r.TenantID, p.AccountID); errors.Is(err, sql.ErrNoRows) {
+				continue // not this tenant's, or deleted since: grant nothing
+			} else if err != nil {
+				return err
+			}
+			if err := applyPlayer(ctx, tx, r, game, key, p); err != nil {
+				return err
+			}
+		}
+		if r.Final && r.Webhook != nil {
+			if err := insertDelivery(ctx, tx, *r.Webhook); err != nil {
+				return err
+			}
+		}
+		applied = true
+		return nil
+	})
+	return applied, err
+}
+
+// applyPlayer grants one player the difference between the report's totals
+// and what the match granted so far, and records the new totals.
+func applyPlayer(ctx context.Context, tx *tx, r store.MatchReport, game, key string, p store.PlayerReport) error {
+	var prevXP int64
+	var prevCur, prevItems string
+	err := tx.row(ctx, `SELECT xp, currency, items FROM match_players WHERE tenant_id = ? AND match_id = ? AND account_id = ?`,
+		r.TenantID, r.MatchID, p.AccountID).Scan(&prevXP, &prevCur, &prevItems)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	oldCur, err := decodeMap(prevCur)
+	if err != nil {
+		return err
+	}
+	oldItems, err := decodeMap(prevItems)
+	if err != nil {
+		return err
+	}
+	c := store.Change{TenantID: r.TenantID, AccountID: p.AccountID, Key: key, Reason: "match " + r.MatchID, At: r.At,
+		Currency: map[string]int64{}, Items: map[string]int64{}}
+	newXP := max(prevXP, p.XP)
+	c.XP = newXP - prevXP
+	diff := func(old, cur, into map[string]int64) map[string]int64 {
+		out := maps(old)
+		for k, v := range cur {
+			if v > old[k] {
+				into[k] = v - old[k]
+				out[k] = v
+			}
+		}
+		return out
+	}
+	newCur := diff(oldCur, p.Currency, c.Currency)
+	newItems := diff(oldItems, p.Items, c.Items)
+	if _, err := applyChange(ctx, tx, c); err != nil {
+		return err
+	}
+	if _, err := tx.exec(ctx, `INSERT INTO match_players (tenant_id, match_id, account_id, score, duration_ms, damage, items_used, xp, currency, items)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, match_id, account_id) DO UPDATE SET
+		score = excluded.score, duration_ms = excluded.duration_ms, damage = excluded.damage, items_used = excluded.items_used,
+		xp = excluded.xp, currency = excluded.currency, items = excluded.items`,
+		r.TenantID, r.MatchID, p.AccountID, p.Score, p.DurationMs, p.Damage, encodeMap(p.ItemsUsed),
+		newXP, encodeMap(newCur), encodeMap(newItems)); err != nil {
+		return err
+	}
+	if !r.Final {
+		return nil
+	}
+	_, err = tx.exec(ctx, `INSERT INTO leaderboard (tenant_id, game, account_id, best, total, matches) VALUES (?, ?, ?, ?, ?, 1)
+		ON CONFLICT (tenant_id, game, account_id) DO UPDATE SET
+		best = CASE WHEN leaderboard.best > excluded.best THEN leaderboard.best ELSE excluded.best END,
+		total = leaderboard.total + excluded.total, matches = leaderboard.matches + 1`,
+		r.TenantID, game, p.AccountID, p.Score, p.Score)
+	return err
+}
+
+func maps(m map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *DB) matchPlayers(ctx context.Context, tenantID, matchID string) ([]store.PlayerReport, error) {
+	return list(ctx, s, "match players", func(r scanner) (store.PlayerReport, error) {
+		var p store.PlayerReport
+		var used, cur, items string
+		err := r.Scan(&p.AccountID, &p.Score, &p.DurationMs, &p.Damage, &used, &p.XP, &cur, &items)
+		if err != nil {
+			return p, err
+		}
+		if p.ItemsUsed, err = decodeMap(used); err != nil {
+			return p, err
+		}
+		if p.Currency, err = decodeMap(cur); err != nil {
+			return p, err
+		}
+		p.Items, err = decodeMap(items)
+		return p, err
+	}, `SELECT account_id, score, duration_ms, damage, items_used, xp, currency, items FROM match_players
+		WHERE tenant_id = ? AND match_id = ? ORDER BY score DESC, account_id`, tenantID, matchID)
+}
+
+// MatchResult implements store.Store.
+func (s *DB) MatchResult(ctx context.Context, tenantID, matchID string) (store.MatchResult, error) {
+	var res store.MatchResult
+	var ended int64
+	err := s.row(ctx, `SELECT tenant_id, id, game, ended_at FROM matches WHERE tenant_id = ? AND id = ? AND ended_at IS NOT NULL`,
+		tenantID, matchID).Scan(&res.TenantID, &res.MatchID, &res.Game, &ended)
+	if err != nil {
+		return res, s.wrap("match result", err)
+	}
+	res.EndedAt = FromDB(ended)
+	res.Players, err = s.matchPlayers(ctx, tenantID, matchID)
+	return res, err
+}
+
+// ListMatchResults implements store.Store.
+func (s *DB) ListMatchResults(ctx context.Context, tenantID, accountID string, limit int) ([]store.MatchResult, error) {
+	scan := func(r scanner) (store.MatchResult, error) {
+		var m store.MatchResult
+		var ended int64
+		err := r.Scan(&m.TenantID, &m.MatchID, &m.Game, &ended)
+		m.EndedAt = FromDB(ended)
+		return m, err
+	}
+	var out []store.MatchResult
+	var err error
+	if accountID == "" {
+		out, err = list(ctx, s, "list match results", scan, `SELECT tenant_id, id, game, ended_at FROM matches
+			WHERE tenant_id = ? AND ended_at IS NOT NULL ORDER BY ended_at DESC, id LIMIT ?`, tenantID, limit)
+	} else {
+		out, err = list(ctx, s, "list match results", scan, `SELECT m.tenant_id, m.id, m.game, m.ended_at FROM matches m
+			JOIN match_players p ON p.tenant_id = m.tenant_id AND p.match_id = m.id
+			WHERE m.tenant_id = ? AND p.account_id = ? AND m.ended_at IS NOT NULL ORDER BY m.ended_at DESC, m.id LIMIT ?`,
+			tenantID, accountID, limit)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if out[i].Players, err = s.matchPlayers(ctx, tenantID, out[i].MatchID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func boardCol(byBest bool) string {
+	if byBest {
+		return "best"
+	}
+	return "total"
+}
+
+// Leaderboard implements store.Store.
+func (s *DB) Leaderboard(ctx context.Context, tenantID, game string, byBest bool, offset, limit int) ([]store.LeaderboardEntry, error) {
+	col := boardCol(byBest)
+	rank := int64(offset)
+	return list(ctx, s, "leaderboard", func(r scanner) (store.LeaderboardEntry, error) {
+		var e store.LeaderboardEntry
+		err := r.Scan(&e.AccountID, &e.Best, &e.Sum, &e.Matches)
+		rank++
+		e.Rank = rank
+		return e, err
+	}, `SELECT account_id, best, total, matches FROM leaderboard WHERE tenant_id = ? AND game = ?
+		ORDER BY `+col+` DESC, account_id LIMIT ? OFFSET ?`, tenantID, game, limit, offset)
+}
+
+// LeaderboardRank implements store.Store.
+func (s *DB) LeaderboardRank(ctx context.Context, tenantID, game string, byBest bool, accountID string) (store.LeaderboardEntry, error) {
+	col := boardCol(byBest)
+	var e store.LeaderboardEntry
+	err := s.row(ctx, `SELECT l.account_id, l.best, l.total, l.matches,
+		(SELECT COUNT(*) FROM leaderboard o WHERE o.tenant_id = l.tenant_id AND o.game = l.game
+			AND (o.`+col+` > l.`+col+` OR (o.`+col+` = l.`+col+` AND o.account_id < l.account_id))) + 1
+		FROM leaderboard l WHERE l.tenant_id = ? AND l.game = ? AND l.account_id = ?`, tenantID, game, accountID).
+		Scan(&e.AccountID, &e.Best, &e.Sum, &e.Matches, &e.Rank)
+	return e, s.wrap("leaderboard rank", err)
+}
+
+// Webhooks
+
+// PutWebhook implements store.Store.
+func (s *DB) PutWebhook(ctx context.Context, w store.Webhook) error {
+	return s.inTx(ctx, "put webhook", func(tx *tx) error {
+		if w.URL == "" {
+			_, err := tx.exec(ctx, `DELETE FROM webhooks WHERE tenant_id = ?`, w.TenantID)
+			return err
+		}
+		_, err := tx.exec(ctx, `INSERT INTO webhooks (tenant_id, url, secret) VALUES (?, ?, ?)
+			ON CONFLICT (tenant_id) DO UPDATE SET url = excluded.url, secret = excluded.secret`, w.TenantID, w.URL, w.Secret)
+		return err
+	})
+}
+
+// Webhook implements store.Store.
+func (s *DB) Webhook(ctx context.Context, tenantID string) (store.Webhook, error) {
+	w := store.Webhook{TenantID: tenantID}
+	err := s.row(ctx, `SELECT url, secret FROM webhooks WHERE tenant_id = ?`, tenantID).Scan(&w.URL, &w.Secret)
+	return w, s.wrap("webhook", err)
+}
+
+const deliveryCols = `id, tenant_id, event, payload, state, attempts, next_at, last_error, created_at, updated_at`
+
+func scanDelivery(r scanner) (store.WebhookDelivery, error) {
+	var d store.WebhookDelivery
+	var next, created, updated int64
+	err := r.Scan(&d.ID, &d.TenantID, &d.Event, &d.Payload, &d.State, &d.Attempts, &next, &d.LastError, &created, &updated)
+	d.NextAt, d.CreatedAt, d.UpdatedAt = FromDB(next), FromDB(created), FromDB(updated)
+	return d, err
+}
+
+func insertDelivery(ctx context.Context, tx *tx, d store.WebhookDelivery) error {
+	if d.State == "" {
+		d.State = store.DeliveryPending
+	}
+	_, err := tx.exec(ctx, `INSERT INTO webhook_deliveries (`+deliveryCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		d.ID, d.TenantID, d.Event, d.Payload, d.State, d.Attempts, ToDB(d.NextAt), d.LastError, ToDB(d.CreatedAt), ToDB(d.UpdatedAt))
+	return err
+}
+
+// DueDeliveries implements store.Store.
+func (s *DB) DueDeliveries(ctx context.Context, at, leaseUntil time.Time, limit int) ([]store.WebhookDelivery, error) {
+	var out []store.WebhookDelivery
+	err := s.inTx(ctx, "due deliveries", func(tx *tx) error {
+		out = out[:0]
+		rows, err := tx.query(ctx, `SELECT `+deliveryCols+` FROM webhook_deliveries WHERE state = ? AND next_at <= ?
+			ORDER BY next_at, id LIMIT ?`, store.DeliveryPending, ToDB(at), limit)
+		if err != nil {
+			return err
+		}
+		var due []store.WebhookDelivery
+		for rows.Next() {
+			d, err := scanDelivery(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			due = append(due, d)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, d := range due {
+			// Lease it unless another replica did meanwhile.
+			res, err := tx.exec(ctx, `UPDATE webhook_deliveries SET next_at = ? WHERE id = ? AND state = ? AND next_at = ?`,
+				ToDB(leaseUntil), d.ID, store.DeliveryPending, ToDB(d.NextAt))
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 1 {
+				out = append(out, d)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// UpdateDelivery implements store.Store.
+func (s *DB) UpdateDelivery(ctx context.Context, d store.WebhookDelivery) error {
+	return s.inTx(ctx, "update delivery", func(tx *tx) error {
+		return mustAffect(tx.exec(ctx, `UPDATE webhook_deliveries SET state = ?, attempts = ?, next_at = ?, last_error = ?, updated_at = ?
+			WHERE id = ?`, d.State, d.Attempts, ToDB(d.NextAt), d.LastError, ToDB(d.UpdatedAt), d.ID))
+	})
+}
+
+// ListDeliveries implements store.Store.
+func (s *DB) ListDeliveries(ctx context.Context, tenantID string, limit int) ([]store.WebhookDelivery, error) {
+	return list(ctx, s, "list deliveries", scanDelivery, `SELECT `+deliveryCols+` FROM webhook_deliveries
+		WHERE tenant_id = ? ORDER BY created_at DESC, id LIMIT ?`, tenantID, limit)
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/backend"
+	"ludus.dev/ludus/backend/store"
+	"ludus.dev/ludus/backend/store/postgres"
+	"ludus.dev/ludus/backend/store/postgres/pgtest"
+	"ludus.dev/ludus/backend/store/sqlite"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/sdk/abi"
+)
+
+var (
+	bbDur      time.Duration
+	bbWorkers  int
+	bbPostgres string
+)
+
+func init() {
+	registerBench("backend", bench{
+		summary: "backend over loopback HTTP on SQLite and PostgreSQL: guest/password logins, ticket verification, match results",
+		flags: func(fs *flag.FlagSet) {
+			fs.DurationVar(&bbDur, "duration", 2*time.Second, "measured time per figure and store")
+			fs.IntVar(&bbWorkers, "workers", 2*runtime.GOMAXPROCS(0), "concurrent clients")
+			fs.StringVar(&bbPostgres, "postgres", os.Getenv("LUDUS_BENCH_POSTGRES"), "PostgreSQL DSN (default $LUDUS_BENCH_POSTGRES); empty skips PostgreSQL")
+		},
+		run: func(ctx context.Context, progress io.Writer) (map[string]any, error) {
+			return benchBackend(ctx, progress)
+		},
+	})
+}
+
+// benchBackend returns flat figures: "<store>_<figure>" for sqlite and
+// postgres, the plain figure names for SQLite, and postgres_skipped (a
+// reason) when PostgreSQL is not measured.
+func benchBackend(ctx context.Context, progress io.Writer) (map[string]any, error) {
+	res := map[string]any{"workers": bbWorkers, "duration_s": bbDur.Seconds(), "gomaxprocs": runtime.GOMAXPROCS(0)}
+	dir, err := os.MkdirTemp("", "ludus-bench-backend")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "bench.db"))
+	if err != nil {
+		return nil, err
+	}
+	figs, err := benchBackendStore(ctx, progress, "sqlite", st)
+	st.Close()
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	for k, v := range figs {
+		res[k] = v
+		res["sqlite_"+k] = v
+	}
+	if bbPostgres == "" {
+		res["postgres_skipped"] = "no PostgreSQL: set LUDUS_BENCH_POSTGRES or -postgres to a DSN"
+		return res, nil
+	}
+	pg, cleanup, err := benchPostgresSchema(ctx, bbPostgres)
+	if err != nil {
+		res["postgres_skipped"] = "PostgreSQL unreachable: " + err.Error()
+		return res, nil
+	}
+	defer cleanup()
+	figs, err = benchBackendStore(ctx, progress, "postgres", pg)
+	pg.Close()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	for k, v := range figs {
+		res["postgres_"+k] = v
+	}
+	return res, nil
+}
+
+// benchPostgresSchema opens a store in a fresh schema, dropped by cleanup.
+func benchPostgresSchema(ctx context.Context, dsn string) (*postgres.Store, func(), error) {
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "bench_" + hex.EncodeToString(b[:])
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(cctx, `CREATE SCHEMA `+schema); err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	cleanup := func() {
+		db.ExecContext(context.Background(), `DROP SCHEMA `+schema+` CASCADE`)
+		db.Close()
+	}
+	st, err := postgres.Open(ctx, pgtest.WithSearchPath(dsn, schema))
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return st, cleanup, nil
+}
+
+func benchBackendStore(ctx context.Context, progress io.Writer, name string, st store.Store) (map[string]any, error) {
+	srv, err := backend.New(ctx, backend.Config{
+		Store:        st,
+		ClusterToken: "bench-cluster-token-0123456789",
+		OperatorKey:  "bench-operator-key-0123456789",
+		ValidateModule: func(context.Context, []byte) (abi.Meta, error) {
+			return abi.Meta{}, errors.New("no modules in this bench")
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	hs := httptest.NewServer(srv.Handler()) // 127.0.0.1
+	defer hs.Close()
+	hc := hs.Client()
+	authc := ludusv1connect.NewAuthServiceClient(hc, hs.URL)
+	tenantID, err := srv.EnsureTenant(ctx, "bench", "Bench")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	var seq atomic.Int64
+
+	fmt.Fprintf(progress, "%s: guest logins\n", name)
+	out["guest_logins_per_sec"], err = benchRate(ctx, bbWorkers, bbDur, func() error {
+		_, err := authc.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "bench", DeviceId: fmt.Sprintf("bench-device-%012d", seq.Add(1))}))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("guest logins: %w", err)
+	}
+
+	fmt.Fprintf(progress, "%s: password logins (argon2id m=19 MiB t=2 p=1)\n", name)
+	const pw = "bench password 1"
+	if _, err := authc.RegisterEmail(ctx, connect.NewRequest(&ludusv1.RegisterEmailRequest{Tenant: "bench", Email: "bench@example.com", Password: pw})); err != nil {
+		return nil, err
+	}
+	out["password_logins_per_sec"], err = benchRate(ctx, bbWorkers, bbDur, func() error {
+		_, err := authc.EmailLogin(ctx, connect.NewRequest(&ludusv1.EmailLoginRequest{Tenant: "bench", Email: "bench@example.com", Password: pw}))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("password logins: %w", err)
+	}
+
+	fmt.Fprintf(progress, "%s: ticket verifications (one goroutine)\n", name)
+	ticket, _, err := srv.Issuer().Issue(auth.Claims{TenantID: tenantID, AccountID: "a_bench"})
+	if err != nil {
+		return nil, err
+	}
+	v := srv.Verifier()
+	out["ticket_verifications_per_sec"], err = benchRate(ctx, 1, bbDur, func() error {
+		_, err := v.Verify(ctx, ticket)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+
+	fmt.Fprintf(progress, "%s: match results (2 players each, exactly once)\n", name)
+	// Two accounts to report on, and matches minted ahead of the timing.
+	var players []*ludusv1.PlayerResult
+	for i := range 2 {
+		r, err := authc.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "bench", DeviceId: fmt.Sprintf("bench-player-%012d", i)}))
+		if err != nil {
+			return nil, err
+		}
+		players = append(players, &ludusv1.PlayerResult{AccountId: r.Msg.AccountId, Score: int64(10 + i), Xp: 100, Currency: map[string]int64{"gold": 5}})
+	}
+	type match struct{ id, cred string }
+	var matches []match
+	mintUntil := time.Now().Add(bbDur)
+	for i := 0; i < 20000 && time.Now().Before(mintUntil); i++ {
+		id := fmt.Sprintf("bench-match-%d", i)
+		cred, _, err := srv.MintMatchCredential(ctx, tenantID, id, "arena")
+		if err != nil {
+			return nil, err
+		}
+		matches = append(matches, match{id, cred})
+	}
+	var next atomic.Int64
+	var applied atomic.Int64
+	rate, err := benchRate(ctx, bbWorkers, bbDur, func() error {
+		i := next.Add(1) - 1
+		if i >= int64(len(matches)) {
+			return errBenchDone
+		}
+		m := matches[i]
+		ok, err := backend.NewMatchReporter(hc, hs.URL, m.id, m.cred).ReportResult(ctx, 0, players)
+		if ok {
+			applied.Add(1)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("match results: %w", err)
+	}
+	out["match_results_per_sec"] = rate
+	// Exactly once: every stored result granted its 100 XP once. (A report
+	// cut off by the end of the timing may be stored without the client
+	// knowing, so count stored results, not acknowledged ones.)
+	p, err := st.Progression(ctx, tenantID, players[0].AccountId)
+	if err != nil {
+		return nil, err
+	}
+	ended, err := st.ListMatchResults(ctx, tenantID, players[0].AccountId, math.MaxInt32)
+	if err != nil {
+		return nil, err
+	}
+	if p.XP != 100*int64(len(ended)) {
+		return nil, fmt.Errorf("match results: XP %d after %d results: not exactly once", p.XP, len(ended))
+	}
+	out["match_results_applied"] = len(ended)
+	return out, nil
+}
+
+var errBenchDone = errors.New("bench: out of work")
+
+// benchRate runs op from workers goroutines for d and returns operations per
+// second (rounded). The first error other than errBenchDone stops it.
+func benchRate(ctx context.Context, workers int, d time.Duration, op func() error) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var n atomic.Int64
+	var once sync.Once
+	var firstErr error
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range max(1, workers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				err := op()
+				if errors.Is(err, errBenchDone) {
+					cancel()
+					return
+				}
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					once.Do(func() { firstErr = err; cancel() })
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	el := time.Since(start).Seconds()
+	return math.Round(float64(n.Load())/el*10) / 10, nil
+}
