@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -67,10 +68,19 @@ func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error
 		spec.ModuleName = mod.Meta.Name
 	}
 	spec.CreatedAt = time.Now().UTC()
-	inst, err := mod.Instantiate(ctx, spec.Seed)
+	// Each match gets its own instance with the node's memory cap and call
+	// deadline, from the build's warm pool when it has one ready.
+	opts := n.instanceOptions(spec)
+	if n.cfg.WarmInstances > 0 {
+		if _, done := n.warmed.LoadOrStore(mod.BuildID, true); !done {
+			mod.Warm(n.cfg.WarmInstances, opts)
+		}
+	}
+	inst, warm, err := mod.Acquire(ctx, spec.Seed, opts)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
+	n.metrics.warm.WithLabelValues(strconv.FormatBool(warm)).Inc()
 	if err := inst.Init(ctx, spec.Seed, spec.Config); err != nil {
 		inst.Close(ctx)
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the game refused its configuration: %v", err))
@@ -89,8 +99,15 @@ func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error
 	n.count.Add(1)
 	n.games.Store(gameKey(spec.TenantID, spec.GameID), g)
 	go g.run()
-	g.log.Info("game started", "tick", 0, "fence", fence)
+	g.log.Info("game started", "tick", 0, "fence", fence, "warm", warm)
 	return g, nil
+}
+
+// instanceOptions are the limits of one match's instance. They are node-wide
+// for now; per-tenant quotas (pages, deadline) would be looked up here by
+// spec.TenantID, each distinct value getting its own warm pool.
+func (n *Node) instanceOptions(fleet.GameSpec) engine.InstanceOptions {
+	return engine.InstanceOptions{MemoryLimitPages: n.cfg.MemoryLimitPages, CallDeadline: n.cfg.CallDeadline}
 }
 
 // claim creates the game's spec and owner key in one transaction that succeeds
@@ -219,6 +236,20 @@ func (s *service) SendInput(ctx context.Context, req *connect.Request[clusterv1.
 
 func (s *service) StreamFrames(ctx context.Context, req *connect.Request[clusterv1.StreamFramesRequest], stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
 	m := req.Msg
+	g, owned := s.n.game(m.TenantId, m.GameId)
+	if !owned && m.Spectator && fleet.ValidID(m.TenantId) && fleet.ValidID(m.GameId) {
+		// Not ours: serve spectators from a replica that tails the log.
+		r, err := s.n.spectate(ctx, m.TenantId, m.GameId)
+		if err != nil {
+			if errors.Is(err, fleet.ErrNotFound) {
+				return connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q", m.GameId))
+			}
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("spectator replica: %w", err))
+		}
+		r.viewerJoined()
+		defer r.viewerLeft()
+		return s.pump(ctx, r.spec, -1, r.frames, r.status, r.done, stream)
+	}
 	g, err := s.lookup(m.TenantId, m.GameId)
 	if err != nil {
 		return err
@@ -244,20 +275,20 @@ func (s *service) StreamFrames(ctx context.Context, req *connect.Request[cluster
 	}
 	counter.Add(1)
 	defer counter.Add(-1)
-	return s.pump(ctx, g, slot, frames, stream)
+	return s.pump(ctx, g.spec, slot, frames, g.status, g.done, stream)
 }
 
 // pump sends the newest frame whenever one is published and every status change,
 // until the game stops or the client goes away. It never waits on the game: a
 // slow client just sees fewer frames.
-func (s *service) pump(ctx context.Context, g *game, slot int, frames *cell[Frame], stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
+func (s *service) pump(ctx context.Context, spec fleet.GameSpec, slot int, frames *cell[Frame], status *cell[Status], done <-chan struct{}, stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
 	sendStatus := func(st Status) error {
 		return stream.Send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
 			NodeId: s.n.cfg.ID, Region: s.n.cfg.Region, Tick: st.Tick, State: st.State, Message: st.Message,
-			Slot: int32(slot), ViewFormat: g.spec.ViewFormat, TickRate: int32(g.spec.TickRate),
+			Slot: int32(slot), ViewFormat: spec.ViewFormat, TickRate: int32(spec.TickRate),
 		}}})
 	}
-	stv := g.status.load()
+	stv := status.load()
 	if err := sendStatus(stv.v); err != nil {
 		return err
 	}
@@ -277,16 +308,16 @@ func (s *service) pump(ctx context.Context, g *game, slot int, frames *cell[Fram
 		case <-fv.next:
 			fv = frames.load()
 		case <-stv.next:
-			stv = g.status.load()
+			stv = status.load()
 			if err := sendStatus(stv.v); err != nil {
 				return err
 			}
 			if stv.v.State != fleet.StateRunning {
 				return nil
 			}
-		case <-g.done:
+		case <-done:
 			// The actor published its last status before finishing.
-			if st := g.status.load(); st != stv {
+			if st := status.load(); st != stv {
 				_ = sendStatus(st.v)
 			}
 			return nil

@@ -1,0 +1,268 @@
+package simnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/sdk/abi"
+	"ludus.dev/ludus/simnode/engine"
+	"ludus.dev/ludus/simnode/inputlog"
+)
+
+// replica serves a game's spectators on a node that does not own it: it tails
+// the game's input log in etcd (a watch), replays it on its own instance and
+// renders the spectator view, paced at the game's tick rate, about one flush
+// interval behind the owner. Thousands of spectators cost the owner nothing,
+// and a replica keeps streaming through a handoff or a failover because the
+// log simply continues. Every recorded state hash is checked as it replays.
+type replica struct {
+	n      *Node
+	key    string
+	spec   fleet.GameSpec
+	frames *cell[Frame]
+	status *cell[Status]
+	done   chan struct{}
+
+	viewers atomic.Int32
+	idle    atomic.Int64 // unix nanos when viewers last dropped to zero
+}
+
+// replicaLinger is how long a replica without spectators keeps running, so a
+// spectator who reconnects finds it warm.
+const replicaLinger = 10 * time.Second
+
+// spectate returns the running replica of a game, starting one if needed.
+func (n *Node) spectate(ctx context.Context, tenant, game string) (*replica, error) {
+	key := gameKey(tenant, game)
+	n.replicasMu.Lock()
+	defer n.replicasMu.Unlock()
+	if r, ok := n.replicas[key]; ok {
+		select {
+		case <-r.done:
+		default:
+			return r, nil
+		}
+	}
+	r := &replica{n: n, key: key, frames: newCell(Frame{}), status: newCell(Status{State: fleet.StateRunning}), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go r.run(tenant, game, ready)
+	select {
+	case err := <-ready:
+		if err != nil {
+			return nil, err
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	n.replicas[key] = r
+	return r, nil
+}
+
+func (r *replica) run(tenant, game string, ready chan<- error) {
+	defer close(r.done)
+	n := r.n
+	log := n.log.With("tenant", tenant, "game", game, "replica", true)
+	ctx, cancel := context.WithCancel(n.ctx)
+	defer cancel()
+
+	// The spec and the log so far, at one revision; then watch from the next.
+	resp, err := n.cfg.Etcd.Txn(ctx).Then(
+		clientv3.OpGet(fleet.GameKey(tenant, game)),
+		clientv3.OpGet(fleet.LogPrefix(tenant, game), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
+	).Commit()
+	if err != nil {
+		ready <- err
+		return
+	}
+	specKV := resp.Responses[0].GetResponseRange().Kvs
+	if len(specKV) == 0 {
+		ready <- fmt.Errorf("%w: game %s", fleet.ErrNotFound, game)
+		return
+	}
+	if err := jsonUnmarshal(specKV[0].Value, &r.spec); err != nil {
+		ready <- err
+		return
+	}
+	mod, err := n.loadModule(ctx, tenant, r.spec.BuildID)
+	if err != nil {
+		ready <- err
+		return
+	}
+	inst, err := mod.Instantiate(ctx, r.spec.Seed)
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer inst.Close(context.Background())
+	if err := inst.Init(ctx, r.spec.Seed, r.spec.Config); err != nil {
+		ready <- err
+		return
+	}
+	var pending []*inputlog.Chunk
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		c, err := inputlog.Decode(kv.Value)
+		if err != nil {
+			ready <- err
+			return
+		}
+		pending = append(pending, c)
+	}
+	ready <- nil
+	r.idle.Store(time.Now().UnixNano())
+
+	chunks := make(chan *inputlog.Chunk, 64)
+	go func() {
+		defer close(chunks)
+		wch := n.cfg.Etcd.Watch(ctx, fleet.LogPrefix(tenant, game), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		for wr := range wch {
+			for _, ev := range wr.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				c, err := inputlog.Decode(ev.Kv.Value)
+				if err != nil {
+					log.Error("replica: corrupt log chunk", "key", string(ev.Kv.Key), "err", err)
+					continue
+				}
+				select {
+				case chunks <- c:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+
+	period := time.Second / time.Duration(r.spec.TickRate)
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	var cur *inputlog.Chunk
+	entry, hash := 0, 0
+	ended := false
+	var events []abi.Event
+	for {
+		// Take every chunk that arrived.
+	drain:
+		for {
+			select {
+			case c, ok := <-chunks:
+				if !ok {
+					chunks = nil
+					break drain
+				}
+				pending = append(pending, c)
+			default:
+				break drain
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		if r.viewers.Load() == 0 && time.Since(time.Unix(0, r.idle.Load())) > replicaLinger {
+			n.replicasMu.Lock()
+			if n.replicas[r.key] == r {
+				delete(n.replicas, r.key)
+			}
+			n.replicasMu.Unlock()
+			return
+		}
+		// How far behind the log's end are we? Catch up without rendering when
+		// more than half a second behind; otherwise play one tick per period.
+		backlog := int64(0)
+		if cur != nil {
+			backlog += cur.To - inst.Tick()
+		}
+		for _, c := range pending {
+			backlog += c.To - c.From
+		}
+		steps := 1
+		if backlog > int64(r.spec.TickRate)/2 {
+			steps = int(backlog) - r.spec.TickRate/4
+		}
+		for s := 0; s < steps; s++ {
+			if cur == nil || inst.Tick() >= cur.To {
+				if cur != nil && cur.Ended {
+					ended = true
+				}
+				if len(pending) == 0 {
+					break
+				}
+				cur, pending = pending[0], pending[1:]
+				entry, hash = 0, 0
+				if cur.From != inst.Tick() {
+					r.fail(fmt.Sprintf("log gap: chunk starts at tick %d, replica at %d", cur.From, inst.Tick()))
+					return
+				}
+				if cur.From == cur.To && cur.Ended {
+					ended = true
+				}
+			}
+			if inst.Tick() >= cur.To {
+				continue
+			}
+			events = events[:0]
+			for entry < len(cur.Entries) && cur.Entries[entry].Tick == inst.Tick() {
+				events = append(events, cur.Entries[entry].Event)
+				entry++
+			}
+			if _, err := inst.Step(ctx, events); err != nil {
+				var te *engine.TrapError
+				if errors.As(err, &te) {
+					r.status.publish(Status{State: fleet.StateFailed, Tick: inst.Tick(), Message: err.Error()})
+					return
+				}
+				r.fail(err.Error())
+				return
+			}
+			for hash < len(cur.Hashes) && cur.Hashes[hash].Tick == inst.Tick() {
+				got, err := inst.StateHash(ctx)
+				if err == nil && got != cur.Hashes[hash].Hash {
+					d := &DesyncError{Tick: inst.Tick(), Want: cur.Hashes[hash].Hash, Got: got, BuildID: r.spec.BuildID, GameID: r.spec.GameID}
+					log.Error("replica detected a desync", "tick", inst.Tick(), "build", r.spec.BuildID, "err", d)
+					r.fail(d.Error())
+					return
+				}
+				hash++
+			}
+			last := s == steps-1
+			if last && inst.Tick()%int64(r.spec.FrameDivisor) == 0 && r.viewers.Load() > 0 {
+				v, err := inst.View(ctx, abi.SpectatorSlot)
+				if err != nil {
+					r.fail(err.Error())
+					return
+				}
+				r.frames.publish(Frame{Tick: inst.Tick(), View: append([]byte(nil), v...)})
+			}
+		}
+		if inst.Tick()%int64(r.spec.TickRate/4+1) == 0 {
+			r.status.publish(Status{State: fleet.StateRunning, Tick: inst.Tick()})
+		}
+		if ended || (cur != nil && cur.Ended && inst.Tick() >= cur.To && len(pending) == 0) {
+			r.status.publish(Status{State: fleet.StateEnded, Tick: inst.Tick(), Message: "match ended"})
+			return
+		}
+	}
+}
+
+func (r *replica) fail(msg string) {
+	r.status.publish(Status{State: fleet.StateFailed, Message: "spectator replica: " + msg})
+}
+
+// viewerJoined and viewerLeft keep the replica alive while it has spectators.
+func (r *replica) viewerJoined() { r.viewers.Add(1) }
+func (r *replica) viewerLeft() {
+	if r.viewers.Add(-1) == 0 {
+		r.idle.Store(time.Now().UnixNano())
+	}
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

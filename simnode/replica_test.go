@@ -1,0 +1,84 @@
+package simnode
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
+	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
+)
+
+// TestSpectatorReplica: a node that does not own a game serves its spectators
+// from the log, at most half a second behind the owner, and keeps streaming
+// through a handoff of the game between two other nodes.
+func TestSpectatorReplica(t *testing.T) {
+	a, ca := startNode(t, "n-rep-a")
+	_, _ = startNode(t, "n-rep-b")
+	_, cr := startNode(t, "n-rep-r")
+	tenant := "tenant-r"
+	id := createGame(t, ca, tenant, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// The owner's own spectator stream tells us where the game is now.
+	var ownerTick atomic.Int64
+	go func() {
+		for _, c := range []clusterv1connect.NodeServiceClient{ca} {
+			s, err := c.StreamFrames(ctx, connect.NewRequest(&clusterv1.StreamFramesRequest{TenantId: tenant, GameId: id, Spectator: true}))
+			if err != nil {
+				return
+			}
+			for s.Receive() {
+				if f := s.Msg().GetFrame(); f != nil {
+					ownerTick.Store(f.Tick)
+				}
+			}
+		}
+	}()
+	rs, err := cr.StreamFrames(ctx, connect.NewRequest(&clusterv1.StreamFramesRequest{TenantId: tenant, GameId: id, Spectator: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	frames, worst := 0, int64(0)
+	handedOff := false
+	for rs.Receive() {
+		m := rs.Msg()
+		if st := m.GetStatus(); st != nil {
+			if st.NodeId != "n-rep-r" {
+				t.Fatalf("spectators served by %s, not the replica node", st.NodeId)
+			}
+			if st.State != "running" {
+				t.Fatalf("replica stream ended: %+v", st)
+			}
+			continue
+		}
+		f := m.GetFrame()
+		frames++
+		if ot := ownerTick.Load(); ot > 0 && frames > 20 && !handedOff {
+			if lag := ot - f.Tick; lag > worst {
+				worst = lag
+			}
+		}
+		if frames == 40 {
+			if _, err := a.Handoff(ctx, tenant, id, "n-rep-b"); err != nil {
+				t.Fatal(err)
+			}
+			handedOff = true
+		}
+		if frames == 80 {
+			break
+		}
+	}
+	if frames < 80 {
+		t.Fatalf("replica stream stopped after %d frames: %v", frames, rs.Err())
+	}
+	t.Logf("replica lag behind the owner: at most %d ticks (%.0f ms)", worst, float64(worst)*1000/35)
+	if worst > 35/2+4 { // 0.5 s at 35 ticks/s, plus one frame of measurement slack
+		t.Fatalf("replica lags %d ticks behind the owner, more than 0.5 s", worst)
+	}
+}
