@@ -22,12 +22,6 @@ import (
 	"ludus.dev/ludus/ops/fleet"
 )
 
-// Limits checked at the edge.
-const (
-	maxConfigBytes  = 4 << 10
-	maxPayloadBytes = 256
-)
-
 // gameService implements ludusv1connect.GameServiceHandler.
 type gameService struct{ g *Gateway }
 
@@ -43,8 +37,8 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	if m.ModuleName == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("module_name is required (e.g. \"arena\")"))
 	}
-	if len(m.Config) > maxConfigBytes {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("config is %d bytes; the limit is %d", len(m.Config), maxConfigBytes))
+	if max := s.g.limits.MaxConfigBytes; len(m.Config) > max {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("config is %d bytes; the limit is %d", len(m.Config), max))
 	}
 	mod, err := s.g.modules.ResolveModule(ctx, connect.NewRequest(&clusterv1.ResolveModuleRequest{TenantId: c.TenantID, Name: m.ModuleName}))
 	if err != nil {
@@ -64,6 +58,14 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 		TenantId: c.TenantID, GameId: newGameID(), ModuleName: m.ModuleName,
 		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seedBytes[:]), Config: config,
 	}
+	// The backend registers the match and mints the credential the sim node
+	// reports its result with; the node never holds database credentials.
+	cred, err := s.g.modules.MintMatchCredential(ctx, connect.NewRequest(&clusterv1.MintMatchCredentialRequest{
+		TenantId: c.TenantID, MatchId: start.GameId, Game: m.ModuleName}))
+	if err != nil {
+		return nil, err
+	}
+	start.MatchCredential = cred.Msg.Credential
 	nodes, err := s.g.fleet.Nodes(ctx)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("read fleet: %w", err))
@@ -189,11 +191,8 @@ func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 
 func (s *gameService) SendInput(ctx context.Context, req *connect.Request[ludusv1.SendInputRequest]) (*connect.Response[ludusv1.SendInputResponse], error) {
 	c := claimsFrom(ctx)
-	if len(req.Msg.Payload) > maxPayloadBytes {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("input payload is %d bytes; the limit is %d", len(req.Msg.Payload), maxPayloadBytes))
-	}
-	if req.Msg.Seq == 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("seq must start at 1 and increase with every input"))
+	if err := s.checkInput(c, req.Msg.Seq, req.Msg.Payload); err != nil {
+		return nil, err
 	}
 	n, err := s.owner(ctx, c, req.Msg.GameId)
 	if err != nil {
@@ -206,42 +205,104 @@ func (s *gameService) SendInput(ctx context.Context, req *connect.Request[ludusv
 	if err != nil {
 		return nil, err
 	}
+	s.g.metrics.inputsAccepted.WithLabelValues(c.TenantID).Inc()
 	return connect.NewResponse(&ludusv1.SendInputResponse{AckedSeq: resp.Msg.AckedSeq, Tick: resp.Msg.Tick}), nil
+}
+
+// checkInput validates one input and takes a token of the account's input rate.
+func (s *gameService) checkInput(c *auth.Claims, seq uint64, payload []byte) error {
+	if max := s.g.limits.MaxInputBytes; len(payload) > max {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("input payload is %d bytes; the limit is %d", len(payload), max))
+	}
+	if seq == 0 {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("seq must start at 1 and increase with every input"))
+	}
+	if err := s.g.inputs.allow(c.AccountID); err != nil {
+		s.g.metrics.limitRejected.WithLabelValues(c.TenantID, "input_rate").Inc()
+		return err
+	}
+	return nil
+}
+
+// openStream takes one of the account's stream slots and counts the stream as
+// active; call the returned func when it ends.
+func (s *gameService) openStream(c *auth.Claims, kind, gameID string) (func(), error) {
+	if gameID == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("game_id is required"))
+	}
+	release, err := s.g.streams.acquire(c.AccountID)
+	if err != nil {
+		s.g.metrics.limitRejected.WithLabelValues(c.TenantID, "streams").Inc()
+		return nil, err
+	}
+	done := s.g.metrics.streamOpened(c.TenantID, kind)
+	return func() { done(); release() }, nil
+}
+
+// frameSink is where a client stream's messages go.
+type frameSink struct {
+	frame  func(*ludusv1.Frame) error
+	status func(*ludusv1.Status) error
+	// attached, if set, is told every node the stream attaches to.
+	attached func(fleet.NodeInfo)
+}
+
+// streamGame relays a game's frames to one client stream, encoding them as the
+// client asked and counting them, until the game ends or the client leaves.
+func (s *gameService) streamGame(ctx context.Context, c *auth.Claims, kind, gameID string, accept []ludusv1.FrameEncoding, sink frameSink) error {
+	fs := framecodec.NewStream(accept)
+	meter := s.g.metrics.meter(c.TenantID, kind)
+	return s.forward(ctx, c, gameID, kind == kindSpectator, func(m *clusterv1.StreamFramesResponse) error {
+		switch v := m.Msg.(type) {
+		case *clusterv1.StreamFramesResponse_Frame:
+			return fs.Send(v.Frame, func(f *ludusv1.Frame) error {
+				if err := sink.frame(f); err != nil {
+					return err
+				}
+				meter.frame(f.Tick, len(f.View))
+				return nil
+			})
+		case *clusterv1.StreamFramesResponse_Status:
+			fs.Status(v.Status)
+			return sink.status(v.Status)
+		}
+		return nil
+	}, fs.Reattached, sink.attached)
 }
 
 func (s *gameService) StreamFrames(ctx context.Context, req *connect.Request[ludusv1.StreamFramesRequest], stream *connect.ServerStream[ludusv1.StreamFramesResponse]) error {
 	c := claimsFrom(ctx)
+	done, err := s.openStream(c, kindPlayer, req.Msg.GameId)
+	if err != nil {
+		return err
+	}
+	defer done()
 	// Frames are encoded per client: deltas against the last frame this stream sent.
-	fs := framecodec.NewStream(req.Msg.AcceptEncodings)
-	return s.forward(ctx, c, req.Msg.GameId, false, func(m *clusterv1.StreamFramesResponse) error {
-		switch v := m.Msg.(type) {
-		case *clusterv1.StreamFramesResponse_Frame:
-			return fs.Send(v.Frame, func(f *ludusv1.Frame) error {
-				return stream.Send(&ludusv1.StreamFramesResponse{Msg: &ludusv1.StreamFramesResponse_Frame{Frame: f}})
-			})
-		case *clusterv1.StreamFramesResponse_Status:
-			fs.Status(v.Status)
-			return stream.Send(&ludusv1.StreamFramesResponse{Msg: &ludusv1.StreamFramesResponse_Status{Status: v.Status}})
-		}
-		return nil
-	}, fs.Reattached)
+	return s.streamGame(ctx, c, kindPlayer, req.Msg.GameId, req.Msg.AcceptEncodings, frameSink{
+		frame: func(f *ludusv1.Frame) error {
+			return stream.Send(&ludusv1.StreamFramesResponse{Msg: &ludusv1.StreamFramesResponse_Frame{Frame: f}})
+		},
+		status: func(st *ludusv1.Status) error {
+			return stream.Send(&ludusv1.StreamFramesResponse{Msg: &ludusv1.StreamFramesResponse_Status{Status: st}})
+		},
+	})
 }
 
 func (s *gameService) Spectate(ctx context.Context, req *connect.Request[ludusv1.SpectateRequest], stream *connect.ServerStream[ludusv1.SpectateResponse]) error {
 	c := claimsFrom(ctx)
-	fs := framecodec.NewStream(req.Msg.AcceptEncodings)
-	return s.forward(ctx, c, req.Msg.GameId, true, func(m *clusterv1.StreamFramesResponse) error {
-		switch v := m.Msg.(type) {
-		case *clusterv1.StreamFramesResponse_Frame:
-			return fs.Send(v.Frame, func(f *ludusv1.Frame) error {
-				return stream.Send(&ludusv1.SpectateResponse{Msg: &ludusv1.SpectateResponse_Frame{Frame: f}})
-			})
-		case *clusterv1.StreamFramesResponse_Status:
-			fs.Status(v.Status)
-			return stream.Send(&ludusv1.SpectateResponse{Msg: &ludusv1.SpectateResponse_Status{Status: v.Status}})
-		}
-		return nil
-	}, fs.Reattached)
+	done, err := s.openStream(c, kindSpectator, req.Msg.GameId)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return s.streamGame(ctx, c, kindSpectator, req.Msg.GameId, req.Msg.AcceptEncodings, frameSink{
+		frame: func(f *ludusv1.Frame) error {
+			return stream.Send(&ludusv1.SpectateResponse{Msg: &ludusv1.SpectateResponse_Frame{Frame: f}})
+		},
+		status: func(st *ludusv1.Status) error {
+			return stream.Send(&ludusv1.SpectateResponse{Msg: &ludusv1.SpectateResponse_Status{Status: st}})
+		},
+	})
 }
 
 // Re-attach bounds: how long a stream may wait for a moving game's new owner,
@@ -258,7 +319,10 @@ const (
 // it finds the game's new owner and re-attaches the client's open stream to it:
 // the client sees a "migrating" status, then a status with the migration's
 // duration and a keyframe, never a reconnect.
-func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string, spectator bool, send func(*clusterv1.StreamFramesResponse) error, reattached func()) error {
+//
+// attached, if not nil, is told every node the stream attaches to (Play sends
+// the stream's inputs there).
+func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string, spectator bool, send func(*clusterv1.StreamFramesResponse) error, reattached func(), attachedTo func(fleet.NodeInfo)) error {
 	req := &clusterv1.StreamFramesRequest{TenantId: c.TenantID, GameId: gameID, Spectator: spectator}
 	if !spectator {
 		req.AccountId = c.AccountID
@@ -268,12 +332,20 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 	backoff := 50 * time.Millisecond
 	for {
 		n, err := s.owner(ctx, c, gameID)
+		if err == nil && spectator {
+			n = s.spectatorNode(ctx, gameID, n)
+		}
 		if err == nil {
 			var attached bool
 			var ended bool
 			attached, ended, err = s.relay(ctx, n, req, send, func() {
+				if attachedTo != nil {
+					attachedTo(n)
+				}
 				if !moving.IsZero() {
-					ms := time.Since(moving).Milliseconds()
+					took := time.Since(moving)
+					ms := took.Milliseconds()
+					s.g.metrics.reattached(c.TenantID, took)
 					reattached()
 					s.g.log.Info("stream re-attached", "tenant", c.TenantID, "game", gameID, "from", prev, "to", n.ID, "ms", ms)
 					_ = send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
@@ -377,4 +449,29 @@ func (s *gameService) relay(ctx context.Context, n fleet.NodeInfo, req *clusterv
 		return attached, false, err
 	}
 	return attached, false, nil
+}
+
+// spectatorNode picks the node that serves a game's spectators: a node other
+// than the owner (it replays the game's log, so spectators never load the
+// owner), chosen by rendezvous hashing of the game id so every gateway sends a
+// game's spectators to the same replica. With one node, the owner serves them.
+func (s *gameService) spectatorNode(ctx context.Context, gameID string, owner fleet.NodeInfo) fleet.NodeInfo {
+	nodes, err := s.g.fleet.Nodes(ctx)
+	if err != nil {
+		return owner
+	}
+	best, bestScore := owner, uint64(0)
+	for _, n := range nodes {
+		if n.ID == owner.ID || n.Draining || n.Addr == "" {
+			continue
+		}
+		h := fnv.New64a()
+		h.Write([]byte(n.ID))
+		h.Write([]byte{0})
+		h.Write([]byte(gameID))
+		if sc := h.Sum64(); sc >= bestScore {
+			best, bestScore = n, sc
+		}
+	}
+	return best
 }

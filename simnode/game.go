@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/sdk/abi"
 	"ludus.dev/ludus/simnode/engine"
@@ -39,9 +41,10 @@ type Status struct {
 // slot is one player slot. Only the actor writes account/name/lastSeq; viewers
 // and frames are read by streams.
 type slot struct {
-	account string
-	name    string
-	lastSeq uint64
+	account  string
+	name     string
+	lastSeq  uint64
+	joinTick int64
 
 	viewers atomic.Int32
 	frames  *cell[Frame]
@@ -78,6 +81,12 @@ type game struct {
 	lastFlush time.Time
 	// fencedByWriter is set when an append found the owner key changed.
 	fencedByWriter atomic.Bool
+
+	// Scheduling: the game's place in the node's scheduler, and its metric
+	// children resolved once (the tick path touches only atomics).
+	ticket   *ticket
+	dropped  prometheus.Counter
+	tickTime prometheus.Counter
 }
 
 type joinReq struct {
@@ -143,6 +152,9 @@ func newGame(n *Node, sess *session, spec fleet.GameSpec, inst *engine.Instance,
 	for i := range g.slots {
 		g.slots[i] = &slot{frames: newCell(Frame{})}
 	}
+	g.ticket = n.sched.newTicket(spec.TenantID)
+	g.dropped = n.metrics.dropped.WithLabelValues(spec.TenantID)
+	g.tickTime = n.metrics.tickCPU.WithLabelValues(spec.TenantID)
 	return g
 }
 
@@ -168,14 +180,19 @@ func (g *game) send(ctx context.Context, msg any) error {
 
 // run is the actor loop. Ticks are scheduled against the start time, not the
 // previous tick, so a late tick does not shift every later one (no drift).
+// When a tick is due the actor waits for a worker slot from the node's
+// scheduler (fair between tenants), and records how late the tick started.
 func (g *game) run() {
 	defer close(g.done)
 	defer g.n.count.Add(-1)
 	defer g.inst.Close(context.Background())
+	defer g.n.sched.unregister(g.n.ctx, g.ticket)
+	g.n.sched.register(g.n.ctx, g.ticket)
 	ctx := context.Background()
 	period := time.Second / time.Duration(g.spec.TickRate)
 	start := time.Now()
 	startTick := g.inst.Tick()
+	due := start.Add(period) // when the next tick should start
 	g.lastFlush = start
 	g.pending.From = g.inst.Tick()
 	g.pending.To = g.pending.From
@@ -208,22 +225,33 @@ func (g *game) run() {
 				g.n.release(g)
 				return
 			}
-			ended, err := g.tick(ctx)
+			slotted := g.n.sched.acquire(g.n.ctx, g.ticket)
+			began := time.Now()
+			late := began.Sub(due)
+			g.n.metrics.lateness.Observe(late.Seconds())
+			ended, err := g.tick(ctx, late)
+			spent := time.Since(began)
+			g.tickTime.Add(spent.Seconds())
+			if slotted {
+				g.n.sched.release(g.n.ctx, g.ticket, spent)
+			}
 			if err != nil {
-				g.log.Error("game failed", "tick", g.inst.Tick(), "err", err, "guest_output", g.inst.Output())
-				g.finish(ctx, fleet.StateFailed, err.Error(), false)
+				cause := failCause(err)
+				g.n.metrics.failed.WithLabelValues(cause).Inc()
+				g.log.Error("game failed", "tick", g.inst.Tick(), "cause", cause, "err", err, "guest_output", g.inst.Output())
+				g.finish(ctx, fleet.StateFailed, failMessage(err, g.inst.Tick(), g.spec.BuildID), false)
 				return
 			}
 			if ended {
 				g.finish(ctx, fleet.StateEnded, "match ended", true)
 				return
 			}
-			next := start.Add(time.Duration(g.inst.Tick()-startTick+1) * period)
-			d := time.Until(next)
+			due = start.Add(time.Duration(g.inst.Tick()-startTick+1) * period)
+			d := time.Until(due)
 			if d < -maxLag {
 				// Far behind (a stalled machine): skip ahead instead of stepping a burst.
 				start, startTick = time.Now(), g.inst.Tick()
-				d = period
+				due, d = start.Add(period), period
 			}
 			timer.Reset(max(d, 0))
 		}
@@ -251,7 +279,7 @@ func (g *game) join(account, name string) joinResult {
 	}
 	for i, s := range g.slots {
 		if s.account == "" {
-			s.account, s.name, s.lastSeq = account, name, 0
+			s.account, s.name, s.lastSeq, s.joinTick = account, name, 0, g.inst.Tick()
 			g.accounts[account] = i
 			g.players++
 			ev := abi.Event{Kind: abi.EventJoin, Slot: uint8(i), Payload: []byte(name)}
@@ -281,8 +309,29 @@ func (g *game) input(m inputReq) {
 	g.acks = append(g.acks, ackWaiter{reply: m.reply, seq: s.lastSeq, tick: g.inst.Tick()})
 }
 
-// tick steps the game once, renders due frames and flushes the log when due.
-func (g *game) tick(ctx context.Context) (bool, error) {
+// failMessage is the status message players see when their match fails
+// because of its module; the log line carries the full error.
+func failMessage(err error, tick int64, build string) string {
+	var te *engine.TrapError
+	if errors.As(err, &te) {
+		tick = te.Tick
+	}
+	var what string
+	switch {
+	case errors.Is(err, engine.ErrDeadline):
+		what = "the game module exceeded its CPU deadline"
+	case te != nil:
+		what = fmt.Sprintf("the game module crashed (%v)", te.Err)
+	default:
+		what = fmt.Sprintf("the game module failed (%v)", err)
+	}
+	return fmt.Sprintf("match failed: %s at tick %d (build %.12s)", what, tick, build)
+}
+
+// tick steps the game once, renders due frames and flushes the log when due. A
+// tick that started more than FrameDropLateness late renders no views: the node
+// sheds frames before it lets ticks slip.
+func (g *game) tick(ctx context.Context, late time.Duration) (bool, error) {
 	t := g.inst.Tick()
 	for i := range g.entries {
 		g.entries[i].Tick = t
@@ -304,7 +353,11 @@ func (g *game) tick(ctx context.Context) (bool, error) {
 		g.pending.Hashes = append(g.pending.Hashes, inputlog.Hash{Tick: g.inst.Tick(), Hash: h})
 	}
 	if g.inst.Tick()%int64(g.spec.FrameDivisor) == 0 && !ended {
-		if err := g.render(ctx); err != nil {
+		if late > g.n.cfg.FrameDropLateness {
+			if g.watched() {
+				g.dropped.Inc()
+			}
+		} else if err := g.render(ctx); err != nil {
 			return false, err
 		}
 	}
@@ -312,7 +365,23 @@ func (g *game) tick(ctx context.Context) (bool, error) {
 		g.flush(false, "")
 		g.status.publish(Status{State: fleet.StateRunning, Tick: g.inst.Tick(), Players: g.players})
 	}
+	if !ended {
+		g.maybeReportProgress(ctx)
+	}
 	return ended, nil
+}
+
+// watched reports whether anyone would receive a frame rendered now.
+func (g *game) watched() bool {
+	if g.spectators.Load() > 0 {
+		return true
+	}
+	for _, s := range g.slots {
+		if s.account != "" && s.viewers.Load() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // render publishes a frame for every slot someone watches, and the spectator view.
@@ -380,6 +449,7 @@ func (g *game) finish(ctx context.Context, state, message string, ended bool) {
 	g.events, g.entries = nil, nil
 	g.flush(true, state)
 	if ended {
+		g.reportFinal(ctx)
 		if res, err := g.inst.Result(ctx); err == nil {
 			var r abi.Result
 			if json.Unmarshal(res, &r) == nil {

@@ -15,12 +15,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
@@ -51,16 +53,49 @@ type Config struct {
 	HashEvery int
 	Engine    *engine.Engine
 	Modules   ModuleSource
+	// Results receives interim progress and final results (nil: not reported).
+	Results ResultReporter
 	// ClusterToken authenticates gateways calling NodeService.
 	ClusterToken string
 	Logger       *slog.Logger
+
+	// Isolation of each match (docs/RATIONALE.md). One node-wide value for now;
+	// per-tenant quotas would pick these per game (engine.InstanceOptions are
+	// per instance, and warm pools are kept per options).
+
+	// MemoryLimitPages caps each match's linear memory, in 64 KiB pages. Default
+	// 512 (32 MiB); it cannot exceed the engine's engine.Config.MemoryLimitPages.
+	MemoryLimitPages uint32
+	// CallDeadline bounds each call into a match's module (step, view, state
+	// hash): a call running longer fails the match with "exceeded its CPU
+	// deadline". Default 100 ms (a 35 Hz tick is 28.6 ms).
+	CallDeadline time.Duration
+	// WarmInstances is how many pre-instantiated instances the node keeps per
+	// build once a build has been used, so starting a match does not pay
+	// instantiation. Default 2; negative disables warm pools.
+	WarmInstances int
+
+	// Scheduling (docs/RATIONALE.md).
+
+	// Workers is how many games may tick at once. Default GOMAXPROCS.
+	Workers int
+	// FrameDropLateness: a tick that starts later than this after its scheduled
+	// time renders no views (ludus_frames_dropped_total), so an overloaded node
+	// sheds frames before it delays ticks. Default 5 ms.
+	FrameDropLateness time.Duration
+	// Metrics is the registry the node's collectors are registered on (with a
+	// node label) and that GET /metrics serves. Default: a registry of its own.
+	Metrics *prometheus.Registry
 }
 
 // Node is one sim node.
 type Node struct {
-	cfg    Config
-	log    *slog.Logger
-	writer *logWriter
+	cfg     Config
+	log     *slog.Logger
+	writer  *logWriter
+	sched   *scheduler
+	metrics *nodeMetrics
+	warmed  sync.Map // build id -> true once its warm pool was started
 
 	games    sync.Map // gameKey -> *game
 	resuming sync.Map // gameKey -> true while a claim or adoption is under way
@@ -69,6 +104,11 @@ type Node struct {
 
 	drained     chan struct{}
 	drainedOnce sync.Once
+
+	// replicas are the spectator replicas this node runs for games it does
+	// not own (replica.go).
+	replicasMu sync.Mutex
+	replicas   map[string]*replica
 
 	// sess is the current lease. When a lease is lost every game claimed under
 	// it stops, and the node registers again under a fresh lease.
@@ -102,9 +142,27 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), drained: make(chan struct{})}
+	if cfg.MemoryLimitPages == 0 {
+		cfg.MemoryLimitPages = 512
+	}
+	if cfg.CallDeadline <= 0 {
+		cfg.CallDeadline = 100 * time.Millisecond
+	}
+	if cfg.WarmInstances == 0 {
+		cfg.WarmInstances = 2
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = runtime.GOMAXPROCS(0)
+	}
+	if cfg.FrameDropLateness <= 0 {
+		cfg.FrameDropLateness = 5 * time.Millisecond
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), drained: make(chan struct{}), replicas: map[string]*replica{}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.writer = newLogWriter(n)
+	n.sched = newScheduler(cfg.Workers)
+	n.metrics = newNodeMetrics(n, cfg.Metrics)
+	go n.sched.run(n.ctx)
 	return n, nil
 }
 
@@ -292,10 +350,13 @@ func (n *Node) Close(ctx context.Context) error {
 	return nil
 }
 
-// Handler serves NodeService to gateways, behind the cluster token.
+// Handler serves NodeService to gateways, behind the cluster token, and the
+// node's Prometheus metrics at GET /metrics (no token: bind the node's address
+// to the cluster network).
 func (n *Node) Handler() http.Handler {
 	auth := connect.WithInterceptors(clusterAuth(n.cfg.ClusterToken))
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", n.metrics.handler())
 	mux.Handle(clusterv1connect.NewNodeServiceHandler(&service{n: n}, auth))
 	mux.Handle(clusterv1connect.NewNodeControlServiceHandler(&control{n: n}, auth))
 	return mux

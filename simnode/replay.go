@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -116,6 +117,9 @@ func ReplayModule(ctx context.Context, m *engine.Module, spec fleet.GameSpec, ch
 				hashes = append(hashes, inputlog.Hash{Tick: inst.Tick(), Hash: got})
 				if got != c.Hashes[h].Hash {
 					inst.Close(ctx)
+					desyncs.WithLabelValues(spec.BuildID).Inc()
+					slog.Warn("desync: replay state hash differs from the recorded one", "tenant", spec.TenantID, "game", spec.GameID,
+						"build", spec.BuildID, "tick", inst.Tick(), "want", fmt.Sprintf("%016x", c.Hashes[h].Hash), "got", fmt.Sprintf("%016x", got))
 					return nil, hashes, &DesyncError{Tick: inst.Tick(), Want: c.Hashes[h].Hash, Got: got, BuildID: spec.BuildID, GameID: spec.GameID}
 				}
 				h++

@@ -37,7 +37,7 @@ func (s *service) StartGame(ctx context.Context, req *connect.Request[clusterv1.
 	}
 	g, err := s.n.StartGame(ctx, fleet.GameSpec{
 		TenantID: m.TenantId, GameID: m.GameId, ModuleName: m.ModuleName, BuildID: m.BuildId,
-		Seed: m.Seed, Config: m.Config,
+		Seed: m.Seed, Config: m.Config, MatchCredential: m.MatchCredential,
 	})
 	if err != nil {
 		return nil, err

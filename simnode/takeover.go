@@ -3,6 +3,7 @@ package simnode
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -251,8 +252,13 @@ func (n *Node) adopt(tenant, game, owner string, fence int64) {
 		return
 	}
 	inst, hashes, err := ReplayModule(ctx, mod, spec, chunks)
-	if err != nil {
+	if de := (*DesyncError)(nil); errors.As(err, &de) {
+		// Counted in ludus_desyncs_total by ReplayModule.
+		log.Error("desync on resume: the game cannot resume", "build", spec.BuildID, "tick", de.Tick, "err", err)
+	} else if err != nil {
 		log.Error("replay failed; the game cannot resume", "build", spec.BuildID, "err", err)
+	}
+	if err != nil {
 		n.failGame(ctx, spec, owner, fence, err.Error())
 		return
 	}
@@ -309,7 +315,7 @@ func (g *game) restore(chunks []*inputlog.Chunk) {
 			switch e.Event.Kind {
 			case 1: // join
 				if s.account == "" && e.Account != "" {
-					s.account, s.name, s.lastSeq = e.Account, string(e.Event.Payload), 0
+					s.account, s.name, s.lastSeq, s.joinTick = e.Account, string(e.Event.Payload), 0, e.Tick
 					g.accounts[e.Account] = i
 					g.players++
 				}

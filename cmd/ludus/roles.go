@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -155,11 +156,35 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	listen := fs.String("listen", "127.0.0.1:8080", "listen address")
 	backendURL := fs.String("backend", envOr("LUDUS_BACKEND", "http://127.0.0.1:8081"), "backend base URL")
 	token := fs.String("cluster-token", os.Getenv("LUDUS_CLUSTER_TOKEN"), "shared secret of the cluster's roles")
+	tlsCert := fs.String("tls-cert", os.Getenv("LUDUS_TLS_CERT"), "PEM certificate (chain) file: serve HTTPS with HTTP/2 and HTTP/1.1 (ALPN); empty serves plaintext HTTP/1.1 and h2c")
+	tlsKey := fs.String("tls-key", os.Getenv("LUDUS_TLS_KEY"), "PEM private key file of --tls-cert")
+	corsOrigins := fs.String("cors-origins", os.Getenv("LUDUS_CORS_ORIGINS"), `comma-separated browser origins allowed to call from other sites (e.g. "https://play.example.com", or "*"); empty: same origin only`)
+	d := gateway.DefaultLimits
+	maxStreams := fs.Int("max-streams-per-account", d.MaxStreamsPerAccount, "frame streams one account may hold open on this gateway (-1: no limit)")
+	inputRate := fs.Float64("input-rate", d.InputsPerSecond, "inputs per second per account, sustained (-1: no limit)")
+	inputBurst := fs.Int("input-burst", d.InputBurst, "inputs per account in a burst")
+	maxMessage := fs.Int("max-message-bytes", d.MaxMessageBytes, "largest request message read")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := required(fs, "cluster-token"); err != nil {
 		return err
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	var tlsConfig *tls.Config
+	if *tlsCert != "" {
+		var err error
+		if tlsConfig, err = gateway.LoadTLS(*tlsCert, *tlsKey); err != nil {
+			return err
+		}
+	}
+	var origins []string
+	for _, o := range strings.Split(*corsOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			origins = append(origins, o)
+		}
 	}
 	cli, err := ef.client()
 	if err != nil {
@@ -170,12 +195,18 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	jwks := auth.NewJWKSClient(*backendURL+"/.well-known/jwks.json", auth.WithHTTPClient(h2c))
 	gw, err := gateway.New(gateway.Config{
 		Etcd: cli, Verifier: auth.NewVerifier(jwks, nil), BackendURL: *backendURL,
-		ClusterToken: *token, Web: web.Handler(), Logger: logger,
+		ClusterToken: *token, Web: web.Handler(), Logger: logger, CORSOrigins: origins,
+		Limits: gateway.Limits{MaxStreamsPerAccount: *maxStreams, InputsPerSecond: *inputRate,
+			InputBurst: *inputBurst, MaxMessageBytes: *maxMessage},
 	})
 	if err != nil {
 		return err
 	}
-	return serveUntilDone(ctx, *listen, gw.Handler(), logger)
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	return gateway.Serve(ctx, ln, gw.Handler(), tlsConfig, logger)
 }
 
 func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
@@ -217,7 +248,8 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	n, err := simnode.New(simnode.Config{
 		ID: *id, Region: *region, Addr: *advertise, Capacity: *capacity, Etcd: cli, LeaseTTL: *ttl,
 		Engine: eng, Modules: simnode.NewModuleStore(h2c, *backendURL, *token), ClusterToken: *token,
-		Logger: logger.With("role", "simnode"),
+		Results: simnode.NewBackendReporter(h2c, *backendURL),
+		Logger:  logger.With("role", "simnode"),
 	})
 	if err != nil {
 		return err

@@ -62,6 +62,8 @@ type Stack struct {
 	Nodes       []*simnode.Node
 	Engine      *engine.Engine
 
+	ClusterToken string // shared secret of the roles: sim nodes' NodeService, module store
+
 	log     *slog.Logger
 	closers []func(context.Context)
 	ready   atomic.Bool
@@ -124,6 +126,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	s.closers = append(s.closers, func(ctx context.Context) { s.Engine.Close(ctx) })
 
 	clusterToken := randomToken()
+	s.ClusterToken = clusterToken
 	s.OperatorKey, err = loadOrCreateSecret(filepath.Join(cfg.DataDir, "operator.key"))
 	if err != nil {
 		gwLn.Close()
@@ -186,6 +189,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 			ID: id, Region: "local", Addr: "http://" + ln.Addr().String(),
 			Etcd: s.Etcd, LeaseTTL: cfg.LeaseTTL, Engine: s.Engine,
 			Modules:      simnode.NewModuleStore(h2c, s.BackendURL, clusterToken),
+			Results:      simnode.NewBackendReporter(h2c, s.BackendURL),
 			ClusterToken: clusterToken,
 			Logger:       cfg.Logger.With("role", "simnode"),
 		})

@@ -83,6 +83,10 @@ type GameSpec struct {
 	MaxPlayers   int       `json:"max_players"`
 	FrameDivisor int       `json:"frame_divisor"`
 	ViewFormat   string    `json:"view_format"`
+	// MatchCredential lets whichever node runs the game report its progress and
+	// result to the backend (and only this match's). It lives with the spec so it
+	// survives failover; etcd is cluster-internal.
+	MatchCredential string `json:"match_credential,omitempty"`
 }
 
 // Game states.

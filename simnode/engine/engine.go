@@ -91,6 +91,9 @@ type Engine struct {
 	mu      sync.Mutex
 	modules map[string]*Module // by build id
 	closed  chan struct{}
+	// fillers are the warm pools' goroutines; Close waits for them so that no
+	// instantiation is under way when the runtime closes.
+	fillers sync.WaitGroup
 }
 
 // New creates an Engine using wazero's compiler (never the interpreter: it is
@@ -162,6 +165,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		close(e.closed)
 	}
 	e.mu.Unlock()
+	e.fillers.Wait()
 	err := e.rt.Close(ctx)
 	if e.cache != nil {
 		e.cache.Close(ctx)

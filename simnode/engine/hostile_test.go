@@ -54,9 +54,11 @@ var (
 	fillSpin = []byte{0x03, 0x40, 0x41, 0x00, 0x41, 0x00, 0x41, 0x80, 0x80, 0x04, 0xfc, 0x0b, 0x00, 0x0c, 0x00, 0x0b}
 )
 
+// The deadline leaves room for a loaded CI machine: the memory bomb and the trap
+// must fail for their own reason, not because the machine was slow.
 func hostileEngine(t *testing.T, mode Interrupt) *Engine {
 	t.Helper()
-	e, err := New(context.Background(), Config{CacheDir: cacheDir, Interrupt: mode, CallDeadline: 50 * time.Millisecond, MemoryLimitPages: 1024})
+	e, err := New(context.Background(), Config{CacheDir: cacheDir, Interrupt: mode, CallDeadline: 300 * time.Millisecond, MemoryLimitPages: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}

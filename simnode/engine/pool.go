@@ -34,6 +34,17 @@ func (m *Module) Warm(n int, opts InstanceOptions) {
 			m.poolMu.Unlock()
 			return
 		}
+		e := m.eng
+		e.mu.Lock()
+		select {
+		case <-e.closed:
+			e.mu.Unlock()
+			m.poolMu.Unlock()
+			return
+		default:
+		}
+		e.fillers.Add(1)
+		e.mu.Unlock()
 		p = &pool{m: m, opts: opts, ready: make(chan *Instance, 1024), wake: make(chan struct{}, 1)}
 		m.pools[opts] = p
 		go p.fill()
@@ -85,6 +96,7 @@ func (p *pool) poke() {
 }
 
 func (p *pool) fill() {
+	defer p.m.eng.fillers.Done()
 	ctx := context.Background()
 	closed := p.m.eng.closed
 	for {

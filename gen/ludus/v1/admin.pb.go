@@ -2534,6 +2534,303 @@ func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
 	return nil
 }
 
+type GetGameLogRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GameId        string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetGameLogRequest) Reset() {
+	*x = GetGameLogRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetGameLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetGameLogRequest) ProtoMessage() {}
+
+func (x *GetGameLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetGameLogRequest.ProtoReflect.Descriptor instead.
+func (*GetGameLogRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *GetGameLogRequest) GetGameId() string {
+	if x != nil {
+		return x.GameId
+	}
+	return ""
+}
+
+type GetGameLogResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The game's spec (JSON), as archived.
+	SpecJson []byte `protobuf:"bytes,1,opt,name=spec_json,json=specJson,proto3" json:"spec_json,omitempty"`
+	// The encoded input log chunks (simnode/inputlog), in order.
+	Chunks [][]byte `protobuf:"bytes,2,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	// "ended" or "failed".
+	State         string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	FinalTick     int64  `protobuf:"varint,5,opt,name=final_tick,json=finalTick,proto3" json:"final_tick,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetGameLogResponse) Reset() {
+	*x = GetGameLogResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetGameLogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetGameLogResponse) ProtoMessage() {}
+
+func (x *GetGameLogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetGameLogResponse.ProtoReflect.Descriptor instead.
+func (*GetGameLogResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *GetGameLogResponse) GetSpecJson() []byte {
+	if x != nil {
+		return x.SpecJson
+	}
+	return nil
+}
+
+func (x *GetGameLogResponse) GetChunks() [][]byte {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *GetGameLogResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *GetGameLogResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *GetGameLogResponse) GetFinalTick() int64 {
+	if x != nil {
+		return x.FinalTick
+	}
+	return 0
+}
+
+type ListArchivedGamesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many (default 100, at most 1000).
+	Limit         int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListArchivedGamesRequest) Reset() {
+	*x = ListArchivedGamesRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListArchivedGamesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListArchivedGamesRequest) ProtoMessage() {}
+
+func (x *ListArchivedGamesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListArchivedGamesRequest.ProtoReflect.Descriptor instead.
+func (*ListArchivedGamesRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ListArchivedGamesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ArchivedGame struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	GameId    string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
+	State     string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Message   string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	FinalTick int64                  `protobuf:"varint,4,opt,name=final_tick,json=finalTick,proto3" json:"final_tick,omitempty"`
+	// Spec and chunks together.
+	SizeBytes     int64                  `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	ArchivedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=archived_at,json=archivedAt,proto3" json:"archived_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchivedGame) Reset() {
+	*x = ArchivedGame{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchivedGame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchivedGame) ProtoMessage() {}
+
+func (x *ArchivedGame) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchivedGame.ProtoReflect.Descriptor instead.
+func (*ArchivedGame) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ArchivedGame) GetGameId() string {
+	if x != nil {
+		return x.GameId
+	}
+	return ""
+}
+
+func (x *ArchivedGame) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ArchivedGame) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ArchivedGame) GetFinalTick() int64 {
+	if x != nil {
+		return x.FinalTick
+	}
+	return 0
+}
+
+func (x *ArchivedGame) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *ArchivedGame) GetArchivedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ArchivedAt
+	}
+	return nil
+}
+
+type ListArchivedGamesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Games         []*ArchivedGame        `protobuf:"bytes,1,rep,name=games,proto3" json:"games,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListArchivedGamesResponse) Reset() {
+	*x = ListArchivedGamesResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListArchivedGamesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListArchivedGamesResponse) ProtoMessage() {}
+
+func (x *ListArchivedGamesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListArchivedGamesResponse.ProtoReflect.Descriptor instead.
+func (*ListArchivedGamesResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ListArchivedGamesResponse) GetGames() []*ArchivedGame {
+	if x != nil {
+		return x.Games
+	}
+	return nil
+}
+
 var File_ludus_v1_admin_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_admin_proto_rawDesc = "" +
@@ -2705,7 +3002,30 @@ const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\x1dListWebhookDeliveriesResponse\x129\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2\x19.ludus.v1.WebhookDeliveryR\n" +
-	"deliveries2\xf2\r\n" +
+	"deliveries\",\n" +
+	"\x11GetGameLogRequest\x12\x17\n" +
+	"\agame_id\x18\x01 \x01(\tR\x06gameId\"\x98\x01\n" +
+	"\x12GetGameLogResponse\x12\x1b\n" +
+	"\tspec_json\x18\x01 \x01(\fR\bspecJson\x12\x16\n" +
+	"\x06chunks\x18\x02 \x03(\fR\x06chunks\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"final_tick\x18\x05 \x01(\x03R\tfinalTick\"0\n" +
+	"\x18ListArchivedGamesRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"\xd2\x01\n" +
+	"\fArchivedGame\x12\x17\n" +
+	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"final_tick\x18\x04 \x01(\x03R\tfinalTick\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\x12;\n" +
+	"\varchived_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"archivedAt\"I\n" +
+	"\x19ListArchivedGamesResponse\x12,\n" +
+	"\x05games\x18\x01 \x03(\v2\x16.ludus.v1.ArchivedGameR\x05games2\x99\x0f\n" +
 	"\fAdminService\x12M\n" +
 	"\fCreateTenant\x12\x1d.ludus.v1.CreateTenantRequest\x1a\x1e.ludus.v1.CreateTenantResponse\x12J\n" +
 	"\vListTenants\x12\x1c.ludus.v1.ListTenantsRequest\x1a\x1d.ludus.v1.ListTenantsResponse\x12M\n" +
@@ -2729,7 +3049,10 @@ const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\x13GetAdminLeaderboard\x12$.ludus.v1.GetAdminLeaderboardRequest\x1a%.ludus.v1.GetAdminLeaderboardResponse\x12G\n" +
 	"\n" +
 	"SetWebhook\x12\x1b.ludus.v1.SetWebhookRequest\x1a\x1c.ludus.v1.SetWebhookResponse\x12h\n" +
-	"\x15ListWebhookDeliveries\x12&.ludus.v1.ListWebhookDeliveriesRequest\x1a'.ludus.v1.ListWebhookDeliveriesResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
+	"\x15ListWebhookDeliveries\x12&.ludus.v1.ListWebhookDeliveriesRequest\x1a'.ludus.v1.ListWebhookDeliveriesResponse\x12G\n" +
+	"\n" +
+	"GetGameLog\x12\x1b.ludus.v1.GetGameLogRequest\x1a\x1c.ludus.v1.GetGameLogResponse\x12\\\n" +
+	"\x11ListArchivedGames\x12\".ludus.v1.ListArchivedGamesRequest\x1a#.ludus.v1.ListArchivedGamesResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
 
 var (
 	file_ludus_v1_admin_proto_rawDescOnce sync.Once
@@ -2743,7 +3066,7 @@ func file_ludus_v1_admin_proto_rawDescGZIP() []byte {
 	return file_ludus_v1_admin_proto_rawDescData
 }
 
-var file_ludus_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_ludus_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_ludus_v1_admin_proto_goTypes = []any{
 	(*Tenant)(nil),                        // 0: ludus.v1.Tenant
 	(*CreateTenantRequest)(nil),           // 1: ludus.v1.CreateTenantRequest
@@ -2793,92 +3116,103 @@ var file_ludus_v1_admin_proto_goTypes = []any{
 	(*ListWebhookDeliveriesRequest)(nil),  // 45: ludus.v1.ListWebhookDeliveriesRequest
 	(*WebhookDelivery)(nil),               // 46: ludus.v1.WebhookDelivery
 	(*ListWebhookDeliveriesResponse)(nil), // 47: ludus.v1.ListWebhookDeliveriesResponse
-	nil,                                   // 48: ludus.v1.GrantProgressionRequest.CurrencyEntry
-	nil,                                   // 49: ludus.v1.GrantProgressionRequest.ItemsEntry
-	(*timestamppb.Timestamp)(nil),         // 50: google.protobuf.Timestamp
-	(*GameInfo)(nil),                      // 51: ludus.v1.GameInfo
-	(*Progression)(nil),                   // 52: ludus.v1.Progression
-	(*LedgerEntry)(nil),                   // 53: ludus.v1.LedgerEntry
-	(*MatchResult)(nil),                   // 54: ludus.v1.MatchResult
-	(*LeaderboardRequest)(nil),            // 55: ludus.v1.LeaderboardRequest
-	(*LeaderboardEntry)(nil),              // 56: ludus.v1.LeaderboardEntry
+	(*GetGameLogRequest)(nil),             // 48: ludus.v1.GetGameLogRequest
+	(*GetGameLogResponse)(nil),            // 49: ludus.v1.GetGameLogResponse
+	(*ListArchivedGamesRequest)(nil),      // 50: ludus.v1.ListArchivedGamesRequest
+	(*ArchivedGame)(nil),                  // 51: ludus.v1.ArchivedGame
+	(*ListArchivedGamesResponse)(nil),     // 52: ludus.v1.ListArchivedGamesResponse
+	nil,                                   // 53: ludus.v1.GrantProgressionRequest.CurrencyEntry
+	nil,                                   // 54: ludus.v1.GrantProgressionRequest.ItemsEntry
+	(*timestamppb.Timestamp)(nil),         // 55: google.protobuf.Timestamp
+	(*GameInfo)(nil),                      // 56: ludus.v1.GameInfo
+	(*Progression)(nil),                   // 57: ludus.v1.Progression
+	(*LedgerEntry)(nil),                   // 58: ludus.v1.LedgerEntry
+	(*MatchResult)(nil),                   // 59: ludus.v1.MatchResult
+	(*LeaderboardRequest)(nil),            // 60: ludus.v1.LeaderboardRequest
+	(*LeaderboardEntry)(nil),              // 61: ludus.v1.LeaderboardEntry
 }
 var file_ludus_v1_admin_proto_depIdxs = []int32{
-	50, // 0: ludus.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	55, // 0: ludus.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: ludus.v1.CreateTenantResponse.tenant:type_name -> ludus.v1.Tenant
 	0,  // 2: ludus.v1.ListTenantsResponse.tenants:type_name -> ludus.v1.Tenant
-	50, // 3: ludus.v1.Module.created_at:type_name -> google.protobuf.Timestamp
+	55, // 3: ludus.v1.Module.created_at:type_name -> google.protobuf.Timestamp
 	5,  // 4: ludus.v1.UploadModuleResponse.module:type_name -> ludus.v1.Module
 	5,  // 5: ludus.v1.ListModulesResponse.modules:type_name -> ludus.v1.Module
-	51, // 6: ludus.v1.AdminServiceListGamesResponse.games:type_name -> ludus.v1.GameInfo
+	56, // 6: ludus.v1.AdminServiceListGamesResponse.games:type_name -> ludus.v1.GameInfo
 	12, // 7: ludus.v1.ListNodesResponse.nodes:type_name -> ludus.v1.Node
-	50, // 8: ludus.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	55, // 8: ludus.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
 	15, // 9: ludus.v1.CreateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
 	15, // 10: ludus.v1.ListAPIKeysResponse.keys:type_name -> ludus.v1.APIKey
 	15, // 11: ludus.v1.RotateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
-	50, // 12: ludus.v1.Account.created_at:type_name -> google.protobuf.Timestamp
-	50, // 13: ludus.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
+	55, // 12: ludus.v1.Account.created_at:type_name -> google.protobuf.Timestamp
+	55, // 13: ludus.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
 	26, // 14: ludus.v1.CreateAccountResponse.account:type_name -> ludus.v1.Account
 	26, // 15: ludus.v1.GetAccountResponse.account:type_name -> ludus.v1.Account
-	48, // 16: ludus.v1.GrantProgressionRequest.currency:type_name -> ludus.v1.GrantProgressionRequest.CurrencyEntry
-	49, // 17: ludus.v1.GrantProgressionRequest.items:type_name -> ludus.v1.GrantProgressionRequest.ItemsEntry
-	52, // 18: ludus.v1.GrantProgressionResponse.progression:type_name -> ludus.v1.Progression
-	52, // 19: ludus.v1.GetAccountProgressionResponse.progression:type_name -> ludus.v1.Progression
-	53, // 20: ludus.v1.GetAccountProgressionResponse.ledger:type_name -> ludus.v1.LedgerEntry
-	54, // 21: ludus.v1.ListMatchResultsResponse.results:type_name -> ludus.v1.MatchResult
-	55, // 22: ludus.v1.GetAdminLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
-	56, // 23: ludus.v1.GetAdminLeaderboardResponse.entries:type_name -> ludus.v1.LeaderboardEntry
-	50, // 24: ludus.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	50, // 25: ludus.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
-	50, // 26: ludus.v1.WebhookDelivery.updated_at:type_name -> google.protobuf.Timestamp
+	53, // 16: ludus.v1.GrantProgressionRequest.currency:type_name -> ludus.v1.GrantProgressionRequest.CurrencyEntry
+	54, // 17: ludus.v1.GrantProgressionRequest.items:type_name -> ludus.v1.GrantProgressionRequest.ItemsEntry
+	57, // 18: ludus.v1.GrantProgressionResponse.progression:type_name -> ludus.v1.Progression
+	57, // 19: ludus.v1.GetAccountProgressionResponse.progression:type_name -> ludus.v1.Progression
+	58, // 20: ludus.v1.GetAccountProgressionResponse.ledger:type_name -> ludus.v1.LedgerEntry
+	59, // 21: ludus.v1.ListMatchResultsResponse.results:type_name -> ludus.v1.MatchResult
+	60, // 22: ludus.v1.GetAdminLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
+	61, // 23: ludus.v1.GetAdminLeaderboardResponse.entries:type_name -> ludus.v1.LeaderboardEntry
+	55, // 24: ludus.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	55, // 25: ludus.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	55, // 26: ludus.v1.WebhookDelivery.updated_at:type_name -> google.protobuf.Timestamp
 	46, // 27: ludus.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> ludus.v1.WebhookDelivery
-	1,  // 28: ludus.v1.AdminService.CreateTenant:input_type -> ludus.v1.CreateTenantRequest
-	3,  // 29: ludus.v1.AdminService.ListTenants:input_type -> ludus.v1.ListTenantsRequest
-	6,  // 30: ludus.v1.AdminService.UploadModule:input_type -> ludus.v1.UploadModuleRequest
-	8,  // 31: ludus.v1.AdminService.ListModules:input_type -> ludus.v1.ListModulesRequest
-	10, // 32: ludus.v1.AdminService.ListGames:input_type -> ludus.v1.AdminServiceListGamesRequest
-	13, // 33: ludus.v1.AdminService.ListNodes:input_type -> ludus.v1.ListNodesRequest
-	16, // 34: ludus.v1.AdminService.CreateAPIKey:input_type -> ludus.v1.CreateAPIKeyRequest
-	18, // 35: ludus.v1.AdminService.ListAPIKeys:input_type -> ludus.v1.ListAPIKeysRequest
-	20, // 36: ludus.v1.AdminService.RotateAPIKey:input_type -> ludus.v1.RotateAPIKeyRequest
-	22, // 37: ludus.v1.AdminService.RevokeAPIKey:input_type -> ludus.v1.RevokeAPIKeyRequest
-	24, // 38: ludus.v1.AdminService.RotateSigningKey:input_type -> ludus.v1.RotateSigningKeyRequest
-	27, // 39: ludus.v1.AdminService.CreateAccount:input_type -> ludus.v1.CreateAccountRequest
-	29, // 40: ludus.v1.AdminService.GetAccount:input_type -> ludus.v1.GetAccountRequest
-	31, // 41: ludus.v1.AdminService.DeleteAccount:input_type -> ludus.v1.DeleteAccountRequest
-	33, // 42: ludus.v1.AdminService.ExportAccount:input_type -> ludus.v1.ExportAccountRequest
-	35, // 43: ludus.v1.AdminService.GrantProgression:input_type -> ludus.v1.GrantProgressionRequest
-	37, // 44: ludus.v1.AdminService.GetAccountProgression:input_type -> ludus.v1.GetAccountProgressionRequest
-	39, // 45: ludus.v1.AdminService.ListMatchResults:input_type -> ludus.v1.ListMatchResultsRequest
-	41, // 46: ludus.v1.AdminService.GetAdminLeaderboard:input_type -> ludus.v1.GetAdminLeaderboardRequest
-	43, // 47: ludus.v1.AdminService.SetWebhook:input_type -> ludus.v1.SetWebhookRequest
-	45, // 48: ludus.v1.AdminService.ListWebhookDeliveries:input_type -> ludus.v1.ListWebhookDeliveriesRequest
-	2,  // 49: ludus.v1.AdminService.CreateTenant:output_type -> ludus.v1.CreateTenantResponse
-	4,  // 50: ludus.v1.AdminService.ListTenants:output_type -> ludus.v1.ListTenantsResponse
-	7,  // 51: ludus.v1.AdminService.UploadModule:output_type -> ludus.v1.UploadModuleResponse
-	9,  // 52: ludus.v1.AdminService.ListModules:output_type -> ludus.v1.ListModulesResponse
-	11, // 53: ludus.v1.AdminService.ListGames:output_type -> ludus.v1.AdminServiceListGamesResponse
-	14, // 54: ludus.v1.AdminService.ListNodes:output_type -> ludus.v1.ListNodesResponse
-	17, // 55: ludus.v1.AdminService.CreateAPIKey:output_type -> ludus.v1.CreateAPIKeyResponse
-	19, // 56: ludus.v1.AdminService.ListAPIKeys:output_type -> ludus.v1.ListAPIKeysResponse
-	21, // 57: ludus.v1.AdminService.RotateAPIKey:output_type -> ludus.v1.RotateAPIKeyResponse
-	23, // 58: ludus.v1.AdminService.RevokeAPIKey:output_type -> ludus.v1.RevokeAPIKeyResponse
-	25, // 59: ludus.v1.AdminService.RotateSigningKey:output_type -> ludus.v1.RotateSigningKeyResponse
-	28, // 60: ludus.v1.AdminService.CreateAccount:output_type -> ludus.v1.CreateAccountResponse
-	30, // 61: ludus.v1.AdminService.GetAccount:output_type -> ludus.v1.GetAccountResponse
-	32, // 62: ludus.v1.AdminService.DeleteAccount:output_type -> ludus.v1.DeleteAccountResponse
-	34, // 63: ludus.v1.AdminService.ExportAccount:output_type -> ludus.v1.ExportAccountResponse
-	36, // 64: ludus.v1.AdminService.GrantProgression:output_type -> ludus.v1.GrantProgressionResponse
-	38, // 65: ludus.v1.AdminService.GetAccountProgression:output_type -> ludus.v1.GetAccountProgressionResponse
-	40, // 66: ludus.v1.AdminService.ListMatchResults:output_type -> ludus.v1.ListMatchResultsResponse
-	42, // 67: ludus.v1.AdminService.GetAdminLeaderboard:output_type -> ludus.v1.GetAdminLeaderboardResponse
-	44, // 68: ludus.v1.AdminService.SetWebhook:output_type -> ludus.v1.SetWebhookResponse
-	47, // 69: ludus.v1.AdminService.ListWebhookDeliveries:output_type -> ludus.v1.ListWebhookDeliveriesResponse
-	49, // [49:70] is the sub-list for method output_type
-	28, // [28:49] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	55, // 28: ludus.v1.ArchivedGame.archived_at:type_name -> google.protobuf.Timestamp
+	51, // 29: ludus.v1.ListArchivedGamesResponse.games:type_name -> ludus.v1.ArchivedGame
+	1,  // 30: ludus.v1.AdminService.CreateTenant:input_type -> ludus.v1.CreateTenantRequest
+	3,  // 31: ludus.v1.AdminService.ListTenants:input_type -> ludus.v1.ListTenantsRequest
+	6,  // 32: ludus.v1.AdminService.UploadModule:input_type -> ludus.v1.UploadModuleRequest
+	8,  // 33: ludus.v1.AdminService.ListModules:input_type -> ludus.v1.ListModulesRequest
+	10, // 34: ludus.v1.AdminService.ListGames:input_type -> ludus.v1.AdminServiceListGamesRequest
+	13, // 35: ludus.v1.AdminService.ListNodes:input_type -> ludus.v1.ListNodesRequest
+	16, // 36: ludus.v1.AdminService.CreateAPIKey:input_type -> ludus.v1.CreateAPIKeyRequest
+	18, // 37: ludus.v1.AdminService.ListAPIKeys:input_type -> ludus.v1.ListAPIKeysRequest
+	20, // 38: ludus.v1.AdminService.RotateAPIKey:input_type -> ludus.v1.RotateAPIKeyRequest
+	22, // 39: ludus.v1.AdminService.RevokeAPIKey:input_type -> ludus.v1.RevokeAPIKeyRequest
+	24, // 40: ludus.v1.AdminService.RotateSigningKey:input_type -> ludus.v1.RotateSigningKeyRequest
+	27, // 41: ludus.v1.AdminService.CreateAccount:input_type -> ludus.v1.CreateAccountRequest
+	29, // 42: ludus.v1.AdminService.GetAccount:input_type -> ludus.v1.GetAccountRequest
+	31, // 43: ludus.v1.AdminService.DeleteAccount:input_type -> ludus.v1.DeleteAccountRequest
+	33, // 44: ludus.v1.AdminService.ExportAccount:input_type -> ludus.v1.ExportAccountRequest
+	35, // 45: ludus.v1.AdminService.GrantProgression:input_type -> ludus.v1.GrantProgressionRequest
+	37, // 46: ludus.v1.AdminService.GetAccountProgression:input_type -> ludus.v1.GetAccountProgressionRequest
+	39, // 47: ludus.v1.AdminService.ListMatchResults:input_type -> ludus.v1.ListMatchResultsRequest
+	41, // 48: ludus.v1.AdminService.GetAdminLeaderboard:input_type -> ludus.v1.GetAdminLeaderboardRequest
+	43, // 49: ludus.v1.AdminService.SetWebhook:input_type -> ludus.v1.SetWebhookRequest
+	45, // 50: ludus.v1.AdminService.ListWebhookDeliveries:input_type -> ludus.v1.ListWebhookDeliveriesRequest
+	48, // 51: ludus.v1.AdminService.GetGameLog:input_type -> ludus.v1.GetGameLogRequest
+	50, // 52: ludus.v1.AdminService.ListArchivedGames:input_type -> ludus.v1.ListArchivedGamesRequest
+	2,  // 53: ludus.v1.AdminService.CreateTenant:output_type -> ludus.v1.CreateTenantResponse
+	4,  // 54: ludus.v1.AdminService.ListTenants:output_type -> ludus.v1.ListTenantsResponse
+	7,  // 55: ludus.v1.AdminService.UploadModule:output_type -> ludus.v1.UploadModuleResponse
+	9,  // 56: ludus.v1.AdminService.ListModules:output_type -> ludus.v1.ListModulesResponse
+	11, // 57: ludus.v1.AdminService.ListGames:output_type -> ludus.v1.AdminServiceListGamesResponse
+	14, // 58: ludus.v1.AdminService.ListNodes:output_type -> ludus.v1.ListNodesResponse
+	17, // 59: ludus.v1.AdminService.CreateAPIKey:output_type -> ludus.v1.CreateAPIKeyResponse
+	19, // 60: ludus.v1.AdminService.ListAPIKeys:output_type -> ludus.v1.ListAPIKeysResponse
+	21, // 61: ludus.v1.AdminService.RotateAPIKey:output_type -> ludus.v1.RotateAPIKeyResponse
+	23, // 62: ludus.v1.AdminService.RevokeAPIKey:output_type -> ludus.v1.RevokeAPIKeyResponse
+	25, // 63: ludus.v1.AdminService.RotateSigningKey:output_type -> ludus.v1.RotateSigningKeyResponse
+	28, // 64: ludus.v1.AdminService.CreateAccount:output_type -> ludus.v1.CreateAccountResponse
+	30, // 65: ludus.v1.AdminService.GetAccount:output_type -> ludus.v1.GetAccountResponse
+	32, // 66: ludus.v1.AdminService.DeleteAccount:output_type -> ludus.v1.DeleteAccountResponse
+	34, // 67: ludus.v1.AdminService.ExportAccount:output_type -> ludus.v1.ExportAccountResponse
+	36, // 68: ludus.v1.AdminService.GrantProgression:output_type -> ludus.v1.GrantProgressionResponse
+	38, // 69: ludus.v1.AdminService.GetAccountProgression:output_type -> ludus.v1.GetAccountProgressionResponse
+	40, // 70: ludus.v1.AdminService.ListMatchResults:output_type -> ludus.v1.ListMatchResultsResponse
+	42, // 71: ludus.v1.AdminService.GetAdminLeaderboard:output_type -> ludus.v1.GetAdminLeaderboardResponse
+	44, // 72: ludus.v1.AdminService.SetWebhook:output_type -> ludus.v1.SetWebhookResponse
+	47, // 73: ludus.v1.AdminService.ListWebhookDeliveries:output_type -> ludus.v1.ListWebhookDeliveriesResponse
+	49, // 74: ludus.v1.AdminService.GetGameLog:output_type -> ludus.v1.GetGameLogResponse
+	52, // 75: ludus.v1.AdminService.ListArchivedGames:output_type -> ludus.v1.ListArchivedGamesResponse
+	53, // [53:76] is the sub-list for method output_type
+	30, // [30:53] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_ludus_v1_admin_proto_init() }
@@ -2894,7 +3228,7 @@ func file_ludus_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_admin_proto_rawDesc), len(file_ludus_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

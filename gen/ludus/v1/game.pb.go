@@ -1084,6 +1084,452 @@ func (*SpectateResponse_Frame) isSpectateResponse_Msg() {}
 
 func (*SpectateResponse_Status) isSpectateResponse_Msg() {}
 
+// PlayRequest is one message of a Play stream from the client: the first is a
+// start, every later one an input.
+type PlayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*PlayRequest_Start
+	//	*PlayRequest_Input
+	Msg           isPlayRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlayRequest) Reset() {
+	*x = PlayRequest{}
+	mi := &file_ludus_v1_game_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlayRequest) ProtoMessage() {}
+
+func (x *PlayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_game_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlayRequest.ProtoReflect.Descriptor instead.
+func (*PlayRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PlayRequest) GetMsg() isPlayRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *PlayRequest) GetStart() *PlayStart {
+	if x != nil {
+		if x, ok := x.Msg.(*PlayRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *PlayRequest) GetInput() *PlayInput {
+	if x != nil {
+		if x, ok := x.Msg.(*PlayRequest_Input); ok {
+			return x.Input
+		}
+	}
+	return nil
+}
+
+type isPlayRequest_Msg interface {
+	isPlayRequest_Msg()
+}
+
+type PlayRequest_Start struct {
+	Start *PlayStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type PlayRequest_Input struct {
+	Input *PlayInput `protobuf:"bytes,2,opt,name=input,proto3,oneof"`
+}
+
+func (*PlayRequest_Start) isPlayRequest_Msg() {}
+
+func (*PlayRequest_Input) isPlayRequest_Msg() {}
+
+// PlayStart opens a Play stream on a game the caller joined (JoinGame).
+type PlayStart struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	GameId string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
+	// As StreamFramesRequest.accept_encodings.
+	AcceptEncodings []FrameEncoding `protobuf:"varint,2,rep,packed,name=accept_encodings,json=acceptEncodings,proto3,enum=ludus.v1.FrameEncoding" json:"accept_encodings,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PlayStart) Reset() {
+	*x = PlayStart{}
+	mi := &file_ludus_v1_game_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlayStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlayStart) ProtoMessage() {}
+
+func (x *PlayStart) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_game_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlayStart.ProtoReflect.Descriptor instead.
+func (*PlayStart) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PlayStart) GetGameId() string {
+	if x != nil {
+		return x.GameId
+	}
+	return ""
+}
+
+func (x *PlayStart) GetAcceptEncodings() []FrameEncoding {
+	if x != nil {
+		return x.AcceptEncodings
+	}
+	return nil
+}
+
+// PlayInput is one input, as SendInputRequest without the game id.
+type PlayInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Client sequence number, increasing per (player, game).
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Game-defined payload, at most 256 bytes.
+	Payload       []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlayInput) Reset() {
+	*x = PlayInput{}
+	mi := &file_ludus_v1_game_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlayInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlayInput) ProtoMessage() {}
+
+func (x *PlayInput) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_game_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlayInput.ProtoReflect.Descriptor instead.
+func (*PlayInput) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PlayInput) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *PlayInput) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+// PlayResponse is one message of a Play stream to the client.
+type PlayResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*PlayResponse_Frame
+	//	*PlayResponse_Status
+	//	*PlayResponse_Ack
+	Msg           isPlayResponse_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlayResponse) Reset() {
+	*x = PlayResponse{}
+	mi := &file_ludus_v1_game_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlayResponse) ProtoMessage() {}
+
+func (x *PlayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_game_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlayResponse.ProtoReflect.Descriptor instead.
+func (*PlayResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PlayResponse) GetMsg() isPlayResponse_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *PlayResponse) GetFrame() *Frame {
+	if x != nil {
+		if x, ok := x.Msg.(*PlayResponse_Frame); ok {
+			return x.Frame
+		}
+	}
+	return nil
+}
+
+func (x *PlayResponse) GetStatus() *Status {
+	if x != nil {
+		if x, ok := x.Msg.(*PlayResponse_Status); ok {
+			return x.Status
+		}
+	}
+	return nil
+}
+
+func (x *PlayResponse) GetAck() *InputAck {
+	if x != nil {
+		if x, ok := x.Msg.(*PlayResponse_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
+type isPlayResponse_Msg interface {
+	isPlayResponse_Msg()
+}
+
+type PlayResponse_Frame struct {
+	Frame *Frame `protobuf:"bytes,1,opt,name=frame,proto3,oneof"`
+}
+
+type PlayResponse_Status struct {
+	Status *Status `protobuf:"bytes,2,opt,name=status,proto3,oneof"`
+}
+
+type PlayResponse_Ack struct {
+	Ack *InputAck `protobuf:"bytes,3,opt,name=ack,proto3,oneof"`
+}
+
+func (*PlayResponse_Frame) isPlayResponse_Msg() {}
+
+func (*PlayResponse_Status) isPlayResponse_Msg() {}
+
+func (*PlayResponse_Ack) isPlayResponse_Msg() {}
+
+// InputAck acknowledges inputs of a Play stream once durable, as SendInputResponse.
+type InputAck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Highest sequence number that is durable.
+	AckedSeq uint64 `protobuf:"varint,1,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	// Tick at which the input was applied.
+	Tick          int64 `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InputAck) Reset() {
+	*x = InputAck{}
+	mi := &file_ludus_v1_game_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InputAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InputAck) ProtoMessage() {}
+
+func (x *InputAck) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_game_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InputAck.ProtoReflect.Descriptor instead.
+func (*InputAck) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *InputAck) GetAckedSeq() uint64 {
+	if x != nil {
+		return x.AckedSeq
+	}
+	return 0
+}
+
+func (x *InputAck) GetTick() int64 {
+	if x != nil {
+		return x.Tick
+	}
+	return 0
+}
+
+type PingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The client's clock when it sent the ping, in Unix nanoseconds; echoed back.
+	ClientUnixNanos int64 `protobuf:"varint,1,opt,name=client_unix_nanos,json=clientUnixNanos,proto3" json:"client_unix_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PingRequest) Reset() {
+	*x = PingRequest{}
+	mi := &file_ludus_v1_game_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingRequest) ProtoMessage() {}
+
+func (x *PingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_game_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
+func (*PingRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PingRequest) GetClientUnixNanos() int64 {
+	if x != nil {
+		return x.ClientUnixNanos
+	}
+	return 0
+}
+
+type PingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PingRequest.client_unix_nanos, unchanged.
+	ClientUnixNanos int64 `protobuf:"varint,1,opt,name=client_unix_nanos,json=clientUnixNanos,proto3" json:"client_unix_nanos,omitempty"`
+	// The gateway's clock when it answered, in Unix nanoseconds.
+	ServerUnixNanos int64 `protobuf:"varint,2,opt,name=server_unix_nanos,json=serverUnixNanos,proto3" json:"server_unix_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PingResponse) Reset() {
+	*x = PingResponse{}
+	mi := &file_ludus_v1_game_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingResponse) ProtoMessage() {}
+
+func (x *PingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_game_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
+func (*PingResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PingResponse) GetClientUnixNanos() int64 {
+	if x != nil {
+		return x.ClientUnixNanos
+	}
+	return 0
+}
+
+func (x *PingResponse) GetServerUnixNanos() int64 {
+	if x != nil {
+		return x.ServerUnixNanos
+	}
+	return 0
+}
+
 var File_ludus_v1_game_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_game_proto_rawDesc = "" +
@@ -1159,12 +1605,35 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\x10SpectateResponse\x12'\n" +
 	"\x05frame\x18\x01 \x01(\v2\x0f.ludus.v1.FrameH\x00R\x05frame\x12*\n" +
 	"\x06status\x18\x02 \x01(\v2\x10.ludus.v1.StatusH\x00R\x06statusB\x05\n" +
-	"\x03msg*\x88\x01\n" +
+	"\x03msg\"n\n" +
+	"\vPlayRequest\x12+\n" +
+	"\x05start\x18\x01 \x01(\v2\x13.ludus.v1.PlayStartH\x00R\x05start\x12+\n" +
+	"\x05input\x18\x02 \x01(\v2\x13.ludus.v1.PlayInputH\x00R\x05inputB\x05\n" +
+	"\x03msg\"h\n" +
+	"\tPlayStart\x12\x17\n" +
+	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12B\n" +
+	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\"7\n" +
+	"\tPlayInput\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"\x92\x01\n" +
+	"\fPlayResponse\x12'\n" +
+	"\x05frame\x18\x01 \x01(\v2\x0f.ludus.v1.FrameH\x00R\x05frame\x12*\n" +
+	"\x06status\x18\x02 \x01(\v2\x10.ludus.v1.StatusH\x00R\x06status\x12&\n" +
+	"\x03ack\x18\x03 \x01(\v2\x12.ludus.v1.InputAckH\x00R\x03ackB\x05\n" +
+	"\x03msg\";\n" +
+	"\bInputAck\x12\x1b\n" +
+	"\tacked_seq\x18\x01 \x01(\x04R\backedSeq\x12\x12\n" +
+	"\x04tick\x18\x02 \x01(\x03R\x04tick\"9\n" +
+	"\vPingRequest\x12*\n" +
+	"\x11client_unix_nanos\x18\x01 \x01(\x03R\x0fclientUnixNanos\"f\n" +
+	"\fPingResponse\x12*\n" +
+	"\x11client_unix_nanos\x18\x01 \x01(\x03R\x0fclientUnixNanos\x12*\n" +
+	"\x11server_unix_nanos\x18\x02 \x01(\x03R\x0fserverUnixNanos*\x88\x01\n" +
 	"\rFrameEncoding\x12\x1e\n" +
 	"\x1aFRAME_ENCODING_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FRAME_ENCODING_RAW\x10\x01\x12 \n" +
 	"\x1cFRAME_ENCODING_DELTA_DEFLATE\x10\x02\x12\x1d\n" +
-	"\x19FRAME_ENCODING_DELTA_ZSTD\x10\x032\xbb\x03\n" +
+	"\x19FRAME_ENCODING_DELTA_ZSTD\x10\x032\xad\x04\n" +
 	"\vGameService\x12G\n" +
 	"\n" +
 	"CreateGame\x12\x1b.ludus.v1.CreateGameRequest\x1a\x1c.ludus.v1.CreateGameResponse\x12D\n" +
@@ -1172,7 +1641,9 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\bJoinGame\x12\x19.ludus.v1.JoinGameRequest\x1a\x1a.ludus.v1.JoinGameResponse\x12O\n" +
 	"\fStreamFrames\x12\x1d.ludus.v1.StreamFramesRequest\x1a\x1e.ludus.v1.StreamFramesResponse0\x01\x12D\n" +
 	"\tSendInput\x12\x1a.ludus.v1.SendInputRequest\x1a\x1b.ludus.v1.SendInputResponse\x12C\n" +
-	"\bSpectate\x12\x19.ludus.v1.SpectateRequest\x1a\x1a.ludus.v1.SpectateResponse0\x01B&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
+	"\bSpectate\x12\x19.ludus.v1.SpectateRequest\x1a\x1a.ludus.v1.SpectateResponse0\x01\x129\n" +
+	"\x04Play\x12\x15.ludus.v1.PlayRequest\x1a\x16.ludus.v1.PlayResponse(\x010\x01\x125\n" +
+	"\x04Ping\x12\x15.ludus.v1.PingRequest\x1a\x16.ludus.v1.PingResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
 
 var (
 	file_ludus_v1_game_proto_rawDescOnce sync.Once
@@ -1187,7 +1658,7 @@ func file_ludus_v1_game_proto_rawDescGZIP() []byte {
 }
 
 var file_ludus_v1_game_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ludus_v1_game_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_ludus_v1_game_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_ludus_v1_game_proto_goTypes = []any{
 	(FrameEncoding)(0),           // 0: ludus.v1.FrameEncoding
 	(*GameInfo)(nil),             // 1: ludus.v1.GameInfo
@@ -1205,6 +1676,13 @@ var file_ludus_v1_game_proto_goTypes = []any{
 	(*SendInputResponse)(nil),    // 13: ludus.v1.SendInputResponse
 	(*SpectateRequest)(nil),      // 14: ludus.v1.SpectateRequest
 	(*SpectateResponse)(nil),     // 15: ludus.v1.SpectateResponse
+	(*PlayRequest)(nil),          // 16: ludus.v1.PlayRequest
+	(*PlayStart)(nil),            // 17: ludus.v1.PlayStart
+	(*PlayInput)(nil),            // 18: ludus.v1.PlayInput
+	(*PlayResponse)(nil),         // 19: ludus.v1.PlayResponse
+	(*InputAck)(nil),             // 20: ludus.v1.InputAck
+	(*PingRequest)(nil),          // 21: ludus.v1.PingRequest
+	(*PingResponse)(nil),         // 22: ludus.v1.PingResponse
 }
 var file_ludus_v1_game_proto_depIdxs = []int32{
 	1,  // 0: ludus.v1.CreateGameResponse.game:type_name -> ludus.v1.GameInfo
@@ -1217,23 +1695,33 @@ var file_ludus_v1_game_proto_depIdxs = []int32{
 	0,  // 7: ludus.v1.SpectateRequest.accept_encodings:type_name -> ludus.v1.FrameEncoding
 	10, // 8: ludus.v1.SpectateResponse.frame:type_name -> ludus.v1.Frame
 	11, // 9: ludus.v1.SpectateResponse.status:type_name -> ludus.v1.Status
-	2,  // 10: ludus.v1.GameService.CreateGame:input_type -> ludus.v1.CreateGameRequest
-	4,  // 11: ludus.v1.GameService.ListGames:input_type -> ludus.v1.ListGamesRequest
-	6,  // 12: ludus.v1.GameService.JoinGame:input_type -> ludus.v1.JoinGameRequest
-	8,  // 13: ludus.v1.GameService.StreamFrames:input_type -> ludus.v1.StreamFramesRequest
-	12, // 14: ludus.v1.GameService.SendInput:input_type -> ludus.v1.SendInputRequest
-	14, // 15: ludus.v1.GameService.Spectate:input_type -> ludus.v1.SpectateRequest
-	3,  // 16: ludus.v1.GameService.CreateGame:output_type -> ludus.v1.CreateGameResponse
-	5,  // 17: ludus.v1.GameService.ListGames:output_type -> ludus.v1.ListGamesResponse
-	7,  // 18: ludus.v1.GameService.JoinGame:output_type -> ludus.v1.JoinGameResponse
-	9,  // 19: ludus.v1.GameService.StreamFrames:output_type -> ludus.v1.StreamFramesResponse
-	13, // 20: ludus.v1.GameService.SendInput:output_type -> ludus.v1.SendInputResponse
-	15, // 21: ludus.v1.GameService.Spectate:output_type -> ludus.v1.SpectateResponse
-	16, // [16:22] is the sub-list for method output_type
-	10, // [10:16] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	17, // 10: ludus.v1.PlayRequest.start:type_name -> ludus.v1.PlayStart
+	18, // 11: ludus.v1.PlayRequest.input:type_name -> ludus.v1.PlayInput
+	0,  // 12: ludus.v1.PlayStart.accept_encodings:type_name -> ludus.v1.FrameEncoding
+	10, // 13: ludus.v1.PlayResponse.frame:type_name -> ludus.v1.Frame
+	11, // 14: ludus.v1.PlayResponse.status:type_name -> ludus.v1.Status
+	20, // 15: ludus.v1.PlayResponse.ack:type_name -> ludus.v1.InputAck
+	2,  // 16: ludus.v1.GameService.CreateGame:input_type -> ludus.v1.CreateGameRequest
+	4,  // 17: ludus.v1.GameService.ListGames:input_type -> ludus.v1.ListGamesRequest
+	6,  // 18: ludus.v1.GameService.JoinGame:input_type -> ludus.v1.JoinGameRequest
+	8,  // 19: ludus.v1.GameService.StreamFrames:input_type -> ludus.v1.StreamFramesRequest
+	12, // 20: ludus.v1.GameService.SendInput:input_type -> ludus.v1.SendInputRequest
+	14, // 21: ludus.v1.GameService.Spectate:input_type -> ludus.v1.SpectateRequest
+	16, // 22: ludus.v1.GameService.Play:input_type -> ludus.v1.PlayRequest
+	21, // 23: ludus.v1.GameService.Ping:input_type -> ludus.v1.PingRequest
+	3,  // 24: ludus.v1.GameService.CreateGame:output_type -> ludus.v1.CreateGameResponse
+	5,  // 25: ludus.v1.GameService.ListGames:output_type -> ludus.v1.ListGamesResponse
+	7,  // 26: ludus.v1.GameService.JoinGame:output_type -> ludus.v1.JoinGameResponse
+	9,  // 27: ludus.v1.GameService.StreamFrames:output_type -> ludus.v1.StreamFramesResponse
+	13, // 28: ludus.v1.GameService.SendInput:output_type -> ludus.v1.SendInputResponse
+	15, // 29: ludus.v1.GameService.Spectate:output_type -> ludus.v1.SpectateResponse
+	19, // 30: ludus.v1.GameService.Play:output_type -> ludus.v1.PlayResponse
+	22, // 31: ludus.v1.GameService.Ping:output_type -> ludus.v1.PingResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_ludus_v1_game_proto_init() }
@@ -1249,13 +1737,22 @@ func file_ludus_v1_game_proto_init() {
 		(*SpectateResponse_Frame)(nil),
 		(*SpectateResponse_Status)(nil),
 	}
+	file_ludus_v1_game_proto_msgTypes[15].OneofWrappers = []any{
+		(*PlayRequest_Start)(nil),
+		(*PlayRequest_Input)(nil),
+	}
+	file_ludus_v1_game_proto_msgTypes[18].OneofWrappers = []any{
+		(*PlayResponse_Frame)(nil),
+		(*PlayResponse_Status)(nil),
+		(*PlayResponse_Ack)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_game_proto_rawDesc), len(file_ludus_v1_game_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,15 +24,18 @@ const (
 )
 
 type StartGameRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	GameId        string                 `protobuf:"bytes,2,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
-	ModuleName    string                 `protobuf:"bytes,3,opt,name=module_name,json=moduleName,proto3" json:"module_name,omitempty"`
-	BuildId       string                 `protobuf:"bytes,4,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	Seed          uint64                 `protobuf:"varint,5,opt,name=seed,proto3" json:"seed,omitempty"`
-	Config        []byte                 `protobuf:"bytes,6,opt,name=config,proto3" json:"config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TenantId   string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	GameId     string                 `protobuf:"bytes,2,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
+	ModuleName string                 `protobuf:"bytes,3,opt,name=module_name,json=moduleName,proto3" json:"module_name,omitempty"`
+	BuildId    string                 `protobuf:"bytes,4,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	Seed       uint64                 `protobuf:"varint,5,opt,name=seed,proto3" json:"seed,omitempty"`
+	Config     []byte                 `protobuf:"bytes,6,opt,name=config,proto3" json:"config,omitempty"`
+	// Match-scoped credential from the backend (MintMatchCredential): the only
+	// right the node gets to report this match's progress and result.
+	MatchCredential string `protobuf:"bytes,7,opt,name=match_credential,json=matchCredential,proto3" json:"match_credential,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StartGameRequest) Reset() {
@@ -105,6 +108,13 @@ func (x *StartGameRequest) GetConfig() []byte {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *StartGameRequest) GetMatchCredential() string {
+	if x != nil {
+		return x.MatchCredential
+	}
+	return ""
 }
 
 type StartGameResponse struct {
@@ -960,11 +970,144 @@ func (x *MintMatchCredentialResponse) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+type ArchiveGameRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	GameId   string                 `protobuf:"bytes,2,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
+	// The game's spec as the sim node keeps it (JSON), stored verbatim.
+	SpecJson []byte `protobuf:"bytes,3,opt,name=spec_json,json=specJson,proto3" json:"spec_json,omitempty"`
+	// The encoded input log chunks (simnode/inputlog), in order, stored verbatim.
+	Chunks [][]byte `protobuf:"bytes,4,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	// How the game ended: "ended" or "failed".
+	State string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// Why, for people (e.g. the trap of a crashed module).
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// The last tick the game ran.
+	FinalTick     int64 `protobuf:"varint,7,opt,name=final_tick,json=finalTick,proto3" json:"final_tick,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchiveGameRequest) Reset() {
+	*x = ArchiveGameRequest{}
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchiveGameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchiveGameRequest) ProtoMessage() {}
+
+func (x *ArchiveGameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchiveGameRequest.ProtoReflect.Descriptor instead.
+func (*ArchiveGameRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ArchiveGameRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *ArchiveGameRequest) GetGameId() string {
+	if x != nil {
+		return x.GameId
+	}
+	return ""
+}
+
+func (x *ArchiveGameRequest) GetSpecJson() []byte {
+	if x != nil {
+		return x.SpecJson
+	}
+	return nil
+}
+
+func (x *ArchiveGameRequest) GetChunks() [][]byte {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *ArchiveGameRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ArchiveGameRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ArchiveGameRequest) GetFinalTick() int64 {
+	if x != nil {
+		return x.FinalTick
+	}
+	return 0
+}
+
+type ArchiveGameResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchiveGameResponse) Reset() {
+	*x = ArchiveGameResponse{}
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchiveGameResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchiveGameResponse) ProtoMessage() {}
+
+func (x *ArchiveGameResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchiveGameResponse.ProtoReflect.Descriptor instead.
+func (*ArchiveGameResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{17}
+}
+
 var File_ludus_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\"\xb0\x01\n" +
+	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\"\xdb\x01\n" +
 	"\x10StartGameRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1f\n" +
@@ -972,7 +1115,8 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"moduleName\x12\x19\n" +
 	"\bbuild_id\x18\x04 \x01(\tR\abuildId\x12\x12\n" +
 	"\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x16\n" +
-	"\x06config\x18\x06 \x01(\fR\x06config\";\n" +
+	"\x06config\x18\x06 \x01(\fR\x06config\x12)\n" +
+	"\x10match_credential\x18\a \x01(\tR\x0fmatchCredential\";\n" +
 	"\x11StartGameResponse\x12&\n" +
 	"\x04game\x18\x01 \x01(\v2\x12.ludus.v1.GameInfoR\x04game\"F\n" +
 	"\x0eGetGameRequest\x12\x1b\n" +
@@ -1029,17 +1173,28 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"credential\x18\x01 \x01(\tR\n" +
 	"credential\x129\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt2\xbd\x03\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xce\x01\n" +
+	"\x12ArchiveGameRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1b\n" +
+	"\tspec_json\x18\x03 \x01(\fR\bspecJson\x12\x16\n" +
+	"\x06chunks\x18\x04 \x03(\fR\x06chunks\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"final_tick\x18\a \x01(\x03R\tfinalTick\"\x15\n" +
+	"\x13ArchiveGameResponse2\xbd\x03\n" +
 	"\vNodeService\x12T\n" +
 	"\tStartGame\x12\".ludus.cluster.v1.StartGameRequest\x1a#.ludus.cluster.v1.StartGameResponse\x12N\n" +
 	"\aGetGame\x12 .ludus.cluster.v1.GetGameRequest\x1a!.ludus.cluster.v1.GetGameResponse\x12Q\n" +
 	"\bJoinGame\x12!.ludus.cluster.v1.JoinGameRequest\x1a\".ludus.cluster.v1.JoinGameResponse\x12_\n" +
 	"\fStreamFrames\x12%.ludus.cluster.v1.StreamFramesRequest\x1a&.ludus.cluster.v1.StreamFramesResponse0\x01\x12T\n" +
-	"\tSendInput\x12\".ludus.cluster.v1.SendInputRequest\x1a#.ludus.cluster.v1.SendInputResponse2\xc0\x02\n" +
+	"\tSendInput\x12\".ludus.cluster.v1.SendInputRequest\x1a#.ludus.cluster.v1.SendInputResponse2\x9c\x03\n" +
 	"\x12ModuleStoreService\x12`\n" +
 	"\rResolveModule\x12&.ludus.cluster.v1.ResolveModuleRequest\x1a'.ludus.cluster.v1.ResolveModuleResponse\x12T\n" +
 	"\tGetModule\x12\".ludus.cluster.v1.GetModuleRequest\x1a#.ludus.cluster.v1.GetModuleResponse\x12r\n" +
-	"\x13MintMatchCredential\x12,.ludus.cluster.v1.MintMatchCredentialRequest\x1a-.ludus.cluster.v1.MintMatchCredentialResponseB0Z.ludus.dev/ludus/gen/ludus/cluster/v1;clusterv1b\x06proto3"
+	"\x13MintMatchCredential\x12,.ludus.cluster.v1.MintMatchCredentialRequest\x1a-.ludus.cluster.v1.MintMatchCredentialResponse\x12Z\n" +
+	"\vArchiveGame\x12$.ludus.cluster.v1.ArchiveGameRequest\x1a%.ludus.cluster.v1.ArchiveGameResponseB0Z.ludus.dev/ludus/gen/ludus/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_ludus_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -1053,7 +1208,7 @@ func file_ludus_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ludus_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ludus_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ludus_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_ludus_cluster_v1_cluster_proto_goTypes = []any{
 	(*StartGameRequest)(nil),            // 0: ludus.cluster.v1.StartGameRequest
 	(*StartGameResponse)(nil),           // 1: ludus.cluster.v1.StartGameResponse
@@ -1071,21 +1226,23 @@ var file_ludus_cluster_v1_cluster_proto_goTypes = []any{
 	(*GetModuleResponse)(nil),           // 13: ludus.cluster.v1.GetModuleResponse
 	(*MintMatchCredentialRequest)(nil),  // 14: ludus.cluster.v1.MintMatchCredentialRequest
 	(*MintMatchCredentialResponse)(nil), // 15: ludus.cluster.v1.MintMatchCredentialResponse
-	(*v1.GameInfo)(nil),                 // 16: ludus.v1.GameInfo
-	(*v1.Frame)(nil),                    // 17: ludus.v1.Frame
-	(*v1.Status)(nil),                   // 18: ludus.v1.Status
-	(*v1.Module)(nil),                   // 19: ludus.v1.Module
-	(*timestamppb.Timestamp)(nil),       // 20: google.protobuf.Timestamp
+	(*ArchiveGameRequest)(nil),          // 16: ludus.cluster.v1.ArchiveGameRequest
+	(*ArchiveGameResponse)(nil),         // 17: ludus.cluster.v1.ArchiveGameResponse
+	(*v1.GameInfo)(nil),                 // 18: ludus.v1.GameInfo
+	(*v1.Frame)(nil),                    // 19: ludus.v1.Frame
+	(*v1.Status)(nil),                   // 20: ludus.v1.Status
+	(*v1.Module)(nil),                   // 21: ludus.v1.Module
+	(*timestamppb.Timestamp)(nil),       // 22: google.protobuf.Timestamp
 }
 var file_ludus_cluster_v1_cluster_proto_depIdxs = []int32{
-	16, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
-	16, // 1: ludus.cluster.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
-	16, // 2: ludus.cluster.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
-	17, // 3: ludus.cluster.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
-	18, // 4: ludus.cluster.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
-	19, // 5: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
-	19, // 6: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
-	20, // 7: ludus.cluster.v1.MintMatchCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
+	18, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
+	18, // 1: ludus.cluster.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
+	18, // 2: ludus.cluster.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
+	19, // 3: ludus.cluster.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
+	20, // 4: ludus.cluster.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
+	21, // 5: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
+	21, // 6: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
+	22, // 7: ludus.cluster.v1.MintMatchCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 8: ludus.cluster.v1.NodeService.StartGame:input_type -> ludus.cluster.v1.StartGameRequest
 	2,  // 9: ludus.cluster.v1.NodeService.GetGame:input_type -> ludus.cluster.v1.GetGameRequest
 	4,  // 10: ludus.cluster.v1.NodeService.JoinGame:input_type -> ludus.cluster.v1.JoinGameRequest
@@ -1094,16 +1251,18 @@ var file_ludus_cluster_v1_cluster_proto_depIdxs = []int32{
 	10, // 13: ludus.cluster.v1.ModuleStoreService.ResolveModule:input_type -> ludus.cluster.v1.ResolveModuleRequest
 	12, // 14: ludus.cluster.v1.ModuleStoreService.GetModule:input_type -> ludus.cluster.v1.GetModuleRequest
 	14, // 15: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:input_type -> ludus.cluster.v1.MintMatchCredentialRequest
-	1,  // 16: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
-	3,  // 17: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
-	5,  // 18: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
-	7,  // 19: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
-	8,  // 20: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
-	11, // 21: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
-	13, // 22: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
-	15, // 23: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:output_type -> ludus.cluster.v1.MintMatchCredentialResponse
-	16, // [16:24] is the sub-list for method output_type
-	8,  // [8:16] is the sub-list for method input_type
+	16, // 16: ludus.cluster.v1.ModuleStoreService.ArchiveGame:input_type -> ludus.cluster.v1.ArchiveGameRequest
+	1,  // 17: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
+	3,  // 18: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
+	5,  // 19: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
+	7,  // 20: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
+	8,  // 21: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
+	11, // 22: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
+	13, // 23: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
+	15, // 24: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:output_type -> ludus.cluster.v1.MintMatchCredentialResponse
+	17, // 25: ludus.cluster.v1.ModuleStoreService.ArchiveGame:output_type -> ludus.cluster.v1.ArchiveGameResponse
+	17, // [17:26] is the sub-list for method output_type
+	8,  // [8:17] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -1124,7 +1283,7 @@ func file_ludus_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_cluster_v1_cluster_proto_rawDesc), len(file_ludus_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -92,6 +92,11 @@ const (
 	// AdminServiceListWebhookDeliveriesProcedure is the fully-qualified name of the AdminService's
 	// ListWebhookDeliveries RPC.
 	AdminServiceListWebhookDeliveriesProcedure = "/ludus.v1.AdminService/ListWebhookDeliveries"
+	// AdminServiceGetGameLogProcedure is the fully-qualified name of the AdminService's GetGameLog RPC.
+	AdminServiceGetGameLogProcedure = "/ludus.v1.AdminService/GetGameLog"
+	// AdminServiceListArchivedGamesProcedure is the fully-qualified name of the AdminService's
+	// ListArchivedGames RPC.
+	AdminServiceListArchivedGamesProcedure = "/ludus.v1.AdminService/ListArchivedGames"
 )
 
 // AdminServiceClient is a client for the ludus.v1.AdminService service.
@@ -134,6 +139,13 @@ type AdminServiceClient interface {
 	// Webhooks (scope "admin" to set).
 	SetWebhook(context.Context, *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error)
 	ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error)
+	// Game log archive (any scope): ended games' specs and input logs, as the
+	// sim nodes archived them (ludus ctl game replay). Another tenant's game
+	// is NotFound.
+	GetGameLog(context.Context, *connect.Request[v1.GetGameLogRequest]) (*connect.Response[v1.GetGameLogResponse], error)
+	// ListArchivedGames lists the tenant's archived games, newest first,
+	// without their logs.
+	ListArchivedGames(context.Context, *connect.Request[v1.ListArchivedGamesRequest]) (*connect.Response[v1.ListArchivedGamesResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the ludus.v1.AdminService service. By default, it
@@ -273,6 +285,18 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("ListWebhookDeliveries")),
 			connect.WithClientOptions(opts...),
 		),
+		getGameLog: connect.NewClient[v1.GetGameLogRequest, v1.GetGameLogResponse](
+			httpClient,
+			baseURL+AdminServiceGetGameLogProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetGameLog")),
+			connect.WithClientOptions(opts...),
+		),
+		listArchivedGames: connect.NewClient[v1.ListArchivedGamesRequest, v1.ListArchivedGamesResponse](
+			httpClient,
+			baseURL+AdminServiceListArchivedGamesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListArchivedGames")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -299,6 +323,8 @@ type adminServiceClient struct {
 	getAdminLeaderboard   *connect.Client[v1.GetAdminLeaderboardRequest, v1.GetAdminLeaderboardResponse]
 	setWebhook            *connect.Client[v1.SetWebhookRequest, v1.SetWebhookResponse]
 	listWebhookDeliveries *connect.Client[v1.ListWebhookDeliveriesRequest, v1.ListWebhookDeliveriesResponse]
+	getGameLog            *connect.Client[v1.GetGameLogRequest, v1.GetGameLogResponse]
+	listArchivedGames     *connect.Client[v1.ListArchivedGamesRequest, v1.ListArchivedGamesResponse]
 }
 
 // CreateTenant calls ludus.v1.AdminService.CreateTenant.
@@ -406,6 +432,16 @@ func (c *adminServiceClient) ListWebhookDeliveries(ctx context.Context, req *con
 	return c.listWebhookDeliveries.CallUnary(ctx, req)
 }
 
+// GetGameLog calls ludus.v1.AdminService.GetGameLog.
+func (c *adminServiceClient) GetGameLog(ctx context.Context, req *connect.Request[v1.GetGameLogRequest]) (*connect.Response[v1.GetGameLogResponse], error) {
+	return c.getGameLog.CallUnary(ctx, req)
+}
+
+// ListArchivedGames calls ludus.v1.AdminService.ListArchivedGames.
+func (c *adminServiceClient) ListArchivedGames(ctx context.Context, req *connect.Request[v1.ListArchivedGamesRequest]) (*connect.Response[v1.ListArchivedGamesResponse], error) {
+	return c.listArchivedGames.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the ludus.v1.AdminService service.
 type AdminServiceHandler interface {
 	// CreateTenant creates a studio and returns its first admin API key. Operator key only.
@@ -446,6 +482,13 @@ type AdminServiceHandler interface {
 	// Webhooks (scope "admin" to set).
 	SetWebhook(context.Context, *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error)
 	ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error)
+	// Game log archive (any scope): ended games' specs and input logs, as the
+	// sim nodes archived them (ludus ctl game replay). Another tenant's game
+	// is NotFound.
+	GetGameLog(context.Context, *connect.Request[v1.GetGameLogRequest]) (*connect.Response[v1.GetGameLogResponse], error)
+	// ListArchivedGames lists the tenant's archived games, newest first,
+	// without their logs.
+	ListArchivedGames(context.Context, *connect.Request[v1.ListArchivedGamesRequest]) (*connect.Response[v1.ListArchivedGamesResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -581,6 +624,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("ListWebhookDeliveries")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceGetGameLogHandler := connect.NewUnaryHandler(
+		AdminServiceGetGameLogProcedure,
+		svc.GetGameLog,
+		connect.WithSchema(adminServiceMethods.ByName("GetGameLog")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListArchivedGamesHandler := connect.NewUnaryHandler(
+		AdminServiceListArchivedGamesProcedure,
+		svc.ListArchivedGames,
+		connect.WithSchema(adminServiceMethods.ByName("ListArchivedGames")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ludus.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateTenantProcedure:
@@ -625,6 +680,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceSetWebhookHandler.ServeHTTP(w, r)
 		case AdminServiceListWebhookDeliveriesProcedure:
 			adminServiceListWebhookDeliveriesHandler.ServeHTTP(w, r)
+		case AdminServiceGetGameLogProcedure:
+			adminServiceGetGameLogHandler.ServeHTTP(w, r)
+		case AdminServiceListArchivedGamesProcedure:
+			adminServiceListArchivedGamesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -716,4 +775,12 @@ func (UnimplementedAdminServiceHandler) SetWebhook(context.Context, *connect.Req
 
 func (UnimplementedAdminServiceHandler) ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.ListWebhookDeliveries is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetGameLog(context.Context, *connect.Request[v1.GetGameLogRequest]) (*connect.Response[v1.GetGameLogResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.GetGameLog is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListArchivedGames(context.Context, *connect.Request[v1.ListArchivedGamesRequest]) (*connect.Response[v1.ListArchivedGamesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.ListArchivedGames is not implemented"))
 }

@@ -46,6 +46,10 @@ const (
 	GameServiceSendInputProcedure = "/ludus.v1.GameService/SendInput"
 	// GameServiceSpectateProcedure is the fully-qualified name of the GameService's Spectate RPC.
 	GameServiceSpectateProcedure = "/ludus.v1.GameService/Spectate"
+	// GameServicePlayProcedure is the fully-qualified name of the GameService's Play RPC.
+	GameServicePlayProcedure = "/ludus.v1.GameService/Play"
+	// GameServicePingProcedure is the fully-qualified name of the GameService's Ping RPC.
+	GameServicePingProcedure = "/ludus.v1.GameService/Ping"
 )
 
 // GameServiceClient is a client for the ludus.v1.GameService service.
@@ -63,6 +67,15 @@ type GameServiceClient interface {
 	SendInput(context.Context, *connect.Request[v1.SendInputRequest]) (*connect.Response[v1.SendInputResponse], error)
 	// Spectate streams the spectator view of a match; read-only.
 	Spectate(context.Context, *connect.Request[v1.SpectateRequest]) (*connect.ServerStreamForClient[v1.SpectateResponse], error)
+	// Play is the native clients' single bidirectional stream (HTTP/2 only: h2c or
+	// TLS with ALPN "h2"): a PlayStart, then inputs up; frames, status messages and
+	// input acknowledgements down. The stream re-attaches across handoffs and
+	// failovers like StreamFrames, and unacknowledged inputs are re-sent. Browsers
+	// use StreamFrames and SendInput instead. See docs/STREAMS.md.
+	Play(context.Context) *connect.BidiStreamForClient[v1.PlayRequest, v1.PlayResponse]
+	// Ping echoes the client's timestamp with the gateway's clock, for round-trip
+	// time and clock offset.
+	Ping(context.Context, *connect.Request[v1.PingRequest]) (*connect.Response[v1.PingResponse], error)
 }
 
 // NewGameServiceClient constructs a client for the ludus.v1.GameService service. By default, it
@@ -112,6 +125,18 @@ func NewGameServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(gameServiceMethods.ByName("Spectate")),
 			connect.WithClientOptions(opts...),
 		),
+		play: connect.NewClient[v1.PlayRequest, v1.PlayResponse](
+			httpClient,
+			baseURL+GameServicePlayProcedure,
+			connect.WithSchema(gameServiceMethods.ByName("Play")),
+			connect.WithClientOptions(opts...),
+		),
+		ping: connect.NewClient[v1.PingRequest, v1.PingResponse](
+			httpClient,
+			baseURL+GameServicePingProcedure,
+			connect.WithSchema(gameServiceMethods.ByName("Ping")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -123,6 +148,8 @@ type gameServiceClient struct {
 	streamFrames *connect.Client[v1.StreamFramesRequest, v1.StreamFramesResponse]
 	sendInput    *connect.Client[v1.SendInputRequest, v1.SendInputResponse]
 	spectate     *connect.Client[v1.SpectateRequest, v1.SpectateResponse]
+	play         *connect.Client[v1.PlayRequest, v1.PlayResponse]
+	ping         *connect.Client[v1.PingRequest, v1.PingResponse]
 }
 
 // CreateGame calls ludus.v1.GameService.CreateGame.
@@ -155,6 +182,16 @@ func (c *gameServiceClient) Spectate(ctx context.Context, req *connect.Request[v
 	return c.spectate.CallServerStream(ctx, req)
 }
 
+// Play calls ludus.v1.GameService.Play.
+func (c *gameServiceClient) Play(ctx context.Context) *connect.BidiStreamForClient[v1.PlayRequest, v1.PlayResponse] {
+	return c.play.CallBidiStream(ctx)
+}
+
+// Ping calls ludus.v1.GameService.Ping.
+func (c *gameServiceClient) Ping(ctx context.Context, req *connect.Request[v1.PingRequest]) (*connect.Response[v1.PingResponse], error) {
+	return c.ping.CallUnary(ctx, req)
+}
+
 // GameServiceHandler is an implementation of the ludus.v1.GameService service.
 type GameServiceHandler interface {
 	// CreateGame starts a new match of one of the tenant's modules on a sim node.
@@ -170,6 +207,15 @@ type GameServiceHandler interface {
 	SendInput(context.Context, *connect.Request[v1.SendInputRequest]) (*connect.Response[v1.SendInputResponse], error)
 	// Spectate streams the spectator view of a match; read-only.
 	Spectate(context.Context, *connect.Request[v1.SpectateRequest], *connect.ServerStream[v1.SpectateResponse]) error
+	// Play is the native clients' single bidirectional stream (HTTP/2 only: h2c or
+	// TLS with ALPN "h2"): a PlayStart, then inputs up; frames, status messages and
+	// input acknowledgements down. The stream re-attaches across handoffs and
+	// failovers like StreamFrames, and unacknowledged inputs are re-sent. Browsers
+	// use StreamFrames and SendInput instead. See docs/STREAMS.md.
+	Play(context.Context, *connect.BidiStream[v1.PlayRequest, v1.PlayResponse]) error
+	// Ping echoes the client's timestamp with the gateway's clock, for round-trip
+	// time and clock offset.
+	Ping(context.Context, *connect.Request[v1.PingRequest]) (*connect.Response[v1.PingResponse], error)
 }
 
 // NewGameServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -215,6 +261,18 @@ func NewGameServiceHandler(svc GameServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(gameServiceMethods.ByName("Spectate")),
 		connect.WithHandlerOptions(opts...),
 	)
+	gameServicePlayHandler := connect.NewBidiStreamHandler(
+		GameServicePlayProcedure,
+		svc.Play,
+		connect.WithSchema(gameServiceMethods.ByName("Play")),
+		connect.WithHandlerOptions(opts...),
+	)
+	gameServicePingHandler := connect.NewUnaryHandler(
+		GameServicePingProcedure,
+		svc.Ping,
+		connect.WithSchema(gameServiceMethods.ByName("Ping")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ludus.v1.GameService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case GameServiceCreateGameProcedure:
@@ -229,6 +287,10 @@ func NewGameServiceHandler(svc GameServiceHandler, opts ...connect.HandlerOption
 			gameServiceSendInputHandler.ServeHTTP(w, r)
 		case GameServiceSpectateProcedure:
 			gameServiceSpectateHandler.ServeHTTP(w, r)
+		case GameServicePlayProcedure:
+			gameServicePlayHandler.ServeHTTP(w, r)
+		case GameServicePingProcedure:
+			gameServicePingHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -260,4 +322,12 @@ func (UnimplementedGameServiceHandler) SendInput(context.Context, *connect.Reque
 
 func (UnimplementedGameServiceHandler) Spectate(context.Context, *connect.Request[v1.SpectateRequest], *connect.ServerStream[v1.SpectateResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.GameService.Spectate is not implemented"))
+}
+
+func (UnimplementedGameServiceHandler) Play(context.Context, *connect.BidiStream[v1.PlayRequest, v1.PlayResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.GameService.Play is not implemented"))
+}
+
+func (UnimplementedGameServiceHandler) Ping(context.Context, *connect.Request[v1.PingRequest]) (*connect.Response[v1.PingResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.GameService.Ping is not implemented"))
 }

@@ -55,6 +55,9 @@ const (
 	// ModuleStoreServiceMintMatchCredentialProcedure is the fully-qualified name of the
 	// ModuleStoreService's MintMatchCredential RPC.
 	ModuleStoreServiceMintMatchCredentialProcedure = "/ludus.cluster.v1.ModuleStoreService/MintMatchCredential"
+	// ModuleStoreServiceArchiveGameProcedure is the fully-qualified name of the ModuleStoreService's
+	// ArchiveGame RPC.
+	ModuleStoreServiceArchiveGameProcedure = "/ludus.cluster.v1.ModuleStoreService/ArchiveGame"
 )
 
 // NodeServiceClient is a client for the ludus.cluster.v1.NodeService service.
@@ -252,6 +255,11 @@ type ModuleStoreServiceClient interface {
 	// game is created; the credential reports only that match, until its final
 	// result is stored or it expires.
 	MintMatchCredential(context.Context, *connect.Request[v1.MintMatchCredentialRequest]) (*connect.Response[v1.MintMatchCredentialResponse], error)
+	// ArchiveGame stores an ended game's spec and full input log in the
+	// backend (for replays: ludus ctl game replay). Idempotent: archiving the
+	// same game again replaces the archive. At most 64 MiB of spec and chunks
+	// together (ResourceExhausted beyond).
+	ArchiveGame(context.Context, *connect.Request[v1.ArchiveGameRequest]) (*connect.Response[v1.ArchiveGameResponse], error)
 }
 
 // NewModuleStoreServiceClient constructs a client for the ludus.cluster.v1.ModuleStoreService
@@ -283,6 +291,12 @@ func NewModuleStoreServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(moduleStoreServiceMethods.ByName("MintMatchCredential")),
 			connect.WithClientOptions(opts...),
 		),
+		archiveGame: connect.NewClient[v1.ArchiveGameRequest, v1.ArchiveGameResponse](
+			httpClient,
+			baseURL+ModuleStoreServiceArchiveGameProcedure,
+			connect.WithSchema(moduleStoreServiceMethods.ByName("ArchiveGame")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -291,6 +305,7 @@ type moduleStoreServiceClient struct {
 	resolveModule       *connect.Client[v1.ResolveModuleRequest, v1.ResolveModuleResponse]
 	getModule           *connect.Client[v1.GetModuleRequest, v1.GetModuleResponse]
 	mintMatchCredential *connect.Client[v1.MintMatchCredentialRequest, v1.MintMatchCredentialResponse]
+	archiveGame         *connect.Client[v1.ArchiveGameRequest, v1.ArchiveGameResponse]
 }
 
 // ResolveModule calls ludus.cluster.v1.ModuleStoreService.ResolveModule.
@@ -308,6 +323,11 @@ func (c *moduleStoreServiceClient) MintMatchCredential(ctx context.Context, req 
 	return c.mintMatchCredential.CallUnary(ctx, req)
 }
 
+// ArchiveGame calls ludus.cluster.v1.ModuleStoreService.ArchiveGame.
+func (c *moduleStoreServiceClient) ArchiveGame(ctx context.Context, req *connect.Request[v1.ArchiveGameRequest]) (*connect.Response[v1.ArchiveGameResponse], error) {
+	return c.archiveGame.CallUnary(ctx, req)
+}
+
 // ModuleStoreServiceHandler is an implementation of the ludus.cluster.v1.ModuleStoreService
 // service.
 type ModuleStoreServiceHandler interface {
@@ -320,6 +340,11 @@ type ModuleStoreServiceHandler interface {
 	// game is created; the credential reports only that match, until its final
 	// result is stored or it expires.
 	MintMatchCredential(context.Context, *connect.Request[v1.MintMatchCredentialRequest]) (*connect.Response[v1.MintMatchCredentialResponse], error)
+	// ArchiveGame stores an ended game's spec and full input log in the
+	// backend (for replays: ludus ctl game replay). Idempotent: archiving the
+	// same game again replaces the archive. At most 64 MiB of spec and chunks
+	// together (ResourceExhausted beyond).
+	ArchiveGame(context.Context, *connect.Request[v1.ArchiveGameRequest]) (*connect.Response[v1.ArchiveGameResponse], error)
 }
 
 // NewModuleStoreServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -347,6 +372,12 @@ func NewModuleStoreServiceHandler(svc ModuleStoreServiceHandler, opts ...connect
 		connect.WithSchema(moduleStoreServiceMethods.ByName("MintMatchCredential")),
 		connect.WithHandlerOptions(opts...),
 	)
+	moduleStoreServiceArchiveGameHandler := connect.NewUnaryHandler(
+		ModuleStoreServiceArchiveGameProcedure,
+		svc.ArchiveGame,
+		connect.WithSchema(moduleStoreServiceMethods.ByName("ArchiveGame")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ludus.cluster.v1.ModuleStoreService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ModuleStoreServiceResolveModuleProcedure:
@@ -355,6 +386,8 @@ func NewModuleStoreServiceHandler(svc ModuleStoreServiceHandler, opts ...connect
 			moduleStoreServiceGetModuleHandler.ServeHTTP(w, r)
 		case ModuleStoreServiceMintMatchCredentialProcedure:
 			moduleStoreServiceMintMatchCredentialHandler.ServeHTTP(w, r)
+		case ModuleStoreServiceArchiveGameProcedure:
+			moduleStoreServiceArchiveGameHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -374,4 +407,8 @@ func (UnimplementedModuleStoreServiceHandler) GetModule(context.Context, *connec
 
 func (UnimplementedModuleStoreServiceHandler) MintMatchCredential(context.Context, *connect.Request[v1.MintMatchCredentialRequest]) (*connect.Response[v1.MintMatchCredentialResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.ModuleStoreService.MintMatchCredential is not implemented"))
+}
+
+func (UnimplementedModuleStoreServiceHandler) ArchiveGame(context.Context, *connect.Request[v1.ArchiveGameRequest]) (*connect.Response[v1.ArchiveGameResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.ModuleStoreService.ArchiveGame is not implemented"))
 }

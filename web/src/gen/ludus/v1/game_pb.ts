@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/v1/game.proto.
  */
 export const file_ludus_v1_game: GenFile = /*@__PURE__*/
-  fileDesc("ChNsdWR1cy92MS9nYW1lLnByb3RvEghsdWR1cy52MSK+AQoIR2FtZUluZm8SDwoHZ2FtZV9pZBgBIAEoCRITCgttb2R1bGVfbmFtZRgCIAEoCRIQCghidWlsZF9pZBgDIAEoCRIPCgdub2RlX2lkGAQgASgJEhMKC21heF9wbGF5ZXJzGAUgASgFEg8KB3BsYXllcnMYBiABKAUSDAoEdGljaxgHIAEoAxINCgVzdGF0ZRgIIAEoCRIRCgl0aWNrX3JhdGUYCSABKAUSEwoLdmlld19mb3JtYXQYCiABKAkiRgoRQ3JlYXRlR2FtZVJlcXVlc3QSEwoLbW9kdWxlX25hbWUYASABKAkSDAoEYm90cxgCIAEoBRIOCgZjb25maWcYAyABKAwiNgoSQ3JlYXRlR2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyISChBMaXN0R2FtZXNSZXF1ZXN0IjYKEUxpc3RHYW1lc1Jlc3BvbnNlEiEKBWdhbWVzGAEgAygLMhIubHVkdXMudjEuR2FtZUluZm8iIgoPSm9pbkdhbWVSZXF1ZXN0Eg8KB2dhbWVfaWQYASABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSJZChNTdHJlYW1GcmFtZXNSZXF1ZXN0Eg8KB2dhbWVfaWQYASABKAkSMQoQYWNjZXB0X2VuY29kaW5ncxgCIAMoDjIXLmx1ZHVzLnYxLkZyYW1lRW5jb2RpbmciYwoUU3RyZWFtRnJhbWVzUmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAQgUKA21zZyKFAQoFRnJhbWUSDAoEdGljaxgBIAEoAxIMCgR2aWV3GAIgASgMEikKCGVuY29kaW5nGAMgASgOMhcubHVkdXMudjEuRnJhbWVFbmNvZGluZxIQCghrZXlmcmFtZRgEIAEoCBIRCgliYXNlX3RpY2sYBSABKAMSEAoIcmF3X3NpemUYBiABKA0ivQEKBlN0YXR1cxIPCgdub2RlX2lkGAEgASgJEg4KBnJlZ2lvbhgCIAEoCRIMCgR0aWNrGAMgASgDEg0KBXN0YXRlGAQgASgJEg8KB21lc3NhZ2UYBSABKAkSDAoEc2xvdBgGIAEoBRITCgt2aWV3X2Zvcm1hdBgHIAEoCRIRCgl0aWNrX3JhdGUYCCABKAUSFAoMbWlncmF0aW9uX21zGAkgASgDEhgKEHByZXZpb3VzX25vZGVfaWQYCiABKAkiQQoQU2VuZElucHV0UmVxdWVzdBIPCgdnYW1lX2lkGAEgASgJEgsKA3NlcRgCIAEoBBIPCgdwYXlsb2FkGAMgASgMIjQKEVNlbmRJbnB1dFJlc3BvbnNlEhEKCWFja2VkX3NlcRgBIAEoBBIMCgR0aWNrGAIgASgDIlUKD1NwZWN0YXRlUmVxdWVzdBIPCgdnYW1lX2lkGAEgASgJEjEKEGFjY2VwdF9lbmNvZGluZ3MYAiADKA4yFy5sdWR1cy52MS5GcmFtZUVuY29kaW5nIl8KEFNwZWN0YXRlUmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAQgUKA21zZyqIAQoNRnJhbWVFbmNvZGluZxIeChpGUkFNRV9FTkNPRElOR19VTlNQRUNJRklFRBAAEhYKEkZSQU1FX0VOQ09ESU5HX1JBVxABEiAKHEZSQU1FX0VOQ09ESU5HX0RFTFRBX0RFRkxBVEUQAhIdChlGUkFNRV9FTkNPRElOR19ERUxUQV9aU1REEAMyuwMKC0dhbWVTZXJ2aWNlEkcKCkNyZWF0ZUdhbWUSGy5sdWR1cy52MS5DcmVhdGVHYW1lUmVxdWVzdBocLmx1ZHVzLnYxLkNyZWF0ZUdhbWVSZXNwb25zZRJECglMaXN0R2FtZXMSGi5sdWR1cy52MS5MaXN0R2FtZXNSZXF1ZXN0GhsubHVkdXMudjEuTGlzdEdhbWVzUmVzcG9uc2USQQoISm9pbkdhbWUSGS5sdWR1cy52MS5Kb2luR2FtZVJlcXVlc3QaGi5sdWR1cy52MS5Kb2luR2FtZVJlc3BvbnNlEk8KDFN0cmVhbUZyYW1lcxIdLmx1ZHVzLnYxLlN0cmVhbUZyYW1lc1JlcXVlc3QaHi5sdWR1cy52MS5TdHJlYW1GcmFtZXNSZXNwb25zZTABEkQKCVNlbmRJbnB1dBIaLmx1ZHVzLnYxLlNlbmRJbnB1dFJlcXVlc3QaGy5sdWR1cy52MS5TZW5kSW5wdXRSZXNwb25zZRJDCghTcGVjdGF0ZRIZLmx1ZHVzLnYxLlNwZWN0YXRlUmVxdWVzdBoaLmx1ZHVzLnYxLlNwZWN0YXRlUmVzcG9uc2UwAUImWiRsdWR1cy5kZXYvbHVkdXMvZ2VuL2x1ZHVzL3YxO2x1ZHVzdjFiBnByb3RvMw");
+  fileDesc("ChNsdWR1cy92MS9nYW1lLnByb3RvEghsdWR1cy52MSK+AQoIR2FtZUluZm8SDwoHZ2FtZV9pZBgBIAEoCRITCgttb2R1bGVfbmFtZRgCIAEoCRIQCghidWlsZF9pZBgDIAEoCRIPCgdub2RlX2lkGAQgASgJEhMKC21heF9wbGF5ZXJzGAUgASgFEg8KB3BsYXllcnMYBiABKAUSDAoEdGljaxgHIAEoAxINCgVzdGF0ZRgIIAEoCRIRCgl0aWNrX3JhdGUYCSABKAUSEwoLdmlld19mb3JtYXQYCiABKAkiRgoRQ3JlYXRlR2FtZVJlcXVlc3QSEwoLbW9kdWxlX25hbWUYASABKAkSDAoEYm90cxgCIAEoBRIOCgZjb25maWcYAyABKAwiNgoSQ3JlYXRlR2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyISChBMaXN0R2FtZXNSZXF1ZXN0IjYKEUxpc3RHYW1lc1Jlc3BvbnNlEiEKBWdhbWVzGAEgAygLMhIubHVkdXMudjEuR2FtZUluZm8iIgoPSm9pbkdhbWVSZXF1ZXN0Eg8KB2dhbWVfaWQYASABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSJZChNTdHJlYW1GcmFtZXNSZXF1ZXN0Eg8KB2dhbWVfaWQYASABKAkSMQoQYWNjZXB0X2VuY29kaW5ncxgCIAMoDjIXLmx1ZHVzLnYxLkZyYW1lRW5jb2RpbmciYwoUU3RyZWFtRnJhbWVzUmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAQgUKA21zZyKFAQoFRnJhbWUSDAoEdGljaxgBIAEoAxIMCgR2aWV3GAIgASgMEikKCGVuY29kaW5nGAMgASgOMhcubHVkdXMudjEuRnJhbWVFbmNvZGluZxIQCghrZXlmcmFtZRgEIAEoCBIRCgliYXNlX3RpY2sYBSABKAMSEAoIcmF3X3NpemUYBiABKA0ivQEKBlN0YXR1cxIPCgdub2RlX2lkGAEgASgJEg4KBnJlZ2lvbhgCIAEoCRIMCgR0aWNrGAMgASgDEg0KBXN0YXRlGAQgASgJEg8KB21lc3NhZ2UYBSABKAkSDAoEc2xvdBgGIAEoBRITCgt2aWV3X2Zvcm1hdBgHIAEoCRIRCgl0aWNrX3JhdGUYCCABKAUSFAoMbWlncmF0aW9uX21zGAkgASgDEhgKEHByZXZpb3VzX25vZGVfaWQYCiABKAkiQQoQU2VuZElucHV0UmVxdWVzdBIPCgdnYW1lX2lkGAEgASgJEgsKA3NlcRgCIAEoBBIPCgdwYXlsb2FkGAMgASgMIjQKEVNlbmRJbnB1dFJlc3BvbnNlEhEKCWFja2VkX3NlcRgBIAEoBBIMCgR0aWNrGAIgASgDIlUKD1NwZWN0YXRlUmVxdWVzdBIPCgdnYW1lX2lkGAEgASgJEjEKEGFjY2VwdF9lbmNvZGluZ3MYAiADKA4yFy5sdWR1cy52MS5GcmFtZUVuY29kaW5nIl8KEFNwZWN0YXRlUmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAQgUKA21zZyJgCgtQbGF5UmVxdWVzdBIkCgVzdGFydBgBIAEoCzITLmx1ZHVzLnYxLlBsYXlTdGFydEgAEiQKBWlucHV0GAIgASgLMhMubHVkdXMudjEuUGxheUlucHV0SABCBQoDbXNnIk8KCVBsYXlTdGFydBIPCgdnYW1lX2lkGAEgASgJEjEKEGFjY2VwdF9lbmNvZGluZ3MYAiADKA4yFy5sdWR1cy52MS5GcmFtZUVuY29kaW5nIikKCVBsYXlJbnB1dBILCgNzZXEYASABKAQSDwoHcGF5bG9hZBgCIAEoDCJ+CgxQbGF5UmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAEiEKA2FjaxgDIAEoCzISLmx1ZHVzLnYxLklucHV0QWNrSABCBQoDbXNnIisKCElucHV0QWNrEhEKCWFja2VkX3NlcRgBIAEoBBIMCgR0aWNrGAIgASgDIigKC1BpbmdSZXF1ZXN0EhkKEWNsaWVudF91bml4X25hbm9zGAEgASgDIkQKDFBpbmdSZXNwb25zZRIZChFjbGllbnRfdW5peF9uYW5vcxgBIAEoAxIZChFzZXJ2ZXJfdW5peF9uYW5vcxgCIAEoAyqIAQoNRnJhbWVFbmNvZGluZxIeChpGUkFNRV9FTkNPRElOR19VTlNQRUNJRklFRBAAEhYKEkZSQU1FX0VOQ09ESU5HX1JBVxABEiAKHEZSQU1FX0VOQ09ESU5HX0RFTFRBX0RFRkxBVEUQAhIdChlGUkFNRV9FTkNPRElOR19ERUxUQV9aU1REEAMyrQQKC0dhbWVTZXJ2aWNlEkcKCkNyZWF0ZUdhbWUSGy5sdWR1cy52MS5DcmVhdGVHYW1lUmVxdWVzdBocLmx1ZHVzLnYxLkNyZWF0ZUdhbWVSZXNwb25zZRJECglMaXN0R2FtZXMSGi5sdWR1cy52MS5MaXN0R2FtZXNSZXF1ZXN0GhsubHVkdXMudjEuTGlzdEdhbWVzUmVzcG9uc2USQQoISm9pbkdhbWUSGS5sdWR1cy52MS5Kb2luR2FtZVJlcXVlc3QaGi5sdWR1cy52MS5Kb2luR2FtZVJlc3BvbnNlEk8KDFN0cmVhbUZyYW1lcxIdLmx1ZHVzLnYxLlN0cmVhbUZyYW1lc1JlcXVlc3QaHi5sdWR1cy52MS5TdHJlYW1GcmFtZXNSZXNwb25zZTABEkQKCVNlbmRJbnB1dBIaLmx1ZHVzLnYxLlNlbmRJbnB1dFJlcXVlc3QaGy5sdWR1cy52MS5TZW5kSW5wdXRSZXNwb25zZRJDCghTcGVjdGF0ZRIZLmx1ZHVzLnYxLlNwZWN0YXRlUmVxdWVzdBoaLmx1ZHVzLnYxLlNwZWN0YXRlUmVzcG9uc2UwARI5CgRQbGF5EhUubHVkdXMudjEuUGxheVJlcXVlc3QaFi5sdWR1cy52MS5QbGF5UmVzcG9uc2UoATABEjUKBFBpbmcSFS5sdWR1cy52MS5QaW5nUmVxdWVzdBoWLmx1ZHVzLnYxLlBpbmdSZXNwb25zZUImWiRsdWR1cy5kZXYvbHVkdXMvZ2VuL2x1ZHVzL3YxO2x1ZHVzdjFiBnByb3RvMw");
 
 /**
  * @generated from message ludus.v1.GameInfo
@@ -493,6 +493,202 @@ export const SpectateResponseSchema: GenMessage<SpectateResponse> = /*@__PURE__*
   messageDesc(file_ludus_v1_game, 14);
 
 /**
+ * PlayRequest is one message of a Play stream from the client: the first is a
+ * start, every later one an input.
+ *
+ * @generated from message ludus.v1.PlayRequest
+ */
+export type PlayRequest = Message<"ludus.v1.PlayRequest"> & {
+  /**
+   * @generated from oneof ludus.v1.PlayRequest.msg
+   */
+  msg: {
+    /**
+     * @generated from field: ludus.v1.PlayStart start = 1;
+     */
+    value: PlayStart;
+    case: "start";
+  } | {
+    /**
+     * @generated from field: ludus.v1.PlayInput input = 2;
+     */
+    value: PlayInput;
+    case: "input";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message ludus.v1.PlayRequest.
+ * Use `create(PlayRequestSchema)` to create a new message.
+ */
+export const PlayRequestSchema: GenMessage<PlayRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_game, 15);
+
+/**
+ * PlayStart opens a Play stream on a game the caller joined (JoinGame).
+ *
+ * @generated from message ludus.v1.PlayStart
+ */
+export type PlayStart = Message<"ludus.v1.PlayStart"> & {
+  /**
+   * @generated from field: string game_id = 1;
+   */
+  gameId: string;
+
+  /**
+   * As StreamFramesRequest.accept_encodings.
+   *
+   * @generated from field: repeated ludus.v1.FrameEncoding accept_encodings = 2;
+   */
+  acceptEncodings: FrameEncoding[];
+};
+
+/**
+ * Describes the message ludus.v1.PlayStart.
+ * Use `create(PlayStartSchema)` to create a new message.
+ */
+export const PlayStartSchema: GenMessage<PlayStart> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_game, 16);
+
+/**
+ * PlayInput is one input, as SendInputRequest without the game id.
+ *
+ * @generated from message ludus.v1.PlayInput
+ */
+export type PlayInput = Message<"ludus.v1.PlayInput"> & {
+  /**
+   * Client sequence number, increasing per (player, game).
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * Game-defined payload, at most 256 bytes.
+   *
+   * @generated from field: bytes payload = 2;
+   */
+  payload: Uint8Array;
+};
+
+/**
+ * Describes the message ludus.v1.PlayInput.
+ * Use `create(PlayInputSchema)` to create a new message.
+ */
+export const PlayInputSchema: GenMessage<PlayInput> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_game, 17);
+
+/**
+ * PlayResponse is one message of a Play stream to the client.
+ *
+ * @generated from message ludus.v1.PlayResponse
+ */
+export type PlayResponse = Message<"ludus.v1.PlayResponse"> & {
+  /**
+   * @generated from oneof ludus.v1.PlayResponse.msg
+   */
+  msg: {
+    /**
+     * @generated from field: ludus.v1.Frame frame = 1;
+     */
+    value: Frame;
+    case: "frame";
+  } | {
+    /**
+     * @generated from field: ludus.v1.Status status = 2;
+     */
+    value: Status;
+    case: "status";
+  } | {
+    /**
+     * @generated from field: ludus.v1.InputAck ack = 3;
+     */
+    value: InputAck;
+    case: "ack";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message ludus.v1.PlayResponse.
+ * Use `create(PlayResponseSchema)` to create a new message.
+ */
+export const PlayResponseSchema: GenMessage<PlayResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_game, 18);
+
+/**
+ * InputAck acknowledges inputs of a Play stream once durable, as SendInputResponse.
+ *
+ * @generated from message ludus.v1.InputAck
+ */
+export type InputAck = Message<"ludus.v1.InputAck"> & {
+  /**
+   * Highest sequence number that is durable.
+   *
+   * @generated from field: uint64 acked_seq = 1;
+   */
+  ackedSeq: bigint;
+
+  /**
+   * Tick at which the input was applied.
+   *
+   * @generated from field: int64 tick = 2;
+   */
+  tick: bigint;
+};
+
+/**
+ * Describes the message ludus.v1.InputAck.
+ * Use `create(InputAckSchema)` to create a new message.
+ */
+export const InputAckSchema: GenMessage<InputAck> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_game, 19);
+
+/**
+ * @generated from message ludus.v1.PingRequest
+ */
+export type PingRequest = Message<"ludus.v1.PingRequest"> & {
+  /**
+   * The client's clock when it sent the ping, in Unix nanoseconds; echoed back.
+   *
+   * @generated from field: int64 client_unix_nanos = 1;
+   */
+  clientUnixNanos: bigint;
+};
+
+/**
+ * Describes the message ludus.v1.PingRequest.
+ * Use `create(PingRequestSchema)` to create a new message.
+ */
+export const PingRequestSchema: GenMessage<PingRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_game, 20);
+
+/**
+ * @generated from message ludus.v1.PingResponse
+ */
+export type PingResponse = Message<"ludus.v1.PingResponse"> & {
+  /**
+   * PingRequest.client_unix_nanos, unchanged.
+   *
+   * @generated from field: int64 client_unix_nanos = 1;
+   */
+  clientUnixNanos: bigint;
+
+  /**
+   * The gateway's clock when it answered, in Unix nanoseconds.
+   *
+   * @generated from field: int64 server_unix_nanos = 2;
+   */
+  serverUnixNanos: bigint;
+};
+
+/**
+ * Describes the message ludus.v1.PingResponse.
+ * Use `create(PingResponseSchema)` to create a new message.
+ */
+export const PingResponseSchema: GenMessage<PingResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_game, 21);
+
+/**
  * FrameEncoding is how Frame.view is encoded; see docs/STREAMS.md.
  *
  * @generated from enum ludus.v1.FrameEncoding
@@ -601,6 +797,31 @@ export const GameService: GenService<{
     methodKind: "server_streaming";
     input: typeof SpectateRequestSchema;
     output: typeof SpectateResponseSchema;
+  },
+  /**
+   * Play is the native clients' single bidirectional stream (HTTP/2 only: h2c or
+   * TLS with ALPN "h2"): a PlayStart, then inputs up; frames, status messages and
+   * input acknowledgements down. The stream re-attaches across handoffs and
+   * failovers like StreamFrames, and unacknowledged inputs are re-sent. Browsers
+   * use StreamFrames and SendInput instead. See docs/STREAMS.md.
+   *
+   * @generated from rpc ludus.v1.GameService.Play
+   */
+  play: {
+    methodKind: "bidi_streaming";
+    input: typeof PlayRequestSchema;
+    output: typeof PlayResponseSchema;
+  },
+  /**
+   * Ping echoes the client's timestamp with the gateway's clock, for round-trip
+   * time and clock offset.
+   *
+   * @generated from rpc ludus.v1.GameService.Ping
+   */
+  ping: {
+    methodKind: "unary";
+    input: typeof PingRequestSchema;
+    output: typeof PingResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ludus_v1_game, 0);

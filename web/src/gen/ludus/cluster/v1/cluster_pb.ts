@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/cluster/v1/cluster.proto.
  */
 export const file_ludus_cluster_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NsdXN0ZXIucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEiewoQU3RhcnRHYW1lUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRITCgttb2R1bGVfbmFtZRgDIAEoCRIQCghidWlsZF9pZBgEIAEoCRIMCgRzZWVkGAUgASgEEg4KBmNvbmZpZxgGIAEoDCI1ChFTdGFydEdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8iNAoOR2V0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkiMwoPR2V0R2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJfCg9Kb2luR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRIUCgxkaXNwbGF5X25hbWUYBCABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSJgChNTdHJlYW1GcmFtZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdnYW1lX2lkGAIgASgJEhIKCmFjY291bnRfaWQYAyABKAkSEQoJc3BlY3RhdG9yGAQgASgIImMKFFN0cmVhbUZyYW1lc1Jlc3BvbnNlEiAKBWZyYW1lGAEgASgLMg8ubHVkdXMudjEuRnJhbWVIABIiCgZzdGF0dXMYAiABKAsyEC5sdWR1cy52MS5TdGF0dXNIAEIFCgNtc2ciNAoRU2VuZElucHV0UmVzcG9uc2USEQoJYWNrZWRfc2VxGAEgASgEEgwKBHRpY2sYAiABKAMiaAoQU2VuZElucHV0UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEgsKA3NlcRgEIAEoBBIPCgdwYXlsb2FkGAUgASgMIjcKFFJlc29sdmVNb2R1bGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJIjkKFVJlc29sdmVNb2R1bGVSZXNwb25zZRIgCgZtb2R1bGUYASABKAsyEC5sdWR1cy52MS5Nb2R1bGUiNwoQR2V0TW9kdWxlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIYnVpbGRfaWQYAiABKAkiQwoRR2V0TW9kdWxlUmVzcG9uc2USIAoGbW9kdWxlGAEgASgLMhAubHVkdXMudjEuTW9kdWxlEgwKBHdhc20YAiABKAwiTwoaTWludE1hdGNoQ3JlZGVudGlhbFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCG1hdGNoX2lkGAIgASgJEgwKBGdhbWUYAyABKAkiYQobTWludE1hdGNoQ3JlZGVudGlhbFJlc3BvbnNlEhIKCmNyZWRlbnRpYWwYASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAyvQMKC05vZGVTZXJ2aWNlElQKCVN0YXJ0R2FtZRIiLmx1ZHVzLmNsdXN0ZXIudjEuU3RhcnRHYW1lUmVxdWVzdBojLmx1ZHVzLmNsdXN0ZXIudjEuU3RhcnRHYW1lUmVzcG9uc2USTgoHR2V0R2FtZRIgLmx1ZHVzLmNsdXN0ZXIudjEuR2V0R2FtZVJlcXVlc3QaIS5sdWR1cy5jbHVzdGVyLnYxLkdldEdhbWVSZXNwb25zZRJRCghKb2luR2FtZRIhLmx1ZHVzLmNsdXN0ZXIudjEuSm9pbkdhbWVSZXF1ZXN0GiIubHVkdXMuY2x1c3Rlci52MS5Kb2luR2FtZVJlc3BvbnNlEl8KDFN0cmVhbUZyYW1lcxIlLmx1ZHVzLmNsdXN0ZXIudjEuU3RyZWFtRnJhbWVzUmVxdWVzdBomLmx1ZHVzLmNsdXN0ZXIudjEuU3RyZWFtRnJhbWVzUmVzcG9uc2UwARJUCglTZW5kSW5wdXQSIi5sdWR1cy5jbHVzdGVyLnYxLlNlbmRJbnB1dFJlcXVlc3QaIy5sdWR1cy5jbHVzdGVyLnYxLlNlbmRJbnB1dFJlc3BvbnNlMsACChJNb2R1bGVTdG9yZVNlcnZpY2USYAoNUmVzb2x2ZU1vZHVsZRImLmx1ZHVzLmNsdXN0ZXIudjEuUmVzb2x2ZU1vZHVsZVJlcXVlc3QaJy5sdWR1cy5jbHVzdGVyLnYxLlJlc29sdmVNb2R1bGVSZXNwb25zZRJUCglHZXRNb2R1bGUSIi5sdWR1cy5jbHVzdGVyLnYxLkdldE1vZHVsZVJlcXVlc3QaIy5sdWR1cy5jbHVzdGVyLnYxLkdldE1vZHVsZVJlc3BvbnNlEnIKE01pbnRNYXRjaENyZWRlbnRpYWwSLC5sdWR1cy5jbHVzdGVyLnYxLk1pbnRNYXRjaENyZWRlbnRpYWxSZXF1ZXN0Gi0ubHVkdXMuY2x1c3Rlci52MS5NaW50TWF0Y2hDcmVkZW50aWFsUmVzcG9uc2VCMFoubHVkdXMuZGV2L2x1ZHVzL2dlbi9sdWR1cy9jbHVzdGVyL3YxO2NsdXN0ZXJ2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_ludus_v1_admin, file_ludus_v1_game]);
+  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NsdXN0ZXIucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEilQEKEFN0YXJ0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEwoLbW9kdWxlX25hbWUYAyABKAkSEAoIYnVpbGRfaWQYBCABKAkSDAoEc2VlZBgFIAEoBBIOCgZjb25maWcYBiABKAwSGAoQbWF0Y2hfY3JlZGVudGlhbBgHIAEoCSI1ChFTdGFydEdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8iNAoOR2V0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkiMwoPR2V0R2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJfCg9Kb2luR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRIUCgxkaXNwbGF5X25hbWUYBCABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSJgChNTdHJlYW1GcmFtZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdnYW1lX2lkGAIgASgJEhIKCmFjY291bnRfaWQYAyABKAkSEQoJc3BlY3RhdG9yGAQgASgIImMKFFN0cmVhbUZyYW1lc1Jlc3BvbnNlEiAKBWZyYW1lGAEgASgLMg8ubHVkdXMudjEuRnJhbWVIABIiCgZzdGF0dXMYAiABKAsyEC5sdWR1cy52MS5TdGF0dXNIAEIFCgNtc2ciNAoRU2VuZElucHV0UmVzcG9uc2USEQoJYWNrZWRfc2VxGAEgASgEEgwKBHRpY2sYAiABKAMiaAoQU2VuZElucHV0UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEgsKA3NlcRgEIAEoBBIPCgdwYXlsb2FkGAUgASgMIjcKFFJlc29sdmVNb2R1bGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJIjkKFVJlc29sdmVNb2R1bGVSZXNwb25zZRIgCgZtb2R1bGUYASABKAsyEC5sdWR1cy52MS5Nb2R1bGUiNwoQR2V0TW9kdWxlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIYnVpbGRfaWQYAiABKAkiQwoRR2V0TW9kdWxlUmVzcG9uc2USIAoGbW9kdWxlGAEgASgLMhAubHVkdXMudjEuTW9kdWxlEgwKBHdhc20YAiABKAwiTwoaTWludE1hdGNoQ3JlZGVudGlhbFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCG1hdGNoX2lkGAIgASgJEgwKBGdhbWUYAyABKAkiYQobTWludE1hdGNoQ3JlZGVudGlhbFJlc3BvbnNlEhIKCmNyZWRlbnRpYWwYASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijwEKEkFyY2hpdmVHYW1lUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRIRCglzcGVjX2pzb24YAyABKAwSDgoGY2h1bmtzGAQgAygMEg0KBXN0YXRlGAUgASgJEg8KB21lc3NhZ2UYBiABKAkSEgoKZmluYWxfdGljaxgHIAEoAyIVChNBcmNoaXZlR2FtZVJlc3BvbnNlMr0DCgtOb2RlU2VydmljZRJUCglTdGFydEdhbWUSIi5sdWR1cy5jbHVzdGVyLnYxLlN0YXJ0R2FtZVJlcXVlc3QaIy5sdWR1cy5jbHVzdGVyLnYxLlN0YXJ0R2FtZVJlc3BvbnNlEk4KB0dldEdhbWUSIC5sdWR1cy5jbHVzdGVyLnYxLkdldEdhbWVSZXF1ZXN0GiEubHVkdXMuY2x1c3Rlci52MS5HZXRHYW1lUmVzcG9uc2USUQoISm9pbkdhbWUSIS5sdWR1cy5jbHVzdGVyLnYxLkpvaW5HYW1lUmVxdWVzdBoiLmx1ZHVzLmNsdXN0ZXIudjEuSm9pbkdhbWVSZXNwb25zZRJfCgxTdHJlYW1GcmFtZXMSJS5sdWR1cy5jbHVzdGVyLnYxLlN0cmVhbUZyYW1lc1JlcXVlc3QaJi5sdWR1cy5jbHVzdGVyLnYxLlN0cmVhbUZyYW1lc1Jlc3BvbnNlMAESVAoJU2VuZElucHV0EiIubHVkdXMuY2x1c3Rlci52MS5TZW5kSW5wdXRSZXF1ZXN0GiMubHVkdXMuY2x1c3Rlci52MS5TZW5kSW5wdXRSZXNwb25zZTKcAwoSTW9kdWxlU3RvcmVTZXJ2aWNlEmAKDVJlc29sdmVNb2R1bGUSJi5sdWR1cy5jbHVzdGVyLnYxLlJlc29sdmVNb2R1bGVSZXF1ZXN0GicubHVkdXMuY2x1c3Rlci52MS5SZXNvbHZlTW9kdWxlUmVzcG9uc2USVAoJR2V0TW9kdWxlEiIubHVkdXMuY2x1c3Rlci52MS5HZXRNb2R1bGVSZXF1ZXN0GiMubHVkdXMuY2x1c3Rlci52MS5HZXRNb2R1bGVSZXNwb25zZRJyChNNaW50TWF0Y2hDcmVkZW50aWFsEiwubHVkdXMuY2x1c3Rlci52MS5NaW50TWF0Y2hDcmVkZW50aWFsUmVxdWVzdBotLmx1ZHVzLmNsdXN0ZXIudjEuTWludE1hdGNoQ3JlZGVudGlhbFJlc3BvbnNlEloKC0FyY2hpdmVHYW1lEiQubHVkdXMuY2x1c3Rlci52MS5BcmNoaXZlR2FtZVJlcXVlc3QaJS5sdWR1cy5jbHVzdGVyLnYxLkFyY2hpdmVHYW1lUmVzcG9uc2VCMFoubHVkdXMuZGV2L2x1ZHVzL2dlbi9sdWR1cy9jbHVzdGVyL3YxO2NsdXN0ZXJ2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_ludus_v1_admin, file_ludus_v1_game]);
 
 /**
  * @generated from message ludus.cluster.v1.StartGameRequest
@@ -51,6 +51,14 @@ export type StartGameRequest = Message<"ludus.cluster.v1.StartGameRequest"> & {
    * @generated from field: bytes config = 6;
    */
   config: Uint8Array;
+
+  /**
+   * Match-scoped credential from the backend (MintMatchCredential): the only
+   * right the node gets to report this match's progress and result.
+   *
+   * @generated from field: string match_credential = 7;
+   */
+  matchCredential: string;
 };
 
 /**
@@ -429,6 +437,76 @@ export const MintMatchCredentialResponseSchema: GenMessage<MintMatchCredentialRe
   messageDesc(file_ludus_cluster_v1_cluster, 15);
 
 /**
+ * @generated from message ludus.cluster.v1.ArchiveGameRequest
+ */
+export type ArchiveGameRequest = Message<"ludus.cluster.v1.ArchiveGameRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * @generated from field: string game_id = 2;
+   */
+  gameId: string;
+
+  /**
+   * The game's spec as the sim node keeps it (JSON), stored verbatim.
+   *
+   * @generated from field: bytes spec_json = 3;
+   */
+  specJson: Uint8Array;
+
+  /**
+   * The encoded input log chunks (simnode/inputlog), in order, stored verbatim.
+   *
+   * @generated from field: repeated bytes chunks = 4;
+   */
+  chunks: Uint8Array[];
+
+  /**
+   * How the game ended: "ended" or "failed".
+   *
+   * @generated from field: string state = 5;
+   */
+  state: string;
+
+  /**
+   * Why, for people (e.g. the trap of a crashed module).
+   *
+   * @generated from field: string message = 6;
+   */
+  message: string;
+
+  /**
+   * The last tick the game ran.
+   *
+   * @generated from field: int64 final_tick = 7;
+   */
+  finalTick: bigint;
+};
+
+/**
+ * Describes the message ludus.cluster.v1.ArchiveGameRequest.
+ * Use `create(ArchiveGameRequestSchema)` to create a new message.
+ */
+export const ArchiveGameRequestSchema: GenMessage<ArchiveGameRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_cluster, 16);
+
+/**
+ * @generated from message ludus.cluster.v1.ArchiveGameResponse
+ */
+export type ArchiveGameResponse = Message<"ludus.cluster.v1.ArchiveGameResponse"> & {
+};
+
+/**
+ * Describes the message ludus.cluster.v1.ArchiveGameResponse.
+ * Use `create(ArchiveGameResponseSchema)` to create a new message.
+ */
+export const ArchiveGameResponseSchema: GenMessage<ArchiveGameResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_cluster, 17);
+
+/**
  * NodeService is served by each sim node to the gateways. Calls carry the cluster
  * token ("Bearer <token>"), never a player's ticket: the gateway has already checked
  * the ticket and passes the verified tenant and account.
@@ -528,6 +606,19 @@ export const ModuleStoreService: GenService<{
     methodKind: "unary";
     input: typeof MintMatchCredentialRequestSchema;
     output: typeof MintMatchCredentialResponseSchema;
+  },
+  /**
+   * ArchiveGame stores an ended game's spec and full input log in the
+   * backend (for replays: ludus ctl game replay). Idempotent: archiving the
+   * same game again replaces the archive. At most 64 MiB of spec and chunks
+   * together (ResourceExhausted beyond).
+   *
+   * @generated from rpc ludus.cluster.v1.ModuleStoreService.ArchiveGame
+   */
+  archiveGame: {
+    methodKind: "unary";
+    input: typeof ArchiveGameRequestSchema;
+    output: typeof ArchiveGameResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ludus_cluster_v1_cluster, 1);

@@ -1,0 +1,97 @@
+package simnode
+
+import (
+	"context"
+	"errors"
+
+	"ludus.dev/ludus/ops/fleet"
+)
+
+// In-process access to a node's games, for embedders and benchmarks (`ludus
+// bench capacity`): the same actor messages NodeService sends, without a
+// network hop.
+
+// Join seats account in a running game, as NodeService.JoinGame does, and
+// returns its slot.
+func (n *Node) Join(ctx context.Context, tenant, gameID, account, name string) (int, error) {
+	g, ok := n.game(tenant, gameID)
+	if !ok {
+		return -1, errGameStopped
+	}
+	reply := make(chan joinResult, 1)
+	if err := g.send(ctx, joinReq{account: account, name: name, reply: reply}); err != nil {
+		return -1, err
+	}
+	select {
+	case r := <-reply:
+		return r.slot, r.err
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+}
+
+// Input sends one input of account, as NodeService.SendInput does; it returns
+// once the input is durable in the game's log.
+func (n *Node) Input(ctx context.Context, tenant, gameID, account string, seq uint64, payload []byte) error {
+	g, ok := n.game(tenant, gameID)
+	if !ok {
+		return errGameStopped
+	}
+	reply := make(chan inputResult, 1)
+	if err := g.send(ctx, inputReq{account: account, seq: seq, payload: append([]byte(nil), payload...), reply: reply}); err != nil {
+		return err
+	}
+	select {
+	case r := <-reply:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Watch watches account's view (the spectator view if account is "") and calls
+// fn with every frame it finds published, until ctx ends or the game stops. A
+// slow fn sees fewer frames; it never delays the game.
+func (n *Node) Watch(ctx context.Context, tenant, gameID, account string, fn func(Frame)) error {
+	g, ok := n.game(tenant, gameID)
+	if !ok {
+		return errGameStopped
+	}
+	frames, counter := g.specFrames, &g.spectators
+	if account != "" {
+		reply := make(chan int, 1)
+		if err := g.send(ctx, slotReq{account: account, reply: reply}); err != nil {
+			return err
+		}
+		var slot int
+		select {
+		case slot = <-reply:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if slot < 0 {
+			return errNotJoined
+		}
+		frames, counter = g.slots[slot].frames, &g.slots[slot].viewers
+	}
+	counter.Add(1)
+	defer counter.Add(-1)
+	var last uint64
+	for {
+		v := frames.load()
+		if v.seq > last && v.v.View != nil {
+			last = v.seq
+			fn(v.v)
+		}
+		select {
+		case <-v.next:
+		case <-ctx.Done():
+			return nil
+		case <-g.done:
+			if st := g.status.load().v; st.State != fleet.StateRunning {
+				return errors.New(st.Message)
+			}
+			return errGameStopped
+		}
+	}
+}
