@@ -79,6 +79,10 @@ type game struct {
 	players int
 	// lastFlush is when pending was last handed to the writer.
 	lastFlush time.Time
+	// hasCheckpoint: the module exports save/load; lastCheckpoint is the tick of
+	// the newest checkpoint written (checkpoint.go).
+	hasCheckpoint  bool
+	lastCheckpoint int64
 	// fencedByWriter is set when an append found the owner key changed.
 	fencedByWriter atomic.Bool
 
@@ -424,7 +428,13 @@ func (g *game) flushTo(final bool, state string, handoff *handoffTarget, done ch
 	if handoff != nil {
 		st.NodeID = handoff.node.ID
 	}
-	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: final, handoff: handoff, done: done})
+	var ck *checkpoint
+	if !final && handoff == nil {
+		if ck = g.maybeCheckpoint(context.Background()); ck != nil {
+			ck.Seq = g.logSeq
+		}
+	}
+	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: final, handoff: handoff, done: done, checkpoint: ck})
 	g.acks = nil
 	g.pending = &inputlog.Chunk{From: c.To, To: c.To}
 	g.lastFlush = time.Now()

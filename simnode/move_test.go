@@ -198,16 +198,20 @@ func TestHandoff(t *testing.T) {
 // resumes it; no acknowledged input is lost or applied twice.
 func TestFailover(t *testing.T) {
 	a, ca := startNode(t, "n-fail-a")
-	_, cb := startNode(t, "n-fail-b")
+	b, cb := startNode(t, "n-fail-b")
 	tenant := "tenant-x"
 	id := createGame(t, ca, tenant, 3)
 	join(t, ca, tenant, id, "acc-x")
 	acked := sendInputs(ca, tenant, id, "acc-x", 1, 6)
+	time.Sleep(1200 * time.Millisecond) // past a checkpoint (1 s in these tests)
 	killed := time.Now()
 	crash(a)
 	waitOwner(t, tenant, id, "n-fail-b")
 	r := waitRunning(t, cb, tenant, id)
-	t.Logf("failover: game resumed on %s at tick %d, %v after the crash (lease TTL 2 s)", r.Game.NodeId, r.Game.Tick, time.Since(killed).Round(time.Millisecond))
+	t.Logf("failover: game resumed on %s at tick %d, %v after the crash", r.Game.NodeId, r.Game.Tick, time.Since(killed).Round(time.Millisecond))
+	if b.fromCheckpoint.Load() == 0 {
+		t.Fatal("the arena exports save/load, yet the game was not resumed from its checkpoint")
+	}
 	// The client re-sends what was not acknowledged (here: everything from 4).
 	acked = append(acked, sendInputs(cb, tenant, id, "acc-x", 4, 10)...)
 	checkLog(t, tenant, id, acked)

@@ -49,6 +49,9 @@ type Config struct {
 	// FlushInterval is the longest an input waits before its log chunk is written.
 	// Default 250 ms.
 	FlushInterval time.Duration
+	// CheckpointEvery is the game time between checkpoints of modules that
+	// export save/load. Default 10 s; negative disables checkpoints.
+	CheckpointEvery time.Duration
 	// HashEvery is how many ticks apart state hashes are recorded. Default 35.
 	HashEvery int
 	Engine    *engine.Engine
@@ -100,7 +103,9 @@ type Node struct {
 	games    sync.Map // gameKey -> *game
 	resuming sync.Map // gameKey -> true while a claim or adoption is under way
 	count    atomic.Int32
-	draining atomic.Bool
+	// fromCheckpoint counts games resumed from a checkpoint (observability, tests).
+	fromCheckpoint atomic.Int64
+	draining       atomic.Bool
 
 	drained     chan struct{}
 	drainedOnce sync.Once
@@ -132,6 +137,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.FlushInterval <= 0 {
 		cfg.FlushInterval = 250 * time.Millisecond
+	}
+	if cfg.CheckpointEvery == 0 {
+		cfg.CheckpointEvery = 10 * time.Second
 	}
 	if cfg.HashEvery <= 0 {
 		cfg.HashEvery = 35

@@ -76,7 +76,7 @@ func startNode(t *testing.T, id string) (*Node, clusterv1connect.NodeServiceClie
 	}
 	// A 3 s lease: long enough that a loaded CI machine running -race does not
 	// lose it by accident, short enough for failover tests.
-	n, err := New(Config{ID: id, Addr: "http://" + ln.Addr().String(), Etcd: etcdCli, Engine: testEng, Modules: staticModules{}, LeaseTTL: 3 * time.Second,
+	n, err := New(Config{ID: id, Addr: "http://" + ln.Addr().String(), Etcd: etcdCli, Engine: testEng, Modules: staticModules{}, LeaseTTL: 3 * time.Second, CheckpointEvery: time.Second,
 		ClusterToken: testToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -89,12 +89,22 @@ func ReplayModule(ctx context.Context, m *engine.Module, spec fleet.GameSpec, ch
 		inst.Close(ctx)
 		return nil, nil, err
 	}
+	hashes, err := replayChunks(ctx, inst, spec, chunks)
+	if err != nil {
+		inst.Close(ctx)
+		return nil, hashes, err
+	}
+	return inst, hashes, nil
+}
+
+// replayChunks steps inst through chunks (which must start at its tick),
+// checking every recorded state hash. It does not close inst.
+func replayChunks(ctx context.Context, inst *engine.Instance, spec fleet.GameSpec, chunks []*inputlog.Chunk) ([]inputlog.Hash, error) {
 	var hashes []inputlog.Hash
 	var events []abi.Event
 	for ci, c := range chunks {
 		if c.From != inst.Tick() {
-			inst.Close(ctx)
-			return nil, nil, fmt.Errorf("log chunk %d starts at tick %d, replay is at tick %d: the log has a gap", ci, c.From, inst.Tick())
+			return nil, fmt.Errorf("log chunk %d starts at tick %d, replay is at tick %d: the log has a gap", ci, c.From, inst.Tick())
 		}
 		e, h := 0, 0
 		for inst.Tick() < c.To {
@@ -105,26 +115,23 @@ func ReplayModule(ctx context.Context, m *engine.Module, spec fleet.GameSpec, ch
 				e++
 			}
 			if _, err := inst.Step(ctx, events); err != nil {
-				inst.Close(ctx)
-				return nil, nil, err
+				return hashes, err
 			}
 			for h < len(c.Hashes) && c.Hashes[h].Tick == inst.Tick() {
 				got, err := inst.StateHash(ctx)
 				if err != nil {
-					inst.Close(ctx)
-					return nil, nil, err
+					return hashes, err
 				}
 				hashes = append(hashes, inputlog.Hash{Tick: inst.Tick(), Hash: got})
 				if got != c.Hashes[h].Hash {
-					inst.Close(ctx)
 					desyncs.WithLabelValues(spec.BuildID).Inc()
 					slog.Warn("desync: replay state hash differs from the recorded one", "tenant", spec.TenantID, "game", spec.GameID,
 						"build", spec.BuildID, "tick", inst.Tick(), "want", fmt.Sprintf("%016x", c.Hashes[h].Hash), "got", fmt.Sprintf("%016x", got))
-					return nil, hashes, &DesyncError{Tick: inst.Tick(), Want: c.Hashes[h].Hash, Got: got, BuildID: spec.BuildID, GameID: spec.GameID}
+					return hashes, &DesyncError{Tick: inst.Tick(), Want: c.Hashes[h].Hash, Got: got, BuildID: spec.BuildID, GameID: spec.GameID}
 				}
 				h++
 			}
 		}
 	}
-	return inst, hashes, nil
+	return hashes, nil
 }

@@ -96,6 +96,7 @@ func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error
 		return nil, err
 	}
 	g := newGame(n, sess, spec, inst, fence, owner)
+	g.hasCheckpoint = mod.HasCheckpoint
 	n.count.Add(1)
 	n.games.Store(gameKey(spec.TenantID, spec.GameID), g)
 	go g.run()

@@ -251,7 +251,15 @@ func (n *Node) adopt(tenant, game, owner string, fence int64) {
 		n.giveUp(tenant, game, owner)
 		return
 	}
-	inst, hashes, err := ReplayModule(ctx, mod, spec, chunks)
+	var ck *checkpoint
+	if mod.HasCheckpoint && len(seqs) > 0 {
+		if resp, err := n.cfg.Etcd.Get(ctx, checkpointKey(tenant, game)); err == nil && len(resp.Kvs) > 0 {
+			if c, err := decodeCheckpoint(resp.Kvs[0].Value); err == nil && c.Seq <= seqs[len(seqs)-1] {
+				ck = c
+			}
+		}
+	}
+	inst, hashes, fromCk, err := replayFrom(ctx, mod, spec, chunks, seqs, ck, log)
 	if de := (*DesyncError)(nil); errors.As(err, &de) {
 		// Counted in ludus_desyncs_total by ReplayModule.
 		log.Error("desync on resume: the game cannot resume", "build", spec.BuildID, "tick", de.Tick, "err", err)
@@ -270,6 +278,11 @@ func (n *Node) adopt(tenant, game, owner string, fence int64) {
 	}
 	fence = resp.Kvs[0].CreateRevision
 	g := newGame(n, sess, spec, inst, fence, owner)
+	g.hasCheckpoint = mod.HasCheckpoint
+	g.lastCheckpoint = inst.Tick()
+	if fromCk {
+		n.fromCheckpoint.Add(1)
+	}
 	g.restore(chunks)
 	if len(seqs) > 0 {
 		g.logSeq = seqs[len(seqs)-1]
@@ -280,7 +293,7 @@ func (n *Node) adopt(tenant, game, owner string, fence int64) {
 	}
 	n.count.Add(1)
 	go g.run()
-	log.Info("game resumed", "tick", inst.Tick(), "chunks", len(chunks), "hashes_checked", len(hashes),
+	log.Info("game resumed", "tick", inst.Tick(), "chunks", len(chunks), "hashes_checked", len(hashes), "from_checkpoint", fromCk,
 		"resume_ms", time.Since(start).Milliseconds(), "build", spec.BuildID)
 }
 

@@ -24,6 +24,8 @@ type appendReq struct {
 	handoff *handoffTarget
 	// done, if set, learns whether the append committed.
 	done chan error
+	// checkpoint, if set, is written with the chunk (it ends where the chunk ends).
+	checkpoint *checkpoint
 }
 
 type handoffTarget struct {
@@ -189,6 +191,9 @@ func appendOps(n *Node, r *appendReq) []clientv3.Op {
 		clientv3.OpPut(fleet.LogKey(t, g, r.seq), string(inputlog.Encode(nil, r.chunk))),
 		clientv3.OpPut(fleet.StatusKey(t, g), string(st)),
 	}
+	if r.checkpoint != nil {
+		ops = append(ops, clientv3.OpPut(checkpointKey(t, g), string(r.checkpoint.encode())))
+	}
 	switch {
 	case r.handoff != nil:
 		// Ownership moves in the same transaction as the last chunk: the receiver
@@ -196,7 +201,7 @@ func appendOps(n *Node, r *appendReq) []clientv3.Op {
 		ops = append(ops, clientv3.OpPut(fleet.OwnerKey(t, g), r.handoff.owner, clientv3.WithLease(clientv3.LeaseID(r.handoff.node.Lease))))
 	case r.final:
 		// The game is over: release it so no node tries to take it over.
-		ops = append(ops, clientv3.OpDelete(fleet.OwnerKey(t, g)))
+		ops = append(ops, clientv3.OpDelete(fleet.OwnerKey(t, g)), clientv3.OpDelete(checkpointKey(t, g)))
 	}
 	return ops
 }
