@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"context"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
@@ -73,7 +76,7 @@ func TestMatchResultReachesBackend(t *testing.T) {
 			t.Fatalf("match %s recorded %d times", id, n)
 		}
 		if n == 1 {
-			return
+			break
 		}
 		select {
 		case <-ctx.Done():
@@ -81,4 +84,51 @@ func TestMatchResultReachesBackend(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	// The finished game's log leaves etcd for the backend's storage, and
+	// `ludus ctl game replay` re-runs it from there.
+	for {
+		lg, err := admin.GetGameLog(ctx, connect.NewRequest(&ludusv1.GetGameLogRequest{GameId: id}))
+		if err == nil && len(lg.Msg.Chunks) > 0 {
+			if lg.Msg.State != "ended" || lg.Msg.FinalTick <= 0 {
+				t.Fatalf("archived log: state %q tick %d", lg.Msg.State, lg.Msg.FinalTick)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the game log was never archived: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	for {
+		resp, err := stack.Etcd.Get(ctx, "/ludus/logs/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := 0
+		for _, kv := range resp.Kvs {
+			if strings.Contains(string(kv.Key), id) {
+				left++
+			}
+		}
+		if left == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d log chunks of the archived game are still in etcd", left)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if testing.Short() {
+		return
+	}
+	out, err := exec.CommandContext(ctx, ludusBinary(t), "ctl", "--url", stack.GatewayURL, "--key", key, "game", "replay", id).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ctl game replay: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "state hashes verified") || !strings.Contains(string(out), `"ended":true`) {
+		t.Fatalf("ctl game replay printed:\n%s", out)
+	}
+	t.Logf("%s", out)
 }

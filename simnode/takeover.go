@@ -143,7 +143,18 @@ func (n *Node) sweep() {
 			continue
 		}
 		var st fleet.GameStatus
-		if json.Unmarshal(kv.Value, &st) != nil || st.State != fleet.StateRunning {
+		if json.Unmarshal(kv.Value, &st) != nil {
+			continue
+		}
+		if st.State == fleet.StateEnded || st.State == fleet.StateFailed {
+			// A finished game whose log is still in etcd (its node died before
+			// archiving it): the node ranked first archives it.
+			if _, owned := owners[tenant+"/"+game]; !owned && kv.ModRevision < resp.Header.Revision-1 {
+				go n.archiveIfFirst(tenant, game)
+			}
+			continue
+		}
+		if st.State != fleet.StateRunning {
 			continue
 		}
 		okv, owned := owners[tenant+"/"+game]
@@ -292,8 +303,9 @@ func (n *Node) adopt(tenant, game, owner string, fence int64) {
 		return
 	}
 	n.count.Add(1)
+	tick := inst.Tick() // the actor owns inst once it runs
 	go g.run()
-	log.Info("game resumed", "tick", inst.Tick(), "chunks", len(chunks), "hashes_checked", len(hashes), "from_checkpoint", fromCk,
+	log.Info("game resumed", "tick", tick, "chunks", len(chunks), "hashes_checked", len(hashes), "from_checkpoint", fromCk,
 		"resume_ms", time.Since(start).Milliseconds(), "build", spec.BuildID)
 }
 
@@ -362,4 +374,17 @@ func readLogWithSeqs(ctx context.Context, cli *clientv3.Client, tenant, game str
 		seqs[i] = v
 	}
 	return spec, chunks, seqs, nil
+}
+
+// archiveIfFirst archives a finished game if this node ranks first for it.
+func (n *Node) archiveIfFirst(tenant, game string) {
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.LeaseTTL)
+	nodes, err := (&fleet.View{Client: n.cfg.Etcd}).Nodes(ctx)
+	cancel()
+	if err != nil {
+		return
+	}
+	if r := rank(nodes, game, ""); len(r) > 0 && r[0].ID == n.cfg.ID {
+		n.archive(tenant, game)
+	}
 }

@@ -208,6 +208,9 @@ func appendOps(n *Node, r *appendReq) []clientv3.Op {
 
 func (w *logWriter) succeed(group []*appendReq) {
 	for _, r := range group {
+		if r.final && r.handoff == nil {
+			go w.n.archive(r.g.spec.TenantID, r.g.spec.GameID)
+		}
 		if r.done != nil {
 			r.done <- nil
 		}

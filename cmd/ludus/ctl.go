@@ -2,19 +2,26 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/games/builtin"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/simnode"
+	"ludus.dev/ludus/simnode/engine"
+	"ludus.dev/ludus/simnode/inputlog"
 )
 
 const ctlUsage = `ludus ctl [--url URL] [--key KEY] COMMAND
@@ -26,6 +33,8 @@ const ctlUsage = `ludus ctl [--url URL] [--key KEY] COMMAND
   games                        list the tenant's games
   nodes                        list sim nodes
   node drain NODE [--wait]     hand every game off NODE; it exits when empty (operator key)
+  game replay GAME [--wasm FILE]
+                               re-run an archived game locally from its log (shows a crash's trap and tick)
   game handoff TENANT GAME [NODE]
                                move a running game to NODE or one the fleet picks (operator key)
 
@@ -118,6 +127,13 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 			tw.Flush()
 			return waitDrained(ctx, admin, rest[2], out)
 		}
+	case rest[0] == "game" && len(rest) >= 3 && rest[1] == "replay":
+		wasm := ""
+		if len(rest) == 5 && rest[3] == "--wasm" {
+			wasm = rest[4]
+		}
+		tw.Flush()
+		return replayGame(ctx, admin, rest[2], wasm, out)
 	case rest[0] == "game" && len(rest) >= 4 && rest[1] == "handoff":
 		target := ""
 		if len(rest) > 4 {
@@ -177,4 +193,70 @@ func waitDrained(ctx context.Context, admin ludusv1connect.AdminServiceClient, n
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// replayGame fetches an archived game's log and re-runs it locally, checking
+// every recorded state hash; a game that crashed shows the same trap at the
+// same tick.
+func replayGame(ctx context.Context, admin ludusv1connect.AdminServiceClient, gameID, wasmPath string, out io.Writer) error {
+	resp, err := admin.GetGameLog(ctx, connect.NewRequest(&ludusv1.GetGameLogRequest{GameId: gameID}))
+	if err != nil {
+		return err
+	}
+	var spec fleet.GameSpec
+	if err := json.Unmarshal(resp.Msg.SpecJson, &spec); err != nil {
+		return fmt.Errorf("archived spec: %w", err)
+	}
+	var wasm []byte
+	if wasmPath != "" {
+		if wasm, err = os.ReadFile(wasmPath); err != nil {
+			return err
+		}
+	} else {
+		for _, m := range [][]byte{builtin.Arena, builtin.Pong, builtin.DensityC, builtin.DensityGo} {
+			if engine.BuildID(m) == spec.BuildID {
+				wasm = m
+			}
+		}
+		if wasm == nil {
+			return fmt.Errorf("game %s ran build %s; pass its module with --wasm FILE", gameID, spec.BuildID)
+		}
+	}
+	if got := engine.BuildID(wasm); got != spec.BuildID {
+		return fmt.Errorf("--wasm is build %s; the game ran build %s", got, spec.BuildID)
+	}
+	var chunks []*inputlog.Chunk
+	for i, b := range resp.Msg.Chunks {
+		c, err := inputlog.Decode(b)
+		if err != nil {
+			return fmt.Errorf("archived chunk %d: %w", i, err)
+		}
+		chunks = append(chunks, c)
+	}
+	cache, _ := os.UserCacheDir()
+	eng, err := engine.New(ctx, engine.Config{CacheDir: filepath.Join(cache, "ludus", "wazero")})
+	if err != nil {
+		return err
+	}
+	defer eng.Close(context.Background())
+	start := time.Now()
+	inst, hashes, err := simnode.Replay(ctx, eng, wasm, spec, chunks)
+	fmt.Fprintf(out, "game %s (%s, build %.12s): archived as %s at tick %d", gameID, spec.ModuleName, spec.BuildID, resp.Msg.State, resp.Msg.FinalTick)
+	if resp.Msg.Message != "" {
+		fmt.Fprintf(out, " (%s)", resp.Msg.Message)
+	}
+	fmt.Fprintln(out)
+	var trap *engine.TrapError
+	switch {
+	case errors.As(err, &trap):
+		fmt.Fprintf(out, "replay: %v\n", trap)
+		fmt.Fprintf(out, "replay reproduced the failure at tick %d after checking %d state hashes (%v)\n", trap.Tick, len(hashes), time.Since(start).Round(time.Millisecond))
+		return nil
+	case err != nil:
+		return fmt.Errorf("replay: %w", err)
+	}
+	defer inst.Close(ctx)
+	res, _ := inst.Result(ctx)
+	fmt.Fprintf(out, "replay: %d ticks, %d state hashes verified, %v\nresult: %s\n", inst.Tick(), len(hashes), time.Since(start).Round(time.Millisecond), res)
+	return nil
 }

@@ -1,0 +1,111 @@
+package simnode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
+	"ludus.dev/ludus/ops/fleet"
+)
+
+// Archiver stores a finished game's spec and log in the backend (for replays
+// and crash reproduction: `ludus ctl game replay GAME`).
+type Archiver interface {
+	ArchiveGame(ctx context.Context, req *clusterv1.ArchiveGameRequest) error
+}
+
+// ArchiveGame implements Archiver over the backend's ModuleStoreService.
+func (s *ModuleStore) ArchiveGame(ctx context.Context, req *clusterv1.ArchiveGameRequest) error {
+	_, err := s.client.ArchiveGame(ctx, connect.NewRequest(req))
+	return err
+}
+
+// archive moves a finished game out of etcd: it reads the spec and the whole
+// log, stores them in the backend, and only then deletes every key of the game
+// from etcd — etcd holds coordination and live logs, not history. It retries
+// for a while; a game left in etcd is picked up again by the sweep.
+func (n *Node) archive(tenant, game string) {
+	a, ok := n.cfg.Modules.(Archiver)
+	if !ok {
+		return
+	}
+	key := gameKey(tenant, game) + "#archive"
+	if _, busy := n.resuming.LoadOrStore(key, true); busy {
+		return
+	}
+	defer n.resuming.Delete(key)
+	log := n.log.With("tenant", tenant, "game", game)
+	delay := 250 * time.Millisecond
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := n.archiveOnce(a, tenant, game)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || n.ctx.Err() != nil {
+			log.Warn("game log not archived yet; it stays in etcd until a sweep archives it", "err", err)
+			return
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 10*time.Second)
+	}
+}
+
+func (n *Node) archiveOnce(a Archiver, tenant, game string) error {
+	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
+	defer cancel()
+	resp, err := n.cfg.Etcd.Txn(ctx).Then(
+		clientv3.OpGet(fleet.GameKey(tenant, game)),
+		clientv3.OpGet(fleet.StatusKey(tenant, game)),
+		clientv3.OpGet(fleet.OwnerKey(tenant, game)),
+		clientv3.OpGet(fleet.LogPrefix(tenant, game), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
+	).Commit()
+	if err != nil {
+		return err
+	}
+	specKV := resp.Responses[0].GetResponseRange().Kvs
+	if len(specKV) == 0 {
+		return nil // already archived and removed
+	}
+	if len(resp.Responses[2].GetResponseRange().Kvs) > 0 {
+		return fmt.Errorf("game %s still has an owner", game)
+	}
+	var st fleet.GameStatus
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		_ = json.Unmarshal(kvs[0].Value, &st)
+	}
+	if st.State != fleet.StateEnded && st.State != fleet.StateFailed {
+		return fmt.Errorf("game %s is %q, not finished", game, st.State)
+	}
+	req := &clusterv1.ArchiveGameRequest{TenantId: tenant, GameId: game, SpecJson: specKV[0].Value,
+		State: st.State, Message: st.Message, FinalTick: st.Tick}
+	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
+		req.Chunks = append(req.Chunks, kv.Value)
+	}
+	if err := a.ArchiveGame(ctx, req); err != nil {
+		return err
+	}
+	// Delete only what was archived: the spec's create revision must be unchanged.
+	_, err = n.cfg.Etcd.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(fleet.GameKey(tenant, game)), "=", specKV[0].CreateRevision),
+		clientv3.Compare(clientv3.CreateRevision(fleet.OwnerKey(tenant, game)), "=", 0),
+	).Then(
+		clientv3.OpDelete(fleet.LogPrefix(tenant, game), clientv3.WithPrefix()),
+		clientv3.OpDelete(checkpointKey(tenant, game)),
+		clientv3.OpDelete(fleet.StatusKey(tenant, game)),
+		clientv3.OpDelete(fleet.GameKey(tenant, game)),
+	).Commit()
+	if err == nil {
+		n.log.Info("game log archived and removed from etcd", "tenant", tenant, "game", game, "chunks", len(req.Chunks), "state", st.State)
+	}
+	return err
+}
