@@ -217,14 +217,21 @@ func TestFailover(t *testing.T) {
 	checkLog(t, tenant, id, acked)
 }
 
-// TestDrain: draining a node hands every game to the others and loses none.
+// TestDrain: draining a node running 20 games hands every game to the others
+// and loses none — nor any acknowledged input.
 func TestDrain(t *testing.T) {
 	a, ca := startNode(t, "n-drain-a")
 	_, cb := startNode(t, "n-drain-b")
 	tenant := "tenant-d"
 	var ids []string
-	for i := 0; i < 6; i++ {
-		ids = append(ids, createGame(t, ca, tenant, 2))
+	acked := map[string][]uint64{}
+	for i := 0; i < 20; i++ {
+		id := createGame(t, ca, tenant, 2)
+		ids = append(ids, id)
+		if i%5 == 0 {
+			join(t, ca, tenant, id, "acc-d")
+			acked[id] = sendInputs(ca, tenant, id, "acc-d", 1, 3)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -237,5 +244,9 @@ func TestDrain(t *testing.T) {
 	}
 	if _, err := ca.StartGame(ctx, connect.NewRequest(&clusterv1.StartGameRequest{TenantId: tenant, GameId: "after-drain", BuildId: arenaID, Seed: 1})); connect.CodeOf(err) != connect.CodeUnavailable {
 		t.Fatalf("a draining node accepted a game: %v", err)
+	}
+	for id, seqs := range acked {
+		seqs = append(seqs, sendInputs(cb, tenant, id, "acc-d", 2, 5)...) // 2, 3 are re-sends
+		checkLog(t, tenant, id, seqs)
 	}
 }
