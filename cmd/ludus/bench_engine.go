@@ -39,6 +39,7 @@ func init() {
 		engAlts bool
 		capDur  time.Duration
 		capTry  time.Duration
+		capRaw  bool
 		denDur  time.Duration
 		denN    int
 	)
@@ -58,10 +59,15 @@ func init() {
 		flags: func(fs *flag.FlagSet) {
 			fs.DurationVar(&capDur, "duration", 90*time.Second, "bound on the whole search")
 			fs.DurationVar(&capTry, "trial", 6*time.Second, "length of one trial")
+			fs.BoolVar(&capRaw, "raw", false, "measure bare engine instances on goroutines instead of a simnode.Node")
+			fs.IntVar(&capWorkers, "workers", 0, "simnode.Config.Workers (0: GOMAXPROCS; a large value leaves scheduling to Go)")
 			fs.StringVar(&benchCacheDir, "cache", benchCacheDir, "wazero compilation cache")
 		},
 		run: func(ctx context.Context, progress io.Writer) (map[string]any, error) {
-			return benchCapacity(ctx, progress, capDur, capTry)
+			if capRaw {
+				return benchCapacity(ctx, progress, capDur, capTry)
+			}
+			return benchCapacityNode(ctx, progress, capDur, capTry)
 		},
 	})
 	registerBench("density", bench{
@@ -355,9 +361,10 @@ func waitWarm(m *engine.Module, n int, limit time.Duration) {
 	}
 }
 
-// benchCapacity raises the number of concurrent 8-bot arena matches, each ticked
-// by its own goroutine at 35 Hz with 8 views every other tick, until p99 tick
-// lateness exceeds 5 ms.
+// benchCapacity (-raw) raises the number of concurrent 8-bot arena matches, each
+// ticked by its own goroutine at 35 Hz with 8 views every other tick, until p99
+// tick lateness exceeds 5 ms: the engine alone, without the node
+// (benchCapacityNode is the default).
 func benchCapacity(ctx context.Context, progress io.Writer, total, trial time.Duration) (map[string]any, error) {
 	e, err := newBenchEngine(ctx, engine.InterruptFuel)
 	if err != nil {
