@@ -1,6 +1,8 @@
 // Package gateway is the Connect-RPC edge players talk to. It serves the
-// GameService over Connect, gRPC and gRPC-Web on one port (HTTP/1.1 and h2c),
-// verifies the session ticket of every call locally against the backend's
+// GameService over Connect, gRPC and gRPC-Web on one port (HTTP/1.1 and h2c, or
+// HTTP/1.1 and HTTP/2 over TLS), with gRPC health, server reflection, CORS for
+// configured browser origins, per-account limits and Prometheus metrics
+// (/metrics). It verifies the session ticket of every call locally against the backend's
 // published key set, finds each game's owner node in etcd and forwards calls and
 // frame streams to it. AuthService calls and the key set are passed through to
 // the backend so browsers need only one origin.
@@ -13,10 +15,16 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
+	connectcors "connectrpc.com/cors"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/cors"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"ludus.dev/ludus/auth"
@@ -42,6 +50,15 @@ type Config struct {
 	// Web, if set, serves everything that is not an RPC (the browser client).
 	Web    http.Handler
 	Logger *slog.Logger
+	// CORSOrigins are the browser origins (e.g. "https://play.example.com", or
+	// "*" for any) allowed to call the gateway from pages they serve. Empty: no
+	// CORS headers, only same-origin pages (the embedded web UI) can call.
+	CORSOrigins []string
+	// Limits; zero fields take DefaultLimits.
+	Limits Limits
+	// Registry receives the gateway's metrics, served at GET /metrics. Nil: a new
+	// registry with the Go and process collectors (NewRegistry).
+	Registry *prometheus.Registry
 }
 
 // Gateway routes players to their games.
@@ -51,6 +68,11 @@ type Gateway struct {
 	fleet   *fleet.View
 	modules clusterv1connect.ModuleStoreServiceClient
 	h2c     *http.Client
+	limits  Limits
+	streams streamCounter
+	inputs  *inputLimiter
+	metrics *metrics
+	health  *grpchealth.StaticChecker
 
 	mu    sync.Mutex
 	nodes map[string]clusterv1connect.NodeServiceClient // by address
@@ -98,12 +120,21 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Registry == nil {
+		cfg.Registry = NewRegistry()
+	}
+	limits := cfg.Limits.withDefaults()
 	g := &Gateway{
-		cfg:   cfg,
-		log:   cfg.Logger.With("role", "gateway"),
-		fleet: &fleet.View{Client: cfg.Etcd},
-		h2c:   &http.Client{Transport: H2CTransport()},
-		nodes: map[string]clusterv1connect.NodeServiceClient{},
+		cfg:     cfg,
+		log:     cfg.Logger.With("role", "gateway"),
+		fleet:   &fleet.View{Client: cfg.Etcd},
+		h2c:     &http.Client{Transport: nodeTransport()},
+		nodes:   map[string]clusterv1connect.NodeServiceClient{},
+		limits:  limits,
+		streams: streamCounter{max: limits.MaxStreamsPerAccount},
+		inputs:  newInputLimiter(limits.InputsPerSecond, limits.InputBurst),
+		metrics: newMetrics(cfg.Registry),
+		health:  grpchealth.NewStaticChecker(ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName),
 	}
 	g.modules = clusterv1connect.NewModuleStoreServiceClient(g.h2c, cfg.BackendURL,
 		connect.WithInterceptors(bearer(cfg.ClusterToken)))
@@ -118,13 +149,52 @@ func H2CTransport() *http.Transport {
 	return &http.Transport{Protocols: p, ForceAttemptHTTP2: true}
 }
 
-// Handler serves the GameService, the pass-through to the backend and the web UI.
+// nodeStreamWindow is the HTTP/2 receive window of each stream from a sim node:
+// about two arena frames. A stream whose client is slow stops reading its
+// upstream; with a small window the node soon sees it blocked and skips frames
+// for it (always sending the newest), instead of the gateway buffering seconds
+// of stale frames (HTTP/2's default 4 MiB) per slow stream.
+const nodeStreamWindow = 128 << 10
+
+// nodeTransport is H2CTransport with a small per-stream receive window; the
+// connection's window stays large so slow streams never block other streams.
+func nodeTransport() *http.Transport {
+	t := H2CTransport()
+	t.HTTP2 = &http.HTTP2Config{MaxReceiveBufferPerStream: nodeStreamWindow}
+	return t
+}
+
+// Registry is the registry of the gateway's metrics.
+func (g *Gateway) Registry() *prometheus.Registry { return g.cfg.Registry }
+
+// SetServing sets what the gRPC health service reports for the gateway's
+// services (and the server as a whole, ""); set it false while draining.
+func (g *Gateway) SetServing(ok bool) {
+	st := grpchealth.StatusServing
+	if !ok {
+		st = grpchealth.StatusNotServing
+	}
+	for _, s := range []string{"", ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName} {
+		g.health.SetStatus(s, st)
+	}
+}
+
+// Handler serves the GameService, gRPC health and reflection, /metrics, the
+// pass-through to the backend and the web UI, behind CORS if origins are set.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := ludusv1connect.NewGameServiceHandler(&gameService{g: g},
 		connect.WithInterceptors(&ticketInterceptor{v: g.cfg.Verifier}),
-		connect.WithReadMaxBytes(64<<10))
+		connect.WithReadMaxBytes(g.limits.MaxMessageBytes))
 	mux.Handle(path, h)
+	mux.Handle(ludusv1connect.GameServicePlayProcedure, needHTTP2(h))
+	mux.Handle(grpchealth.NewHandler(g.health, connect.WithReadMaxBytes(4<<10)))
+	reflector := grpcreflect.NewStaticReflector(
+		ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName, ludusv1connect.AdminServiceName,
+		ludusv1connect.FleetServiceName, ludusv1connect.ProgressionServiceName, grpchealth.HealthV1ServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(64<<10)))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(64<<10)))
+	mux.Handle("GET /metrics", MetricsHandler(g.cfg.Registry))
 
 	backend, _ := url.Parse(g.cfg.BackendURL)
 	proxy := &httputil.ReverseProxy{
@@ -147,7 +217,38 @@ func (g *Gateway) Handler() http.Handler {
 	if g.cfg.Web != nil {
 		mux.Handle("/", g.cfg.Web)
 	}
-	return mux
+	if len(g.cfg.CORSOrigins) == 0 {
+		return mux
+	}
+	return withCORS(mux, g.cfg.CORSOrigins)
+}
+
+// withCORS lets pages of origins call every RPC with the Connect and gRPC-Web
+// protocols, reading their status headers and trailers.
+func withCORS(h http.Handler, origins []string) http.Handler {
+	return cors.New(cors.Options{
+		AllowedOrigins: origins,
+		AllowedMethods: connectcors.AllowedMethods(),
+		AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization", "Grpc-Accept-Encoding", "Connect-Accept-Encoding", "Connect-Content-Encoding", "Content-Encoding"),
+		ExposedHeaders: append(connectcors.ExposedHeaders(), "Grpc-Encoding", "Grpc-Accept-Encoding", "Connect-Accept-Encoding", "Connect-Content-Encoding", "Content-Encoding", "Trailer-Grpc-Status", "Trailer-Grpc-Message"),
+		MaxAge:         7200,
+	}).Handler(h)
+}
+
+// needHTTP2 refuses a bidirectional stream over HTTP/1.1 with a message saying
+// what to do; connect-go alone answers a bare 505.
+func needHTTP2(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor < 2 {
+			w.Header().Set("Connection", "close")
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusHTTPVersionNotSupported)
+			_, _ = strings.NewReader("GameService.Play is a bidirectional stream and needs HTTP/2 (h2c, or TLS with ALPN h2); " +
+				"over HTTP/1.1 use StreamFrames and SendInput\n").WriteTo(w)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // node returns a client for the node at addr.
@@ -156,7 +257,11 @@ func (g *Gateway) node(addr string) clusterv1connect.NodeServiceClient {
 	defer g.mu.Unlock()
 	c, ok := g.nodes[addr]
 	if !ok {
-		c = clusterv1connect.NewNodeServiceClient(g.h2c, addr, connect.WithInterceptors(bearer(g.cfg.ClusterToken)))
+		// No gzip between gateway and node: it would cost the node a compression
+		// of every frame for every stream, and compressed frames fill the stream's
+		// window slowly, so a slow stream would buffer many stale frames.
+		c = clusterv1connect.NewNodeServiceClient(g.h2c, addr, connect.WithInterceptors(bearer(g.cfg.ClusterToken)),
+			connect.WithAcceptCompression("gzip", nil, nil))
 		g.nodes[addr] = c
 	}
 	return c

@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +38,17 @@ var (
 	bbDur      time.Duration
 	bbWorkers  int
 	bbPostgres string
+	bbOnly     string
 )
+
+// bbWant reports whether figure group g ("guest", "password", "verify",
+// "match") is measured: -only lists them, empty means all.
+func bbWant(g string) bool {
+	if bbOnly == "" {
+		return true
+	}
+	return slices.Contains(strings.Split(bbOnly, ","), g)
+}
 
 func init() {
 	registerBench("backend", bench{
@@ -44,6 +56,7 @@ func init() {
 		flags: func(fs *flag.FlagSet) {
 			fs.DurationVar(&bbDur, "duration", 2*time.Second, "measured time per figure and store")
 			fs.IntVar(&bbWorkers, "workers", 2*runtime.GOMAXPROCS(0), "concurrent clients")
+			fs.StringVar(&bbOnly, "only", "", "comma-separated figure groups to measure: guest, password, verify, match (default all)")
 			fs.StringVar(&bbPostgres, "postgres", os.Getenv("LUDUS_BENCH_POSTGRES"), "PostgreSQL DSN (default $LUDUS_BENCH_POSTGRES); empty skips PostgreSQL")
 		},
 		run: func(ctx context.Context, progress io.Writer) (map[string]any, error) {
@@ -147,42 +160,75 @@ func benchBackendStore(ctx context.Context, progress io.Writer, name string, st 
 	out := map[string]any{}
 	var seq atomic.Int64
 
-	fmt.Fprintf(progress, "%s: guest logins\n", name)
-	out["guest_logins_per_sec"], err = benchRate(ctx, bbWorkers, bbDur, func() error {
-		_, err := authc.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "bench", DeviceId: fmt.Sprintf("bench-device-%012d", seq.Add(1))}))
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("guest logins: %w", err)
+	if bbWant("guest") {
+		fmt.Fprintf(progress, "%s: guest logins\n", name)
+		out["guest_logins_per_sec"], err = benchRate(ctx, bbWorkers, bbDur, func() error {
+			_, err := authc.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "bench", DeviceId: fmt.Sprintf("bench-device-%012d", seq.Add(1))}))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("guest logins: %w", err)
+		}
 	}
 
-	fmt.Fprintf(progress, "%s: password logins (argon2id m=19 MiB t=2 p=1)\n", name)
-	const pw = "bench password 1"
-	if _, err := authc.RegisterEmail(ctx, connect.NewRequest(&ludusv1.RegisterEmailRequest{Tenant: "bench", Email: "bench@example.com", Password: pw})); err != nil {
-		return nil, err
-	}
-	out["password_logins_per_sec"], err = benchRate(ctx, bbWorkers, bbDur, func() error {
-		_, err := authc.EmailLogin(ctx, connect.NewRequest(&ludusv1.EmailLoginRequest{Tenant: "bench", Email: "bench@example.com", Password: pw}))
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("password logins: %w", err)
-	}
-
-	fmt.Fprintf(progress, "%s: ticket verifications (one goroutine)\n", name)
-	ticket, _, err := srv.Issuer().Issue(auth.Claims{TenantID: tenantID, AccountID: "a_bench"})
-	if err != nil {
-		return nil, err
-	}
-	v := srv.Verifier()
-	out["ticket_verifications_per_sec"], err = benchRate(ctx, 1, bbDur, func() error {
-		_, err := v.Verify(ctx, ticket)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("verify: %w", err)
+	if bbWant("password") {
+		fmt.Fprintf(progress, "%s: password logins (argon2id m=19 MiB t=2 p=1)\n", name)
+		const pw = "bench password 1"
+		if _, err := authc.RegisterEmail(ctx, connect.NewRequest(&ludusv1.RegisterEmailRequest{Tenant: "bench", Email: "bench@example.com", Password: pw})); err != nil {
+			return nil, err
+		}
+		out["password_logins_per_sec"], err = benchRate(ctx, bbWorkers, bbDur, func() error {
+			_, err := authc.EmailLogin(ctx, connect.NewRequest(&ludusv1.EmailLoginRequest{Tenant: "bench", Email: "bench@example.com", Password: pw}))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("password logins: %w", err)
+		}
 	}
 
+	if bbWant("verify") {
+		// Raw: every verification is of a distinct ticket (a cache miss: a
+		// full Ed25519 verification). Tickets are issued ahead of the timing.
+		fmt.Fprintf(progress, "%s: ticket verifications (one goroutine, distinct tickets)\n", name)
+		var tickets []string
+		issueUntil := time.Now().Add(bbDur)
+		for i := 0; i < 100000 && time.Now().Before(issueUntil); i++ {
+			t, _, err := srv.Issuer().Issue(auth.Claims{TenantID: tenantID, AccountID: fmt.Sprintf("a_bench%d", i)})
+			if err != nil {
+				return nil, err
+			}
+			tickets = append(tickets, t)
+		}
+		v := srv.Verifier()
+		var nextTicket int
+		out["ticket_verifications_per_sec"], err = benchRate(ctx, 1, bbDur, func() error {
+			if nextTicket == len(tickets) {
+				return errBenchDone
+			}
+			t := tickets[nextTicket]
+			nextTicket++
+			_, err := v.Verify(ctx, t)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+		out["ticket_verifications_distinct_tickets"] = nextTicket
+		// Cached: the same ticket again and again, as a gateway sees a
+		// session's calls (the Verifier caches verified tickets until exp).
+		fmt.Fprintf(progress, "%s: ticket verifications (one goroutine, one ticket, cached)\n", name)
+		out["ticket_verifications_cached_per_sec"], err = benchRate(ctx, 1, bbDur, func() error {
+			_, err := v.Verify(ctx, tickets[0])
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("verify cached: %w", err)
+		}
+	}
+
+	if !bbWant("match") {
+		return out, nil
+	}
 	fmt.Fprintf(progress, "%s: match results (2 players each, exactly once)\n", name)
 	// Two accounts to report on, and matches minted ahead of the timing.
 	var players []*ludusv1.PlayerResult

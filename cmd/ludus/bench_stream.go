@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -12,10 +13,24 @@ import (
 	"ludus.dev/ludus/gateway/framecodec/arenatrace"
 )
 
+// Flags of the gateway part of the stream bench.
+var (
+	benchStreamGateway  = true
+	benchStreamMax      = 2000
+	benchStreamLatency  = 12 * time.Second
+	benchStreamFastEach = 50
+)
+
 func init() {
 	registerBench("stream", bench{
-		summary: "frame codec on a scripted 60 s arena trace: bytes/s raw, seed-style delta, deflate, zstd",
-		run:     runStreamBench,
+		summary: "frame codec on a scripted 60 s arena trace (bytes/s raw, seed-style delta, deflate, zstd); gateway added latency and viewer streams per gateway",
+		flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&benchStreamGateway, "gateway", benchStreamGateway, "also measure the gateway (in-process dev stack on loopback)")
+			fs.IntVar(&benchStreamMax, "streams", benchStreamMax, "viewer streams to open against one gateway")
+			fs.DurationVar(&benchStreamLatency, "latency-for", benchStreamLatency, "how long to sample the gateway's added latency")
+			fs.IntVar(&benchStreamFastEach, "fast-every", benchStreamFastEach, "one viewer in this many reads as fast as it can; the others read a frame every 2 s")
+		},
+		run: runStreamBench,
 	})
 }
 
@@ -108,6 +123,11 @@ func runStreamBench(ctx context.Context, progress io.Writer) (map[string]any, er
 			res["encoder_bytes_per_stream"] = enc.MemoryBytes()
 		} else {
 			res[name+"_encode_us_per_frame_p50"] = math.Round(us[len(us)/2]*10) / 10
+		}
+	}
+	if benchStreamGateway {
+		if err := benchGateway(ctx, progress, res); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
 	return res, nil

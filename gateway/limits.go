@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+// Limits bound what one client can ask of a gateway. Zero fields take the
+// defaults of DefaultLimits; a negative count or rate means no limit.
+type Limits struct {
+	// MaxStreamsPerAccount is how many frame streams (StreamFrames, Spectate and
+	// Play together) one account may hold open on this gateway. Default 8.
+	// Exceeded: ResourceExhausted.
+	MaxStreamsPerAccount int
+	// InputsPerSecond and InputBurst size the token bucket of each account's
+	// inputs (SendInput and Play inputs together). Default 60/s with a burst of
+	// 120. Exceeded: ResourceExhausted (SendInput: that call; Play: the stream
+	// ends).
+	InputsPerSecond float64
+	InputBurst      int
+	// MaxMessageBytes is the largest request message the gateway reads. Default
+	// 64 KiB. Exceeded: ResourceExhausted, before the message is decoded.
+	MaxMessageBytes int
+	// MaxInputBytes is the largest input payload. Default 256. Exceeded:
+	// InvalidArgument.
+	MaxInputBytes int
+	// MaxConfigBytes is the largest CreateGame config. Default 4 KiB. Exceeded:
+	// InvalidArgument.
+	MaxConfigBytes int
+	// MaxPendingInputs is how many inputs of a Play stream may wait for their
+	// acknowledgement. Default 64. Exceeded: ResourceExhausted (the stream ends).
+	MaxPendingInputs int
+}
+
+// DefaultLimits are the limits of a gateway whose Config leaves them zero.
+var DefaultLimits = Limits{
+	MaxStreamsPerAccount: 8,
+	InputsPerSecond:      60,
+	InputBurst:           120,
+	MaxMessageBytes:      64 << 10,
+	MaxInputBytes:        256,
+	MaxConfigBytes:       4 << 10,
+	MaxPendingInputs:     64,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.MaxStreamsPerAccount == 0 {
+		l.MaxStreamsPerAccount = d.MaxStreamsPerAccount
+	}
+	if l.InputsPerSecond == 0 {
+		l.InputsPerSecond = d.InputsPerSecond
+	}
+	if l.InputBurst <= 0 {
+		l.InputBurst = d.InputBurst
+	}
+	if l.MaxMessageBytes <= 0 {
+		l.MaxMessageBytes = d.MaxMessageBytes
+	}
+	if l.MaxInputBytes <= 0 {
+		l.MaxInputBytes = d.MaxInputBytes
+	}
+	if l.MaxConfigBytes <= 0 {
+		l.MaxConfigBytes = d.MaxConfigBytes
+	}
+	if l.MaxPendingInputs <= 0 {
+		l.MaxPendingInputs = d.MaxPendingInputs
+	}
+	return l
+}
+
+// streamCounter counts open streams per account.
+type streamCounter struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+// acquire takes a stream slot for account, or fails with ResourceExhausted.
+func (c *streamCounter) acquire(account string) (release func(), err error) {
+	if c.max < 0 {
+		return func() {}, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[account] >= c.max {
+		return nil, connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("too many open streams: this account already has %d open on this gateway (the limit is %d); close one first", c.n[account], c.max))
+	}
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[account]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.n[account]--; c.n[account] <= 0 {
+				delete(c.n, account)
+			}
+		})
+	}, nil
+}
+
+// inputLimiter is a token bucket per account.
+type inputLimiter struct {
+	rate  float64 // tokens per second; negative: unlimited
+	burst float64
+	now   func() time.Time
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+	swept   time.Time
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+func newInputLimiter(rate float64, burst int) *inputLimiter {
+	return &inputLimiter{rate: rate, burst: float64(burst), now: time.Now, buckets: map[string]*bucket{}}
+}
+
+// allow takes one token of account's bucket, or fails with ResourceExhausted.
+func (l *inputLimiter) allow(account string) error {
+	if l.rate < 0 {
+		return nil
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Drop buckets that have refilled completely: they hold no information.
+	if full := time.Duration(l.burst / l.rate * float64(time.Second)); now.Sub(l.swept) > max(full, time.Minute) {
+		for k, b := range l.buckets {
+			if now.Sub(b.at) > full {
+				delete(l.buckets, k)
+			}
+		}
+		l.swept = now
+	}
+	b, ok := l.buckets[account]
+	if !ok {
+		b = &bucket{tokens: l.burst, at: now}
+		l.buckets[account] = b
+	}
+	b.tokens = min(l.burst, b.tokens+now.Sub(b.at).Seconds()*l.rate)
+	b.at = now
+	if b.tokens < 1 {
+		return connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("input rate limit: at most %g inputs per second per account (bursts of %g); slow down", l.rate, l.burst))
+	}
+	b.tokens--
+	return nil
+}
