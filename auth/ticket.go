@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -120,17 +121,29 @@ type Verifier struct {
 	src    KeySource
 	now    func() time.Time
 	parser *jwt.Parser
+	cache  *verifiedCache // nil: no cache
+}
+
+// VerifierOption configures a Verifier.
+type VerifierOption func(*Verifier)
+
+// WithCacheSize sets how many verified tickets the Verifier remembers
+// (DefaultCacheSize by default); 0 turns the cache off, so every call
+// verifies the signature.
+func WithCacheSize(n int) VerifierOption {
+	return func(v *Verifier) { v.cache = newVerifiedCache(n) }
 }
 
 // NewVerifier returns a Verifier using keys from src; now is the clock
-// (time.Now if nil).
-func NewVerifier(src KeySource, now func() time.Time) *Verifier {
+// (time.Now if nil). It caches verified tickets (see WithCacheSize).
+func NewVerifier(src KeySource, now func() time.Time, opts ...VerifierOption) *Verifier {
 	if now == nil {
 		now = time.Now
 	}
-	return &Verifier{
-		src: src,
-		now: now,
+	v := &Verifier{
+		src:   src,
+		now:   now,
+		cache: newVerifiedCache(DefaultCacheSize),
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
 			jwt.WithIssuer(TicketIssuer),
@@ -141,10 +154,18 @@ func NewVerifier(src KeySource, now func() time.Time) *Verifier {
 			jwt.WithStrictDecoding(),
 		),
 	}
+	for _, o := range opts {
+		o(v)
+	}
+	return v
 }
 
 // Verify checks a ticket and returns its claims. Every error wraps
 // ErrInvalidTicket and names the reason.
+//
+// A ticket that verified before and has not expired is answered from the
+// cache without checking its signature again (same bytes, same SHA-256),
+// provided its kid still names the same key.
 func (v *Verifier) Verify(ctx context.Context, ticket string) (*Claims, error) {
 	if ticket == "" {
 		return nil, invalid(nil, "empty ticket")
@@ -152,16 +173,29 @@ func (v *Verifier) Verify(ctx context.Context, ticket string) (*Claims, error) {
 	if len(ticket) > MaxTicketLen {
 		return nil, invalid(nil, "ticket is %d bytes, more than %d", len(ticket), MaxTicketLen)
 	}
+	var h [32]byte
+	if v.cache != nil {
+		h = ticketHash(ticket)
+		if e := v.cache.get(h, v.now()); e != nil {
+			if key, err := v.src.Key(ctx, e.kid); err == nil && key.Equal(e.key) {
+				c := e.claims
+				return &c, nil
+			}
+		}
+	}
 	var tc ticketClaims
+	var kid string
+	var key ed25519.PublicKey
 	tok, err := v.parser.ParseWithClaims(ticket, &tc, func(t *jwt.Token) (any, error) {
 		if typ, _ := t.Header["typ"].(string); typ != TicketType {
 			return nil, invalid(nil, "typ header is %s, want %q", quoteID(typ), TicketType)
 		}
-		kid, _ := t.Header["kid"].(string)
+		kid, _ = t.Header["kid"].(string)
 		if kid == "" {
 			return nil, invalid(nil, "no kid header")
 		}
-		key, err := v.src.Key(ctx, kid)
+		var err error
+		key, err = v.src.Key(ctx, kid)
 		if err != nil {
 			if errors.Is(err, ErrUnknownKey) {
 				return nil, invalid(err, "unknown signing key %s", quoteID(kid))
@@ -189,6 +223,13 @@ func (v *Verifier) Verify(ctx context.Context, ticket string) (*Claims, error) {
 	}
 	if tc.IssuedAt != nil {
 		c.IssuedAt = tc.IssuedAt.Time
+	}
+	if v.cache != nil {
+		e := &cachedTicket{claims: *c, kid: kid, key: key, until: c.ExpiresAt.Add(Leeway)}
+		if tc.NotBefore != nil {
+			e.from = tc.NotBefore.Add(-Leeway)
+		}
+		v.cache.put(h, e, v.now())
 	}
 	return c, nil
 }

@@ -157,6 +157,14 @@ func TestScopesOnEveryAdminCall(t *testing.T) {
 			_, err := c.ListWebhookDeliveries(ctx, req(&ludusv1.ListWebhookDeliveriesRequest{}, k))
 			return err
 		}},
+		"GetGameLog": {"admin server read-only", func(k string) error {
+			_, err := c.GetGameLog(ctx, req(&ludusv1.GetGameLogRequest{GameId: "g_nope"}, k))
+			return err
+		}},
+		"ListArchivedGames": {"admin server read-only", func(k string) error {
+			_, err := c.ListArchivedGames(ctx, req(&ludusv1.ListArchivedGamesRequest{}, k))
+			return err
+		}},
 	}
 	methods := ludusv1.File_ludus_v1_admin_proto.Services().ByName("AdminService").Methods()
 	if methods.Len() != len(calls) {
@@ -573,6 +581,11 @@ func TestNastyInput(t *testing.T) {
 			_, calls["ReportProgress"] = e.reports.ReportProgress(ctx, req(&ludusv1.ReportProgressRequest{MatchId: "nm", Seq: 1,
 				Players: []*ludusv1.PlayerResult{{AccountId: v, Currency: map[string]int64{v: 1}, ItemsUsed: map[string]int64{v: 1}}}}, cred))
 			_, calls["ReportProgressMatch"] = e.reports.ReportProgress(ctx, req(&ludusv1.ReportProgressRequest{MatchId: v, Seq: 1}, cred))
+			_, calls["ArchiveGame"] = e.modules.ArchiveGame(ctx, req(&clusterv1.ArchiveGameRequest{TenantId: tn.Id, GameId: v, SpecJson: []byte(v),
+				Chunks: [][]byte{[]byte(v)}, State: v, Message: v}, clusterToken))
+			_, calls["ArchiveGameMessage"] = e.modules.ArchiveGame(ctx, req(&clusterv1.ArchiveGameRequest{TenantId: tn.Id, GameId: "g-nasty",
+				SpecJson: []byte(v), Chunks: [][]byte{[]byte(v)}, State: "failed", Message: v}, clusterToken))
+			_, calls["GetGameLog"] = e.admin.GetGameLog(ctx, req(&ludusv1.GetGameLogRequest{GameId: v}, admin))
 			for name, err := range calls {
 				if code := connect.CodeOf(err); err != nil && (code == connect.CodeInternal || code == connect.CodeUnknown) {
 					t.Errorf("%s(%q): %v", name, clipTest(v), err)

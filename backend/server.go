@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -76,6 +77,8 @@ type Server struct {
 	pwParams       PasswordParams
 	dummyHash      string // checked against for unknown emails, to equalize timing
 	webhookClient  *http.Client
+	verifier       *auth.Verifier // shared, so its cache of verified tickets is
+	tenants        sync.Map       // slug -> store.Tenant (tenants are never renamed or deleted)
 }
 
 // New creates a Server, loading the ticket signing keys from the store (and
@@ -133,6 +136,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.issuer = auth.NewIssuer(s.keys, s.now)
+	s.verifier = auth.NewVerifier(s.keys, s.now)
 	s.handler = s.buildHandler()
 	return s, nil
 }
@@ -146,13 +150,12 @@ func (s *Server) Issuer() *auth.Issuer { return s.issuer }
 // KeySet returns the live signing key set; it is also an auth.KeySource.
 func (s *Server) KeySet() *auth.KeySet { return s.keys }
 
-// Verifier returns a ticket verifier over the live key set, for a gateway
-// running in the same process.
-func (s *Server) Verifier() *auth.Verifier { return auth.NewVerifier(s.keys, s.now) }
+// Verifier returns the ticket verifier over the live key set (with its cache
+// of verified tickets), for a gateway running in the same process.
+func (s *Server) Verifier() *auth.Verifier { return s.verifier }
 
 func (s *Server) buildHandler() http.Handler {
-	opts := []connect.HandlerOption{
-		connect.WithReadMaxBytes(MaxRequestBytes),
+	common := []connect.HandlerOption{
 		// gzip is on by default; only compress responses worth it.
 		connect.WithCompressMinBytes(1 << 10),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
@@ -160,10 +163,13 @@ func (s *Server) buildHandler() http.Handler {
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 		}),
 	}
+	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes)}, common...)
 	mux := http.NewServeMux()
 	mux.Handle(ludusv1connect.NewAuthServiceHandler(&authService{s}, opts...))
 	mux.Handle(ludusv1connect.NewAdminServiceHandler(&adminService{s}, opts...))
-	mux.Handle(clusterv1connect.NewModuleStoreServiceHandler(&moduleStore{s}, opts...))
+	// The cluster service takes game log archives of up to MaxArchiveBytes.
+	clusterOpts := append([]connect.HandlerOption{connect.WithReadMaxBytes(maxArchiveRequestBytes)}, common...)
+	mux.Handle(clusterv1connect.NewModuleStoreServiceHandler(&moduleStore{s}, clusterOpts...))
 	mux.Handle(ludusv1connect.NewProgressionServiceHandler(&progressionService{s}, opts...))
 	mux.Handle(ludusv1connect.NewMatchReportServiceHandler(&matchReports{s}, opts...))
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, r *http.Request) {

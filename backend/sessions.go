@@ -43,23 +43,41 @@ func throttleDelay(failures int) time.Duration {
 
 // session issues a ticket and starts a refresh-token family for acc.
 func (s *Server) session(ctx context.Context, tenant store.Tenant, acc store.Account) (*ludusv1.Session, error) {
+	rt, rec := s.newRefresh(tenant.ID, acc.ID)
+	if err := s.store.CreateRefreshToken(ctx, rec); err != nil {
+		return nil, s.internal(ctx, "create refresh token", err)
+	}
+	return s.sessionOf(ctx, tenant, acc, rt, rec)
+}
+
+// newRefresh returns a new refresh token starting a family, and its record.
+func (s *Server) newRefresh(tenantID, accountID string) (string, store.RefreshToken) {
+	now := s.now().UTC()
+	rt, hash := newSecret(RefreshTokenPrefix)
+	return rt, store.RefreshToken{Hash: hash, FamilyID: newID("f_"), TenantID: tenantID, AccountID: accountID,
+		CreatedAt: now, ExpiresAt: now.Add(RefreshTTL)}
+}
+
+// sessionOf signs a ticket for acc and returns the session with refresh
+// token rt (already stored as rec). It touches no store: callers sign after
+// their transaction, so no connection is held across the signature.
+func (s *Server) sessionOf(ctx context.Context, tenant store.Tenant, acc store.Account, rt string, rec store.RefreshToken) (*ludusv1.Session, error) {
 	ticket, exp, err := s.issuer.Issue(auth.Claims{TenantID: tenant.ID, TenantSlug: tenant.Slug, AccountID: acc.ID, DisplayName: acc.DisplayName})
 	if err != nil {
 		return nil, s.internal(ctx, "issue ticket", err)
-	}
-	now := s.now().UTC()
-	rt, hash := newSecret(RefreshTokenPrefix)
-	rec := store.RefreshToken{Hash: hash, FamilyID: newID("f_"), TenantID: tenant.ID, AccountID: acc.ID, CreatedAt: now, ExpiresAt: now.Add(RefreshTTL)}
-	if err := s.store.CreateRefreshToken(ctx, rec); err != nil {
-		return nil, s.internal(ctx, "create refresh token", err)
 	}
 	return &ludusv1.Session{Ticket: ticket, ExpiresAt: timestamppb.New(exp), AccountId: acc.ID, DisplayName: acc.DisplayName,
 		RefreshToken: rt, RefreshExpiresAt: timestamppb.New(rec.ExpiresAt)}, nil
 }
 
+// tenantBySlug finds a tenant by slug. Tenants are never renamed or deleted,
+// so found ones are cached (in this process; a miss always asks the store).
 func (s *Server) tenantBySlug(ctx context.Context, slug string) (store.Tenant, error) {
 	if err := checkSlug("tenant", slug); err != nil {
 		return store.Tenant{}, invalidArg(err)
+	}
+	if t, ok := s.tenants.Load(slug); ok {
+		return t.(store.Tenant), nil
 	}
 	t, err := s.store.TenantBySlug(ctx, slug)
 	if errors.Is(err, store.ErrNotFound) {
@@ -67,6 +85,7 @@ func (s *Server) tenantBySlug(ctx context.Context, slug string) (store.Tenant, e
 	} else if err != nil {
 		return t, s.internal(ctx, "tenant", err)
 	}
+	s.tenants.Store(slug, t)
 	return t, nil
 }
 

@@ -246,6 +246,22 @@ type WebhookDelivery struct {
 	UpdatedAt time.Time
 }
 
+// GameArchive is an ended game's spec and input log, archived by its sim
+// node for replays. Stored verbatim.
+type GameArchive struct {
+	TenantID string
+	GameID   string
+	SpecJSON []byte
+	// Chunks are the encoded input log chunks, in order.
+	Chunks    [][]byte
+	State     string
+	Message   string
+	FinalTick int64
+	// SizeBytes is len(SpecJSON) plus the chunks' lengths (set by the store).
+	SizeBytes  int64
+	ArchivedAt time.Time
+}
+
 // Store is the backend's persistence. Implementations are safe for concurrent use.
 type Store interface {
 	// CreateTenant creates a tenant together with its first API keys, atomically.
@@ -289,6 +305,15 @@ type Store interface {
 	LoginThrottle(ctx context.Context, tenantID, key string) (LoginThrottle, error)
 	// PutLoginThrottle stores it; a zero throttle deletes it.
 	PutLoginThrottle(ctx context.Context, tenantID, key string, t LoginThrottle) error
+
+	// DeviceSession signs a device in, in one transaction: it stores a (a new
+	// guest account with a.DeviceID) unless the tenant already has an account
+	// with that device; renames the account to rename if rename is not empty
+	// and differs (setting UpdatedAt to a.UpdatedAt); and stores refresh token
+	// t for the account (t.TenantID and t.AccountID are set from it). It
+	// returns the account and whether it was created. ErrNotFound if the
+	// tenant does not exist.
+	DeviceSession(ctx context.Context, a Account, rename string, t RefreshToken) (acc Account, created bool, err error)
 
 	// CreateRefreshToken stores a token (the first of a family, usually).
 	CreateRefreshToken(ctx context.Context, t RefreshToken) error
@@ -362,6 +387,17 @@ type Store interface {
 	// ListModules returns the tenant's modules (every build under every
 	// name), newest first, without their bytes.
 	ListModules(ctx context.Context, tenantID string) ([]Module, error)
+
+	// PutGameArchive stores a game's archive, replacing any earlier archive
+	// of the same game (so archiving twice is harmless). ErrNotFound if the
+	// tenant does not exist.
+	PutGameArchive(ctx context.Context, a GameArchive) error
+	// GameArchive returns a game's archive with its spec and chunks. A game
+	// of another tenant is ErrNotFound.
+	GameArchive(ctx context.Context, tenantID, gameID string) (GameArchive, error)
+	// ListGameArchives lists a tenant's archives, newest first, without
+	// spec and chunks.
+	ListGameArchives(ctx context.Context, tenantID string, limit int) ([]GameArchive, error)
 
 	// ListSigningKeys returns every stored signing key.
 	ListSigningKeys(ctx context.Context) ([]SigningKey, error)

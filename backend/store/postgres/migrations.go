@@ -187,4 +187,28 @@ var migrations = [][]string{
 		`CREATE INDEX webhook_deliveries_due ON webhook_deliveries(state, next_at)`,
 		`CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries(tenant_id, created_at)`,
 	},
+	// Version 2 (SQLite version 3): the game log archive.
+	{
+		`CREATE TABLE game_archives (
+			tenant_id   TEXT   NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			game_id     TEXT   NOT NULL,
+			state       TEXT   NOT NULL,
+			message     TEXT   NOT NULL,
+			final_tick  BIGINT NOT NULL,
+			size_bytes  BIGINT NOT NULL,
+			chunks      BIGINT NOT NULL,
+			archived_at BIGINT NOT NULL,
+			spec_json   BYTEA  NOT NULL,
+			PRIMARY KEY (tenant_id, game_id)
+		)`,
+		`CREATE INDEX game_archives_recent ON game_archives(tenant_id, archived_at)`,
+		`CREATE TABLE game_archive_chunks (
+			tenant_id TEXT   NOT NULL,
+			game_id   TEXT   NOT NULL,
+			seq       BIGINT NOT NULL,
+			data      BYTEA  NOT NULL,
+			PRIMARY KEY (tenant_id, game_id, seq),
+			FOREIGN KEY (tenant_id, game_id) REFERENCES game_archives(tenant_id, game_id) ON DELETE CASCADE
+		)`,
+	},
 }

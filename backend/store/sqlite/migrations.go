@@ -194,4 +194,29 @@ var migrations = [][]string{
 		`CREATE INDEX webhook_deliveries_due ON webhook_deliveries(state, next_at)`,
 		`CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries(tenant_id, created_at)`,
 	},
+	// Version 3: the game log archive. Blobs last (see above); chunks in
+	// their own rows, so listing archives reads none of them.
+	{
+		`CREATE TABLE game_archives (
+			tenant_id   TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			game_id     TEXT    NOT NULL,
+			state       TEXT    NOT NULL,
+			message     TEXT    NOT NULL,
+			final_tick  INTEGER NOT NULL,
+			size_bytes  INTEGER NOT NULL,
+			chunks      INTEGER NOT NULL,
+			archived_at INTEGER NOT NULL,
+			spec_json   BLOB    NOT NULL,
+			PRIMARY KEY (tenant_id, game_id)
+		) STRICT`,
+		`CREATE INDEX game_archives_recent ON game_archives(tenant_id, archived_at)`,
+		`CREATE TABLE game_archive_chunks (
+			tenant_id TEXT    NOT NULL,
+			game_id   TEXT    NOT NULL,
+			seq       INTEGER NOT NULL,
+			data      BLOB    NOT NULL,
+			PRIMARY KEY (tenant_id, game_id, seq),
+			FOREIGN KEY (tenant_id, game_id) REFERENCES game_archives(tenant_id, game_id) ON DELETE CASCADE
+		) STRICT`,
+	},
 }

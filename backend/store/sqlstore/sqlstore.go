@@ -35,23 +35,38 @@ type Dialect struct {
 	// Retry reports whether a transaction failed in a way worth retrying
 	// (serialization failure, deadlock).
 	Retry func(err error) bool
+	// GroupCommit commits the write transactions of concurrent callers
+	// together (see commit.go). For a single writer connection (SQLite).
+	GroupCommit bool
+	// CacheStatements keeps statements prepared (SQLite; pgx caches
+	// prepared statements per connection itself).
+	CacheStatements bool
 }
 
 // DB is a store.Store over a writer pool and a reader pool (the same pool
 // for PostgreSQL).
 type DB struct {
-	W, R *sql.DB
-	d    Dialect
-	qs   sync.Map // query text -> rewritten text
+	W, R           *sql.DB
+	d              Dialect
+	qs             sync.Map   // query text -> rewritten text
+	c              *committer // group commit; nil unless Dialect.GroupCommit
+	wstmts, rstmts stmtCache
 }
 
 var _ store.Store = (*DB)(nil)
 
 // New returns a store over w (writes) and r (reads).
-func New(w, r *sql.DB, d Dialect) *DB { return &DB{W: w, R: r, d: d} }
+func New(w, r *sql.DB, d Dialect) *DB {
+	s := &DB{W: w, R: r, d: d}
+	if d.GroupCommit {
+		s.startCommitter()
+	}
+	return s
+}
 
 // Close closes both pools.
 func (s *DB) Close() error {
+	s.stopCommitter()
 	if s.R == s.W {
 		return s.W.Close()
 	}
@@ -130,17 +145,39 @@ func (s *DB) wrap(op string, err error) error {
 type tx struct {
 	s  *DB
 	tx *sql.Tx
+	// fixed, if set, replaces the callers' contexts (group commit: a
+	// statement interrupted mid-batch could roll back the others' work).
+	fixed context.Context
+}
+
+func (t *tx) ctx(ctx context.Context) context.Context {
+	if t.fixed != nil {
+		return t.fixed
+	}
+	return ctx
 }
 
 func (t *tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	ctx = t.ctx(ctx)
+	if st := t.s.writeStmt(query); st != nil {
+		return t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
 	return t.tx.ExecContext(ctx, t.s.q(query), args...)
 }
 
 func (t *tx) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	ctx = t.ctx(ctx)
+	if st := t.s.writeStmt(query); st != nil {
+		return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
 	return t.tx.QueryContext(ctx, t.s.q(query), args...)
 }
 
 func (t *tx) row(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx = t.ctx(ctx)
+	if st := t.s.writeStmt(query); st != nil {
+		return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
 	return t.tx.QueryRowContext(ctx, t.s.q(query), args...)
 }
 
@@ -155,6 +192,9 @@ func (c commitErr) Error() string { return c.err.Error() }
 // serialization failures. If fn returns a commitErr, the transaction is
 // committed and its error returned.
 func (s *DB) inTx(ctx context.Context, op string, fn func(t *tx) error) error {
+	if s.c != nil {
+		return s.wrap(op, s.submit(ctx, fn))
+	}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		err = s.tryTx(ctx, fn)
@@ -172,7 +212,7 @@ func (s *DB) tryTx(ctx context.Context, fn func(t *tx) error) error {
 		return err
 	}
 	defer sqlTx.Rollback()
-	if err := fn(&tx{s, sqlTx}); err != nil {
+	if err := fn(&tx{s: s, tx: sqlTx}); err != nil {
 		var ce commitErr
 		if errors.As(err, &ce) {
 			if cerr := sqlTx.Commit(); cerr != nil {
@@ -186,10 +226,16 @@ func (s *DB) tryTx(ctx context.Context, fn func(t *tx) error) error {
 }
 
 func (s *DB) row(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := s.readStmt(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
 	return s.R.QueryRowContext(ctx, s.q(query), args...)
 }
 
 func (s *DB) rows(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := s.readStmt(ctx, query); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
 	return s.R.QueryContext(ctx, s.q(query), args...)
 }
 
@@ -397,6 +443,51 @@ func (s *DB) DeleteAccount(ctx context.Context, tenantID, accountID string) erro
 	return s.inTx(ctx, "delete account", func(tx *tx) error {
 		return mustAffect(tx.exec(ctx, `DELETE FROM accounts WHERE tenant_id = ? AND id = ?`, tenantID, accountID))
 	})
+}
+
+// DeviceSession implements store.Store. For a new device it is two
+// statements (insert the account, insert the refresh token) in one
+// transaction: one commit per guest login.
+func (s *DB) DeviceSession(ctx context.Context, a store.Account, rename string, t store.RefreshToken) (store.Account, bool, error) {
+	var acc store.Account
+	var created bool
+	err := s.inTx(ctx, "device session", func(tx *tx) error {
+		acc, created = a, false
+		res, err := tx.exec(ctx, `INSERT INTO accounts (`+accountCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			a.ID, a.TenantID, nullString(a.DeviceID), nullString(a.Email), a.PasswordHash, nullString(a.CustomID),
+			a.DisplayName, ToDB(a.CreatedAt), ToDB(a.UpdatedAt))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 1 {
+			created = true
+		} else {
+			if acc, err = scanAccount(tx.row(ctx, `SELECT `+accountCols+` FROM accounts WHERE tenant_id = ? AND device_id = ?`,
+				a.TenantID, a.DeviceID)); err != nil {
+				if errors.Is(err, sql.ErrNoRows) {
+					// The insert conflicted on something else than the
+					// device (an id collision): report it as such.
+					return store.ErrAlreadyExists
+				}
+				return err
+			}
+			if rename != "" && rename != acc.DisplayName {
+				if _, err := tx.exec(ctx, `UPDATE accounts SET display_name = ?, updated_at = ? WHERE tenant_id = ? AND id = ?`,
+					rename, ToDB(a.UpdatedAt), acc.TenantID, acc.ID); err != nil {
+					return err
+				}
+				acc.DisplayName, acc.UpdatedAt = rename, a.UpdatedAt
+			}
+		}
+		t.TenantID, t.AccountID = acc.TenantID, acc.ID
+		return insertRefresh(ctx, tx, t)
+	})
+	if err != nil {
+		return store.Account{}, false, err
+	}
+	return acc, created, nil
 }
 
 // Login throttling
@@ -687,125 +778,6 @@ func decodeMap(s string) (map[string]int64, error) {
 		return m, nil
 	}
 	return m, json.Unmarshal([]byte(s), &m)
-}
-
-// ApplyMatchReport implements store.Store.
-func (s *DB) ApplyMatchReport(ctx context.Context, r store.MatchReport) (bool, error) {
-	var applied bool
-	err := s.inTx(ctx, "apply match report", func(tx *tx) error {
-		applied = false
-		// Claim the report on the match row: the UPDATE locks the row, so
-		// reports of one match apply one at a time, and a duplicate or stale
-		// report changes nothing.
-		var res sql.Result
-		var err error
-		if r.Final {
-			res, err = tx.exec(ctx, `UPDATE matches SET ended_at = ?, last_seq = CASE WHEN last_seq > ? THEN last_seq ELSE ? END
-				WHERE tenant_id = ? AND id = ? AND ended_at IS NULL`, ToDB(r.At), r.Seq, r.Seq, r.TenantID, r.MatchID)
-		} else {
-			res, err = tx.exec(ctx, `UPDATE matches SET last_seq = ? WHERE tenant_id = ? AND id = ? AND ended_at IS NULL AND last_seq < ?`,
-				r.Seq, r.TenantID, r.MatchID, r.Seq)
-		}
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			m, err := scanMatch(tx.row(ctx, `SELECT `+matchCols+` FROM matches WHERE tenant_id = ? AND id = ?`, r.TenantID, r.MatchID))
-			if err != nil {
-				return err
-			}
-			if !m.EndedAt.IsZero() && !r.Final {
-				return store.ErrMatchEnded
-			}
-			return nil // duplicate final, or a stale interim report
-		}
-		var game string
-		if err := tx.row(ctx, `SELECT game FROM matches WHERE tenant_id = ? AND id = ?`, r.TenantID, r.MatchID).Scan(&game); err != nil {
-			return err
-		}
-		players := slices.Clone(r.Players)
-		slices.SortFunc(players, func(a, b store.PlayerReport) int { return strings.Compare(a.AccountID, b.AccountID) })
-		key := fmt.Sprintf("match/%s/%d", r.MatchID, r.Seq)
-		if r.Final {
-			key = "match/" + r.MatchID + "/final"
-		}
-		for _, p := range players {
-			if err := accountExists(ctx, tx, r.TenantID, p.AccountID); errors.Is(err, sql.ErrNoRows) {
-				continue // not this tenant's, or deleted since: grant nothing
-			} else if err != nil {
-				return err
-			}
-			if err := applyPlayer(ctx, tx, r, game, key, p); err != nil {
-				return err
-			}
-		}
-		if r.Final && r.Webhook != nil {
-			if err := insertDelivery(ctx, tx, *r.Webhook); err != nil {
-				return err
-			}
-		}
-		applied = true
-		return nil
-	})
-	return applied, err
-}
-
-// applyPlayer grants one player the difference between the report's totals
-// and what the match granted so far, and records the new totals.
-func applyPlayer(ctx context.Context, tx *tx, r store.MatchReport, game, key string, p store.PlayerReport) error {
-	var prevXP int64
-	var prevCur, prevItems string
-	err := tx.row(ctx, `SELECT xp, currency, items FROM match_players WHERE tenant_id = ? AND match_id = ? AND account_id = ?`,
-		r.TenantID, r.MatchID, p.AccountID).Scan(&prevXP, &prevCur, &prevItems)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return err
-	}
-	oldCur, err := decodeMap(prevCur)
-	if err != nil {
-		return err
-	}
-	oldItems, err := decodeMap(prevItems)
-	if err != nil {
-		return err
-	}
-	c := store.Change{TenantID: r.TenantID, AccountID: p.AccountID, Key: key, Reason: "match " + r.MatchID, At: r.At,
-		Currency: map[string]int64{}, Items: map[string]int64{}}
-	newXP := max(prevXP, p.XP)
-	c.XP = newXP - prevXP
-	diff := func(old, cur, into map[string]int64) map[string]int64 {
-		out := maps(old)
-		for k, v := range cur {
-			if v > old[k] {
-				into[k] = v - old[k]
-				out[k] = v
-			}
-		}
-		return out
-	}
-	newCur := diff(oldCur, p.Currency, c.Currency)
-	newItems := diff(oldItems, p.Items, c.Items)
-	if _, err := applyChange(ctx, tx, c); err != nil {
-		return err
-	}
-	if _, err := tx.exec(ctx, `INSERT INTO match_players (tenant_id, match_id, account_id, score, duration_ms, damage, items_used, xp, currency, items)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, match_id, account_id) DO UPDATE SET
-		score = excluded.score, duration_ms = excluded.duration_ms, damage = excluded.damage, items_used = excluded.items_used,
-		xp = excluded.xp, currency = excluded.currency, items = excluded.items`,
-		r.TenantID, r.MatchID, p.AccountID, p.Score, p.DurationMs, p.Damage, encodeMap(p.ItemsUsed),
-		newXP, encodeMap(newCur), encodeMap(newItems)); err != nil {
-		return err
-	}
-	if !r.Final {
-		return nil
-	}
-	_, err = tx.exec(ctx, `INSERT INTO leaderboard (tenant_id, game, account_id, best, total, matches) VALUES (?, ?, ?, ?, ?, 1)
-		ON CONFLICT (tenant_id, game, account_id) DO UPDATE SET
-		best = CASE WHEN leaderboard.best > excluded.best THEN leaderboard.best ELSE excluded.best END,
-		total = leaderboard.total + excluded.total, matches = leaderboard.matches + 1`,
-		r.TenantID, game, p.AccountID, p.Score, p.Score)
-	return err
 }
 
 func maps(m map[string]int64) map[string]int64 {

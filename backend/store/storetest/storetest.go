@@ -52,6 +52,9 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Webhooks", testWebhooks},
 		{"DeleteAccountCascades", testDeleteAccountCascades},
 		{"NastyStringsEverywhere", testNastyStringsEverywhere},
+		{"GameArchives", testGameArchives},
+		{"DeviceSession", testDeviceSession},
+		{"ConcurrentWritesIsolated", testConcurrentWritesIsolated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newStore(t)) })

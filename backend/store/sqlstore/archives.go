@@ -1,0 +1,92 @@
+package sqlstore
+
+import (
+	"context"
+
+	"ludus.dev/ludus/backend/store"
+)
+
+// PutGameArchive implements store.Store.
+func (s *DB) PutGameArchive(ctx context.Context, a store.GameArchive) error {
+	size := int64(len(a.SpecJSON))
+	for _, c := range a.Chunks {
+		size += int64(len(c))
+	}
+	if a.SpecJSON == nil {
+		a.SpecJSON = []byte{}
+	}
+	return s.inTx(ctx, "put game archive", func(tx *tx) error {
+		if _, err := tx.exec(ctx, `DELETE FROM game_archive_chunks WHERE tenant_id = ? AND game_id = ?`, a.TenantID, a.GameID); err != nil {
+			return err
+		}
+		if _, err := tx.exec(ctx, `INSERT INTO game_archives (tenant_id, game_id, state, message, final_tick, size_bytes, chunks, archived_at, spec_json)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, game_id) DO UPDATE SET state = excluded.state,
+			message = excluded.message, final_tick = excluded.final_tick, size_bytes = excluded.size_bytes, chunks = excluded.chunks,
+			archived_at = excluded.archived_at, spec_json = excluded.spec_json`,
+			a.TenantID, a.GameID, a.State, a.Message, a.FinalTick, size, len(a.Chunks), ToDB(a.ArchivedAt), a.SpecJSON); err != nil {
+			return err
+		}
+		for i, c := range a.Chunks {
+			if c == nil {
+				c = []byte{}
+			}
+			if _, err := tx.exec(ctx, `INSERT INTO game_archive_chunks (tenant_id, game_id, seq, data) VALUES (?, ?, ?, ?)`,
+				a.TenantID, a.GameID, i, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+const archiveCols = `tenant_id, game_id, state, message, final_tick, size_bytes, archived_at`
+
+func scanArchive(r scanner) (store.GameArchive, error) {
+	var a store.GameArchive
+	var at int64
+	err := r.Scan(&a.TenantID, &a.GameID, &a.State, &a.Message, &a.FinalTick, &a.SizeBytes, &at)
+	a.ArchivedAt = FromDB(at)
+	return a, err
+}
+
+// GameArchive implements store.Store. Header, spec and chunks are read in
+// one read transaction, so a concurrent re-archive is seen whole or not at all.
+func (s *DB) GameArchive(ctx context.Context, tenantID, gameID string) (store.GameArchive, error) {
+	var a store.GameArchive
+	rtx, err := s.R.BeginTx(ctx, nil)
+	if err != nil {
+		return a, s.wrap("game archive", err)
+	}
+	defer rtx.Rollback()
+	var n int
+	var at int64
+	err = rtx.QueryRowContext(ctx, s.q(`SELECT `+archiveCols+`, chunks, spec_json FROM game_archives WHERE tenant_id = ? AND game_id = ?`),
+		tenantID, gameID).Scan(&a.TenantID, &a.GameID, &a.State, &a.Message, &a.FinalTick, &a.SizeBytes, &at, &n, &a.SpecJSON)
+	if err != nil {
+		return store.GameArchive{}, s.wrap("game archive", err)
+	}
+	a.ArchivedAt = FromDB(at)
+	rows, err := rtx.QueryContext(ctx, s.q(`SELECT data FROM game_archive_chunks WHERE tenant_id = ? AND game_id = ? ORDER BY seq`), tenantID, gameID)
+	if err != nil {
+		return store.GameArchive{}, s.wrap("game archive", err)
+	}
+	defer rows.Close()
+	a.Chunks = make([][]byte, 0, n)
+	for rows.Next() {
+		var c []byte
+		if err := rows.Scan(&c); err != nil {
+			return store.GameArchive{}, s.wrap("game archive", err)
+		}
+		a.Chunks = append(a.Chunks, c)
+	}
+	if err := rows.Err(); err != nil {
+		return store.GameArchive{}, s.wrap("game archive", err)
+	}
+	return a, nil
+}
+
+// ListGameArchives implements store.Store.
+func (s *DB) ListGameArchives(ctx context.Context, tenantID string, limit int) ([]store.GameArchive, error) {
+	return list(ctx, s, "list game archives", scanArchive, `SELECT `+archiveCols+` FROM game_archives
+		WHERE tenant_id = ? ORDER BY archived_at DESC, game_id LIMIT ?`, tenantID, limit)
+}
