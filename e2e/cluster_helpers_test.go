@@ -40,7 +40,7 @@ func waitOwnerIs(t *testing.T, ctx context.Context, games ludusv1connect.GameSer
 
 // replayOK replays a game's whole log, checking every recorded state hash.
 func replayOK(ctx context.Context, c *localcluster.Cluster, eng *engine.Engine, id string) error {
-	spec, chunks, err := simnode.ReadLog(ctx, c.Etcd, c.TenantID, id)
+	spec, chunks, err := c.ReadLog(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"ludus.dev/ludus/sdk/abi"
 	"ludus.dev/ludus/simnode"
 	"ludus.dev/ludus/simnode/engine"
+	"ludus.dev/ludus/simnode/inputlog"
 )
 
 // FailoverResult is what a kill -9 of one sim node did to the games it ran.
@@ -74,7 +76,9 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 		}
 		p := &player{ticket: l.Msg.Ticket, acked: map[uint64]bool{}}
 		p.client = ludusv1connect.NewGameServiceClient(http.DefaultClient, c.GatewayURL, connect.WithInterceptors(bearer(p.ticket)))
-		g, err := p.client.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "arena", Bots: 3}))
+		// Limits far away: the games must outlive the test.
+		g, err := p.client.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "arena", Bots: 3,
+			Config: []byte(`{"score_limit":10000,"time_limit_s":3600}`)}))
 		if err != nil {
 			return res, fmt.Errorf("create game %d: %w", i, err)
 		}
@@ -148,7 +152,7 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 	res.TakeoverMsP50, res.TakeoverMsP99 = percentile(takeovers, 0.50), percentile(takeovers, 0.99)
 
 	for _, p := range players {
-		spec, chunks, err := simnode.ReadLog(ctx, c.Etcd, c.TenantID, p.game)
+		spec, chunks, err := c.ReadLog(ctx, p.game)
 		if err != nil {
 			return res, fmt.Errorf("read log of %s: %w", p.game, err)
 		}
@@ -249,4 +253,29 @@ func (p *player) play(ctx context.Context) {
 	}
 }
 
-var _ = fleet.Prefix
+
+// ReadLog reads a game's spec and log from etcd, or from the backend's archive
+// once the game has finished and left etcd.
+func (c *Cluster) ReadLog(ctx context.Context, game string) (fleet.GameSpec, []*inputlog.Chunk, error) {
+	spec, chunks, err := simnode.ReadLog(ctx, c.Etcd, c.TenantID, game)
+	if !errors.Is(err, fleet.ErrNotFound) {
+		return spec, chunks, err
+	}
+	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, c.BackendURL, connect.WithInterceptors(bearer(c.AdminKey)))
+	lg, aerr := admin.GetGameLog(ctx, connect.NewRequest(&ludusv1.GetGameLogRequest{GameId: game}))
+	if aerr != nil {
+		return spec, nil, fmt.Errorf("%w (archive: %v)", err, aerr)
+	}
+	if err := json.Unmarshal(lg.Msg.SpecJson, &spec); err != nil {
+		return spec, nil, err
+	}
+	chunks = nil
+	for _, b := range lg.Msg.Chunks {
+		ch, err := inputlog.Decode(b)
+		if err != nil {
+			return spec, nil, err
+		}
+		chunks = append(chunks, ch)
+	}
+	return spec, chunks, nil
+}

@@ -68,6 +68,8 @@ type Cluster struct {
 	OperatorKey   string
 	ClusterToken  string
 	TenantID      string
+	// AdminKey is the demo tenant's admin API key.
+	AdminKey string
 	Etcd          *clientv3.Client
 	// NodeAddrs maps node ids to their NodeService URLs.
 	NodeAddrs map[string]string
@@ -225,6 +227,7 @@ func (c *Cluster) seed(ctx context.Context) error {
 		return fmt.Errorf("seed tenant: %w", err)
 	}
 	c.TenantID = t.Msg.Tenant.Id
+	c.AdminKey = t.Msg.AdminKey
 	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, c.BackendURL,
 		connect.WithInterceptors(bearer(t.Msg.AdminKey)), connect.WithSendMaxBytes(64<<20))
 	if _, err := admin.UploadModule(ctx, connect.NewRequest(&ludusv1.UploadModuleRequest{Name: "arena", Wasm: c.cfg.Module})); err != nil {
