@@ -253,7 +253,6 @@ func (p *player) play(ctx context.Context) {
 	}
 }
 
-
 // ReadLog reads a game's spec and log from etcd, or from the backend's archive
 // once the game has finished and left etcd.
 func (c *Cluster) ReadLog(ctx context.Context, game string) (fleet.GameSpec, []*inputlog.Chunk, error) {

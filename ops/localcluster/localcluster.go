@@ -70,7 +70,7 @@ type Cluster struct {
 	TenantID      string
 	// AdminKey is the demo tenant's admin API key.
 	AdminKey string
-	Etcd          *clientv3.Client
+	Etcd     *clientv3.Client
 	// NodeAddrs maps node ids to their NodeService URLs.
 	NodeAddrs map[string]string
 
