@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,6 +36,9 @@ type etcdFlags struct {
 	endpoints *string
 	user      *string
 	password  *string
+	cacert    *string
+	cert      *string
+	key       *string
 }
 
 func addEtcdFlags(fs *flag.FlagSet) etcdFlags {
@@ -42,11 +46,49 @@ func addEtcdFlags(fs *flag.FlagSet) etcdFlags {
 		endpoints: fs.String("etcd", envOr("LUDUS_ETCD", "http://127.0.0.1:2379"), "comma-separated etcd endpoints"),
 		user:      fs.String("etcd-user", os.Getenv("LUDUS_ETCD_USER"), "etcd user (optional)"),
 		password:  fs.String("etcd-password", os.Getenv("LUDUS_ETCD_PASSWORD"), "etcd password (optional)"),
+		cacert:    fs.String("etcd-cacert", os.Getenv("LUDUS_ETCD_CACERT"), "CA bundle that signed the etcd servers' certificates (TLS)"),
+		cert:      fs.String("etcd-cert", os.Getenv("LUDUS_ETCD_CERT"), "client certificate for etcd (mutual TLS)"),
+		key:       fs.String("etcd-key", os.Getenv("LUDUS_ETCD_KEY"), "client key for etcd (mutual TLS)"),
 	}
 }
 
+// tlsConfig builds the TLS configuration for etcd, or nil for plaintext.
+func (f etcdFlags) tlsConfig() (*tls.Config, error) {
+	if *f.cacert == "" && *f.cert == "" && *f.key == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if *f.cacert != "" {
+		pem, err := os.ReadFile(*f.cacert)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cacert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--etcd-cacert %s holds no PEM certificate", *f.cacert)
+		}
+		cfg.RootCAs = pool
+	}
+	if (*f.cert == "") != (*f.key == "") {
+		return nil, errors.New("--etcd-cert and --etcd-key go together")
+	}
+	if *f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(*f.cert, *f.key)
+		if err != nil {
+			return nil, fmt.Errorf("etcd client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
 func (f etcdFlags) client() (*clientv3.Client, error) {
+	tlsCfg, err := f.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	return clientv3.New(clientv3.Config{
+		TLS:         tlsCfg,
 		Endpoints:   strings.Split(*f.endpoints, ","),
 		Username:    *f.user,
 		Password:    *f.password,

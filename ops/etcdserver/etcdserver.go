@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -29,6 +30,8 @@ type Config struct {
 	// ElectionTimeout and HeartbeatInterval tune failure detection; zero keeps
 	// etcd's defaults (1000 ms and 100 ms).
 	ElectionTimeout, HeartbeatInterval time.Duration
+	// CertFile and KeyFile, if set, make the member serve clients over TLS (https).
+	CertFile, KeyFile string
 }
 
 // Server is a running embedded etcd.
@@ -64,7 +67,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	// shutdown noise is not news, and real failures surface as client errors.
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	ec.UnsafeNoFsync = cfg.NoFsync
-	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", cport))
+	scheme := "http"
+	if cfg.CertFile != "" {
+		scheme = "https"
+		ec.ClientTLSInfo = transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile}
+	}
+	cu, _ := url.Parse(fmt.Sprintf("%s://127.0.0.1:%d", scheme, cport))
 	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", pport))
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
