@@ -10,9 +10,9 @@ import (
 	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/gateway"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
-	"ludus.dev/ludus/gateway"
 	"ludus.dev/ludus/ops/devstack"
 )
 
