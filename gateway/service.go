@@ -387,7 +387,9 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 			return nil
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 500*time.Millisecond)
+		// Poll briskly while a game moves: a handoff completes in tens of
+		// milliseconds, and each poll is two etcd reads.
+		backoff = min(backoff*2, 100*time.Millisecond)
 	}
 }
 

@@ -60,6 +60,9 @@ func init() {
 				"acked_inputs": res.AckedInputs, "acked_inputs_lost": res.AckedInputsLost,
 				"inputs_applied_twice": res.InputsDoubled, "games_lost": res.GamesLost,
 				"state_hashes_checked": res.HashesChecked, "replay_mismatches": res.ReplayMismatch,
+				"handoff_pause_ms_p99": res.HandoffPauseMsP99, "handoffs": res.Handoffs,
+				"replay_ms_per_min_of_play": res.ReplayMsPerMinOfPlay, "etcd_writes_per_game_sec": res.EtcdWritesPerGameSec,
+				"spectator_delay_ms_p99": res.SpectatorDelayMsP99,
 			}, nil
 		},
 	})

@@ -36,19 +36,33 @@ type FailoverResult struct {
 	GamesLost       int     `json:"games_lost"`
 	HashesChecked   int     `json:"state_hashes_checked"`
 	ReplayMismatch  int     `json:"replay_mismatches"`
+	// HandoffPauseMsP99: the longest gap between two frames a player saw around
+	// a handoff of its game (p99 over the handed-off games).
+	HandoffPauseMsP99 float64 `json:"handoff_pause_ms_p99"`
+	Handoffs          int     `json:"handoffs"`
+	// ReplayMsPerMinOfPlay: time to rebuild a game from its full log, per minute
+	// of play it holds (no checkpoint used).
+	ReplayMsPerMinOfPlay float64 `json:"replay_ms_per_min_of_play"`
+	// EtcdWritesPerGameSec: etcd revisions (one per transaction) per running
+	// game per second of steady play, with players sending inputs.
+	EtcdWritesPerGameSec float64 `json:"etcd_writes_per_game_sec"`
+	// SpectatorDelayMsP99: how far behind the player's own view the spectator
+	// stream (served by a replica node) runs.
+	SpectatorDelayMsP99 float64 `json:"spectator_delay_ms_p99"`
 }
 
 // player is a scripted client of one game: it streams frames (re-opening the
 // stream whenever it ends, as a client does) and sends an input every 100 ms,
 // re-sending an input until it is acknowledged.
 type player struct {
-	game    string
-	ticket  string
-	client  ludusv1connect.GameServiceClient
-	mu      sync.Mutex
-	acked   map[uint64]bool
-	frames  []frameSeen
-	nodeNow string
+	game     string
+	ticket   string
+	client   ludusv1connect.GameServiceClient
+	mu       sync.Mutex
+	acked    map[uint64]bool
+	frames   []frameSeen
+	nodeNow  string
+	lastTick int64
 }
 
 type frameSeen struct {
@@ -96,12 +110,74 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 		go func() { defer wg.Done(); p.stream(pctx) }()
 		go func() { defer wg.Done(); p.play(pctx) }()
 	}
+	// Spectators of the first few games, through the gateway (a replica node),
+	// during steady play (until the handoffs start).
+	var specDelays []float64
+	var specMu sync.Mutex
+	sctx, stopSpectators := context.WithCancel(pctx)
+	defer stopSpectators()
+	for i, p := range players {
+		if i >= 5 {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := p.spectate(sctx)
+			specMu.Lock()
+			specDelays = append(specDelays, d...)
+			specMu.Unlock()
+		}()
+	}
 	select {
 	case <-time.After(warmup):
 	case <-ctx.Done():
 		stop()
 		wg.Wait()
 		return res, ctx.Err()
+	}
+	// Steady play: etcd writes per game-second.
+	r0, err := c.Etcd.Get(ctx, "/ludus/none")
+	if err != nil {
+		stop()
+		wg.Wait()
+		return res, err
+	}
+	window := 2 * time.Second
+	time.Sleep(window)
+	r1, err := c.Etcd.Get(ctx, "/ludus/none")
+	if err != nil {
+		stop()
+		wg.Wait()
+		return res, err
+	}
+	res.EtcdWritesPerGameSec = float64(r1.Header.Revision-r0.Header.Revision) / float64(games) / window.Seconds()
+	stopSpectators()
+
+	// Handoffs: move up to 10 games and measure the pause their players see.
+	fleetc := ludusv1connect.NewFleetServiceClient(http.DefaultClient, c.BackendURL, connect.WithInterceptors(bearer(c.OperatorKey)))
+	var pauses []float64
+	for i, p := range players {
+		if i >= 10 {
+			break
+		}
+		at := time.Now()
+		if _, err := fleetc.HandoffGame(ctx, connect.NewRequest(&ludusv1.HandoffGameRequest{TenantId: c.TenantID, GameId: p.game})); err != nil {
+			continue
+		}
+		res.Handoffs++
+		time.Sleep(1500 * time.Millisecond)
+		pauses = append(pauses, p.longestGap(at.Add(-200*time.Millisecond), time.Now()))
+	}
+	sort.Float64s(pauses)
+	res.HandoffPauseMsP99 = percentile(pauses, 0.99)
+	// Games moved: find where each runs now.
+	byNode = map[string][]*player{}
+	for _, p := range players {
+		g, err := (&fleet.View{Client: c.Etcd}).Game(ctx, c.TenantID, p.game)
+		if err == nil {
+			byNode[g.Owner] = append(byNode[g.Owner], p)
+		}
 	}
 	victim := ""
 	for n, ps := range byNode {
@@ -151,6 +227,11 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 	sort.Float64s(takeovers)
 	res.TakeoverMsP50, res.TakeoverMsP99 = percentile(takeovers, 0.50), percentile(takeovers, 0.99)
 
+	specMu.Lock()
+	sort.Float64s(specDelays)
+	res.SpectatorDelayMsP99 = percentile(specDelays, 0.99)
+	specMu.Unlock()
+	var replayMs, playMin float64
 	for _, p := range players {
 		spec, chunks, err := c.ReadLog(ctx, p.game)
 		if err != nil {
@@ -177,7 +258,12 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 				res.InputsDoubled++
 			}
 		}
+		began := time.Now()
 		inst, hashes, err := simnode.Replay(ctx, eng, module, spec, chunks)
+		replayMs += float64(time.Since(began).Microseconds()) / 1000
+		if len(chunks) > 0 && spec.TickRate > 0 {
+			playMin += float64(chunks[len(chunks)-1].To) / float64(spec.TickRate) / 60
+		}
 		res.HashesChecked += len(hashes)
 		var desync *simnode.DesyncError
 		if errors.As(err, &desync) {
@@ -189,7 +275,57 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 			inst.Close(ctx)
 		}
 	}
+	if playMin > 0 {
+		res.ReplayMsPerMinOfPlay = replayMs / playMin
+	}
 	return res, nil
+}
+
+// longestGap is the longest interval between consecutive frames the player
+// received in [from, to], in milliseconds.
+func (p *player) longestGap(from, to time.Time) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var last time.Time
+	worst := 0.0
+	for _, f := range p.frames {
+		if f.at.Before(from) {
+			last = f.at
+			continue
+		}
+		if f.at.After(to) {
+			break
+		}
+		if !last.IsZero() {
+			worst = max(worst, float64(f.at.Sub(last).Microseconds())/1000)
+		}
+		last = f.at
+	}
+	return worst
+}
+
+// spectate watches the game's spectator stream and returns, for each frame,
+// how far (ms) it runs behind the player's own view.
+func (p *player) spectate(ctx context.Context) []float64 {
+	var delays []float64
+	s, err := p.client.Spectate(ctx, connect.NewRequest(&ludusv1.SpectateRequest{GameId: p.game}))
+	if err != nil {
+		return nil
+	}
+	defer s.Close()
+	for s.Receive() {
+		f := s.Msg().GetFrame()
+		if f == nil {
+			continue
+		}
+		p.mu.Lock()
+		own := p.lastTick
+		p.mu.Unlock()
+		if own > 0 && f.Tick > 0 {
+			delays = append(delays, float64(own-f.Tick)*1000/35)
+		}
+	}
+	return delays
 }
 
 func percentile(sorted []float64, q float64) float64 {
@@ -220,8 +356,9 @@ func (p *player) stream(ctx context.Context) {
 				p.mu.Lock()
 				if st := m.GetStatus(); st != nil {
 					p.nodeNow = st.NodeId
-				} else if m.GetFrame() != nil {
+				} else if f := m.GetFrame(); f != nil {
 					p.frames = append(p.frames, frameSeen{at: time.Now(), node: p.nodeNow})
+					p.lastTick = f.Tick
 				}
 				p.mu.Unlock()
 			}
