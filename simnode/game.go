@@ -75,8 +75,10 @@ type game struct {
 	entries []inputlog.Entry // for the next step, with accounts and seqs
 	pending *inputlog.Chunk  // not yet handed to the writer
 	acks    []ackWaiter      // answered when pending is durable
-	logSeq  uint64
-	players int
+	// queuedAcks belong to inputs in events, not yet stepped into pending.
+	queuedAcks []ackWaiter
+	logSeq     uint64
+	players    int
 	// lastFlush is when pending was last handed to the writer.
 	lastFlush time.Time
 	// hasCheckpoint: the module exports save/load; lastCheckpoint is the tick of
@@ -308,9 +310,25 @@ func (g *game) input(m inputReq) {
 		g.events = append(g.events, ev)
 		g.entries = append(g.entries, inputlog.Entry{Event: ev, Seq: m.seq})
 	}
-	// A re-sent input (seq not above the last applied) is acknowledged with the
-	// chunk being built now: it commits after the chunk that holds the original.
-	g.acks = append(g.acks, ackWaiter{reply: m.reply, seq: s.lastSeq, tick: g.inst.Tick()})
+	// The acknowledgement waits for the next tick to take the input into the
+	// log (queuedAcks), then for that chunk to commit (acks). A re-sent input
+	// (seq not above the last applied) rides along: it commits with or after
+	// the chunk that holds the original.
+	g.queuedAcks = append(g.queuedAcks, ackWaiter{reply: m.reply, seq: s.lastSeq, tick: g.inst.Tick()})
+}
+
+// dropQueued discards events not yet stepped and fails their senders, who
+// re-send them (to this game's next owner, or not at all once it is over):
+// an input is acknowledged only when it is in a durable chunk. It is called
+// only when the game leaves this node, so the slots' lastSeq (already advanced
+// for the dropped inputs) is never consulted again here; the next owner
+// rebuilds it from the log.
+func (g *game) dropQueued(err error) {
+	g.events, g.entries = g.events[:0], g.entries[:0]
+	for _, a := range g.queuedAcks {
+		a.reply <- inputResult{err: err}
+	}
+	g.queuedAcks = nil
 }
 
 // failMessage is the status message players see when their match fails
@@ -341,6 +359,9 @@ func (g *game) tick(ctx context.Context, late time.Duration) (bool, error) {
 		g.entries[i].Tick = t
 	}
 	g.pending.Entries = append(g.pending.Entries, g.entries...)
+	// The queued inputs are in the chunk now: their acks wait for its commit.
+	g.acks = append(g.acks, g.queuedAcks...)
+	g.queuedAcks = g.queuedAcks[:0]
 	ended, err := g.inst.Step(ctx, g.events)
 	g.events, g.entries = g.events[:0], g.entries[:0]
 	if err != nil {
@@ -462,7 +483,7 @@ func (g *game) finish(ctx context.Context, state, message string, ended bool) {
 			m.reply <- errGameOver
 		}
 	}
-	g.events, g.entries = nil, nil
+	g.dropQueued(errGameOver)
 	g.flush(true, state)
 	if ended {
 		g.reportFinal(ctx)
@@ -481,6 +502,7 @@ func (g *game) finish(ctx context.Context, state, message string, ended bool) {
 }
 
 func (g *game) failWaiters(err error) {
+	g.dropQueued(err)
 	for _, a := range g.acks {
 		a.reply <- inputResult{err: err}
 	}

@@ -82,7 +82,7 @@ func (g *game) handoff(h handoffReq) bool {
 	start := time.Now()
 	// Events queued for the next tick are not in the log; their senders retry on
 	// the new owner (inputs are acknowledged only once durable).
-	g.events, g.entries = g.events[:0], g.entries[:0]
+	g.dropQueued(errGameStopped)
 	owner := fleet.OwnerValue(h.target.ID, newClaimID())
 	done := make(chan error, 1)
 	g.flushTo(false, "", &handoffTarget{node: h.target, owner: owner}, done)
