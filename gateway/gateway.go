@@ -11,6 +11,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -69,6 +70,7 @@ type Gateway struct {
 	modules clusterv1connect.ModuleStoreServiceClient
 	h2c     *http.Client
 	limits  Limits
+	valid   *validator
 	streams streamCounter
 	inputs  *inputLimiter
 	metrics *metrics
@@ -124,7 +126,12 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Registry = NewRegistry()
 	}
 	limits := cfg.Limits.withDefaults()
+	valid, err := newValidator()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: request validator: %w", err)
+	}
 	g := &Gateway{
+		valid:   valid,
 		cfg:     cfg,
 		log:     cfg.Logger.With("role", "gateway"),
 		fleet:   &fleet.View{Client: cfg.Etcd},
@@ -184,7 +191,9 @@ func (g *Gateway) SetServing(ok bool) {
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := ludusv1connect.NewGameServiceHandler(&gameService{g: g},
-		connect.WithInterceptors(&ticketInterceptor{v: g.cfg.Verifier}),
+		// Tickets first (an unauthenticated caller learns nothing about the
+		// API's rules), then the rules declared in the protos.
+		connect.WithInterceptors(&ticketInterceptor{v: g.cfg.Verifier}, g.valid),
 		connect.WithReadMaxBytes(g.limits.MaxMessageBytes))
 	mux.Handle(path, h)
 	mux.Handle(ludusv1connect.GameServicePlayProcedure, needHTTP2(h))

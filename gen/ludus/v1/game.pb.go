@@ -7,6 +7,7 @@
 package ludusv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -834,8 +835,9 @@ func (x *Status) GetPreviousNodeId() string {
 type SendInputRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	GameId string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
-	// Client sequence number, increasing per (player, game); an input with a sequence
-	// number already acknowledged is acknowledged again without being applied twice.
+	// Client sequence number, increasing per (player, game), starting at 1; an input
+	// with a sequence number already acknowledged is acknowledged again without
+	// being applied twice.
 	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Game-defined payload, at most 256 bytes.
 	Payload       []byte `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
@@ -1225,7 +1227,7 @@ func (x *PlayStart) GetAcceptEncodings() []FrameEncoding {
 // PlayInput is one input, as SendInputRequest without the game id.
 type PlayInput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Client sequence number, increasing per (player, game).
+	// Client sequence number, increasing per (player, game), starting at 1.
 	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Game-defined payload, at most 256 bytes.
 	Payload       []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
@@ -1534,7 +1536,7 @@ var File_ludus_v1_game_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_game_proto_rawDesc = "" +
 	"\n" +
-	"\x13ludus/v1/game.proto\x12\bludus.v1\"\x9b\x02\n" +
+	"\x13ludus/v1/game.proto\x12\bludus.v1\x1a\x1bbuf/validate/validate.proto\"\x9b\x02\n" +
 	"\bGameInfo\x12\x17\n" +
 	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12\x1f\n" +
 	"\vmodule_name\x18\x02 \x01(\tR\n" +
@@ -1549,24 +1551,24 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\ttick_rate\x18\t \x01(\x05R\btickRate\x12\x1f\n" +
 	"\vview_format\x18\n" +
 	" \x01(\tR\n" +
-	"viewFormat\"`\n" +
-	"\x11CreateGameRequest\x12\x1f\n" +
-	"\vmodule_name\x18\x01 \x01(\tR\n" +
-	"moduleName\x12\x12\n" +
-	"\x04bots\x18\x02 \x01(\x05R\x04bots\x12\x16\n" +
-	"\x06config\x18\x03 \x01(\fR\x06config\"<\n" +
+	"viewFormat\"\x80\x01\n" +
+	"\x11CreateGameRequest\x12*\n" +
+	"\vmodule_name\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\n" +
+	"moduleName\x12\x1d\n" +
+	"\x04bots\x18\x02 \x01(\x05B\t\xbaH\x06\x1a\x04\x18?(\x00R\x04bots\x12 \n" +
+	"\x06config\x18\x03 \x01(\fB\b\xbaH\x05z\x03\x18\x80 R\x06config\"<\n" +
 	"\x12CreateGameResponse\x12&\n" +
 	"\x04game\x18\x01 \x01(\v2\x12.ludus.v1.GameInfoR\x04game\"\x12\n" +
 	"\x10ListGamesRequest\"=\n" +
 	"\x11ListGamesResponse\x12(\n" +
-	"\x05games\x18\x01 \x03(\v2\x12.ludus.v1.GameInfoR\x05games\"*\n" +
-	"\x0fJoinGameRequest\x12\x17\n" +
-	"\agame_id\x18\x01 \x01(\tR\x06gameId\"N\n" +
+	"\x05games\x18\x01 \x03(\v2\x12.ludus.v1.GameInfoR\x05games\"G\n" +
+	"\x0fJoinGameRequest\x124\n" +
+	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\"N\n" +
 	"\x10JoinGameResponse\x12&\n" +
 	"\x04game\x18\x01 \x01(\v2\x12.ludus.v1.GameInfoR\x04game\x12\x12\n" +
-	"\x04slot\x18\x02 \x01(\x05R\x04slot\"r\n" +
-	"\x13StreamFramesRequest\x12\x17\n" +
-	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12B\n" +
+	"\x04slot\x18\x02 \x01(\x05R\x04slot\"\x8f\x01\n" +
+	"\x13StreamFramesRequest\x124\n" +
+	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\x12B\n" +
 	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\"r\n" +
 	"\x14StreamFramesResponse\x12'\n" +
 	"\x05frame\x18\x01 \x01(\v2\x0f.ludus.v1.FrameH\x00R\x05frame\x12*\n" +
@@ -1591,16 +1593,16 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\ttick_rate\x18\b \x01(\x05R\btickRate\x12!\n" +
 	"\fmigration_ms\x18\t \x01(\x03R\vmigrationMs\x12(\n" +
 	"\x10previous_node_id\x18\n" +
-	" \x01(\tR\x0epreviousNodeId\"W\n" +
-	"\x10SendInputRequest\x12\x17\n" +
-	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +
-	"\apayload\x18\x03 \x01(\fR\apayload\"D\n" +
+	" \x01(\tR\x0epreviousNodeId\"\x87\x01\n" +
+	"\x10SendInputRequest\x124\n" +
+	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\x12\x19\n" +
+	"\x03seq\x18\x02 \x01(\x04B\a\xbaH\x042\x02(\x01R\x03seq\x12\"\n" +
+	"\apayload\x18\x03 \x01(\fB\b\xbaH\x05z\x03\x18\x80\x02R\apayload\"D\n" +
 	"\x11SendInputResponse\x12\x1b\n" +
 	"\tacked_seq\x18\x01 \x01(\x04R\backedSeq\x12\x12\n" +
-	"\x04tick\x18\x02 \x01(\x03R\x04tick\"n\n" +
-	"\x0fSpectateRequest\x12\x17\n" +
-	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12B\n" +
+	"\x04tick\x18\x02 \x01(\x03R\x04tick\"\x8b\x01\n" +
+	"\x0fSpectateRequest\x124\n" +
+	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\x12B\n" +
 	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\"n\n" +
 	"\x10SpectateResponse\x12'\n" +
 	"\x05frame\x18\x01 \x01(\v2\x0f.ludus.v1.FrameH\x00R\x05frame\x12*\n" +
@@ -1609,13 +1611,13 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\vPlayRequest\x12+\n" +
 	"\x05start\x18\x01 \x01(\v2\x13.ludus.v1.PlayStartH\x00R\x05start\x12+\n" +
 	"\x05input\x18\x02 \x01(\v2\x13.ludus.v1.PlayInputH\x00R\x05inputB\x05\n" +
-	"\x03msg\"h\n" +
-	"\tPlayStart\x12\x17\n" +
-	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12B\n" +
-	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\"7\n" +
-	"\tPlayInput\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\x92\x01\n" +
+	"\x03msg\"\x85\x01\n" +
+	"\tPlayStart\x124\n" +
+	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\x12B\n" +
+	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\"J\n" +
+	"\tPlayInput\x12\x19\n" +
+	"\x03seq\x18\x01 \x01(\x04B\a\xbaH\x042\x02(\x01R\x03seq\x12\"\n" +
+	"\apayload\x18\x02 \x01(\fB\b\xbaH\x05z\x03\x18\x80\x02R\apayload\"\x92\x01\n" +
 	"\fPlayResponse\x12'\n" +
 	"\x05frame\x18\x01 \x01(\v2\x0f.ludus.v1.FrameH\x00R\x05frame\x12*\n" +
 	"\x06status\x18\x02 \x01(\v2\x10.ludus.v1.StatusH\x00R\x06status\x12&\n" +
