@@ -77,7 +77,16 @@ func TestDrainThroughFleetService(t *testing.T) {
 		}
 	}
 	for _, id := range byNode[victim] {
-		j, err := pl.games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: id}))
+		// The receiving node may still be replaying the game: Unavailable
+		// means "retry in a moment", as for any client.
+		var j *connect.Response[ludusv1.JoinGameResponse]
+		for {
+			j, err = pl.games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: id}))
+			if connect.CodeOf(err) != connect.CodeUnavailable || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		if err != nil {
 			t.Fatalf("game %s after drain: %v", id, err)
 		}
