@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"ludus.dev/ludus/internal/bearer"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -144,7 +145,7 @@ func New(cfg Config) (*Gateway, error) {
 		health:  grpchealth.NewStaticChecker(ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName),
 	}
 	g.modules = clusterv1connect.NewModuleStoreServiceClient(g.h2c, cfg.BackendURL,
-		connect.WithInterceptors(bearer(cfg.ClusterToken)))
+		connect.WithInterceptors(bearer.Token(cfg.ClusterToken)))
 	return g, nil
 }
 
@@ -269,33 +270,9 @@ func (g *Gateway) node(addr string) clusterv1connect.NodeServiceClient {
 		// No gzip between gateway and node: it would cost the node a compression
 		// of every frame for every stream, and compressed frames fill the stream's
 		// window slowly, so a slow stream would buffer many stale frames.
-		c = clusterv1connect.NewNodeServiceClient(g.h2c, addr, connect.WithInterceptors(bearer(g.cfg.ClusterToken)),
+		c = clusterv1connect.NewNodeServiceClient(g.h2c, addr, connect.WithInterceptors(bearer.Token(g.cfg.ClusterToken)),
 			connect.WithAcceptCompression("gzip", nil, nil))
 		g.nodes[addr] = c
 	}
 	return c
-}
-
-// bearer adds a fixed bearer token to every outgoing call.
-func bearer(token string) connect.Interceptor { return bearerInterceptor(token) }
-
-type bearerInterceptor string
-
-func (b bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(b))
-		return next(ctx, req)
-	}
-}
-
-func (b bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
-		return conn
-	}
-}
-
-func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }

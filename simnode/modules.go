@@ -2,6 +2,7 @@ package simnode
 
 import (
 	"context"
+	"ludus.dev/ludus/internal/bearer"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -19,7 +20,7 @@ type ModuleStore struct {
 // cluster token. Modules are up to 32 MiB.
 func NewModuleStore(httpClient *http.Client, baseURL, clusterToken string) *ModuleStore {
 	return &ModuleStore{client: clusterv1connect.NewModuleStoreServiceClient(httpClient, baseURL,
-		connect.WithInterceptors(tokenHeader(clusterToken)), connect.WithReadMaxBytes(33<<20))}
+		connect.WithInterceptors(bearer.Token(clusterToken)), connect.WithReadMaxBytes(33<<20))}
 }
 
 // FetchModule implements ModuleSource.
@@ -29,25 +30,4 @@ func (s *ModuleStore) FetchModule(ctx context.Context, tenantID, buildID string)
 		return nil, err
 	}
 	return resp.Msg.Wasm, nil
-}
-
-type tokenHeader string
-
-func (t tokenHeader) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(t))
-		return next(ctx, req)
-	}
-}
-
-func (t tokenHeader) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(t))
-		return conn
-	}
-}
-
-func (t tokenHeader) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }

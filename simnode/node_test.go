@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"ludus.dev/ludus/internal/bearer"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -92,7 +93,7 @@ func startNode(t *testing.T, id string) (*Node, clusterv1connect.NodeServiceClie
 		srv.Close()
 		n.Close(context.Background())
 	})
-	return n, clusterv1connect.NewNodeServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(tokenHeader(testToken)))
+	return n, clusterv1connect.NewNodeServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(bearer.Token(testToken)))
 }
 
 var gameSeq int
@@ -207,7 +208,7 @@ func wantCode(t *testing.T, err error, code connect.Code) {
 
 func TestWrongClusterToken(t *testing.T) {
 	n, _ := startNode(t, "n-token")
-	bad := clusterv1connect.NewNodeServiceClient(httptest.NewServer(n.Handler()).Client(), n.cfg.Addr, connect.WithInterceptors(tokenHeader("nope")))
+	bad := clusterv1connect.NewNodeServiceClient(httptest.NewServer(n.Handler()).Client(), n.cfg.Addr, connect.WithInterceptors(bearer.Token("nope")))
 	_, err := bad.GetGame(context.Background(), connect.NewRequest(&clusterv1.GetGameRequest{TenantId: "t", GameId: "g"}))
 	wantCode(t, err, connect.CodeUnauthenticated)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"ludus.dev/ludus/internal/bearer"
 	"math"
 	"net"
 	"net/http"
@@ -27,28 +28,6 @@ import (
 	"ludus.dev/ludus/ops/devstack"
 	"ludus.dev/ludus/ops/fleet"
 )
-
-// headerAuth sets a bearer token on every call.
-type headerAuth string
-
-func (h headerAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(h))
-		return next(ctx, req)
-	}
-}
-
-func (h headerAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		c := next(ctx, spec)
-		c.RequestHeader().Set("Authorization", "Bearer "+string(h))
-		return c
-	}
-}
-
-func (h headerAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
-}
 
 // benchClient is an h2c client; window bounds what each stream buffers.
 func benchClient(window int) *http.Client {
@@ -115,7 +94,7 @@ func benchGateway(ctx context.Context, progress io.Writer, res map[string]any) e
 		return err
 	}
 	ticket := login.Msg.Ticket
-	games := ludusv1connect.NewGameServiceClient(h2c, gwURL, connect.WithGRPC(), noGzip, connect.WithInterceptors(headerAuth(ticket)))
+	games := ludusv1connect.NewGameServiceClient(h2c, gwURL, connect.WithGRPC(), noGzip, connect.WithInterceptors(bearer.Token(ticket)))
 	created, err := games.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "arena", Bots: 3}))
 	if err != nil {
 		return err
@@ -154,7 +133,7 @@ func benchLatency(ctx context.Context, progress io.Writer, res map[string]any, g
 		a.mu.Unlock()
 	}
 	direct, raw, deflate := &arrivals{at: map[int64]time.Time{}}, &arrivals{at: map[int64]time.Time{}}, &arrivals{at: map[int64]time.Time{}}
-	nodec := clusterv1connect.NewNodeServiceClient(benchClient(0), nodeAddr, connect.WithGRPC(), noGzip, connect.WithInterceptors(headerAuth(token)))
+	nodec := clusterv1connect.NewNodeServiceClient(benchClient(0), nodeAddr, connect.WithGRPC(), noGzip, connect.WithInterceptors(bearer.Token(token)))
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	wg.Add(3)
@@ -235,7 +214,7 @@ func benchStreams(ctx context.Context, progress io.Writer, res map[string]any, g
 	defer cancel()
 	// Slow clients buffer little (64 KiB per stream), as a phone on a slow link.
 	slow, fast := benchClient(64<<10), benchClient(0)
-	opts := []connect.ClientOption{connect.WithGRPC(), noGzip, connect.WithInterceptors(headerAuth(ticket))}
+	opts := []connect.ClientOption{connect.WithGRPC(), noGzip, connect.WithInterceptors(bearer.Token(ticket))}
 	slowGames := ludusv1connect.NewGameServiceClient(slow, gwURL, opts...)
 	fastGames := ludusv1connect.NewGameServiceClient(fast, gwURL, opts...)
 	var open, failed, fastFrames, minTick, maxTick atomic.Int64

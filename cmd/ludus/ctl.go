@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"ludus.dev/ludus/internal/bearer"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -55,8 +56,8 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 		return nil
 	}
 	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, *url,
-		connect.WithInterceptors(bearerKey(*key)), connect.WithSendMaxBytes(33<<20))
-	fleetc := ludusv1connect.NewFleetServiceClient(http.DefaultClient, *url, connect.WithInterceptors(bearerKey(*key)))
+		connect.WithInterceptors(bearer.Token(*key)), connect.WithSendMaxBytes(33<<20))
+	fleetc := ludusv1connect.NewFleetServiceClient(http.DefaultClient, *url, connect.WithInterceptors(bearer.Token(*key)))
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	defer tw.Flush()
 	switch {
@@ -148,25 +149,6 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 		return errors.New("unknown ctl command; run \"ludus ctl help\"")
 	}
 	return nil
-}
-
-type bearerKey string
-
-func (k bearerKey) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if k != "" {
-			req.Header().Set("Authorization", "Bearer "+string(k))
-		}
-		return next(ctx, req)
-	}
-}
-
-func (k bearerKey) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (k bearerKey) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }
 
 // waitDrained polls the node list until the node has left the fleet.

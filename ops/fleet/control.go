@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"ludus.dev/ludus/internal/bearer"
 	"net/http"
 	"strings"
 
@@ -84,28 +85,11 @@ func (c *Control) HandoffGame(ctx context.Context, req *connect.Request[ludusv1.
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
-	client := clusterv1connect.NewNodeControlServiceClient(c.HTTPClient, owner.Addr, connect.WithInterceptors(bearerToken(c.ClusterToken)))
+	client := clusterv1connect.NewNodeControlServiceClient(c.HTTPClient, owner.Addr, connect.WithInterceptors(bearer.Token(c.ClusterToken)))
 	resp, err := client.HandoffGame(ctx, connect.NewRequest(&clusterv1.HandoffGameRequest{
 		TenantId: req.Msg.TenantId, GameId: req.Msg.GameId, TargetNodeId: req.Msg.TargetNodeId}))
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&ludusv1.HandoffGameResponse{FromNodeId: owner.ID, ToNodeId: resp.Msg.ToNodeId}), nil
-}
-
-type bearerToken string
-
-func (b bearerToken) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(b))
-		return next(ctx, req)
-	}
-}
-
-func (b bearerToken) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (b bearerToken) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"ludus.dev/ludus/internal/bearer"
 	"net/http"
 	"sort"
 	"sync"
@@ -89,7 +90,7 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 			return res, fmt.Errorf("login: %w", err)
 		}
 		p := &player{ticket: l.Msg.Ticket, acked: map[uint64]bool{}}
-		p.client = ludusv1connect.NewGameServiceClient(http.DefaultClient, c.GatewayURL, connect.WithInterceptors(bearer(p.ticket)))
+		p.client = ludusv1connect.NewGameServiceClient(http.DefaultClient, c.GatewayURL, connect.WithInterceptors(bearer.Token(p.ticket)))
 		// Limits far away: the games must outlive the test.
 		g, err := p.client.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "arena", Bots: 3,
 			Config: []byte(`{"score_limit":10000,"time_limit_s":3600}`)}))
@@ -155,7 +156,7 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 	stopSpectators()
 
 	// Handoffs: move up to 10 games and measure the pause their players see.
-	fleetc := ludusv1connect.NewFleetServiceClient(http.DefaultClient, c.BackendURL, connect.WithInterceptors(bearer(c.OperatorKey)))
+	fleetc := ludusv1connect.NewFleetServiceClient(http.DefaultClient, c.BackendURL, connect.WithInterceptors(bearer.Token(c.OperatorKey)))
 	var pauses []float64
 	for i, p := range players {
 		if i >= 10 {
@@ -397,7 +398,7 @@ func (c *Cluster) ReadLog(ctx context.Context, game string) (fleet.GameSpec, []*
 	if !errors.Is(err, fleet.ErrNotFound) {
 		return spec, chunks, err
 	}
-	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, c.BackendURL, connect.WithInterceptors(bearer(c.AdminKey)))
+	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, c.BackendURL, connect.WithInterceptors(bearer.Token(c.AdminKey)))
 	lg, aerr := admin.GetGameLog(ctx, connect.NewRequest(&ludusv1.GetGameLogRequest{GameId: game}))
 	if aerr != nil {
 		return spec, nil, fmt.Errorf("%w (archive: %v)", err, aerr)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"ludus.dev/ludus/internal/bearer"
 	"net"
 	"net/http"
 	"os"
@@ -221,7 +222,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 
 // seed creates the demo tenant and uploads the module.
 func (c *Cluster) seed(ctx context.Context) error {
-	op := ludusv1connect.NewAdminServiceClient(http.DefaultClient, c.BackendURL, connect.WithInterceptors(bearer(c.OperatorKey)))
+	op := ludusv1connect.NewAdminServiceClient(http.DefaultClient, c.BackendURL, connect.WithInterceptors(bearer.Token(c.OperatorKey)))
 	t, err := op.CreateTenant(ctx, connect.NewRequest(&ludusv1.CreateTenantRequest{Slug: "demo", Name: "Demo"}))
 	if err != nil {
 		return fmt.Errorf("seed tenant: %w", err)
@@ -229,7 +230,7 @@ func (c *Cluster) seed(ctx context.Context) error {
 	c.TenantID = t.Msg.Tenant.Id
 	c.AdminKey = t.Msg.AdminKey
 	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, c.BackendURL,
-		connect.WithInterceptors(bearer(t.Msg.AdminKey)), connect.WithSendMaxBytes(64<<20))
+		connect.WithInterceptors(bearer.Token(t.Msg.AdminKey)), connect.WithSendMaxBytes(64<<20))
 	if _, err := admin.UploadModule(ctx, connect.NewRequest(&ludusv1.UploadModuleRequest{Name: "arena", Wasm: c.cfg.Module})); err != nil {
 		return fmt.Errorf("seed module: %w", err)
 	}
@@ -379,27 +380,6 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 		}
 	}
 	return len(b), nil
-}
-
-type bearer string
-
-func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(b))
-		return next(ctx, req)
-	}
-}
-
-func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
-		return conn
-	}
-}
-
-func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }
 
 var _ = os.Getpid
