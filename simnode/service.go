@@ -64,6 +64,8 @@ func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error
 	}
 	spec.TickRate, spec.MaxPlayers = mod.Meta.TickRate, mod.Meta.MaxPlayers
 	spec.FrameDivisor, spec.ViewFormat = mod.Meta.FrameDivisor, mod.Meta.ViewFormat
+	spec.InputKind, spec.SnapshotFormat = mod.Meta.Inputs(), mod.Meta.SnapshotFormat
+	spec.ViewWidth, spec.ViewHeight = mod.Meta.ViewWidth, mod.Meta.ViewHeight
 	if spec.ModuleName == "" {
 		spec.ModuleName = mod.Meta.Name
 	}
@@ -158,6 +160,7 @@ func (g *game) info() *ludusv1.GameInfo {
 		GameId: g.spec.GameID, ModuleName: g.spec.ModuleName, BuildId: g.spec.BuildID,
 		NodeId: g.n.cfg.ID, MaxPlayers: int32(g.spec.MaxPlayers), Players: int32(st.Players),
 		Tick: st.Tick, State: st.State, TickRate: int32(g.spec.TickRate), ViewFormat: g.spec.ViewFormat,
+		SnapshotFormat: g.spec.SnapshotFormat, InputKind: g.spec.InputKind,
 	}
 }
 

@@ -83,6 +83,12 @@ type GameSpec struct {
 	MaxPlayers   int       `json:"max_players"`
 	FrameDivisor int       `json:"frame_divisor"`
 	ViewFormat   string    `json:"view_format"`
+	// InputKind is the module's abi.InputState or abi.InputEvent.
+	InputKind string `json:"input_kind,omitempty"`
+	// SnapshotFormat is set when the module sends snapshots it renders itself.
+	SnapshotFormat string `json:"snapshot_format,omitempty"`
+	ViewWidth      int    `json:"view_width,omitempty"`
+	ViewHeight     int    `json:"view_height,omitempty"`
 	// MatchCredential lets whichever node runs the game report its progress and
 	// result to the backend (and only this match's). It lives with the spec so it
 	// survives failover; etcd is cluster-internal.

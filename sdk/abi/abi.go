@@ -28,6 +28,20 @@ const (
 	ExportResult     = "ludus_result"
 	ExportSave       = "ludus_save" // optional
 	ExportLoad       = "ludus_load" // optional
+	// ExportRender turns a snapshot (in the scratch buffer) into an indexed8
+	// frame; required when Meta.SnapshotFormat is set, never called by the
+	// authoritative simulation.
+	ExportRender = "ludus_render"
+)
+
+// Input kinds a module declares in Meta.InputKind (docs/API.md, "Inputs").
+const (
+	// InputState: an input replaces the previous one (held buttons); an input
+	// that arrives after a later one is superseded, not applied.
+	InputState = "state"
+	// InputEvent: every input applies exactly once, in seq order (shots,
+	// purchases, chat). The default when a module declares nothing.
+	InputEvent = "event"
 )
 
 // Step return codes.
@@ -124,6 +138,20 @@ type Meta struct {
 	ViewFormat   string `json:"view_format"`
 	ViewWidth    int    `json:"view_width,omitempty"`
 	ViewHeight   int    `json:"view_height,omitempty"`
+	// InputKind is InputState or InputEvent; empty means InputEvent.
+	InputKind string `json:"input_kind,omitempty"`
+	// SnapshotFormat, when set, names what ludus_view returns: a per-player
+	// snapshot that the module's ludus_render draws as an indexed8 frame of
+	// ViewWidth x ViewHeight (docs/ABI.md, "Snapshots").
+	SnapshotFormat string `json:"snapshot_format,omitempty"`
+}
+
+// Inputs returns the module's input kind, InputEvent when undeclared.
+func (m Meta) Inputs() string {
+	if m.InputKind == "" {
+		return InputEvent
+	}
+	return m.InputKind
 }
 
 // ParseMeta decodes and validates module metadata.
@@ -148,6 +176,14 @@ func (m Meta) Validate() error {
 		return fmt.Errorf("ludus_meta: frame_divisor must be 1..240, got %d", m.FrameDivisor)
 	case m.ViewFormat == "" || len(m.ViewFormat) > 32:
 		return fmt.Errorf("ludus_meta: view_format must be 1..32 bytes, got %q", m.ViewFormat)
+	case m.InputKind != "" && m.InputKind != InputState && m.InputKind != InputEvent:
+		return fmt.Errorf("ludus_meta: input_kind must be %q or %q, got %q", InputState, InputEvent, m.InputKind)
+	case len(m.SnapshotFormat) > 32:
+		return fmt.Errorf("ludus_meta: snapshot_format must be at most 32 bytes, got %q", m.SnapshotFormat)
+	case m.SnapshotFormat != "" && m.ViewFormat != Indexed8Format:
+		return fmt.Errorf("ludus_meta: a module with snapshot_format must render %q views, got view_format %q", Indexed8Format, m.ViewFormat)
+	case m.SnapshotFormat != "" && (m.ViewWidth < 1 || m.ViewHeight < 1 || m.ViewWidth > 4096 || m.ViewHeight > 4096):
+		return fmt.Errorf("ludus_meta: a module with snapshot_format must declare view_width and view_height (1..4096), got %dx%d", m.ViewWidth, m.ViewHeight)
 	}
 	return nil
 }

@@ -22,6 +22,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Delivery is what a stream's frames carry; see docs/STREAMS.md.
+type Delivery int32
+
+const (
+	// Unset: DELIVERY_PIXELS.
+	Delivery_DELIVERY_UNSPECIFIED Delivery = 0
+	// The module's snapshot for the viewer; the client draws it with the module's
+	// ludus_render (fetched by build id from GET /modules/{build_id}.wasm).
+	// Asking for snapshots of a module without a renderer is FailedPrecondition.
+	Delivery_DELIVERY_SNAPSHOTS Delivery = 1
+	// Views rendered on the node (view_format, e.g. indexed8).
+	Delivery_DELIVERY_PIXELS Delivery = 2
+)
+
+// Enum value maps for Delivery.
+var (
+	Delivery_name = map[int32]string{
+		0: "DELIVERY_UNSPECIFIED",
+		1: "DELIVERY_SNAPSHOTS",
+		2: "DELIVERY_PIXELS",
+	}
+	Delivery_value = map[string]int32{
+		"DELIVERY_UNSPECIFIED": 0,
+		"DELIVERY_SNAPSHOTS":   1,
+		"DELIVERY_PIXELS":      2,
+	}
+)
+
+func (x Delivery) Enum() *Delivery {
+	p := new(Delivery)
+	*p = x
+	return p
+}
+
+func (x Delivery) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Delivery) Descriptor() protoreflect.EnumDescriptor {
+	return file_ludus_v1_game_proto_enumTypes[0].Descriptor()
+}
+
+func (Delivery) Type() protoreflect.EnumType {
+	return &file_ludus_v1_game_proto_enumTypes[0]
+}
+
+func (x Delivery) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Delivery.Descriptor instead.
+func (Delivery) EnumDescriptor() ([]byte, []int) {
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{0}
+}
+
 // FrameEncoding is how Frame.view is encoded; see docs/STREAMS.md.
 type FrameEncoding int32
 
@@ -64,11 +119,11 @@ func (x FrameEncoding) String() string {
 }
 
 func (FrameEncoding) Descriptor() protoreflect.EnumDescriptor {
-	return file_ludus_v1_game_proto_enumTypes[0].Descriptor()
+	return file_ludus_v1_game_proto_enumTypes[1].Descriptor()
 }
 
 func (FrameEncoding) Type() protoreflect.EnumType {
-	return &file_ludus_v1_game_proto_enumTypes[0]
+	return &file_ludus_v1_game_proto_enumTypes[1]
 }
 
 func (x FrameEncoding) Number() protoreflect.EnumNumber {
@@ -77,7 +132,7 @@ func (x FrameEncoding) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FrameEncoding.Descriptor instead.
 func (FrameEncoding) EnumDescriptor() ([]byte, []int) {
-	return file_ludus_v1_game_proto_rawDescGZIP(), []int{0}
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{1}
 }
 
 type GameInfo struct {
@@ -91,9 +146,15 @@ type GameInfo struct {
 	Players    int32  `protobuf:"varint,6,opt,name=players,proto3" json:"players,omitempty"`
 	Tick       int64  `protobuf:"varint,7,opt,name=tick,proto3" json:"tick,omitempty"`
 	// "running", "ended" or "failed".
-	State         string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
-	TickRate      int32  `protobuf:"varint,9,opt,name=tick_rate,json=tickRate,proto3" json:"tick_rate,omitempty"`
-	ViewFormat    string `protobuf:"bytes,10,opt,name=view_format,json=viewFormat,proto3" json:"view_format,omitempty"`
+	State      string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	TickRate   int32  `protobuf:"varint,9,opt,name=tick_rate,json=tickRate,proto3" json:"tick_rate,omitempty"`
+	ViewFormat string `protobuf:"bytes,10,opt,name=view_format,json=viewFormat,proto3" json:"view_format,omitempty"`
+	// Set when the module can send snapshots its own ludus_render draws on the
+	// client (docs/ABI.md): the snapshot format's name. Empty: pixels only.
+	SnapshotFormat string `protobuf:"bytes,11,opt,name=snapshot_format,json=snapshotFormat,proto3" json:"snapshot_format,omitempty"`
+	// "state" (latest input wins: a superseded input is acknowledged as such) or
+	// "event" (every input applied once, in seq order); docs/API.md.
+	InputKind     string `protobuf:"bytes,12,opt,name=input_kind,json=inputKind,proto3" json:"input_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +255,20 @@ func (x *GameInfo) GetTickRate() int32 {
 func (x *GameInfo) GetViewFormat() string {
 	if x != nil {
 		return x.ViewFormat
+	}
+	return ""
+}
+
+func (x *GameInfo) GetSnapshotFormat() string {
+	if x != nil {
+		return x.SnapshotFormat
+	}
+	return ""
+}
+
+func (x *GameInfo) GetInputKind() string {
+	if x != nil {
+		return x.InputKind
 	}
 	return ""
 }
@@ -488,8 +563,11 @@ type StreamFramesRequest struct {
 	// the first one it supports. Empty: FRAME_ENCODING_RAW (whole views), so older
 	// clients keep working. See docs/STREAMS.md.
 	AcceptEncodings []FrameEncoding `protobuf:"varint,2,rep,packed,name=accept_encodings,json=acceptEncodings,proto3,enum=ludus.v1.FrameEncoding" json:"accept_encodings,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Snapshots (the client renders them with the module's ludus_render) or
+	// pixels (the node renders). Unset: pixels, so older clients keep working.
+	Delivery      Delivery `protobuf:"varint,3,opt,name=delivery,proto3,enum=ludus.v1.Delivery" json:"delivery,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamFramesRequest) Reset() {
@@ -534,6 +612,13 @@ func (x *StreamFramesRequest) GetAcceptEncodings() []FrameEncoding {
 		return x.AcceptEncodings
 	}
 	return nil
+}
+
+func (x *StreamFramesRequest) GetDelivery() Delivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return Delivery_DELIVERY_UNSPECIFIED
 }
 
 // StreamFramesResponse is one message of a frame stream: a frame or a status change.
@@ -728,6 +813,12 @@ type Status struct {
 	// milliseconds, and the node it came from.
 	MigrationMs    int64  `protobuf:"varint,9,opt,name=migration_ms,json=migrationMs,proto3" json:"migration_ms,omitempty"`
 	PreviousNodeId string `protobuf:"bytes,10,opt,name=previous_node_id,json=previousNodeId,proto3" json:"previous_node_id,omitempty"`
+	// What this stream's frames carry: "snapshots" or "pixels".
+	Delivery string `protobuf:"bytes,11,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	// With delivery "snapshots": the snapshot format and the module build whose
+	// ludus_render draws it (GET /modules/{build_id}.wasm).
+	SnapshotFormat string `protobuf:"bytes,12,opt,name=snapshot_format,json=snapshotFormat,proto3" json:"snapshot_format,omitempty"`
+	BuildId        string `protobuf:"bytes,13,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -832,12 +923,33 @@ func (x *Status) GetPreviousNodeId() string {
 	return ""
 }
 
+func (x *Status) GetDelivery() string {
+	if x != nil {
+		return x.Delivery
+	}
+	return ""
+}
+
+func (x *Status) GetSnapshotFormat() string {
+	if x != nil {
+		return x.SnapshotFormat
+	}
+	return ""
+}
+
+func (x *Status) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
 type SendInputRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	GameId string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
 	// Client sequence number, increasing per (player, game), starting at 1; an input
-	// with a sequence number already acknowledged is acknowledged again without
-	// being applied twice.
+	// with a sequence number already applied is acknowledged again without being
+	// applied twice. Several may be in flight (docs/API.md, "Inputs").
 	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Game-defined payload, at most 256 bytes.
 	Payload       []byte `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
@@ -896,14 +1008,20 @@ func (x *SendInputRequest) GetPayload() []byte {
 	return nil
 }
 
+// SendInputResponse: an OK reply means this input (acked_seq, the request's
+// seq) is in the game's durable log, or, for games whose inputs are "state",
+// that a later input superseded it (superseded_by_seq) and that one is durable.
 type SendInputResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Highest sequence number that is durable.
+	// The sequence number this reply is about: the request's.
 	AckedSeq uint64 `protobuf:"varint,1,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
-	// Tick at which the input was applied.
-	Tick          int64 `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Tick at which the input (or the one that superseded it) was applied.
+	Tick int64 `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
+	// Non-zero: the input was not applied because this later input of the same
+	// player, already durable, replaces it (state inputs only).
+	SupersededBySeq uint64 `protobuf:"varint,3,opt,name=superseded_by_seq,json=supersededBySeq,proto3" json:"superseded_by_seq,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SendInputResponse) Reset() {
@@ -950,18 +1068,83 @@ func (x *SendInputResponse) GetTick() int64 {
 	return 0
 }
 
+func (x *SendInputResponse) GetSupersededBySeq() uint64 {
+	if x != nil {
+		return x.SupersededBySeq
+	}
+	return 0
+}
+
+// InputGap is the error detail of an Aborted input of an "event" game: inputs
+// apply in seq order, and missing_seq never arrived. Send it (and what follows).
+type InputGap struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first sequence number the game is still waiting for.
+	MissingSeq uint64 `protobuf:"varint,1,opt,name=missing_seq,json=missingSeq,proto3" json:"missing_seq,omitempty"`
+	// The sequence number of the refused input.
+	RefusedSeq    uint64 `protobuf:"varint,2,opt,name=refused_seq,json=refusedSeq,proto3" json:"refused_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InputGap) Reset() {
+	*x = InputGap{}
+	mi := &file_ludus_v1_game_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InputGap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InputGap) ProtoMessage() {}
+
+func (x *InputGap) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_game_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InputGap.ProtoReflect.Descriptor instead.
+func (*InputGap) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *InputGap) GetMissingSeq() uint64 {
+	if x != nil {
+		return x.MissingSeq
+	}
+	return 0
+}
+
+func (x *InputGap) GetRefusedSeq() uint64 {
+	if x != nil {
+		return x.RefusedSeq
+	}
+	return 0
+}
+
 type SpectateRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	GameId string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
 	// As StreamFramesRequest.accept_encodings.
 	AcceptEncodings []FrameEncoding `protobuf:"varint,2,rep,packed,name=accept_encodings,json=acceptEncodings,proto3,enum=ludus.v1.FrameEncoding" json:"accept_encodings,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// As StreamFramesRequest.delivery.
+	Delivery      Delivery `protobuf:"varint,3,opt,name=delivery,proto3,enum=ludus.v1.Delivery" json:"delivery,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SpectateRequest) Reset() {
 	*x = SpectateRequest{}
-	mi := &file_ludus_v1_game_proto_msgTypes[13]
+	mi := &file_ludus_v1_game_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1156,7 @@ func (x *SpectateRequest) String() string {
 func (*SpectateRequest) ProtoMessage() {}
 
 func (x *SpectateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_game_proto_msgTypes[13]
+	mi := &file_ludus_v1_game_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1169,7 @@ func (x *SpectateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpectateRequest.ProtoReflect.Descriptor instead.
 func (*SpectateRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_game_proto_rawDescGZIP(), []int{13}
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SpectateRequest) GetGameId() string {
@@ -1003,6 +1186,13 @@ func (x *SpectateRequest) GetAcceptEncodings() []FrameEncoding {
 	return nil
 }
 
+func (x *SpectateRequest) GetDelivery() Delivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return Delivery_DELIVERY_UNSPECIFIED
+}
+
 // SpectateResponse is one message of a spectator stream: a frame or a status change.
 type SpectateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1017,7 +1207,7 @@ type SpectateResponse struct {
 
 func (x *SpectateResponse) Reset() {
 	*x = SpectateResponse{}
-	mi := &file_ludus_v1_game_proto_msgTypes[14]
+	mi := &file_ludus_v1_game_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1219,7 @@ func (x *SpectateResponse) String() string {
 func (*SpectateResponse) ProtoMessage() {}
 
 func (x *SpectateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_game_proto_msgTypes[14]
+	mi := &file_ludus_v1_game_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1232,7 @@ func (x *SpectateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpectateResponse.ProtoReflect.Descriptor instead.
 func (*SpectateResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_game_proto_rawDescGZIP(), []int{14}
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SpectateResponse) GetMsg() isSpectateResponse_Msg {
@@ -1101,7 +1291,7 @@ type PlayRequest struct {
 
 func (x *PlayRequest) Reset() {
 	*x = PlayRequest{}
-	mi := &file_ludus_v1_game_proto_msgTypes[15]
+	mi := &file_ludus_v1_game_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1303,7 @@ func (x *PlayRequest) String() string {
 func (*PlayRequest) ProtoMessage() {}
 
 func (x *PlayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_game_proto_msgTypes[15]
+	mi := &file_ludus_v1_game_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1316,7 @@ func (x *PlayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayRequest.ProtoReflect.Descriptor instead.
 func (*PlayRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_game_proto_rawDescGZIP(), []int{15}
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PlayRequest) GetMsg() isPlayRequest_Msg {
@@ -1176,13 +1366,15 @@ type PlayStart struct {
 	GameId string                 `protobuf:"bytes,1,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
 	// As StreamFramesRequest.accept_encodings.
 	AcceptEncodings []FrameEncoding `protobuf:"varint,2,rep,packed,name=accept_encodings,json=acceptEncodings,proto3,enum=ludus.v1.FrameEncoding" json:"accept_encodings,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// As StreamFramesRequest.delivery.
+	Delivery      Delivery `protobuf:"varint,3,opt,name=delivery,proto3,enum=ludus.v1.Delivery" json:"delivery,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlayStart) Reset() {
 	*x = PlayStart{}
-	mi := &file_ludus_v1_game_proto_msgTypes[16]
+	mi := &file_ludus_v1_game_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1386,7 @@ func (x *PlayStart) String() string {
 func (*PlayStart) ProtoMessage() {}
 
 func (x *PlayStart) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_game_proto_msgTypes[16]
+	mi := &file_ludus_v1_game_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1399,7 @@ func (x *PlayStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayStart.ProtoReflect.Descriptor instead.
 func (*PlayStart) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_game_proto_rawDescGZIP(), []int{16}
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PlayStart) GetGameId() string {
@@ -1224,6 +1416,13 @@ func (x *PlayStart) GetAcceptEncodings() []FrameEncoding {
 	return nil
 }
 
+func (x *PlayStart) GetDelivery() Delivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return Delivery_DELIVERY_UNSPECIFIED
+}
+
 // PlayInput is one input, as SendInputRequest without the game id.
 type PlayInput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1237,7 +1436,7 @@ type PlayInput struct {
 
 func (x *PlayInput) Reset() {
 	*x = PlayInput{}
-	mi := &file_ludus_v1_game_proto_msgTypes[17]
+	mi := &file_ludus_v1_game_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1448,7 @@ func (x *PlayInput) String() string {
 func (*PlayInput) ProtoMessage() {}
 
 func (x *PlayInput) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_game_proto_msgTypes[17]
+	mi := &file_ludus_v1_game_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1461,7 @@ func (x *PlayInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayInput.ProtoReflect.Descriptor instead.
 func (*PlayInput) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_game_proto_rawDescGZIP(), []int{17}
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlayInput) GetSeq() uint64 {
@@ -1294,7 +1493,7 @@ type PlayResponse struct {
 
 func (x *PlayResponse) Reset() {
 	*x = PlayResponse{}
-	mi := &file_ludus_v1_game_proto_msgTypes[18]
+	mi := &file_ludus_v1_game_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1505,7 @@ func (x *PlayResponse) String() string {
 func (*PlayResponse) ProtoMessage() {}
 
 func (x *PlayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_game_proto_msgTypes[18]
+	mi := &file_ludus_v1_game_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1518,7 @@ func (x *PlayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayResponse.ProtoReflect.Descriptor instead.
 func (*PlayResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_game_proto_rawDescGZIP(), []int{18}
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PlayResponse) GetMsg() isPlayResponse_Msg {
@@ -1378,20 +1577,25 @@ func (*PlayResponse_Status) isPlayResponse_Msg() {}
 
 func (*PlayResponse_Ack) isPlayResponse_Msg() {}
 
-// InputAck acknowledges inputs of a Play stream once durable, as SendInputResponse.
+// InputAck acknowledges inputs of a Play stream once durable, as
+// SendInputResponse. Acks are cumulative: every input of this stream with a seq
+// up to acked_seq is durable (or superseded, for state inputs). Inputs are
+// applied at the next tick as they arrive; acks follow asynchronously.
 type InputAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Highest sequence number that is durable.
+	// Every input of the stream up to this seq is resolved.
 	AckedSeq uint64 `protobuf:"varint,1,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
-	// Tick at which the input was applied.
-	Tick          int64 `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Tick at which input acked_seq (or the one that superseded it) was applied.
+	Tick int64 `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
+	// Non-zero: input acked_seq was superseded by this later one (state inputs).
+	SupersededBySeq uint64 `protobuf:"varint,3,opt,name=superseded_by_seq,json=supersededBySeq,proto3" json:"superseded_by_seq,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *InputAck) Reset() {
 	*x = InputAck{}
-	mi := &file_ludus_v1_game_proto_msgTypes[19]
+	mi := &file_ludus_v1_game_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1607,7 @@ func (x *InputAck) String() string {
 func (*InputAck) ProtoMessage() {}
 
 func (x *InputAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_game_proto_msgTypes[19]
+	mi := &file_ludus_v1_game_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1620,7 @@ func (x *InputAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputAck.ProtoReflect.Descriptor instead.
 func (*InputAck) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_game_proto_rawDescGZIP(), []int{19}
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InputAck) GetAckedSeq() uint64 {
@@ -1433,6 +1637,13 @@ func (x *InputAck) GetTick() int64 {
 	return 0
 }
 
+func (x *InputAck) GetSupersededBySeq() uint64 {
+	if x != nil {
+		return x.SupersededBySeq
+	}
+	return 0
+}
+
 type PingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The client's clock when it sent the ping, in Unix nanoseconds; echoed back.
@@ -1443,7 +1654,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_ludus_v1_game_proto_msgTypes[20]
+	mi := &file_ludus_v1_game_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1666,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_game_proto_msgTypes[20]
+	mi := &file_ludus_v1_game_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1679,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_game_proto_rawDescGZIP(), []int{20}
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PingRequest) GetClientUnixNanos() int64 {
@@ -1490,7 +1701,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_ludus_v1_game_proto_msgTypes[21]
+	mi := &file_ludus_v1_game_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1713,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_game_proto_msgTypes[21]
+	mi := &file_ludus_v1_game_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1726,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_game_proto_rawDescGZIP(), []int{21}
+	return file_ludus_v1_game_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PingResponse) GetClientUnixNanos() int64 {
@@ -1536,7 +1747,7 @@ var File_ludus_v1_game_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_game_proto_rawDesc = "" +
 	"\n" +
-	"\x13ludus/v1/game.proto\x12\bludus.v1\x1a\x1bbuf/validate/validate.proto\"\x9b\x02\n" +
+	"\x13ludus/v1/game.proto\x12\bludus.v1\x1a\x1bbuf/validate/validate.proto\"\xe3\x02\n" +
 	"\bGameInfo\x12\x17\n" +
 	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12\x1f\n" +
 	"\vmodule_name\x18\x02 \x01(\tR\n" +
@@ -1551,7 +1762,10 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\ttick_rate\x18\t \x01(\x05R\btickRate\x12\x1f\n" +
 	"\vview_format\x18\n" +
 	" \x01(\tR\n" +
-	"viewFormat\"\x80\x01\n" +
+	"viewFormat\x12'\n" +
+	"\x0fsnapshot_format\x18\v \x01(\tR\x0esnapshotFormat\x12\x1d\n" +
+	"\n" +
+	"input_kind\x18\f \x01(\tR\tinputKind\"\x80\x01\n" +
 	"\x11CreateGameRequest\x12*\n" +
 	"\vmodule_name\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\n" +
 	"moduleName\x12\x1d\n" +
@@ -1566,10 +1780,11 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\"N\n" +
 	"\x10JoinGameResponse\x12&\n" +
 	"\x04game\x18\x01 \x01(\v2\x12.ludus.v1.GameInfoR\x04game\x12\x12\n" +
-	"\x04slot\x18\x02 \x01(\x05R\x04slot\"\x8f\x01\n" +
+	"\x04slot\x18\x02 \x01(\x05R\x04slot\"\xbf\x01\n" +
 	"\x13StreamFramesRequest\x124\n" +
 	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\x12B\n" +
-	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\"r\n" +
+	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\x12.\n" +
+	"\bdelivery\x18\x03 \x01(\x0e2\x12.ludus.v1.DeliveryR\bdelivery\"r\n" +
 	"\x14StreamFramesResponse\x12'\n" +
 	"\x05frame\x18\x01 \x01(\v2\x0f.ludus.v1.FrameH\x00R\x05frame\x12*\n" +
 	"\x06status\x18\x02 \x01(\v2\x10.ludus.v1.StatusH\x00R\x06statusB\x05\n" +
@@ -1580,7 +1795,7 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\bencoding\x18\x03 \x01(\x0e2\x17.ludus.v1.FrameEncodingR\bencoding\x12\x1a\n" +
 	"\bkeyframe\x18\x04 \x01(\bR\bkeyframe\x12\x1b\n" +
 	"\tbase_tick\x18\x05 \x01(\x03R\bbaseTick\x12\x19\n" +
-	"\braw_size\x18\x06 \x01(\rR\arawSize\"\x9c\x02\n" +
+	"\braw_size\x18\x06 \x01(\rR\arawSize\"\xfc\x02\n" +
 	"\x06Status\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x12\n" +
@@ -1593,17 +1808,27 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\ttick_rate\x18\b \x01(\x05R\btickRate\x12!\n" +
 	"\fmigration_ms\x18\t \x01(\x03R\vmigrationMs\x12(\n" +
 	"\x10previous_node_id\x18\n" +
-	" \x01(\tR\x0epreviousNodeId\"\x87\x01\n" +
+	" \x01(\tR\x0epreviousNodeId\x12\x1a\n" +
+	"\bdelivery\x18\v \x01(\tR\bdelivery\x12'\n" +
+	"\x0fsnapshot_format\x18\f \x01(\tR\x0esnapshotFormat\x12\x19\n" +
+	"\bbuild_id\x18\r \x01(\tR\abuildId\"\x87\x01\n" +
 	"\x10SendInputRequest\x124\n" +
 	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\x12\x19\n" +
 	"\x03seq\x18\x02 \x01(\x04B\a\xbaH\x042\x02(\x01R\x03seq\x12\"\n" +
-	"\apayload\x18\x03 \x01(\fB\b\xbaH\x05z\x03\x18\x80\x02R\apayload\"D\n" +
+	"\apayload\x18\x03 \x01(\fB\b\xbaH\x05z\x03\x18\x80\x02R\apayload\"p\n" +
 	"\x11SendInputResponse\x12\x1b\n" +
 	"\tacked_seq\x18\x01 \x01(\x04R\backedSeq\x12\x12\n" +
-	"\x04tick\x18\x02 \x01(\x03R\x04tick\"\x8b\x01\n" +
+	"\x04tick\x18\x02 \x01(\x03R\x04tick\x12*\n" +
+	"\x11superseded_by_seq\x18\x03 \x01(\x04R\x0fsupersededBySeq\"L\n" +
+	"\bInputGap\x12\x1f\n" +
+	"\vmissing_seq\x18\x01 \x01(\x04R\n" +
+	"missingSeq\x12\x1f\n" +
+	"\vrefused_seq\x18\x02 \x01(\x04R\n" +
+	"refusedSeq\"\xbb\x01\n" +
 	"\x0fSpectateRequest\x124\n" +
 	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\x12B\n" +
-	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\"n\n" +
+	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\x12.\n" +
+	"\bdelivery\x18\x03 \x01(\x0e2\x12.ludus.v1.DeliveryR\bdelivery\"n\n" +
 	"\x10SpectateResponse\x12'\n" +
 	"\x05frame\x18\x01 \x01(\v2\x0f.ludus.v1.FrameH\x00R\x05frame\x12*\n" +
 	"\x06status\x18\x02 \x01(\v2\x10.ludus.v1.StatusH\x00R\x06statusB\x05\n" +
@@ -1611,10 +1836,11 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\vPlayRequest\x12+\n" +
 	"\x05start\x18\x01 \x01(\v2\x13.ludus.v1.PlayStartH\x00R\x05start\x12+\n" +
 	"\x05input\x18\x02 \x01(\v2\x13.ludus.v1.PlayInputH\x00R\x05inputB\x05\n" +
-	"\x03msg\"\x85\x01\n" +
+	"\x03msg\"\xb5\x01\n" +
 	"\tPlayStart\x124\n" +
 	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\x12B\n" +
-	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\"J\n" +
+	"\x10accept_encodings\x18\x02 \x03(\x0e2\x17.ludus.v1.FrameEncodingR\x0facceptEncodings\x12.\n" +
+	"\bdelivery\x18\x03 \x01(\x0e2\x12.ludus.v1.DeliveryR\bdelivery\"J\n" +
 	"\tPlayInput\x12\x19\n" +
 	"\x03seq\x18\x01 \x01(\x04B\a\xbaH\x042\x02(\x01R\x03seq\x12\"\n" +
 	"\apayload\x18\x02 \x01(\fB\b\xbaH\x05z\x03\x18\x80\x02R\apayload\"\x92\x01\n" +
@@ -1622,15 +1848,20 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\x05frame\x18\x01 \x01(\v2\x0f.ludus.v1.FrameH\x00R\x05frame\x12*\n" +
 	"\x06status\x18\x02 \x01(\v2\x10.ludus.v1.StatusH\x00R\x06status\x12&\n" +
 	"\x03ack\x18\x03 \x01(\v2\x12.ludus.v1.InputAckH\x00R\x03ackB\x05\n" +
-	"\x03msg\";\n" +
+	"\x03msg\"g\n" +
 	"\bInputAck\x12\x1b\n" +
 	"\tacked_seq\x18\x01 \x01(\x04R\backedSeq\x12\x12\n" +
-	"\x04tick\x18\x02 \x01(\x03R\x04tick\"9\n" +
+	"\x04tick\x18\x02 \x01(\x03R\x04tick\x12*\n" +
+	"\x11superseded_by_seq\x18\x03 \x01(\x04R\x0fsupersededBySeq\"9\n" +
 	"\vPingRequest\x12*\n" +
 	"\x11client_unix_nanos\x18\x01 \x01(\x03R\x0fclientUnixNanos\"f\n" +
 	"\fPingResponse\x12*\n" +
 	"\x11client_unix_nanos\x18\x01 \x01(\x03R\x0fclientUnixNanos\x12*\n" +
-	"\x11server_unix_nanos\x18\x02 \x01(\x03R\x0fserverUnixNanos*\x88\x01\n" +
+	"\x11server_unix_nanos\x18\x02 \x01(\x03R\x0fserverUnixNanos*Q\n" +
+	"\bDelivery\x12\x18\n" +
+	"\x14DELIVERY_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12DELIVERY_SNAPSHOTS\x10\x01\x12\x13\n" +
+	"\x0fDELIVERY_PIXELS\x10\x02*\x88\x01\n" +
 	"\rFrameEncoding\x12\x1e\n" +
 	"\x1aFRAME_ENCODING_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FRAME_ENCODING_RAW\x10\x01\x12 \n" +
@@ -1659,71 +1890,76 @@ func file_ludus_v1_game_proto_rawDescGZIP() []byte {
 	return file_ludus_v1_game_proto_rawDescData
 }
 
-var file_ludus_v1_game_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ludus_v1_game_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_ludus_v1_game_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_ludus_v1_game_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_ludus_v1_game_proto_goTypes = []any{
-	(FrameEncoding)(0),           // 0: ludus.v1.FrameEncoding
-	(*GameInfo)(nil),             // 1: ludus.v1.GameInfo
-	(*CreateGameRequest)(nil),    // 2: ludus.v1.CreateGameRequest
-	(*CreateGameResponse)(nil),   // 3: ludus.v1.CreateGameResponse
-	(*ListGamesRequest)(nil),     // 4: ludus.v1.ListGamesRequest
-	(*ListGamesResponse)(nil),    // 5: ludus.v1.ListGamesResponse
-	(*JoinGameRequest)(nil),      // 6: ludus.v1.JoinGameRequest
-	(*JoinGameResponse)(nil),     // 7: ludus.v1.JoinGameResponse
-	(*StreamFramesRequest)(nil),  // 8: ludus.v1.StreamFramesRequest
-	(*StreamFramesResponse)(nil), // 9: ludus.v1.StreamFramesResponse
-	(*Frame)(nil),                // 10: ludus.v1.Frame
-	(*Status)(nil),               // 11: ludus.v1.Status
-	(*SendInputRequest)(nil),     // 12: ludus.v1.SendInputRequest
-	(*SendInputResponse)(nil),    // 13: ludus.v1.SendInputResponse
-	(*SpectateRequest)(nil),      // 14: ludus.v1.SpectateRequest
-	(*SpectateResponse)(nil),     // 15: ludus.v1.SpectateResponse
-	(*PlayRequest)(nil),          // 16: ludus.v1.PlayRequest
-	(*PlayStart)(nil),            // 17: ludus.v1.PlayStart
-	(*PlayInput)(nil),            // 18: ludus.v1.PlayInput
-	(*PlayResponse)(nil),         // 19: ludus.v1.PlayResponse
-	(*InputAck)(nil),             // 20: ludus.v1.InputAck
-	(*PingRequest)(nil),          // 21: ludus.v1.PingRequest
-	(*PingResponse)(nil),         // 22: ludus.v1.PingResponse
+	(Delivery)(0),                // 0: ludus.v1.Delivery
+	(FrameEncoding)(0),           // 1: ludus.v1.FrameEncoding
+	(*GameInfo)(nil),             // 2: ludus.v1.GameInfo
+	(*CreateGameRequest)(nil),    // 3: ludus.v1.CreateGameRequest
+	(*CreateGameResponse)(nil),   // 4: ludus.v1.CreateGameResponse
+	(*ListGamesRequest)(nil),     // 5: ludus.v1.ListGamesRequest
+	(*ListGamesResponse)(nil),    // 6: ludus.v1.ListGamesResponse
+	(*JoinGameRequest)(nil),      // 7: ludus.v1.JoinGameRequest
+	(*JoinGameResponse)(nil),     // 8: ludus.v1.JoinGameResponse
+	(*StreamFramesRequest)(nil),  // 9: ludus.v1.StreamFramesRequest
+	(*StreamFramesResponse)(nil), // 10: ludus.v1.StreamFramesResponse
+	(*Frame)(nil),                // 11: ludus.v1.Frame
+	(*Status)(nil),               // 12: ludus.v1.Status
+	(*SendInputRequest)(nil),     // 13: ludus.v1.SendInputRequest
+	(*SendInputResponse)(nil),    // 14: ludus.v1.SendInputResponse
+	(*InputGap)(nil),             // 15: ludus.v1.InputGap
+	(*SpectateRequest)(nil),      // 16: ludus.v1.SpectateRequest
+	(*SpectateResponse)(nil),     // 17: ludus.v1.SpectateResponse
+	(*PlayRequest)(nil),          // 18: ludus.v1.PlayRequest
+	(*PlayStart)(nil),            // 19: ludus.v1.PlayStart
+	(*PlayInput)(nil),            // 20: ludus.v1.PlayInput
+	(*PlayResponse)(nil),         // 21: ludus.v1.PlayResponse
+	(*InputAck)(nil),             // 22: ludus.v1.InputAck
+	(*PingRequest)(nil),          // 23: ludus.v1.PingRequest
+	(*PingResponse)(nil),         // 24: ludus.v1.PingResponse
 }
 var file_ludus_v1_game_proto_depIdxs = []int32{
-	1,  // 0: ludus.v1.CreateGameResponse.game:type_name -> ludus.v1.GameInfo
-	1,  // 1: ludus.v1.ListGamesResponse.games:type_name -> ludus.v1.GameInfo
-	1,  // 2: ludus.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
-	0,  // 3: ludus.v1.StreamFramesRequest.accept_encodings:type_name -> ludus.v1.FrameEncoding
-	10, // 4: ludus.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
-	11, // 5: ludus.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
-	0,  // 6: ludus.v1.Frame.encoding:type_name -> ludus.v1.FrameEncoding
-	0,  // 7: ludus.v1.SpectateRequest.accept_encodings:type_name -> ludus.v1.FrameEncoding
-	10, // 8: ludus.v1.SpectateResponse.frame:type_name -> ludus.v1.Frame
-	11, // 9: ludus.v1.SpectateResponse.status:type_name -> ludus.v1.Status
-	17, // 10: ludus.v1.PlayRequest.start:type_name -> ludus.v1.PlayStart
-	18, // 11: ludus.v1.PlayRequest.input:type_name -> ludus.v1.PlayInput
-	0,  // 12: ludus.v1.PlayStart.accept_encodings:type_name -> ludus.v1.FrameEncoding
-	10, // 13: ludus.v1.PlayResponse.frame:type_name -> ludus.v1.Frame
-	11, // 14: ludus.v1.PlayResponse.status:type_name -> ludus.v1.Status
-	20, // 15: ludus.v1.PlayResponse.ack:type_name -> ludus.v1.InputAck
-	2,  // 16: ludus.v1.GameService.CreateGame:input_type -> ludus.v1.CreateGameRequest
-	4,  // 17: ludus.v1.GameService.ListGames:input_type -> ludus.v1.ListGamesRequest
-	6,  // 18: ludus.v1.GameService.JoinGame:input_type -> ludus.v1.JoinGameRequest
-	8,  // 19: ludus.v1.GameService.StreamFrames:input_type -> ludus.v1.StreamFramesRequest
-	12, // 20: ludus.v1.GameService.SendInput:input_type -> ludus.v1.SendInputRequest
-	14, // 21: ludus.v1.GameService.Spectate:input_type -> ludus.v1.SpectateRequest
-	16, // 22: ludus.v1.GameService.Play:input_type -> ludus.v1.PlayRequest
-	21, // 23: ludus.v1.GameService.Ping:input_type -> ludus.v1.PingRequest
-	3,  // 24: ludus.v1.GameService.CreateGame:output_type -> ludus.v1.CreateGameResponse
-	5,  // 25: ludus.v1.GameService.ListGames:output_type -> ludus.v1.ListGamesResponse
-	7,  // 26: ludus.v1.GameService.JoinGame:output_type -> ludus.v1.JoinGameResponse
-	9,  // 27: ludus.v1.GameService.StreamFrames:output_type -> ludus.v1.StreamFramesResponse
-	13, // 28: ludus.v1.GameService.SendInput:output_type -> ludus.v1.SendInputResponse
-	15, // 29: ludus.v1.GameService.Spectate:output_type -> ludus.v1.SpectateResponse
-	19, // 30: ludus.v1.GameService.Play:output_type -> ludus.v1.PlayResponse
-	22, // 31: ludus.v1.GameService.Ping:output_type -> ludus.v1.PingResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	2,  // 0: ludus.v1.CreateGameResponse.game:type_name -> ludus.v1.GameInfo
+	2,  // 1: ludus.v1.ListGamesResponse.games:type_name -> ludus.v1.GameInfo
+	2,  // 2: ludus.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
+	1,  // 3: ludus.v1.StreamFramesRequest.accept_encodings:type_name -> ludus.v1.FrameEncoding
+	0,  // 4: ludus.v1.StreamFramesRequest.delivery:type_name -> ludus.v1.Delivery
+	11, // 5: ludus.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
+	12, // 6: ludus.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
+	1,  // 7: ludus.v1.Frame.encoding:type_name -> ludus.v1.FrameEncoding
+	1,  // 8: ludus.v1.SpectateRequest.accept_encodings:type_name -> ludus.v1.FrameEncoding
+	0,  // 9: ludus.v1.SpectateRequest.delivery:type_name -> ludus.v1.Delivery
+	11, // 10: ludus.v1.SpectateResponse.frame:type_name -> ludus.v1.Frame
+	12, // 11: ludus.v1.SpectateResponse.status:type_name -> ludus.v1.Status
+	19, // 12: ludus.v1.PlayRequest.start:type_name -> ludus.v1.PlayStart
+	20, // 13: ludus.v1.PlayRequest.input:type_name -> ludus.v1.PlayInput
+	1,  // 14: ludus.v1.PlayStart.accept_encodings:type_name -> ludus.v1.FrameEncoding
+	0,  // 15: ludus.v1.PlayStart.delivery:type_name -> ludus.v1.Delivery
+	11, // 16: ludus.v1.PlayResponse.frame:type_name -> ludus.v1.Frame
+	12, // 17: ludus.v1.PlayResponse.status:type_name -> ludus.v1.Status
+	22, // 18: ludus.v1.PlayResponse.ack:type_name -> ludus.v1.InputAck
+	3,  // 19: ludus.v1.GameService.CreateGame:input_type -> ludus.v1.CreateGameRequest
+	5,  // 20: ludus.v1.GameService.ListGames:input_type -> ludus.v1.ListGamesRequest
+	7,  // 21: ludus.v1.GameService.JoinGame:input_type -> ludus.v1.JoinGameRequest
+	9,  // 22: ludus.v1.GameService.StreamFrames:input_type -> ludus.v1.StreamFramesRequest
+	13, // 23: ludus.v1.GameService.SendInput:input_type -> ludus.v1.SendInputRequest
+	16, // 24: ludus.v1.GameService.Spectate:input_type -> ludus.v1.SpectateRequest
+	18, // 25: ludus.v1.GameService.Play:input_type -> ludus.v1.PlayRequest
+	23, // 26: ludus.v1.GameService.Ping:input_type -> ludus.v1.PingRequest
+	4,  // 27: ludus.v1.GameService.CreateGame:output_type -> ludus.v1.CreateGameResponse
+	6,  // 28: ludus.v1.GameService.ListGames:output_type -> ludus.v1.ListGamesResponse
+	8,  // 29: ludus.v1.GameService.JoinGame:output_type -> ludus.v1.JoinGameResponse
+	10, // 30: ludus.v1.GameService.StreamFrames:output_type -> ludus.v1.StreamFramesResponse
+	14, // 31: ludus.v1.GameService.SendInput:output_type -> ludus.v1.SendInputResponse
+	17, // 32: ludus.v1.GameService.Spectate:output_type -> ludus.v1.SpectateResponse
+	21, // 33: ludus.v1.GameService.Play:output_type -> ludus.v1.PlayResponse
+	24, // 34: ludus.v1.GameService.Ping:output_type -> ludus.v1.PingResponse
+	27, // [27:35] is the sub-list for method output_type
+	19, // [19:27] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_ludus_v1_game_proto_init() }
@@ -1735,15 +1971,15 @@ func file_ludus_v1_game_proto_init() {
 		(*StreamFramesResponse_Frame)(nil),
 		(*StreamFramesResponse_Status)(nil),
 	}
-	file_ludus_v1_game_proto_msgTypes[14].OneofWrappers = []any{
+	file_ludus_v1_game_proto_msgTypes[15].OneofWrappers = []any{
 		(*SpectateResponse_Frame)(nil),
 		(*SpectateResponse_Status)(nil),
 	}
-	file_ludus_v1_game_proto_msgTypes[15].OneofWrappers = []any{
+	file_ludus_v1_game_proto_msgTypes[16].OneofWrappers = []any{
 		(*PlayRequest_Start)(nil),
 		(*PlayRequest_Input)(nil),
 	}
-	file_ludus_v1_game_proto_msgTypes[18].OneofWrappers = []any{
+	file_ludus_v1_game_proto_msgTypes[19].OneofWrappers = []any{
 		(*PlayResponse_Frame)(nil),
 		(*PlayResponse_Status)(nil),
 		(*PlayResponse_Ack)(nil),
@@ -1753,8 +1989,8 @@ func file_ludus_v1_game_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_game_proto_rawDesc), len(file_ludus_v1_game_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   22,
+			NumEnums:      2,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

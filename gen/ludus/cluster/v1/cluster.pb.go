@@ -382,8 +382,9 @@ type StreamFramesRequest struct {
 	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	GameId   string                 `protobuf:"bytes,2,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
 	// Empty for the spectator view.
-	AccountId     string `protobuf:"bytes,3,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
-	Spectator     bool   `protobuf:"varint,4,opt,name=spectator,proto3" json:"spectator,omitempty"`
+	AccountId     string      `protobuf:"bytes,3,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	Spectator     bool        `protobuf:"varint,4,opt,name=spectator,proto3" json:"spectator,omitempty"`
+	Delivery      v1.Delivery `protobuf:"varint,5,opt,name=delivery,proto3,enum=ludus.v1.Delivery" json:"delivery,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -444,6 +445,13 @@ func (x *StreamFramesRequest) GetSpectator() bool {
 		return x.Spectator
 	}
 	return false
+}
+
+func (x *StreamFramesRequest) GetDelivery() v1.Delivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return v1.Delivery(0)
 }
 
 type StreamFramesResponse struct {
@@ -529,11 +537,12 @@ func (*StreamFramesResponse_Frame) isStreamFramesResponse_Msg() {}
 func (*StreamFramesResponse_Status) isStreamFramesResponse_Msg() {}
 
 type SendInputResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AckedSeq      uint64                 `protobuf:"varint,1,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
-	Tick          int64                  `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	AckedSeq        uint64                 `protobuf:"varint,1,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	Tick            int64                  `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
+	SupersededBySeq uint64                 `protobuf:"varint,3,opt,name=superseded_by_seq,json=supersededBySeq,proto3" json:"superseded_by_seq,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SendInputResponse) Reset() {
@@ -580,6 +589,152 @@ func (x *SendInputResponse) GetTick() int64 {
 	return 0
 }
 
+func (x *SendInputResponse) GetSupersededBySeq() uint64 {
+	if x != nil {
+		return x.SupersededBySeq
+	}
+	return 0
+}
+
+// InputsRequest: the first message names the game and account; every message
+// may carry one input (seq > 0).
+type InputsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	GameId        string                 `protobuf:"bytes,2,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
+	AccountId     string                 `protobuf:"bytes,3,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InputsRequest) Reset() {
+	*x = InputsRequest{}
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InputsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InputsRequest) ProtoMessage() {}
+
+func (x *InputsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InputsRequest.ProtoReflect.Descriptor instead.
+func (*InputsRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *InputsRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *InputsRequest) GetGameId() string {
+	if x != nil {
+		return x.GameId
+	}
+	return ""
+}
+
+func (x *InputsRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *InputsRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *InputsRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+// InputsResponse acknowledges one input of the stream once it is durable.
+type InputsResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	AckedSeq        uint64                 `protobuf:"varint,1,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	Tick            int64                  `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
+	SupersededBySeq uint64                 `protobuf:"varint,3,opt,name=superseded_by_seq,json=supersededBySeq,proto3" json:"superseded_by_seq,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *InputsResponse) Reset() {
+	*x = InputsResponse{}
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InputsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InputsResponse) ProtoMessage() {}
+
+func (x *InputsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InputsResponse.ProtoReflect.Descriptor instead.
+func (*InputsResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *InputsResponse) GetAckedSeq() uint64 {
+	if x != nil {
+		return x.AckedSeq
+	}
+	return 0
+}
+
+func (x *InputsResponse) GetTick() int64 {
+	if x != nil {
+		return x.Tick
+	}
+	return 0
+}
+
+func (x *InputsResponse) GetSupersededBySeq() uint64 {
+	if x != nil {
+		return x.SupersededBySeq
+	}
+	return 0
+}
+
 type SendInputRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
@@ -593,7 +748,7 @@ type SendInputRequest struct {
 
 func (x *SendInputRequest) Reset() {
 	*x = SendInputRequest{}
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[9]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +760,7 @@ func (x *SendInputRequest) String() string {
 func (*SendInputRequest) ProtoMessage() {}
 
 func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[9]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +773,7 @@ func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputRequest.ProtoReflect.Descriptor instead.
 func (*SendInputRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SendInputRequest) GetTenantId() string {
@@ -666,7 +821,7 @@ type ResolveModuleRequest struct {
 
 func (x *ResolveModuleRequest) Reset() {
 	*x = ResolveModuleRequest{}
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[10]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +833,7 @@ func (x *ResolveModuleRequest) String() string {
 func (*ResolveModuleRequest) ProtoMessage() {}
 
 func (x *ResolveModuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[10]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +846,7 @@ func (x *ResolveModuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveModuleRequest.ProtoReflect.Descriptor instead.
 func (*ResolveModuleRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResolveModuleRequest) GetTenantId() string {
@@ -717,7 +872,7 @@ type ResolveModuleResponse struct {
 
 func (x *ResolveModuleResponse) Reset() {
 	*x = ResolveModuleResponse{}
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[11]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +884,7 @@ func (x *ResolveModuleResponse) String() string {
 func (*ResolveModuleResponse) ProtoMessage() {}
 
 func (x *ResolveModuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[11]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +897,7 @@ func (x *ResolveModuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveModuleResponse.ProtoReflect.Descriptor instead.
 func (*ResolveModuleResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResolveModuleResponse) GetModule() *v1.Module {
@@ -762,7 +917,7 @@ type GetModuleRequest struct {
 
 func (x *GetModuleRequest) Reset() {
 	*x = GetModuleRequest{}
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[12]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +929,7 @@ func (x *GetModuleRequest) String() string {
 func (*GetModuleRequest) ProtoMessage() {}
 
 func (x *GetModuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[12]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +942,7 @@ func (x *GetModuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModuleRequest.ProtoReflect.Descriptor instead.
 func (*GetModuleRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetModuleRequest) GetTenantId() string {
@@ -814,7 +969,7 @@ type GetModuleResponse struct {
 
 func (x *GetModuleResponse) Reset() {
 	*x = GetModuleResponse{}
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[13]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +981,7 @@ func (x *GetModuleResponse) String() string {
 func (*GetModuleResponse) ProtoMessage() {}
 
 func (x *GetModuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[13]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +994,7 @@ func (x *GetModuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModuleResponse.ProtoReflect.Descriptor instead.
 func (*GetModuleResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetModuleResponse) GetModule() *v1.Module {
@@ -868,7 +1023,7 @@ type MintMatchCredentialRequest struct {
 
 func (x *MintMatchCredentialRequest) Reset() {
 	*x = MintMatchCredentialRequest{}
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[14]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1035,7 @@ func (x *MintMatchCredentialRequest) String() string {
 func (*MintMatchCredentialRequest) ProtoMessage() {}
 
 func (x *MintMatchCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[14]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1048,7 @@ func (x *MintMatchCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintMatchCredentialRequest.ProtoReflect.Descriptor instead.
 func (*MintMatchCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MintMatchCredentialRequest) GetTenantId() string {
@@ -928,7 +1083,7 @@ type MintMatchCredentialResponse struct {
 
 func (x *MintMatchCredentialResponse) Reset() {
 	*x = MintMatchCredentialResponse{}
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[15]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1095,7 @@ func (x *MintMatchCredentialResponse) String() string {
 func (*MintMatchCredentialResponse) ProtoMessage() {}
 
 func (x *MintMatchCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[15]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1108,7 @@ func (x *MintMatchCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintMatchCredentialResponse.ProtoReflect.Descriptor instead.
 func (*MintMatchCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MintMatchCredentialResponse) GetCredential() string {
@@ -990,7 +1145,7 @@ type ArchiveGameRequest struct {
 
 func (x *ArchiveGameRequest) Reset() {
 	*x = ArchiveGameRequest{}
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[16]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1157,7 @@ func (x *ArchiveGameRequest) String() string {
 func (*ArchiveGameRequest) ProtoMessage() {}
 
 func (x *ArchiveGameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[16]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1170,7 @@ func (x *ArchiveGameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveGameRequest.ProtoReflect.Descriptor instead.
 func (*ArchiveGameRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ArchiveGameRequest) GetTenantId() string {
@@ -1075,7 +1230,7 @@ type ArchiveGameResponse struct {
 
 func (x *ArchiveGameResponse) Reset() {
 	*x = ArchiveGameResponse{}
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[17]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1242,7 @@ func (x *ArchiveGameResponse) String() string {
 func (*ArchiveGameResponse) ProtoMessage() {}
 
 func (x *ArchiveGameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[17]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1255,7 @@ func (x *ArchiveGameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveGameResponse.ProtoReflect.Descriptor instead.
 func (*ArchiveGameResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 var File_ludus_cluster_v1_cluster_proto protoreflect.FileDescriptor
@@ -1132,20 +1287,33 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\fdisplay_name\x18\x04 \x01(\tR\vdisplayName\"N\n" +
 	"\x10JoinGameResponse\x12&\n" +
 	"\x04game\x18\x01 \x01(\v2\x12.ludus.v1.GameInfoR\x04game\x12\x12\n" +
-	"\x04slot\x18\x02 \x01(\x05R\x04slot\"\x88\x01\n" +
+	"\x04slot\x18\x02 \x01(\x05R\x04slot\"\xb8\x01\n" +
 	"\x13StreamFramesRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x03 \x01(\tR\taccountId\x12\x1c\n" +
-	"\tspectator\x18\x04 \x01(\bR\tspectator\"r\n" +
+	"\tspectator\x18\x04 \x01(\bR\tspectator\x12.\n" +
+	"\bdelivery\x18\x05 \x01(\x0e2\x12.ludus.v1.DeliveryR\bdelivery\"r\n" +
 	"\x14StreamFramesResponse\x12'\n" +
 	"\x05frame\x18\x01 \x01(\v2\x0f.ludus.v1.FrameH\x00R\x05frame\x12*\n" +
 	"\x06status\x18\x02 \x01(\v2\x10.ludus.v1.StatusH\x00R\x06statusB\x05\n" +
-	"\x03msg\"D\n" +
+	"\x03msg\"p\n" +
 	"\x11SendInputResponse\x12\x1b\n" +
 	"\tacked_seq\x18\x01 \x01(\x04R\backedSeq\x12\x12\n" +
-	"\x04tick\x18\x02 \x01(\x03R\x04tick\"\x93\x01\n" +
+	"\x04tick\x18\x02 \x01(\x03R\x04tick\x12*\n" +
+	"\x11superseded_by_seq\x18\x03 \x01(\x04R\x0fsupersededBySeq\"\x90\x01\n" +
+	"\rInputsRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x03 \x01(\tR\taccountId\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x18\n" +
+	"\apayload\x18\x05 \x01(\fR\apayload\"m\n" +
+	"\x0eInputsResponse\x12\x1b\n" +
+	"\tacked_seq\x18\x01 \x01(\x04R\backedSeq\x12\x12\n" +
+	"\x04tick\x18\x02 \x01(\x03R\x04tick\x12*\n" +
+	"\x11superseded_by_seq\x18\x03 \x01(\x04R\x0fsupersededBySeq\"\x93\x01\n" +
 	"\x10SendInputRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1d\n" +
@@ -1183,13 +1351,14 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x1d\n" +
 	"\n" +
 	"final_tick\x18\a \x01(\x03R\tfinalTick\"\x15\n" +
-	"\x13ArchiveGameResponse2\xbd\x03\n" +
+	"\x13ArchiveGameResponse2\x8e\x04\n" +
 	"\vNodeService\x12T\n" +
 	"\tStartGame\x12\".ludus.cluster.v1.StartGameRequest\x1a#.ludus.cluster.v1.StartGameResponse\x12N\n" +
 	"\aGetGame\x12 .ludus.cluster.v1.GetGameRequest\x1a!.ludus.cluster.v1.GetGameResponse\x12Q\n" +
 	"\bJoinGame\x12!.ludus.cluster.v1.JoinGameRequest\x1a\".ludus.cluster.v1.JoinGameResponse\x12_\n" +
 	"\fStreamFrames\x12%.ludus.cluster.v1.StreamFramesRequest\x1a&.ludus.cluster.v1.StreamFramesResponse0\x01\x12T\n" +
-	"\tSendInput\x12\".ludus.cluster.v1.SendInputRequest\x1a#.ludus.cluster.v1.SendInputResponse2\x9c\x03\n" +
+	"\tSendInput\x12\".ludus.cluster.v1.SendInputRequest\x1a#.ludus.cluster.v1.SendInputResponse\x12O\n" +
+	"\x06Inputs\x12\x1f.ludus.cluster.v1.InputsRequest\x1a .ludus.cluster.v1.InputsResponse(\x010\x012\x9c\x03\n" +
 	"\x12ModuleStoreService\x12`\n" +
 	"\rResolveModule\x12&.ludus.cluster.v1.ResolveModuleRequest\x1a'.ludus.cluster.v1.ResolveModuleResponse\x12T\n" +
 	"\tGetModule\x12\".ludus.cluster.v1.GetModuleRequest\x1a#.ludus.cluster.v1.GetModuleResponse\x12r\n" +
@@ -1208,7 +1377,7 @@ func file_ludus_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ludus_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ludus_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_ludus_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_ludus_cluster_v1_cluster_proto_goTypes = []any{
 	(*StartGameRequest)(nil),            // 0: ludus.cluster.v1.StartGameRequest
 	(*StartGameResponse)(nil),           // 1: ludus.cluster.v1.StartGameResponse
@@ -1219,53 +1388,59 @@ var file_ludus_cluster_v1_cluster_proto_goTypes = []any{
 	(*StreamFramesRequest)(nil),         // 6: ludus.cluster.v1.StreamFramesRequest
 	(*StreamFramesResponse)(nil),        // 7: ludus.cluster.v1.StreamFramesResponse
 	(*SendInputResponse)(nil),           // 8: ludus.cluster.v1.SendInputResponse
-	(*SendInputRequest)(nil),            // 9: ludus.cluster.v1.SendInputRequest
-	(*ResolveModuleRequest)(nil),        // 10: ludus.cluster.v1.ResolveModuleRequest
-	(*ResolveModuleResponse)(nil),       // 11: ludus.cluster.v1.ResolveModuleResponse
-	(*GetModuleRequest)(nil),            // 12: ludus.cluster.v1.GetModuleRequest
-	(*GetModuleResponse)(nil),           // 13: ludus.cluster.v1.GetModuleResponse
-	(*MintMatchCredentialRequest)(nil),  // 14: ludus.cluster.v1.MintMatchCredentialRequest
-	(*MintMatchCredentialResponse)(nil), // 15: ludus.cluster.v1.MintMatchCredentialResponse
-	(*ArchiveGameRequest)(nil),          // 16: ludus.cluster.v1.ArchiveGameRequest
-	(*ArchiveGameResponse)(nil),         // 17: ludus.cluster.v1.ArchiveGameResponse
-	(*v1.GameInfo)(nil),                 // 18: ludus.v1.GameInfo
-	(*v1.Frame)(nil),                    // 19: ludus.v1.Frame
-	(*v1.Status)(nil),                   // 20: ludus.v1.Status
-	(*v1.Module)(nil),                   // 21: ludus.v1.Module
-	(*timestamppb.Timestamp)(nil),       // 22: google.protobuf.Timestamp
+	(*InputsRequest)(nil),               // 9: ludus.cluster.v1.InputsRequest
+	(*InputsResponse)(nil),              // 10: ludus.cluster.v1.InputsResponse
+	(*SendInputRequest)(nil),            // 11: ludus.cluster.v1.SendInputRequest
+	(*ResolveModuleRequest)(nil),        // 12: ludus.cluster.v1.ResolveModuleRequest
+	(*ResolveModuleResponse)(nil),       // 13: ludus.cluster.v1.ResolveModuleResponse
+	(*GetModuleRequest)(nil),            // 14: ludus.cluster.v1.GetModuleRequest
+	(*GetModuleResponse)(nil),           // 15: ludus.cluster.v1.GetModuleResponse
+	(*MintMatchCredentialRequest)(nil),  // 16: ludus.cluster.v1.MintMatchCredentialRequest
+	(*MintMatchCredentialResponse)(nil), // 17: ludus.cluster.v1.MintMatchCredentialResponse
+	(*ArchiveGameRequest)(nil),          // 18: ludus.cluster.v1.ArchiveGameRequest
+	(*ArchiveGameResponse)(nil),         // 19: ludus.cluster.v1.ArchiveGameResponse
+	(*v1.GameInfo)(nil),                 // 20: ludus.v1.GameInfo
+	(v1.Delivery)(0),                    // 21: ludus.v1.Delivery
+	(*v1.Frame)(nil),                    // 22: ludus.v1.Frame
+	(*v1.Status)(nil),                   // 23: ludus.v1.Status
+	(*v1.Module)(nil),                   // 24: ludus.v1.Module
+	(*timestamppb.Timestamp)(nil),       // 25: google.protobuf.Timestamp
 }
 var file_ludus_cluster_v1_cluster_proto_depIdxs = []int32{
-	18, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
-	18, // 1: ludus.cluster.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
-	18, // 2: ludus.cluster.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
-	19, // 3: ludus.cluster.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
-	20, // 4: ludus.cluster.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
-	21, // 5: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
-	21, // 6: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
-	22, // 7: ludus.cluster.v1.MintMatchCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 8: ludus.cluster.v1.NodeService.StartGame:input_type -> ludus.cluster.v1.StartGameRequest
-	2,  // 9: ludus.cluster.v1.NodeService.GetGame:input_type -> ludus.cluster.v1.GetGameRequest
-	4,  // 10: ludus.cluster.v1.NodeService.JoinGame:input_type -> ludus.cluster.v1.JoinGameRequest
-	6,  // 11: ludus.cluster.v1.NodeService.StreamFrames:input_type -> ludus.cluster.v1.StreamFramesRequest
-	9,  // 12: ludus.cluster.v1.NodeService.SendInput:input_type -> ludus.cluster.v1.SendInputRequest
-	10, // 13: ludus.cluster.v1.ModuleStoreService.ResolveModule:input_type -> ludus.cluster.v1.ResolveModuleRequest
-	12, // 14: ludus.cluster.v1.ModuleStoreService.GetModule:input_type -> ludus.cluster.v1.GetModuleRequest
-	14, // 15: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:input_type -> ludus.cluster.v1.MintMatchCredentialRequest
-	16, // 16: ludus.cluster.v1.ModuleStoreService.ArchiveGame:input_type -> ludus.cluster.v1.ArchiveGameRequest
-	1,  // 17: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
-	3,  // 18: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
-	5,  // 19: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
-	7,  // 20: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
-	8,  // 21: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
-	11, // 22: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
-	13, // 23: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
-	15, // 24: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:output_type -> ludus.cluster.v1.MintMatchCredentialResponse
-	17, // 25: ludus.cluster.v1.ModuleStoreService.ArchiveGame:output_type -> ludus.cluster.v1.ArchiveGameResponse
-	17, // [17:26] is the sub-list for method output_type
-	8,  // [8:17] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	20, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
+	20, // 1: ludus.cluster.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
+	20, // 2: ludus.cluster.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
+	21, // 3: ludus.cluster.v1.StreamFramesRequest.delivery:type_name -> ludus.v1.Delivery
+	22, // 4: ludus.cluster.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
+	23, // 5: ludus.cluster.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
+	24, // 6: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
+	24, // 7: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
+	25, // 8: ludus.cluster.v1.MintMatchCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 9: ludus.cluster.v1.NodeService.StartGame:input_type -> ludus.cluster.v1.StartGameRequest
+	2,  // 10: ludus.cluster.v1.NodeService.GetGame:input_type -> ludus.cluster.v1.GetGameRequest
+	4,  // 11: ludus.cluster.v1.NodeService.JoinGame:input_type -> ludus.cluster.v1.JoinGameRequest
+	6,  // 12: ludus.cluster.v1.NodeService.StreamFrames:input_type -> ludus.cluster.v1.StreamFramesRequest
+	11, // 13: ludus.cluster.v1.NodeService.SendInput:input_type -> ludus.cluster.v1.SendInputRequest
+	9,  // 14: ludus.cluster.v1.NodeService.Inputs:input_type -> ludus.cluster.v1.InputsRequest
+	12, // 15: ludus.cluster.v1.ModuleStoreService.ResolveModule:input_type -> ludus.cluster.v1.ResolveModuleRequest
+	14, // 16: ludus.cluster.v1.ModuleStoreService.GetModule:input_type -> ludus.cluster.v1.GetModuleRequest
+	16, // 17: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:input_type -> ludus.cluster.v1.MintMatchCredentialRequest
+	18, // 18: ludus.cluster.v1.ModuleStoreService.ArchiveGame:input_type -> ludus.cluster.v1.ArchiveGameRequest
+	1,  // 19: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
+	3,  // 20: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
+	5,  // 21: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
+	7,  // 22: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
+	8,  // 23: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
+	10, // 24: ludus.cluster.v1.NodeService.Inputs:output_type -> ludus.cluster.v1.InputsResponse
+	13, // 25: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
+	15, // 26: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
+	17, // 27: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:output_type -> ludus.cluster.v1.MintMatchCredentialResponse
+	19, // 28: ludus.cluster.v1.ModuleStoreService.ArchiveGame:output_type -> ludus.cluster.v1.ArchiveGameResponse
+	19, // [19:29] is the sub-list for method output_type
+	9,  // [9:19] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_ludus_cluster_v1_cluster_proto_init() }
@@ -1283,7 +1458,7 @@ func file_ludus_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_cluster_v1_cluster_proto_rawDesc), len(file_ludus_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -46,6 +46,8 @@ const (
 	NodeServiceStreamFramesProcedure = "/ludus.cluster.v1.NodeService/StreamFrames"
 	// NodeServiceSendInputProcedure is the fully-qualified name of the NodeService's SendInput RPC.
 	NodeServiceSendInputProcedure = "/ludus.cluster.v1.NodeService/SendInput"
+	// NodeServiceInputsProcedure is the fully-qualified name of the NodeService's Inputs RPC.
+	NodeServiceInputsProcedure = "/ludus.cluster.v1.NodeService/Inputs"
 	// ModuleStoreServiceResolveModuleProcedure is the fully-qualified name of the ModuleStoreService's
 	// ResolveModule RPC.
 	ModuleStoreServiceResolveModuleProcedure = "/ludus.cluster.v1.ModuleStoreService/ResolveModule"
@@ -72,6 +74,9 @@ type NodeServiceClient interface {
 	StreamFrames(context.Context, *connect.Request[v1.StreamFramesRequest]) (*connect.ServerStreamForClient[v1.StreamFramesResponse], error)
 	// SendInput queues one input; answers once it is durable in the input log.
 	SendInput(context.Context, *connect.Request[v1.SendInputRequest]) (*connect.Response[v1.SendInputResponse], error)
+	// Inputs carries one player's inputs in order (a gateway's Play stream): each
+	// is applied at the next tick as it arrives; acks flow back once durable.
+	Inputs(context.Context) *connect.BidiStreamForClient[v1.InputsRequest, v1.InputsResponse]
 }
 
 // NewNodeServiceClient constructs a client for the ludus.cluster.v1.NodeService service. By
@@ -115,6 +120,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("SendInput")),
 			connect.WithClientOptions(opts...),
 		),
+		inputs: connect.NewClient[v1.InputsRequest, v1.InputsResponse](
+			httpClient,
+			baseURL+NodeServiceInputsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Inputs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -125,6 +136,7 @@ type nodeServiceClient struct {
 	joinGame     *connect.Client[v1.JoinGameRequest, v1.JoinGameResponse]
 	streamFrames *connect.Client[v1.StreamFramesRequest, v1.StreamFramesResponse]
 	sendInput    *connect.Client[v1.SendInputRequest, v1.SendInputResponse]
+	inputs       *connect.Client[v1.InputsRequest, v1.InputsResponse]
 }
 
 // StartGame calls ludus.cluster.v1.NodeService.StartGame.
@@ -152,6 +164,11 @@ func (c *nodeServiceClient) SendInput(ctx context.Context, req *connect.Request[
 	return c.sendInput.CallUnary(ctx, req)
 }
 
+// Inputs calls ludus.cluster.v1.NodeService.Inputs.
+func (c *nodeServiceClient) Inputs(ctx context.Context) *connect.BidiStreamForClient[v1.InputsRequest, v1.InputsResponse] {
+	return c.inputs.CallBidiStream(ctx)
+}
+
 // NodeServiceHandler is an implementation of the ludus.cluster.v1.NodeService service.
 type NodeServiceHandler interface {
 	// StartGame claims a new game in etcd and starts simulating it on this node.
@@ -164,6 +181,9 @@ type NodeServiceHandler interface {
 	StreamFrames(context.Context, *connect.Request[v1.StreamFramesRequest], *connect.ServerStream[v1.StreamFramesResponse]) error
 	// SendInput queues one input; answers once it is durable in the input log.
 	SendInput(context.Context, *connect.Request[v1.SendInputRequest]) (*connect.Response[v1.SendInputResponse], error)
+	// Inputs carries one player's inputs in order (a gateway's Play stream): each
+	// is applied at the next tick as it arrives; acks flow back once durable.
+	Inputs(context.Context, *connect.BidiStream[v1.InputsRequest, v1.InputsResponse]) error
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -203,6 +223,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("SendInput")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceInputsHandler := connect.NewBidiStreamHandler(
+		NodeServiceInputsProcedure,
+		svc.Inputs,
+		connect.WithSchema(nodeServiceMethods.ByName("Inputs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ludus.cluster.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceStartGameProcedure:
@@ -215,6 +241,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceStreamFramesHandler.ServeHTTP(w, r)
 		case NodeServiceSendInputProcedure:
 			nodeServiceSendInputHandler.ServeHTTP(w, r)
+		case NodeServiceInputsProcedure:
+			nodeServiceInputsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -242,6 +270,10 @@ func (UnimplementedNodeServiceHandler) StreamFrames(context.Context, *connect.Re
 
 func (UnimplementedNodeServiceHandler) SendInput(context.Context, *connect.Request[v1.SendInputRequest]) (*connect.Response[v1.SendInputResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.NodeService.SendInput is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Inputs(context.Context, *connect.BidiStream[v1.InputsRequest, v1.InputsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.NodeService.Inputs is not implemented"))
 }
 
 // ModuleStoreServiceClient is a client for the ludus.cluster.v1.ModuleStoreService service.

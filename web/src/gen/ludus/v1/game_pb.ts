@@ -11,7 +11,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/v1/game.proto.
  */
 export const file_ludus_v1_game: GenFile = /*@__PURE__*/
-  fileDesc("ChNsdWR1cy92MS9nYW1lLnByb3RvEghsdWR1cy52MSK+AQoIR2FtZUluZm8SDwoHZ2FtZV9pZBgBIAEoCRITCgttb2R1bGVfbmFtZRgCIAEoCRIQCghidWlsZF9pZBgDIAEoCRIPCgdub2RlX2lkGAQgASgJEhMKC21heF9wbGF5ZXJzGAUgASgFEg8KB3BsYXllcnMYBiABKAUSDAoEdGljaxgHIAEoAxINCgVzdGF0ZRgIIAEoCRIRCgl0aWNrX3JhdGUYCSABKAUSEwoLdmlld19mb3JtYXQYCiABKAkiZgoRQ3JlYXRlR2FtZVJlcXVlc3QSHgoLbW9kdWxlX25hbWUYASABKAlCCbpIBnIEEAEYQBIXCgRib3RzGAIgASgFQgm6SAYaBBg/KAASGAoGY29uZmlnGAMgASgMQgi6SAV6AxiAICI2ChJDcmVhdGVHYW1lUmVzcG9uc2USIAoEZ2FtZRgBIAEoCzISLmx1ZHVzLnYxLkdhbWVJbmZvIhIKEExpc3RHYW1lc1JlcXVlc3QiNgoRTGlzdEdhbWVzUmVzcG9uc2USIQoFZ2FtZXMYASADKAsyEi5sdWR1cy52MS5HYW1lSW5mbyI/Cg9Kb2luR2FtZVJlcXVlc3QSLAoHZ2FtZV9pZBgBIAEoCUIbukgYchYQARhAMhBeW0EtWmEtejAtOV8tXSskIkIKEEpvaW5HYW1lUmVzcG9uc2USIAoEZ2FtZRgBIAEoCzISLmx1ZHVzLnYxLkdhbWVJbmZvEgwKBHNsb3QYAiABKAUidgoTU3RyZWFtRnJhbWVzUmVxdWVzdBIsCgdnYW1lX2lkGAEgASgJQhu6SBhyFhABGEAyEF5bQS1aYS16MC05Xy1dKyQSMQoQYWNjZXB0X2VuY29kaW5ncxgCIAMoDjIXLmx1ZHVzLnYxLkZyYW1lRW5jb2RpbmciYwoUU3RyZWFtRnJhbWVzUmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAQgUKA21zZyKFAQoFRnJhbWUSDAoEdGljaxgBIAEoAxIMCgR2aWV3GAIgASgMEikKCGVuY29kaW5nGAMgASgOMhcubHVkdXMudjEuRnJhbWVFbmNvZGluZxIQCghrZXlmcmFtZRgEIAEoCBIRCgliYXNlX3RpY2sYBSABKAMSEAoIcmF3X3NpemUYBiABKA0ivQEKBlN0YXR1cxIPCgdub2RlX2lkGAEgASgJEg4KBnJlZ2lvbhgCIAEoCRIMCgR0aWNrGAMgASgDEg0KBXN0YXRlGAQgASgJEg8KB21lc3NhZ2UYBSABKAkSDAoEc2xvdBgGIAEoBRITCgt2aWV3X2Zvcm1hdBgHIAEoCRIRCgl0aWNrX3JhdGUYCCABKAUSFAoMbWlncmF0aW9uX21zGAkgASgDEhgKEHByZXZpb3VzX25vZGVfaWQYCiABKAkicQoQU2VuZElucHV0UmVxdWVzdBIsCgdnYW1lX2lkGAEgASgJQhu6SBhyFhABGEAyEF5bQS1aYS16MC05Xy1dKyQSFAoDc2VxGAIgASgEQge6SAQyAigBEhkKB3BheWxvYWQYAyABKAxCCLpIBXoDGIACIjQKEVNlbmRJbnB1dFJlc3BvbnNlEhEKCWFja2VkX3NlcRgBIAEoBBIMCgR0aWNrGAIgASgDInIKD1NwZWN0YXRlUmVxdWVzdBIsCgdnYW1lX2lkGAEgASgJQhu6SBhyFhABGEAyEF5bQS1aYS16MC05Xy1dKyQSMQoQYWNjZXB0X2VuY29kaW5ncxgCIAMoDjIXLmx1ZHVzLnYxLkZyYW1lRW5jb2RpbmciXwoQU3BlY3RhdGVSZXNwb25zZRIgCgVmcmFtZRgBIAEoCzIPLmx1ZHVzLnYxLkZyYW1lSAASIgoGc3RhdHVzGAIgASgLMhAubHVkdXMudjEuU3RhdHVzSABCBQoDbXNnImAKC1BsYXlSZXF1ZXN0EiQKBXN0YXJ0GAEgASgLMhMubHVkdXMudjEuUGxheVN0YXJ0SAASJAoFaW5wdXQYAiABKAsyEy5sdWR1cy52MS5QbGF5SW5wdXRIAEIFCgNtc2cibAoJUGxheVN0YXJ0EiwKB2dhbWVfaWQYASABKAlCG7pIGHIWEAEYQDIQXltBLVphLXowLTlfLV0rJBIxChBhY2NlcHRfZW5jb2RpbmdzGAIgAygOMhcubHVkdXMudjEuRnJhbWVFbmNvZGluZyI8CglQbGF5SW5wdXQSFAoDc2VxGAEgASgEQge6SAQyAigBEhkKB3BheWxvYWQYAiABKAxCCLpIBXoDGIACIn4KDFBsYXlSZXNwb25zZRIgCgVmcmFtZRgBIAEoCzIPLmx1ZHVzLnYxLkZyYW1lSAASIgoGc3RhdHVzGAIgASgLMhAubHVkdXMudjEuU3RhdHVzSAASIQoDYWNrGAMgASgLMhIubHVkdXMudjEuSW5wdXRBY2tIAEIFCgNtc2ciKwoISW5wdXRBY2sSEQoJYWNrZWRfc2VxGAEgASgEEgwKBHRpY2sYAiABKAMiKAoLUGluZ1JlcXVlc3QSGQoRY2xpZW50X3VuaXhfbmFub3MYASABKAMiRAoMUGluZ1Jlc3BvbnNlEhkKEWNsaWVudF91bml4X25hbm9zGAEgASgDEhkKEXNlcnZlcl91bml4X25hbm9zGAIgASgDKogBCg1GcmFtZUVuY29kaW5nEh4KGkZSQU1FX0VOQ09ESU5HX1VOU1BFQ0lGSUVEEAASFgoSRlJBTUVfRU5DT0RJTkdfUkFXEAESIAocRlJBTUVfRU5DT0RJTkdfREVMVEFfREVGTEFURRACEh0KGUZSQU1FX0VOQ09ESU5HX0RFTFRBX1pTVEQQAzKtBAoLR2FtZVNlcnZpY2USRwoKQ3JlYXRlR2FtZRIbLmx1ZHVzLnYxLkNyZWF0ZUdhbWVSZXF1ZXN0GhwubHVkdXMudjEuQ3JlYXRlR2FtZVJlc3BvbnNlEkQKCUxpc3RHYW1lcxIaLmx1ZHVzLnYxLkxpc3RHYW1lc1JlcXVlc3QaGy5sdWR1cy52MS5MaXN0R2FtZXNSZXNwb25zZRJBCghKb2luR2FtZRIZLmx1ZHVzLnYxLkpvaW5HYW1lUmVxdWVzdBoaLmx1ZHVzLnYxLkpvaW5HYW1lUmVzcG9uc2USTwoMU3RyZWFtRnJhbWVzEh0ubHVkdXMudjEuU3RyZWFtRnJhbWVzUmVxdWVzdBoeLmx1ZHVzLnYxLlN0cmVhbUZyYW1lc1Jlc3BvbnNlMAESRAoJU2VuZElucHV0EhoubHVkdXMudjEuU2VuZElucHV0UmVxdWVzdBobLmx1ZHVzLnYxLlNlbmRJbnB1dFJlc3BvbnNlEkMKCFNwZWN0YXRlEhkubHVkdXMudjEuU3BlY3RhdGVSZXF1ZXN0GhoubHVkdXMudjEuU3BlY3RhdGVSZXNwb25zZTABEjkKBFBsYXkSFS5sdWR1cy52MS5QbGF5UmVxdWVzdBoWLmx1ZHVzLnYxLlBsYXlSZXNwb25zZSgBMAESNQoEUGluZxIVLmx1ZHVzLnYxLlBpbmdSZXF1ZXN0GhYubHVkdXMudjEuUGluZ1Jlc3BvbnNlQiZaJGx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvdjE7bHVkdXN2MWIGcHJvdG8z", [file_buf_validate_validate]);
+  fileDesc("ChNsdWR1cy92MS9nYW1lLnByb3RvEghsdWR1cy52MSLrAQoIR2FtZUluZm8SDwoHZ2FtZV9pZBgBIAEoCRITCgttb2R1bGVfbmFtZRgCIAEoCRIQCghidWlsZF9pZBgDIAEoCRIPCgdub2RlX2lkGAQgASgJEhMKC21heF9wbGF5ZXJzGAUgASgFEg8KB3BsYXllcnMYBiABKAUSDAoEdGljaxgHIAEoAxINCgVzdGF0ZRgIIAEoCRIRCgl0aWNrX3JhdGUYCSABKAUSEwoLdmlld19mb3JtYXQYCiABKAkSFwoPc25hcHNob3RfZm9ybWF0GAsgASgJEhIKCmlucHV0X2tpbmQYDCABKAkiZgoRQ3JlYXRlR2FtZVJlcXVlc3QSHgoLbW9kdWxlX25hbWUYASABKAlCCbpIBnIEEAEYQBIXCgRib3RzGAIgASgFQgm6SAYaBBg/KAASGAoGY29uZmlnGAMgASgMQgi6SAV6AxiAICI2ChJDcmVhdGVHYW1lUmVzcG9uc2USIAoEZ2FtZRgBIAEoCzISLmx1ZHVzLnYxLkdhbWVJbmZvIhIKEExpc3RHYW1lc1JlcXVlc3QiNgoRTGlzdEdhbWVzUmVzcG9uc2USIQoFZ2FtZXMYASADKAsyEi5sdWR1cy52MS5HYW1lSW5mbyI/Cg9Kb2luR2FtZVJlcXVlc3QSLAoHZ2FtZV9pZBgBIAEoCUIbukgYchYQARhAMhBeW0EtWmEtejAtOV8tXSskIkIKEEpvaW5HYW1lUmVzcG9uc2USIAoEZ2FtZRgBIAEoCzISLmx1ZHVzLnYxLkdhbWVJbmZvEgwKBHNsb3QYAiABKAUinAEKE1N0cmVhbUZyYW1lc1JlcXVlc3QSLAoHZ2FtZV9pZBgBIAEoCUIbukgYchYQARhAMhBeW0EtWmEtejAtOV8tXSskEjEKEGFjY2VwdF9lbmNvZGluZ3MYAiADKA4yFy5sdWR1cy52MS5GcmFtZUVuY29kaW5nEiQKCGRlbGl2ZXJ5GAMgASgOMhIubHVkdXMudjEuRGVsaXZlcnkiYwoUU3RyZWFtRnJhbWVzUmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAQgUKA21zZyKFAQoFRnJhbWUSDAoEdGljaxgBIAEoAxIMCgR2aWV3GAIgASgMEikKCGVuY29kaW5nGAMgASgOMhcubHVkdXMudjEuRnJhbWVFbmNvZGluZxIQCghrZXlmcmFtZRgEIAEoCBIRCgliYXNlX3RpY2sYBSABKAMSEAoIcmF3X3NpemUYBiABKA0i+gEKBlN0YXR1cxIPCgdub2RlX2lkGAEgASgJEg4KBnJlZ2lvbhgCIAEoCRIMCgR0aWNrGAMgASgDEg0KBXN0YXRlGAQgASgJEg8KB21lc3NhZ2UYBSABKAkSDAoEc2xvdBgGIAEoBRITCgt2aWV3X2Zvcm1hdBgHIAEoCRIRCgl0aWNrX3JhdGUYCCABKAUSFAoMbWlncmF0aW9uX21zGAkgASgDEhgKEHByZXZpb3VzX25vZGVfaWQYCiABKAkSEAoIZGVsaXZlcnkYCyABKAkSFwoPc25hcHNob3RfZm9ybWF0GAwgASgJEhAKCGJ1aWxkX2lkGA0gASgJInEKEFNlbmRJbnB1dFJlcXVlc3QSLAoHZ2FtZV9pZBgBIAEoCUIbukgYchYQARhAMhBeW0EtWmEtejAtOV8tXSskEhQKA3NlcRgCIAEoBEIHukgEMgIoARIZCgdwYXlsb2FkGAMgASgMQgi6SAV6AxiAAiJPChFTZW5kSW5wdXRSZXNwb25zZRIRCglhY2tlZF9zZXEYASABKAQSDAoEdGljaxgCIAEoAxIZChFzdXBlcnNlZGVkX2J5X3NlcRgDIAEoBCI0CghJbnB1dEdhcBITCgttaXNzaW5nX3NlcRgBIAEoBBITCgtyZWZ1c2VkX3NlcRgCIAEoBCKYAQoPU3BlY3RhdGVSZXF1ZXN0EiwKB2dhbWVfaWQYASABKAlCG7pIGHIWEAEYQDIQXltBLVphLXowLTlfLV0rJBIxChBhY2NlcHRfZW5jb2RpbmdzGAIgAygOMhcubHVkdXMudjEuRnJhbWVFbmNvZGluZxIkCghkZWxpdmVyeRgDIAEoDjISLmx1ZHVzLnYxLkRlbGl2ZXJ5Il8KEFNwZWN0YXRlUmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAQgUKA21zZyJgCgtQbGF5UmVxdWVzdBIkCgVzdGFydBgBIAEoCzITLmx1ZHVzLnYxLlBsYXlTdGFydEgAEiQKBWlucHV0GAIgASgLMhMubHVkdXMudjEuUGxheUlucHV0SABCBQoDbXNnIpIBCglQbGF5U3RhcnQSLAoHZ2FtZV9pZBgBIAEoCUIbukgYchYQARhAMhBeW0EtWmEtejAtOV8tXSskEjEKEGFjY2VwdF9lbmNvZGluZ3MYAiADKA4yFy5sdWR1cy52MS5GcmFtZUVuY29kaW5nEiQKCGRlbGl2ZXJ5GAMgASgOMhIubHVkdXMudjEuRGVsaXZlcnkiPAoJUGxheUlucHV0EhQKA3NlcRgBIAEoBEIHukgEMgIoARIZCgdwYXlsb2FkGAIgASgMQgi6SAV6AxiAAiJ+CgxQbGF5UmVzcG9uc2USIAoFZnJhbWUYASABKAsyDy5sdWR1cy52MS5GcmFtZUgAEiIKBnN0YXR1cxgCIAEoCzIQLmx1ZHVzLnYxLlN0YXR1c0gAEiEKA2FjaxgDIAEoCzISLmx1ZHVzLnYxLklucHV0QWNrSABCBQoDbXNnIkYKCElucHV0QWNrEhEKCWFja2VkX3NlcRgBIAEoBBIMCgR0aWNrGAIgASgDEhkKEXN1cGVyc2VkZWRfYnlfc2VxGAMgASgEIigKC1BpbmdSZXF1ZXN0EhkKEWNsaWVudF91bml4X25hbm9zGAEgASgDIkQKDFBpbmdSZXNwb25zZRIZChFjbGllbnRfdW5peF9uYW5vcxgBIAEoAxIZChFzZXJ2ZXJfdW5peF9uYW5vcxgCIAEoAypRCghEZWxpdmVyeRIYChRERUxJVkVSWV9VTlNQRUNJRklFRBAAEhYKEkRFTElWRVJZX1NOQVBTSE9UUxABEhMKD0RFTElWRVJZX1BJWEVMUxACKogBCg1GcmFtZUVuY29kaW5nEh4KGkZSQU1FX0VOQ09ESU5HX1VOU1BFQ0lGSUVEEAASFgoSRlJBTUVfRU5DT0RJTkdfUkFXEAESIAocRlJBTUVfRU5DT0RJTkdfREVMVEFfREVGTEFURRACEh0KGUZSQU1FX0VOQ09ESU5HX0RFTFRBX1pTVEQQAzKtBAoLR2FtZVNlcnZpY2USRwoKQ3JlYXRlR2FtZRIbLmx1ZHVzLnYxLkNyZWF0ZUdhbWVSZXF1ZXN0GhwubHVkdXMudjEuQ3JlYXRlR2FtZVJlc3BvbnNlEkQKCUxpc3RHYW1lcxIaLmx1ZHVzLnYxLkxpc3RHYW1lc1JlcXVlc3QaGy5sdWR1cy52MS5MaXN0R2FtZXNSZXNwb25zZRJBCghKb2luR2FtZRIZLmx1ZHVzLnYxLkpvaW5HYW1lUmVxdWVzdBoaLmx1ZHVzLnYxLkpvaW5HYW1lUmVzcG9uc2USTwoMU3RyZWFtRnJhbWVzEh0ubHVkdXMudjEuU3RyZWFtRnJhbWVzUmVxdWVzdBoeLmx1ZHVzLnYxLlN0cmVhbUZyYW1lc1Jlc3BvbnNlMAESRAoJU2VuZElucHV0EhoubHVkdXMudjEuU2VuZElucHV0UmVxdWVzdBobLmx1ZHVzLnYxLlNlbmRJbnB1dFJlc3BvbnNlEkMKCFNwZWN0YXRlEhkubHVkdXMudjEuU3BlY3RhdGVSZXF1ZXN0GhoubHVkdXMudjEuU3BlY3RhdGVSZXNwb25zZTABEjkKBFBsYXkSFS5sdWR1cy52MS5QbGF5UmVxdWVzdBoWLmx1ZHVzLnYxLlBsYXlSZXNwb25zZSgBMAESNQoEUGluZxIVLmx1ZHVzLnYxLlBpbmdSZXF1ZXN0GhYubHVkdXMudjEuUGluZ1Jlc3BvbnNlQiZaJGx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvdjE7bHVkdXN2MWIGcHJvdG8z", [file_buf_validate_validate]);
 
 /**
  * @generated from message ludus.v1.GameInfo
@@ -70,6 +70,22 @@ export type GameInfo = Message<"ludus.v1.GameInfo"> & {
    * @generated from field: string view_format = 10;
    */
   viewFormat: string;
+
+  /**
+   * Set when the module can send snapshots its own ludus_render draws on the
+   * client (docs/ABI.md): the snapshot format's name. Empty: pixels only.
+   *
+   * @generated from field: string snapshot_format = 11;
+   */
+  snapshotFormat: string;
+
+  /**
+   * "state" (latest input wins: a superseded input is acknowledged as such) or
+   * "event" (every input applied once, in seq order); docs/API.md.
+   *
+   * @generated from field: string input_kind = 12;
+   */
+  inputKind: string;
 };
 
 /**
@@ -215,6 +231,14 @@ export type StreamFramesRequest = Message<"ludus.v1.StreamFramesRequest"> & {
    * @generated from field: repeated ludus.v1.FrameEncoding accept_encodings = 2;
    */
   acceptEncodings: FrameEncoding[];
+
+  /**
+   * Snapshots (the client renders them with the module's ludus_render) or
+   * pixels (the node renders). Unset: pixels, so older clients keep working.
+   *
+   * @generated from field: ludus.v1.Delivery delivery = 3;
+   */
+  delivery: Delivery;
 };
 
 /**
@@ -371,6 +395,26 @@ export type Status = Message<"ludus.v1.Status"> & {
    * @generated from field: string previous_node_id = 10;
    */
   previousNodeId: string;
+
+  /**
+   * What this stream's frames carry: "snapshots" or "pixels".
+   *
+   * @generated from field: string delivery = 11;
+   */
+  delivery: string;
+
+  /**
+   * With delivery "snapshots": the snapshot format and the module build whose
+   * ludus_render draws it (GET /modules/{build_id}.wasm).
+   *
+   * @generated from field: string snapshot_format = 12;
+   */
+  snapshotFormat: string;
+
+  /**
+   * @generated from field: string build_id = 13;
+   */
+  buildId: string;
 };
 
 /**
@@ -391,8 +435,8 @@ export type SendInputRequest = Message<"ludus.v1.SendInputRequest"> & {
 
   /**
    * Client sequence number, increasing per (player, game), starting at 1; an input
-   * with a sequence number already acknowledged is acknowledged again without
-   * being applied twice.
+   * with a sequence number already applied is acknowledged again without being
+   * applied twice. Several may be in flight (docs/API.md, "Inputs").
    *
    * @generated from field: uint64 seq = 2;
    */
@@ -414,22 +458,34 @@ export const SendInputRequestSchema: GenMessage<SendInputRequest> = /*@__PURE__*
   messageDesc(file_ludus_v1_game, 11);
 
 /**
+ * SendInputResponse: an OK reply means this input (acked_seq, the request's
+ * seq) is in the game's durable log, or, for games whose inputs are "state",
+ * that a later input superseded it (superseded_by_seq) and that one is durable.
+ *
  * @generated from message ludus.v1.SendInputResponse
  */
 export type SendInputResponse = Message<"ludus.v1.SendInputResponse"> & {
   /**
-   * Highest sequence number that is durable.
+   * The sequence number this reply is about: the request's.
    *
    * @generated from field: uint64 acked_seq = 1;
    */
   ackedSeq: bigint;
 
   /**
-   * Tick at which the input was applied.
+   * Tick at which the input (or the one that superseded it) was applied.
    *
    * @generated from field: int64 tick = 2;
    */
   tick: bigint;
+
+  /**
+   * Non-zero: the input was not applied because this later input of the same
+   * player, already durable, replaces it (state inputs only).
+   *
+   * @generated from field: uint64 superseded_by_seq = 3;
+   */
+  supersededBySeq: bigint;
 };
 
 /**
@@ -438,6 +494,35 @@ export type SendInputResponse = Message<"ludus.v1.SendInputResponse"> & {
  */
 export const SendInputResponseSchema: GenMessage<SendInputResponse> = /*@__PURE__*/
   messageDesc(file_ludus_v1_game, 12);
+
+/**
+ * InputGap is the error detail of an Aborted input of an "event" game: inputs
+ * apply in seq order, and missing_seq never arrived. Send it (and what follows).
+ *
+ * @generated from message ludus.v1.InputGap
+ */
+export type InputGap = Message<"ludus.v1.InputGap"> & {
+  /**
+   * The first sequence number the game is still waiting for.
+   *
+   * @generated from field: uint64 missing_seq = 1;
+   */
+  missingSeq: bigint;
+
+  /**
+   * The sequence number of the refused input.
+   *
+   * @generated from field: uint64 refused_seq = 2;
+   */
+  refusedSeq: bigint;
+};
+
+/**
+ * Describes the message ludus.v1.InputGap.
+ * Use `create(InputGapSchema)` to create a new message.
+ */
+export const InputGapSchema: GenMessage<InputGap> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_game, 13);
 
 /**
  * @generated from message ludus.v1.SpectateRequest
@@ -454,6 +539,13 @@ export type SpectateRequest = Message<"ludus.v1.SpectateRequest"> & {
    * @generated from field: repeated ludus.v1.FrameEncoding accept_encodings = 2;
    */
   acceptEncodings: FrameEncoding[];
+
+  /**
+   * As StreamFramesRequest.delivery.
+   *
+   * @generated from field: ludus.v1.Delivery delivery = 3;
+   */
+  delivery: Delivery;
 };
 
 /**
@@ -461,7 +553,7 @@ export type SpectateRequest = Message<"ludus.v1.SpectateRequest"> & {
  * Use `create(SpectateRequestSchema)` to create a new message.
  */
 export const SpectateRequestSchema: GenMessage<SpectateRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_game, 13);
+  messageDesc(file_ludus_v1_game, 14);
 
 /**
  * SpectateResponse is one message of a spectator stream: a frame or a status change.
@@ -492,7 +584,7 @@ export type SpectateResponse = Message<"ludus.v1.SpectateResponse"> & {
  * Use `create(SpectateResponseSchema)` to create a new message.
  */
 export const SpectateResponseSchema: GenMessage<SpectateResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_game, 14);
+  messageDesc(file_ludus_v1_game, 15);
 
 /**
  * PlayRequest is one message of a Play stream from the client: the first is a
@@ -524,7 +616,7 @@ export type PlayRequest = Message<"ludus.v1.PlayRequest"> & {
  * Use `create(PlayRequestSchema)` to create a new message.
  */
 export const PlayRequestSchema: GenMessage<PlayRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_game, 15);
+  messageDesc(file_ludus_v1_game, 16);
 
 /**
  * PlayStart opens a Play stream on a game the caller joined (JoinGame).
@@ -543,6 +635,13 @@ export type PlayStart = Message<"ludus.v1.PlayStart"> & {
    * @generated from field: repeated ludus.v1.FrameEncoding accept_encodings = 2;
    */
   acceptEncodings: FrameEncoding[];
+
+  /**
+   * As StreamFramesRequest.delivery.
+   *
+   * @generated from field: ludus.v1.Delivery delivery = 3;
+   */
+  delivery: Delivery;
 };
 
 /**
@@ -550,7 +649,7 @@ export type PlayStart = Message<"ludus.v1.PlayStart"> & {
  * Use `create(PlayStartSchema)` to create a new message.
  */
 export const PlayStartSchema: GenMessage<PlayStart> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_game, 16);
+  messageDesc(file_ludus_v1_game, 17);
 
 /**
  * PlayInput is one input, as SendInputRequest without the game id.
@@ -578,7 +677,7 @@ export type PlayInput = Message<"ludus.v1.PlayInput"> & {
  * Use `create(PlayInputSchema)` to create a new message.
  */
 export const PlayInputSchema: GenMessage<PlayInput> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_game, 17);
+  messageDesc(file_ludus_v1_game, 18);
 
 /**
  * PlayResponse is one message of a Play stream to the client.
@@ -615,27 +714,37 @@ export type PlayResponse = Message<"ludus.v1.PlayResponse"> & {
  * Use `create(PlayResponseSchema)` to create a new message.
  */
 export const PlayResponseSchema: GenMessage<PlayResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_game, 18);
+  messageDesc(file_ludus_v1_game, 19);
 
 /**
- * InputAck acknowledges inputs of a Play stream once durable, as SendInputResponse.
+ * InputAck acknowledges inputs of a Play stream once durable, as
+ * SendInputResponse. Acks are cumulative: every input of this stream with a seq
+ * up to acked_seq is durable (or superseded, for state inputs). Inputs are
+ * applied at the next tick as they arrive; acks follow asynchronously.
  *
  * @generated from message ludus.v1.InputAck
  */
 export type InputAck = Message<"ludus.v1.InputAck"> & {
   /**
-   * Highest sequence number that is durable.
+   * Every input of the stream up to this seq is resolved.
    *
    * @generated from field: uint64 acked_seq = 1;
    */
   ackedSeq: bigint;
 
   /**
-   * Tick at which the input was applied.
+   * Tick at which input acked_seq (or the one that superseded it) was applied.
    *
    * @generated from field: int64 tick = 2;
    */
   tick: bigint;
+
+  /**
+   * Non-zero: input acked_seq was superseded by this later one (state inputs).
+   *
+   * @generated from field: uint64 superseded_by_seq = 3;
+   */
+  supersededBySeq: bigint;
 };
 
 /**
@@ -643,7 +752,7 @@ export type InputAck = Message<"ludus.v1.InputAck"> & {
  * Use `create(InputAckSchema)` to create a new message.
  */
 export const InputAckSchema: GenMessage<InputAck> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_game, 19);
+  messageDesc(file_ludus_v1_game, 20);
 
 /**
  * @generated from message ludus.v1.PingRequest
@@ -662,7 +771,7 @@ export type PingRequest = Message<"ludus.v1.PingRequest"> & {
  * Use `create(PingRequestSchema)` to create a new message.
  */
 export const PingRequestSchema: GenMessage<PingRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_game, 20);
+  messageDesc(file_ludus_v1_game, 21);
 
 /**
  * @generated from message ludus.v1.PingResponse
@@ -688,7 +797,43 @@ export type PingResponse = Message<"ludus.v1.PingResponse"> & {
  * Use `create(PingResponseSchema)` to create a new message.
  */
 export const PingResponseSchema: GenMessage<PingResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_game, 21);
+  messageDesc(file_ludus_v1_game, 22);
+
+/**
+ * Delivery is what a stream's frames carry; see docs/STREAMS.md.
+ *
+ * @generated from enum ludus.v1.Delivery
+ */
+export enum Delivery {
+  /**
+   * Unset: DELIVERY_PIXELS.
+   *
+   * @generated from enum value: DELIVERY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The module's snapshot for the viewer; the client draws it with the module's
+   * ludus_render (fetched by build id from GET /modules/{build_id}.wasm).
+   * Asking for snapshots of a module without a renderer is FailedPrecondition.
+   *
+   * @generated from enum value: DELIVERY_SNAPSHOTS = 1;
+   */
+  SNAPSHOTS = 1,
+
+  /**
+   * Views rendered on the node (view_format, e.g. indexed8).
+   *
+   * @generated from enum value: DELIVERY_PIXELS = 2;
+   */
+  PIXELS = 2,
+}
+
+/**
+ * Describes the enum ludus.v1.Delivery.
+ */
+export const DeliverySchema: GenEnum<Delivery> = /*@__PURE__*/
+  enumDesc(file_ludus_v1_game, 0);
 
 /**
  * FrameEncoding is how Frame.view is encoded; see docs/STREAMS.md.
@@ -730,7 +875,7 @@ export enum FrameEncoding {
  * Describes the enum ludus.v1.FrameEncoding.
  */
 export const FrameEncodingSchema: GenEnum<FrameEncoding> = /*@__PURE__*/
-  enumDesc(file_ludus_v1_game, 0);
+  enumDesc(file_ludus_v1_game, 1);
 
 /**
  * GameService is what players call, through the gateway, with a session ticket in

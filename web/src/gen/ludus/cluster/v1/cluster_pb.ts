@@ -8,7 +8,7 @@ import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Module } from "../../v1/admin_pb";
 import { file_ludus_v1_admin } from "../../v1/admin_pb";
-import type { Frame, GameInfo, Status } from "../../v1/game_pb";
+import type { Delivery, Frame, GameInfo, Status } from "../../v1/game_pb";
 import { file_ludus_v1_game } from "../../v1/game_pb";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/cluster/v1/cluster.proto.
  */
 export const file_ludus_cluster_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NsdXN0ZXIucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEilQEKEFN0YXJ0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEwoLbW9kdWxlX25hbWUYAyABKAkSEAoIYnVpbGRfaWQYBCABKAkSDAoEc2VlZBgFIAEoBBIOCgZjb25maWcYBiABKAwSGAoQbWF0Y2hfY3JlZGVudGlhbBgHIAEoCSI1ChFTdGFydEdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8iNAoOR2V0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkiMwoPR2V0R2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJfCg9Kb2luR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRIUCgxkaXNwbGF5X25hbWUYBCABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSJgChNTdHJlYW1GcmFtZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdnYW1lX2lkGAIgASgJEhIKCmFjY291bnRfaWQYAyABKAkSEQoJc3BlY3RhdG9yGAQgASgIImMKFFN0cmVhbUZyYW1lc1Jlc3BvbnNlEiAKBWZyYW1lGAEgASgLMg8ubHVkdXMudjEuRnJhbWVIABIiCgZzdGF0dXMYAiABKAsyEC5sdWR1cy52MS5TdGF0dXNIAEIFCgNtc2ciNAoRU2VuZElucHV0UmVzcG9uc2USEQoJYWNrZWRfc2VxGAEgASgEEgwKBHRpY2sYAiABKAMiaAoQU2VuZElucHV0UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEgsKA3NlcRgEIAEoBBIPCgdwYXlsb2FkGAUgASgMIjcKFFJlc29sdmVNb2R1bGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJIjkKFVJlc29sdmVNb2R1bGVSZXNwb25zZRIgCgZtb2R1bGUYASABKAsyEC5sdWR1cy52MS5Nb2R1bGUiNwoQR2V0TW9kdWxlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIYnVpbGRfaWQYAiABKAkiQwoRR2V0TW9kdWxlUmVzcG9uc2USIAoGbW9kdWxlGAEgASgLMhAubHVkdXMudjEuTW9kdWxlEgwKBHdhc20YAiABKAwiTwoaTWludE1hdGNoQ3JlZGVudGlhbFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCG1hdGNoX2lkGAIgASgJEgwKBGdhbWUYAyABKAkiYQobTWludE1hdGNoQ3JlZGVudGlhbFJlc3BvbnNlEhIKCmNyZWRlbnRpYWwYASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijwEKEkFyY2hpdmVHYW1lUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRIRCglzcGVjX2pzb24YAyABKAwSDgoGY2h1bmtzGAQgAygMEg0KBXN0YXRlGAUgASgJEg8KB21lc3NhZ2UYBiABKAkSEgoKZmluYWxfdGljaxgHIAEoAyIVChNBcmNoaXZlR2FtZVJlc3BvbnNlMr0DCgtOb2RlU2VydmljZRJUCglTdGFydEdhbWUSIi5sdWR1cy5jbHVzdGVyLnYxLlN0YXJ0R2FtZVJlcXVlc3QaIy5sdWR1cy5jbHVzdGVyLnYxLlN0YXJ0R2FtZVJlc3BvbnNlEk4KB0dldEdhbWUSIC5sdWR1cy5jbHVzdGVyLnYxLkdldEdhbWVSZXF1ZXN0GiEubHVkdXMuY2x1c3Rlci52MS5HZXRHYW1lUmVzcG9uc2USUQoISm9pbkdhbWUSIS5sdWR1cy5jbHVzdGVyLnYxLkpvaW5HYW1lUmVxdWVzdBoiLmx1ZHVzLmNsdXN0ZXIudjEuSm9pbkdhbWVSZXNwb25zZRJfCgxTdHJlYW1GcmFtZXMSJS5sdWR1cy5jbHVzdGVyLnYxLlN0cmVhbUZyYW1lc1JlcXVlc3QaJi5sdWR1cy5jbHVzdGVyLnYxLlN0cmVhbUZyYW1lc1Jlc3BvbnNlMAESVAoJU2VuZElucHV0EiIubHVkdXMuY2x1c3Rlci52MS5TZW5kSW5wdXRSZXF1ZXN0GiMubHVkdXMuY2x1c3Rlci52MS5TZW5kSW5wdXRSZXNwb25zZTKcAwoSTW9kdWxlU3RvcmVTZXJ2aWNlEmAKDVJlc29sdmVNb2R1bGUSJi5sdWR1cy5jbHVzdGVyLnYxLlJlc29sdmVNb2R1bGVSZXF1ZXN0GicubHVkdXMuY2x1c3Rlci52MS5SZXNvbHZlTW9kdWxlUmVzcG9uc2USVAoJR2V0TW9kdWxlEiIubHVkdXMuY2x1c3Rlci52MS5HZXRNb2R1bGVSZXF1ZXN0GiMubHVkdXMuY2x1c3Rlci52MS5HZXRNb2R1bGVSZXNwb25zZRJyChNNaW50TWF0Y2hDcmVkZW50aWFsEiwubHVkdXMuY2x1c3Rlci52MS5NaW50TWF0Y2hDcmVkZW50aWFsUmVxdWVzdBotLmx1ZHVzLmNsdXN0ZXIudjEuTWludE1hdGNoQ3JlZGVudGlhbFJlc3BvbnNlEloKC0FyY2hpdmVHYW1lEiQubHVkdXMuY2x1c3Rlci52MS5BcmNoaXZlR2FtZVJlcXVlc3QaJS5sdWR1cy5jbHVzdGVyLnYxLkFyY2hpdmVHYW1lUmVzcG9uc2VCMFoubHVkdXMuZGV2L2x1ZHVzL2dlbi9sdWR1cy9jbHVzdGVyL3YxO2NsdXN0ZXJ2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_ludus_v1_admin, file_ludus_v1_game]);
+  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NsdXN0ZXIucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEilQEKEFN0YXJ0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEwoLbW9kdWxlX25hbWUYAyABKAkSEAoIYnVpbGRfaWQYBCABKAkSDAoEc2VlZBgFIAEoBBIOCgZjb25maWcYBiABKAwSGAoQbWF0Y2hfY3JlZGVudGlhbBgHIAEoCSI1ChFTdGFydEdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8iNAoOR2V0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkiMwoPR2V0R2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJfCg9Kb2luR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRIUCgxkaXNwbGF5X25hbWUYBCABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSKGAQoTU3RyZWFtRnJhbWVzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEhEKCXNwZWN0YXRvchgEIAEoCBIkCghkZWxpdmVyeRgFIAEoDjISLmx1ZHVzLnYxLkRlbGl2ZXJ5ImMKFFN0cmVhbUZyYW1lc1Jlc3BvbnNlEiAKBWZyYW1lGAEgASgLMg8ubHVkdXMudjEuRnJhbWVIABIiCgZzdGF0dXMYAiABKAsyEC5sdWR1cy52MS5TdGF0dXNIAEIFCgNtc2ciTwoRU2VuZElucHV0UmVzcG9uc2USEQoJYWNrZWRfc2VxGAEgASgEEgwKBHRpY2sYAiABKAMSGQoRc3VwZXJzZWRlZF9ieV9zZXEYAyABKAQiZQoNSW5wdXRzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEgsKA3NlcRgEIAEoBBIPCgdwYXlsb2FkGAUgASgMIkwKDklucHV0c1Jlc3BvbnNlEhEKCWFja2VkX3NlcRgBIAEoBBIMCgR0aWNrGAIgASgDEhkKEXN1cGVyc2VkZWRfYnlfc2VxGAMgASgEImgKEFNlbmRJbnB1dFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRILCgNzZXEYBCABKAQSDwoHcGF5bG9hZBgFIAEoDCI3ChRSZXNvbHZlTW9kdWxlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEbmFtZRgCIAEoCSI5ChVSZXNvbHZlTW9kdWxlUmVzcG9uc2USIAoGbW9kdWxlGAEgASgLMhAubHVkdXMudjEuTW9kdWxlIjcKEEdldE1vZHVsZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCGJ1aWxkX2lkGAIgASgJIkMKEUdldE1vZHVsZVJlc3BvbnNlEiAKBm1vZHVsZRgBIAEoCzIQLmx1ZHVzLnYxLk1vZHVsZRIMCgR3YXNtGAIgASgMIk8KGk1pbnRNYXRjaENyZWRlbnRpYWxSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIQCghtYXRjaF9pZBgCIAEoCRIMCgRnYW1lGAMgASgJImEKG01pbnRNYXRjaENyZWRlbnRpYWxSZXNwb25zZRISCgpjcmVkZW50aWFsGAEgASgJEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIo8BChJBcmNoaXZlR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEQoJc3BlY19qc29uGAMgASgMEg4KBmNodW5rcxgEIAMoDBINCgVzdGF0ZRgFIAEoCRIPCgdtZXNzYWdlGAYgASgJEhIKCmZpbmFsX3RpY2sYByABKAMiFQoTQXJjaGl2ZUdhbWVSZXNwb25zZTKOBAoLTm9kZVNlcnZpY2USVAoJU3RhcnRHYW1lEiIubHVkdXMuY2x1c3Rlci52MS5TdGFydEdhbWVSZXF1ZXN0GiMubHVkdXMuY2x1c3Rlci52MS5TdGFydEdhbWVSZXNwb25zZRJOCgdHZXRHYW1lEiAubHVkdXMuY2x1c3Rlci52MS5HZXRHYW1lUmVxdWVzdBohLmx1ZHVzLmNsdXN0ZXIudjEuR2V0R2FtZVJlc3BvbnNlElEKCEpvaW5HYW1lEiEubHVkdXMuY2x1c3Rlci52MS5Kb2luR2FtZVJlcXVlc3QaIi5sdWR1cy5jbHVzdGVyLnYxLkpvaW5HYW1lUmVzcG9uc2USXwoMU3RyZWFtRnJhbWVzEiUubHVkdXMuY2x1c3Rlci52MS5TdHJlYW1GcmFtZXNSZXF1ZXN0GiYubHVkdXMuY2x1c3Rlci52MS5TdHJlYW1GcmFtZXNSZXNwb25zZTABElQKCVNlbmRJbnB1dBIiLmx1ZHVzLmNsdXN0ZXIudjEuU2VuZElucHV0UmVxdWVzdBojLmx1ZHVzLmNsdXN0ZXIudjEuU2VuZElucHV0UmVzcG9uc2USTwoGSW5wdXRzEh8ubHVkdXMuY2x1c3Rlci52MS5JbnB1dHNSZXF1ZXN0GiAubHVkdXMuY2x1c3Rlci52MS5JbnB1dHNSZXNwb25zZSgBMAEynAMKEk1vZHVsZVN0b3JlU2VydmljZRJgCg1SZXNvbHZlTW9kdWxlEiYubHVkdXMuY2x1c3Rlci52MS5SZXNvbHZlTW9kdWxlUmVxdWVzdBonLmx1ZHVzLmNsdXN0ZXIudjEuUmVzb2x2ZU1vZHVsZVJlc3BvbnNlElQKCUdldE1vZHVsZRIiLmx1ZHVzLmNsdXN0ZXIudjEuR2V0TW9kdWxlUmVxdWVzdBojLmx1ZHVzLmNsdXN0ZXIudjEuR2V0TW9kdWxlUmVzcG9uc2UScgoTTWludE1hdGNoQ3JlZGVudGlhbBIsLmx1ZHVzLmNsdXN0ZXIudjEuTWludE1hdGNoQ3JlZGVudGlhbFJlcXVlc3QaLS5sdWR1cy5jbHVzdGVyLnYxLk1pbnRNYXRjaENyZWRlbnRpYWxSZXNwb25zZRJaCgtBcmNoaXZlR2FtZRIkLmx1ZHVzLmNsdXN0ZXIudjEuQXJjaGl2ZUdhbWVSZXF1ZXN0GiUubHVkdXMuY2x1c3Rlci52MS5BcmNoaXZlR2FtZVJlc3BvbnNlQjBaLmx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvY2x1c3Rlci92MTtjbHVzdGVydjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_ludus_v1_admin, file_ludus_v1_game]);
 
 /**
  * @generated from message ludus.cluster.v1.StartGameRequest
@@ -203,6 +203,11 @@ export type StreamFramesRequest = Message<"ludus.cluster.v1.StreamFramesRequest"
    * @generated from field: bool spectator = 4;
    */
   spectator: boolean;
+
+  /**
+   * @generated from field: ludus.v1.Delivery delivery = 5;
+   */
+  delivery: Delivery;
 };
 
 /**
@@ -254,6 +259,11 @@ export type SendInputResponse = Message<"ludus.cluster.v1.SendInputResponse"> & 
    * @generated from field: int64 tick = 2;
    */
   tick: bigint;
+
+  /**
+   * @generated from field: uint64 superseded_by_seq = 3;
+   */
+  supersededBySeq: bigint;
 };
 
 /**
@@ -262,6 +272,75 @@ export type SendInputResponse = Message<"ludus.cluster.v1.SendInputResponse"> & 
  */
 export const SendInputResponseSchema: GenMessage<SendInputResponse> = /*@__PURE__*/
   messageDesc(file_ludus_cluster_v1_cluster, 8);
+
+/**
+ * InputsRequest: the first message names the game and account; every message
+ * may carry one input (seq > 0).
+ *
+ * @generated from message ludus.cluster.v1.InputsRequest
+ */
+export type InputsRequest = Message<"ludus.cluster.v1.InputsRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * @generated from field: string game_id = 2;
+   */
+  gameId: string;
+
+  /**
+   * @generated from field: string account_id = 3;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: uint64 seq = 4;
+   */
+  seq: bigint;
+
+  /**
+   * @generated from field: bytes payload = 5;
+   */
+  payload: Uint8Array;
+};
+
+/**
+ * Describes the message ludus.cluster.v1.InputsRequest.
+ * Use `create(InputsRequestSchema)` to create a new message.
+ */
+export const InputsRequestSchema: GenMessage<InputsRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_cluster, 9);
+
+/**
+ * InputsResponse acknowledges one input of the stream once it is durable.
+ *
+ * @generated from message ludus.cluster.v1.InputsResponse
+ */
+export type InputsResponse = Message<"ludus.cluster.v1.InputsResponse"> & {
+  /**
+   * @generated from field: uint64 acked_seq = 1;
+   */
+  ackedSeq: bigint;
+
+  /**
+   * @generated from field: int64 tick = 2;
+   */
+  tick: bigint;
+
+  /**
+   * @generated from field: uint64 superseded_by_seq = 3;
+   */
+  supersededBySeq: bigint;
+};
+
+/**
+ * Describes the message ludus.cluster.v1.InputsResponse.
+ * Use `create(InputsResponseSchema)` to create a new message.
+ */
+export const InputsResponseSchema: GenMessage<InputsResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_cluster, 10);
 
 /**
  * @generated from message ludus.cluster.v1.SendInputRequest
@@ -298,7 +377,7 @@ export type SendInputRequest = Message<"ludus.cluster.v1.SendInputRequest"> & {
  * Use `create(SendInputRequestSchema)` to create a new message.
  */
 export const SendInputRequestSchema: GenMessage<SendInputRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_cluster, 9);
+  messageDesc(file_ludus_cluster_v1_cluster, 11);
 
 /**
  * @generated from message ludus.cluster.v1.ResolveModuleRequest
@@ -320,7 +399,7 @@ export type ResolveModuleRequest = Message<"ludus.cluster.v1.ResolveModuleReques
  * Use `create(ResolveModuleRequestSchema)` to create a new message.
  */
 export const ResolveModuleRequestSchema: GenMessage<ResolveModuleRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_cluster, 10);
+  messageDesc(file_ludus_cluster_v1_cluster, 12);
 
 /**
  * @generated from message ludus.cluster.v1.ResolveModuleResponse
@@ -337,7 +416,7 @@ export type ResolveModuleResponse = Message<"ludus.cluster.v1.ResolveModuleRespo
  * Use `create(ResolveModuleResponseSchema)` to create a new message.
  */
 export const ResolveModuleResponseSchema: GenMessage<ResolveModuleResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_cluster, 11);
+  messageDesc(file_ludus_cluster_v1_cluster, 13);
 
 /**
  * @generated from message ludus.cluster.v1.GetModuleRequest
@@ -359,7 +438,7 @@ export type GetModuleRequest = Message<"ludus.cluster.v1.GetModuleRequest"> & {
  * Use `create(GetModuleRequestSchema)` to create a new message.
  */
 export const GetModuleRequestSchema: GenMessage<GetModuleRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_cluster, 12);
+  messageDesc(file_ludus_cluster_v1_cluster, 14);
 
 /**
  * @generated from message ludus.cluster.v1.GetModuleResponse
@@ -381,7 +460,7 @@ export type GetModuleResponse = Message<"ludus.cluster.v1.GetModuleResponse"> & 
  * Use `create(GetModuleResponseSchema)` to create a new message.
  */
 export const GetModuleResponseSchema: GenMessage<GetModuleResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_cluster, 13);
+  messageDesc(file_ludus_cluster_v1_cluster, 15);
 
 /**
  * @generated from message ludus.cluster.v1.MintMatchCredentialRequest
@@ -410,7 +489,7 @@ export type MintMatchCredentialRequest = Message<"ludus.cluster.v1.MintMatchCred
  * Use `create(MintMatchCredentialRequestSchema)` to create a new message.
  */
 export const MintMatchCredentialRequestSchema: GenMessage<MintMatchCredentialRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_cluster, 14);
+  messageDesc(file_ludus_cluster_v1_cluster, 16);
 
 /**
  * @generated from message ludus.cluster.v1.MintMatchCredentialResponse
@@ -434,7 +513,7 @@ export type MintMatchCredentialResponse = Message<"ludus.cluster.v1.MintMatchCre
  * Use `create(MintMatchCredentialResponseSchema)` to create a new message.
  */
 export const MintMatchCredentialResponseSchema: GenMessage<MintMatchCredentialResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_cluster, 15);
+  messageDesc(file_ludus_cluster_v1_cluster, 17);
 
 /**
  * @generated from message ludus.cluster.v1.ArchiveGameRequest
@@ -491,7 +570,7 @@ export type ArchiveGameRequest = Message<"ludus.cluster.v1.ArchiveGameRequest"> 
  * Use `create(ArchiveGameRequestSchema)` to create a new message.
  */
 export const ArchiveGameRequestSchema: GenMessage<ArchiveGameRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_cluster, 16);
+  messageDesc(file_ludus_cluster_v1_cluster, 18);
 
 /**
  * @generated from message ludus.cluster.v1.ArchiveGameResponse
@@ -504,7 +583,7 @@ export type ArchiveGameResponse = Message<"ludus.cluster.v1.ArchiveGameResponse"
  * Use `create(ArchiveGameResponseSchema)` to create a new message.
  */
 export const ArchiveGameResponseSchema: GenMessage<ArchiveGameResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_cluster, 17);
+  messageDesc(file_ludus_cluster_v1_cluster, 19);
 
 /**
  * NodeService is served by each sim node to the gateways. Calls carry the cluster
@@ -563,6 +642,17 @@ export const NodeService: GenService<{
     methodKind: "unary";
     input: typeof SendInputRequestSchema;
     output: typeof SendInputResponseSchema;
+  },
+  /**
+   * Inputs carries one player's inputs in order (a gateway's Play stream): each
+   * is applied at the next tick as it arrives; acks flow back once durable.
+   *
+   * @generated from rpc ludus.cluster.v1.NodeService.Inputs
+   */
+  inputs: {
+    methodKind: "bidi_streaming";
+    input: typeof InputsRequestSchema;
+    output: typeof InputsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ludus_cluster_v1_cluster, 0);
