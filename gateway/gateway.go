@@ -68,6 +68,7 @@ type Gateway struct {
 	cfg     Config
 	log     *slog.Logger
 	fleet   *fleet.View
+	owners  *ownerWatch
 	modules clusterv1connect.ModuleStoreServiceClient
 	h2c     *http.Client
 	limits  Limits
@@ -136,6 +137,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With("role", "gateway"),
 		fleet:   &fleet.View{Client: cfg.Etcd},
+		owners:  newOwnerWatch(cfg.Etcd),
 		h2c:     &http.Client{Transport: nodeTransport()},
 		nodes:   map[string]clusterv1connect.NodeServiceClient{},
 		limits:  limits,

@@ -12,7 +12,6 @@ import (
 	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/auth"
-	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/ops/fleet"
 )
@@ -23,19 +22,14 @@ func (s *gameService) Ping(ctx context.Context, req *connect.Request[ludusv1.Pin
 		ClientUnixNanos: req.Msg.ClientUnixNanos, ServerUnixNanos: time.Now().UnixNano()}), nil
 }
 
-// playInput is an input of a Play stream waiting for its acknowledgement.
-type playInput struct {
-	seq     uint64
-	payload []byte
-}
-
 // Play multiplexes one bidirectional client stream onto the node's calls: a
-// receive loop checks the client's inputs and queues them, a delivery loop
-// sends them in order to the game's owner (SendInput) and acknowledges them on
-// the stream, and the stream's frames come from the game's owner as for
-// StreamFrames, re-attaching when the game moves. An input the owner could not
-// take because the game was moving is re-sent to the new owner (the node
-// acknowledges a re-sent sequence number without applying it twice).
+// receive loop checks the client's inputs and queues them, playInputs
+// pipelines them in order to the game's owner over one Inputs stream and
+// relays the acks as they become durable, and the stream's frames come from
+// the game's owner as for StreamFrames, re-attaching when the game moves.
+// Inputs not yet acknowledged when the game moves are re-sent to the new
+// owner (the node acknowledges a re-sent sequence number without applying it
+// twice).
 func (s *gameService) Play(ctx context.Context, stream *connect.BidiStream[ludusv1.PlayRequest, ludusv1.PlayResponse]) error {
 	c := claimsFrom(ctx)
 	first, err := stream.Receive()
@@ -64,9 +58,9 @@ func (s *gameService) Play(ctx context.Context, stream *connect.BidiStream[ludus
 		return stream.Send(m)
 	}
 	var owner atomic.Pointer[fleet.NodeInfo]
-	queue := make(chan playInput, s.g.limits.MaxPendingInputs)
+	inputs := &playInputs{s: s, c: c, gameID: start.GameId, send: send, wake: make(chan struct{}, 1)}
 	go func() {
-		if err := s.receiveInputs(c, stream, queue); err != nil {
+		if err := s.receiveInputs(c, stream, inputs); err != nil {
 			cancel(err)
 		}
 	}()
@@ -74,7 +68,7 @@ func (s *gameService) Play(ctx context.Context, stream *connect.BidiStream[ludus
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := s.deliverInputs(ctx, c, start.GameId, queue, &owner, send); err != nil {
+		if err := inputs.run(ctx, owner.Load); err != nil {
 			cancel(err)
 		}
 	}()
@@ -98,7 +92,8 @@ func (s *gameService) Play(ctx context.Context, stream *connect.BidiStream[ludus
 
 // receiveInputs reads the client's inputs until it closes its side. An error
 // ends the stream: a malformed message, an input over a limit.
-func (s *gameService) receiveInputs(c *auth.Claims, stream *connect.BidiStream[ludusv1.PlayRequest, ludusv1.PlayResponse], queue chan<- playInput) error {
+func (s *gameService) receiveInputs(c *auth.Claims, stream *connect.BidiStream[ludusv1.PlayRequest, ludusv1.PlayResponse], inputs *playInputs) error {
+	var last uint64
 	for {
 		m, err := stream.Receive()
 		if err != nil {
@@ -114,82 +109,16 @@ func (s *gameService) receiveInputs(c *auth.Claims, stream *connect.BidiStream[l
 		if err := s.checkInput(c, in.Seq, in.Payload); err != nil {
 			return err
 		}
-		select {
-		case queue <- playInput{seq: in.Seq, payload: in.Payload}:
-		default:
+		if in.Seq <= last {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+				"input seq %d after %d: on a Play stream every input's seq must be higher than the one before (the stream re-sends unacknowledged inputs itself)", in.Seq, last))
+		}
+		last = in.Seq
+		if !inputs.add(pendingInput{seq: in.Seq, payload: in.Payload}) {
 			s.g.metrics.limitRejected.WithLabelValues(c.TenantID, "pending_inputs").Inc()
+			max := s.g.limits.MaxPendingInputs
 			return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-				"%d inputs are waiting for their acknowledgement (the limit is %d); wait for acks before sending more", cap(queue), cap(queue)))
+				"%d inputs are waiting for their acknowledgement (the limit is %d); wait for acks before sending more", max, max))
 		}
-	}
-}
-
-// deliverInputs sends queued inputs, in order, to the game's owner and
-// acknowledges each on the stream.
-func (s *gameService) deliverInputs(ctx context.Context, c *auth.Claims, gameID string, queue <-chan playInput, owner *atomic.Pointer[fleet.NodeInfo], send func(*ludusv1.PlayResponse) error) error {
-	for {
-		var in playInput
-		select {
-		case <-ctx.Done():
-			return nil
-		case in = <-queue:
-		}
-		ack, err := s.deliver(ctx, c, gameID, in, owner)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		s.g.metrics.inputsAccepted.WithLabelValues(c.TenantID).Inc()
-		if err := send(&ludusv1.PlayResponse{Msg: &ludusv1.PlayResponse_Ack{Ack: &ludusv1.InputAck{AckedSeq: ack.AckedSeq, Tick: ack.Tick}}}); err != nil {
-			return err
-		}
-	}
-}
-
-// deliver sends one input to the game's owner, waiting for a moving game's new
-// owner (up to the re-attach timeout) and re-sending the input there.
-func (s *gameService) deliver(ctx context.Context, c *auth.Claims, gameID string, in playInput, owner *atomic.Pointer[fleet.NodeInfo]) (*clusterv1.SendInputResponse, error) {
-	deadline := time.Now().Add(reattachTimeout)
-	backoff := 20 * time.Millisecond
-	req := &clusterv1.SendInputRequest{TenantId: c.TenantID, GameId: gameID, AccountId: c.AccountID, Seq: in.seq, Payload: in.payload}
-	for {
-		n := owner.Load()
-		var err error
-		if n == nil {
-			var found fleet.NodeInfo
-			if found, err = s.owner(ctx, c, gameID); err == nil {
-				n = &found
-			}
-		}
-		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
-			var resp *connect.Response[clusterv1.SendInputResponse]
-			resp, err = s.g.node(n.Addr).SendInput(cctx, connect.NewRequest(req))
-			cancel()
-			if err == nil {
-				return resp.Msg, nil
-			}
-			owner.CompareAndSwap(n, nil) // look the owner up again
-		}
-		switch connect.CodeOf(err) {
-		case connect.CodeUnavailable, connect.CodeNotFound, connect.CodeDeadlineExceeded, connect.CodeCanceled,
-			connect.CodeUnknown, connect.CodeInternal:
-		default:
-			return nil, err // not joined, game over, invalid input: the client must know
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("input %d not delivered within %v: %w", in.seq, reattachTimeout, err))
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 500*time.Millisecond)
 	}
 }

@@ -158,7 +158,8 @@ func (s *gameService) owner(ctx context.Context, c *auth.Claims, gameID string) 
 		return fleet.NodeInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q", gameID))
 	}
 	if err != nil {
-		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, err)
+		s.g.log.Warn("cannot read a game's owner", "game", gameID, "err", err)
+		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s cannot be located right now; retry in a moment", gameID))
 	}
 	if g.Status.State != fleet.StateRunning && g.Status.State != "" {
 		return fleet.NodeInfo{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("game %s is %s", gameID, g.Status.State))
@@ -168,7 +169,7 @@ func (s *gameService) owner(ctx context.Context, c *auth.Claims, gameID string) 
 	}
 	n, err := s.g.fleet.Node(ctx, g.Owner)
 	if err != nil {
-		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("owner of game %s: %w", gameID, err))
+		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s is moving to another node; retry in a moment", gameID))
 	}
 	return n, nil
 }
@@ -184,7 +185,7 @@ func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 	resp, err := s.g.node(n.Addr).JoinGame(ctx, connect.NewRequest(&clusterv1.JoinGameRequest{
 		TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, DisplayName: c.DisplayName}))
 	if err != nil {
-		return nil, err
+		return nil, playerError(req.Msg.GameId, err)
 	}
 	return connect.NewResponse(&ludusv1.JoinGameResponse{Game: resp.Msg.Game, Slot: resp.Msg.Slot}), nil
 }
@@ -194,19 +195,13 @@ func (s *gameService) SendInput(ctx context.Context, req *connect.Request[ludusv
 	if err := s.checkInput(c, req.Msg.Seq, req.Msg.Payload); err != nil {
 		return nil, err
 	}
-	n, err := s.owner(ctx, c, req.Msg.GameId)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
-	defer cancel()
-	resp, err := s.g.node(n.Addr).SendInput(ctx, connect.NewRequest(&clusterv1.SendInputRequest{
-		TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, Seq: req.Msg.Seq, Payload: req.Msg.Payload}))
+	resp, err := s.sendInput(ctx, c, &clusterv1.SendInputRequest{
+		TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, Seq: req.Msg.Seq, Payload: req.Msg.Payload})
 	if err != nil {
 		return nil, err
 	}
 	s.g.metrics.inputsAccepted.WithLabelValues(c.TenantID).Inc()
-	return connect.NewResponse(&ludusv1.SendInputResponse{AckedSeq: resp.Msg.AckedSeq, Tick: resp.Msg.Tick}), nil
+	return connect.NewResponse(&ludusv1.SendInputResponse{AckedSeq: resp.AckedSeq, Tick: resp.Tick, SupersededBySeq: resp.SupersededBySeq}), nil
 }
 
 // checkInput validates one input and takes a token of the account's input rate.

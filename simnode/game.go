@@ -38,13 +38,18 @@ type Status struct {
 	Message string
 }
 
-// slot is one player slot. Only the actor writes account/name/lastSeq; viewers
-// and frames are read by streams.
+// slot is one player slot. Only the actor writes account/name/lastSeq/held;
+// viewers and frames are read by streams.
 type slot struct {
-	account  string
-	name     string
+	account string
+	name    string
+	// lastSeq is the highest input seq applied (stepped, or queued for the next
+	// step) and lastTick the tick it applies at.
 	lastSeq  uint64
+	lastTick int64
 	joinTick int64
+	// held are inputs of an event game that arrived before a lower seq (inputs.go).
+	held map[uint64]heldInput
 
 	viewers atomic.Int32
 	frames  *cell[Frame]
@@ -87,6 +92,14 @@ type game struct {
 	lastCheckpoint int64
 	// fencedByWriter is set when an append found the owner key changed.
 	fencedByWriter atomic.Bool
+	// durableTick is the end tick of the newest chunk the writer committed;
+	// the actor does not step more than speculation ticks past it.
+	durableTick atomic.Int64
+	speculation int64
+	// stalls counts ticks held back waiting for the log, and stepped is the
+	// tick the actor last stepped to (tests, metrics; the actor owns inst).
+	stalls  atomic.Int64
+	stepped atomic.Int64
 
 	// Scheduling: the game's place in the node's scheduler, and its metric
 	// children resolved once (the tick path touches only atomics).
@@ -115,13 +128,19 @@ type inputReq struct {
 type inputResult struct {
 	ackedSeq uint64
 	tick     int64
-	err      error
+	// supersededBy is set when the input was not applied because this later
+	// input of the player replaced it (state inputs).
+	supersededBy uint64
+	err          error
 }
 
+// ackWaiter is an input's reply, answered once the chunk holding the input (or
+// the input that superseded it) is durable.
 type ackWaiter struct {
-	reply chan inputResult
-	seq   uint64
-	tick  int64
+	reply        chan inputResult
+	seq          uint64
+	tick         int64
+	supersededBy uint64
 }
 
 type handoffReq struct {
@@ -158,6 +177,8 @@ func newGame(n *Node, sess *session, spec fleet.GameSpec, inst *engine.Instance,
 	for i := range g.slots {
 		g.slots[i] = &slot{frames: newCell(Frame{})}
 	}
+	g.durableTick.Store(inst.Tick())
+	g.speculation = max(1, int64(n.cfg.MaxSpeculation)*int64(spec.TickRate)/int64(time.Second))
 	g.ticket = n.sched.newTicket(spec.TenantID)
 	g.dropped = n.metrics.dropped.WithLabelValues(spec.TenantID)
 	g.tickTime = n.metrics.tickCPU.WithLabelValues(spec.TenantID)
@@ -231,6 +252,14 @@ func (g *game) run() {
 				g.n.release(g)
 				return
 			}
+			if g.inst.Tick()-g.durableTick.Load() >= g.speculation {
+				// The log is behind (etcd slow or unreachable): wait for it
+				// rather than show players ticks a new owner might not replay.
+				g.stalls.Add(1)
+				g.n.metrics.stalled.Inc()
+				timer.Reset(period / 2)
+				continue
+			}
 			slotted := g.n.sched.acquire(g.n.ctx, g.ticket)
 			began := time.Now()
 			late := began.Sub(due)
@@ -285,7 +314,7 @@ func (g *game) join(account, name string) joinResult {
 	}
 	for i, s := range g.slots {
 		if s.account == "" {
-			s.account, s.name, s.lastSeq, s.joinTick = account, name, 0, g.inst.Tick()
+			s.account, s.name, s.lastSeq, s.lastTick, s.joinTick = account, name, 0, 0, g.inst.Tick()
 			g.accounts[account] = i
 			g.players++
 			ev := abi.Event{Kind: abi.EventJoin, Slot: uint8(i), Payload: []byte(name)}
@@ -297,38 +326,24 @@ func (g *game) join(account, name string) joinResult {
 	return joinResult{slot: -1, err: errGameFull}
 }
 
-func (g *game) input(m inputReq) {
-	i, ok := g.accounts[m.account]
-	if !ok {
-		m.reply <- inputResult{err: errNotJoined}
-		return
-	}
-	s := g.slots[i]
-	if m.seq > s.lastSeq {
-		s.lastSeq = m.seq
-		ev := abi.Event{Kind: abi.EventInput, Slot: uint8(i), Payload: m.payload}
-		g.events = append(g.events, ev)
-		g.entries = append(g.entries, inputlog.Entry{Event: ev, Seq: m.seq})
-	}
-	// The acknowledgement waits for the next tick to take the input into the
-	// log (queuedAcks), then for that chunk to commit (acks). A re-sent input
-	// (seq not above the last applied) rides along: it commits with or after
-	// the chunk that holds the original.
-	g.queuedAcks = append(g.queuedAcks, ackWaiter{reply: m.reply, seq: s.lastSeq, tick: g.inst.Tick()})
-}
-
 // dropQueued discards events not yet stepped and fails their senders, who
 // re-send them (to this game's next owner, or not at all once it is over):
-// an input is acknowledged only when it is in a durable chunk. It is called
-// only when the game leaves this node, so the slots' lastSeq (already advanced
-// for the dropped inputs) is never consulted again here; the next owner
-// rebuilds it from the log.
+// an input is acknowledged only when it is in a durable chunk. Inputs held for
+// a gap are failed too. It is called only when the game leaves this node, so
+// the slots' lastSeq (already advanced for the dropped inputs) is never
+// consulted again here; the next owner rebuilds it from the log.
 func (g *game) dropQueued(err error) {
 	g.events, g.entries = g.events[:0], g.entries[:0]
 	for _, a := range g.queuedAcks {
 		a.reply <- inputResult{err: err}
 	}
 	g.queuedAcks = nil
+	for _, s := range g.slots {
+		for seq, h := range s.held {
+			h.reply <- inputResult{err: err}
+			delete(s.held, seq)
+		}
+	}
 }
 
 // failMessage is the status message players see when their match fails
@@ -355,6 +370,7 @@ func failMessage(err error, tick int64, build string) string {
 // sheds frames before it lets ticks slip.
 func (g *game) tick(ctx context.Context, late time.Duration) (bool, error) {
 	t := g.inst.Tick()
+	g.expireHeld(time.Now())
 	for i := range g.entries {
 		g.entries[i].Tick = t
 	}
@@ -370,6 +386,7 @@ func (g *game) tick(ctx context.Context, late time.Duration) (bool, error) {
 		return false, err
 	}
 	g.pending.To = g.inst.Tick()
+	g.stepped.Store(g.inst.Tick())
 	if g.inst.Tick()%int64(g.n.cfg.HashEvery) == 0 || ended {
 		h, err := g.inst.StateHash(ctx)
 		if err != nil {

@@ -35,6 +35,7 @@ type nodeMetrics struct {
 	tickCPU  *prometheus.CounterVec // wall time spent in ticks (step, hash, views), by tenant
 	failed   *prometheus.CounterVec // matches failed by their module, by cause
 	warm     *prometheus.CounterVec // instances acquired, by warm="true|false"
+	stalled  prometheus.Counter     // ticks held back because the log was behind
 }
 
 func newNodeMetrics(n *Node, reg *prometheus.Registry) *nodeMetrics {
@@ -64,11 +65,15 @@ func newNodeMetrics(n *Node, reg *prometheus.Registry) *nodeMetrics {
 			Name: "ludus_instances_acquired_total",
 			Help: "Instances acquired for new matches; warm=true came pre-instantiated from the pool.",
 		}, []string{"warm"}),
+		stalled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ludus_ticks_stalled_total",
+			Help: "Ticks held back because the game was Config.MaxSpeculation ahead of its durable log (etcd slow or unreachable).",
+		}),
 	}
 	// Two nodes may share a registry (one process): their collectors differ by
 	// the node label.
 	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.ID}, reg)
-	wrapped.MustRegister(m.lateness, m.dropped, m.tickCPU, m.failed, m.warm,
+	wrapped.MustRegister(m.lateness, m.dropped, m.tickCPU, m.failed, m.warm, m.stalled,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ludus_games", Help: "Games running on the node."},
 			func() float64 { return float64(n.count.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ludus_scheduler_workers", Help: "Games that may tick at once."},

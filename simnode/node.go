@@ -49,6 +49,11 @@ type Config struct {
 	// FlushInterval is the longest an input waits before its log chunk is written.
 	// Default 250 ms.
 	FlushInterval time.Duration
+	// MaxSpeculation bounds how far a game runs ahead of its last durable log
+	// chunk: past it the game waits for the log instead of stepping, so a player
+	// never sees more than this rolled back when the game moves because its
+	// node lost etcd. Default 500 ms; it must exceed FlushInterval.
+	MaxSpeculation time.Duration
 	// CheckpointEvery is the game time between checkpoints of modules that
 	// export save/load. Default 10 s; negative disables checkpoints.
 	CheckpointEvery time.Duration
@@ -105,6 +110,8 @@ type Node struct {
 	count    atomic.Int32
 	// fromCheckpoint counts games resumed from a checkpoint (observability, tests).
 	fromCheckpoint atomic.Int64
+	// reclaims counts claims of an older lease moved to the current one (tests).
+	reclaims atomic.Int64
 	draining       atomic.Bool
 
 	drained     chan struct{}
@@ -137,6 +144,12 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.FlushInterval <= 0 {
 		cfg.FlushInterval = 250 * time.Millisecond
+	}
+	if cfg.MaxSpeculation <= 0 {
+		cfg.MaxSpeculation = 500 * time.Millisecond
+	}
+	if cfg.MaxSpeculation <= cfg.FlushInterval {
+		return nil, fmt.Errorf("simnode: MaxSpeculation (%v) must exceed FlushInterval (%v)", cfg.MaxSpeculation, cfg.FlushInterval)
 	}
 	if cfg.CheckpointEvery == 0 {
 		cfg.CheckpointEvery = 10 * time.Second

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"ludus.dev/ludus/internal/bearer"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"sync"
@@ -29,6 +30,7 @@ var (
 	etcdCli   *clientv3.Client
 	testEng   *engine.Engine
 	arenaID   = engine.BuildID(builtin.Arena)
+	pongID    = engine.BuildID(builtin.Pong)
 	testToken = "test-cluster-token"
 )
 
@@ -63,21 +65,30 @@ func TestMain(m *testing.M) {
 type staticModules struct{}
 
 func (staticModules) FetchModule(_ context.Context, _, buildID string) ([]byte, error) {
-	if buildID != arenaID {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no module %s", buildID))
+	switch buildID {
+	case arenaID:
+		return builtin.Arena, nil
+	case pongID:
+		return builtin.Pong, nil
 	}
-	return builtin.Arena, nil
+	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no module %s", buildID))
 }
 
 func startNode(t *testing.T, id string) (*Node, clusterv1connect.NodeServiceClient) {
+	t.Helper()
+	// A 3 s lease: long enough that a loaded CI machine running -race does not
+	// lose it by accident, short enough for failover tests.
+	return startNodeOn(t, id, etcdCli, 3*time.Second)
+}
+
+// startNodeOn starts a node on the given etcd client with the given lease TTL.
+func startNodeOn(t *testing.T, id string, cli *clientv3.Client, ttl time.Duration) (*Node, clusterv1connect.NodeServiceClient) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A 3 s lease: long enough that a loaded CI machine running -race does not
-	// lose it by accident, short enough for failover tests.
-	n, err := New(Config{ID: id, Addr: "http://" + ln.Addr().String(), Etcd: etcdCli, Engine: testEng, Modules: staticModules{}, LeaseTTL: 3 * time.Second, CheckpointEvery: time.Second,
+	n, err := New(Config{ID: id, Addr: "http://" + ln.Addr().String(), Etcd: cli, Engine: testEng, Modules: staticModules{}, LeaseTTL: ttl, CheckpointEvery: time.Second,
 		ClusterToken: testToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -88,12 +99,19 @@ func startNode(t *testing.T, id string) (*Node, clusterv1connect.NodeServiceClie
 	srv := httptest.NewUnstartedServer(n.Handler())
 	srv.Listener.Close()
 	srv.Listener = ln
+	// HTTP/2 without TLS, as gateways speak to nodes (bidirectional streams).
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()
 		n.Close(context.Background())
 	})
-	return n, clusterv1connect.NewNodeServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(bearer.Token(testToken)))
+	h2c := new(http.Protocols)
+	h2c.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: &http.Transport{Protocols: h2c}}
+	return n, clusterv1connect.NewNodeServiceClient(client, srv.URL, connect.WithInterceptors(bearer.Token(testToken)))
 }
 
 var gameSeq int

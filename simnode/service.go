@@ -232,7 +232,7 @@ func (s *service) SendInput(ctx context.Context, req *connect.Request[clusterv1.
 		if r.err != nil {
 			return nil, codeFor(r.err)
 		}
-		return connect.NewResponse(&clusterv1.SendInputResponse{AckedSeq: r.ackedSeq, Tick: r.tick}), nil
+		return connect.NewResponse(&clusterv1.SendInputResponse{AckedSeq: r.ackedSeq, Tick: r.tick, SupersededBySeq: r.supersededBy}), nil
 	case <-ctx.Done():
 		return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
 	}
@@ -340,6 +340,8 @@ func codeFor(err error) error {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, errGameStopped):
 		return connect.NewError(connect.CodeUnavailable, err)
+	case errors.Is(err, errInputGap):
+		return inputGapDetail(err)
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):

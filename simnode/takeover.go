@@ -288,6 +288,17 @@ func (n *Node) adopt(tenant, game, owner string, fence int64) {
 		return
 	}
 	fence = resp.Kvs[0].CreateRevision
+	if clientv3.LeaseID(resp.Kvs[0].Lease) != sess.lease {
+		// A claim of this node's previous lease (it was fenced, e.g. during an
+		// etcd outage, and registered again): that lease is no longer renewed
+		// and will expire, and with it the claim. Resuming under it would move
+		// the game a second time; re-claim it under the current lease first.
+		if owner, err = n.reclaim(ctx, tenant, game, owner, fence, sess); err != nil {
+			log.Warn("cannot re-claim a game of this node's previous lease; another node will take it", "err", err)
+			inst.Close(ctx)
+			return
+		}
+	}
 	g := newGame(n, sess, spec, inst, fence, owner)
 	g.hasCheckpoint = mod.HasCheckpoint
 	g.lastCheckpoint = inst.Tick()
@@ -307,6 +318,26 @@ func (n *Node) adopt(tenant, game, owner string, fence int64) {
 	go g.run()
 	log.Info("game resumed", "tick", tick, "chunks", len(chunks), "hashes_checked", len(hashes), "from_checkpoint", fromCk,
 		"resume_ms", time.Since(start).Milliseconds(), "build", spec.BuildID)
+}
+
+// reclaim moves a claim of an older lease of this node to the current lease,
+// under a new claim id, fenced on the old claim: if the old claim is gone (its
+// lease expired and another node claimed the game) nothing changes.
+func (n *Node) reclaim(ctx context.Context, tenant, game, owner string, fence int64, sess *session) (string, error) {
+	k := fleet.OwnerKey(tenant, game)
+	next := fleet.OwnerValue(n.cfg.ID, newClaimID())
+	resp, err := n.cfg.Etcd.Txn(ctx).If(
+		clientv3.Compare(clientv3.Value(k), "=", owner),
+		clientv3.Compare(clientv3.CreateRevision(k), "=", fence),
+	).Then(clientv3.OpPut(k, next, clientv3.WithLease(sess.lease))).Commit()
+	if err != nil {
+		return "", err
+	}
+	if !resp.Succeeded {
+		return "", errors.New("the old claim changed before it could be re-claimed")
+	}
+	n.reclaims.Add(1)
+	return next, nil
 }
 
 // giveUp releases a claim this node cannot honour, so another node tries.
@@ -340,7 +371,7 @@ func (g *game) restore(chunks []*inputlog.Chunk) {
 			switch e.Event.Kind {
 			case 1: // join
 				if s.account == "" && e.Account != "" {
-					s.account, s.name, s.lastSeq, s.joinTick = e.Account, string(e.Event.Payload), 0, e.Tick
+					s.account, s.name, s.lastSeq, s.lastTick, s.joinTick = e.Account, string(e.Event.Payload), 0, 0, e.Tick
 					g.accounts[e.Account] = i
 					g.players++
 				}
@@ -352,7 +383,7 @@ func (g *game) restore(chunks []*inputlog.Chunk) {
 				}
 			case 3: // input
 				if e.Seq > s.lastSeq {
-					s.lastSeq = e.Seq
+					s.lastSeq, s.lastTick = e.Seq, e.Tick
 				}
 			}
 		}

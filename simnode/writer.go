@@ -208,6 +208,7 @@ func appendOps(n *Node, r *appendReq) []clientv3.Op {
 
 func (w *logWriter) succeed(group []*appendReq) {
 	for _, r := range group {
+		r.g.durableTick.Store(r.chunk.To)
 		if r.final && r.handoff == nil {
 			go w.n.archive(r.g.spec.TenantID, r.g.spec.GameID)
 		}
@@ -215,7 +216,7 @@ func (w *logWriter) succeed(group []*appendReq) {
 			r.done <- nil
 		}
 		for _, a := range r.acks {
-			a.reply <- inputResult{ackedSeq: a.seq, tick: a.tick}
+			a.reply <- inputResult{ackedSeq: a.seq, tick: a.tick, supersededBy: a.supersededBy}
 		}
 	}
 }

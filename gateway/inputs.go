@@ -1,0 +1,328 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"ludus.dev/ludus/auth"
+	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/ops/fleet"
+)
+
+// inputRetryBudget is how long the gateway keeps re-sending one unary input
+// to a moving game before it answers Unavailable: long enough to cover a
+// takeover after a node dies (lease TTL plus the claim).
+const inputRetryBudget = 4 * time.Second
+
+// errOwnerChanged cancels calls to a node that no longer owns their game.
+var errOwnerChanged = errors.New("the game's owner changed")
+
+// ownerWatch follows the owner keys of every game in one etcd watch, so calls
+// in flight to a node that stops owning their game (handoff, failover, a
+// frozen node whose lease expired) are abandoned as soon as the gateway learns
+// of it, instead of waiting for their timeout.
+type ownerWatch struct {
+	mu    sync.Mutex
+	calls map[string]map[*ownerCall]struct{} // by tenant/game
+}
+
+// ownerCall is one call in flight to the node named node.
+type ownerCall struct {
+	node   string
+	cancel context.CancelCauseFunc
+}
+
+func newOwnerWatch(cli *clientv3.Client) *ownerWatch {
+	w := &ownerWatch{calls: map[string]map[*ownerCall]struct{}{}}
+	go w.run(cli)
+	return w
+}
+
+// run watches until the etcd client closes, re-watching after errors.
+func (w *ownerWatch) run(cli *clientv3.Client) {
+	ctx := cli.Ctx()
+	for ctx.Err() == nil {
+		wch := cli.Watch(clientv3.WithRequireLeader(ctx), fleet.OwnersPrefix(), clientv3.WithPrefix())
+		for resp := range wch {
+			if resp.Err() != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				node := ""
+				if ev.Type == mvccpb.PUT {
+					node, _ = fleet.ParseOwner(string(ev.Kv.Value))
+				}
+				w.changed(string(ev.Kv.Key)[len(fleet.OwnersPrefix()):], node)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// changed cancels the game's calls to any node but its new owner.
+func (w *ownerWatch) changed(game, node string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for c := range w.calls[game] {
+		if c.node != node {
+			c.cancel(errOwnerChanged)
+		}
+	}
+}
+
+// track returns a context for a call to node about tenant/game that is
+// cancelled when the game's owner becomes another node; call done after.
+func (w *ownerWatch) track(ctx context.Context, tenant, game, node string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	key := tenant + "/" + game
+	c := &ownerCall{node: node, cancel: cancel}
+	w.mu.Lock()
+	if w.calls[key] == nil {
+		w.calls[key] = map[*ownerCall]struct{}{}
+	}
+	w.calls[key][c] = struct{}{}
+	w.mu.Unlock()
+	return ctx, func() {
+		w.mu.Lock()
+		delete(w.calls[key], c)
+		if len(w.calls[key]) == 0 {
+			delete(w.calls, key)
+		}
+		w.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// retryable reports whether a node call failed because the game is moving or
+// its node cannot be reached (try the game's owner again), rather than because
+// of the input itself.
+func retryable(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeNotFound, connect.CodeDeadlineExceeded, connect.CodeCanceled,
+		connect.CodeUnknown, connect.CodeInternal:
+		return true
+	}
+	return false
+}
+
+// playerError is what a player sees of a node's refusal: the node's own
+// message for refusals about the request (they say what to do), and never a
+// node address or transport error — those become a plain Unavailable.
+func playerError(gameID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if retryable(err) {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s is moving to another node or its node cannot be reached; retry in a moment", gameID))
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		out := connect.NewError(ce.Code(), errors.New(ce.Message()))
+		for _, d := range ce.Details() {
+			out.AddDetail(d)
+		}
+		return out
+	}
+	return connect.NewError(connect.CodeUnknown, errors.New("the input could not be delivered"))
+}
+
+// sendInput delivers one unary input to the game's owner, following the game
+// when it moves: a call to a node that stops owning the game is abandoned at
+// once (ownerWatch) and the input re-sent to the new owner, for up to
+// inputRetryBudget. The node applies a re-sent seq at most once.
+func (s *gameService) sendInput(ctx context.Context, c *auth.Claims, req *clusterv1.SendInputRequest) (*clusterv1.SendInputResponse, error) {
+	deadline := time.Now().Add(inputRetryBudget)
+	backoff := 20 * time.Millisecond
+	for {
+		n, err := s.owner(ctx, c, req.GameId)
+		if err != nil && !retryable(err) {
+			return nil, err // no such game, or it is over: the owner lookup says so
+		}
+		if err == nil {
+			cctx, done := s.g.owners.track(ctx, c.TenantID, req.GameId, n.ID)
+			cctx, cancel := context.WithTimeout(cctx, nodeCallTimeout)
+			var resp *connect.Response[clusterv1.SendInputResponse]
+			resp, err = s.g.node(n.Addr).SendInput(cctx, connect.NewRequest(req))
+			cancel()
+			done()
+			if err == nil {
+				return resp.Msg, nil
+			}
+			if !retryable(err) {
+				return nil, playerError(req.GameId, err)
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
+		}
+		if time.Now().After(deadline) {
+			return nil, playerError(req.GameId, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+// pendingInput is an input of a Play stream not yet acknowledged.
+type pendingInput struct {
+	seq     uint64
+	payload []byte
+}
+
+// playInputs is the input half of a Play stream: inputs go to the game's
+// owner as they arrive, over one ordered Inputs stream (the node applies each
+// at the next tick), and acks come back asynchronously, one per input in seq
+// order. When the game moves the upstream is dropped at once and everything
+// unacknowledged is re-sent, in order, to the new owner.
+type playInputs struct {
+	s      *gameService
+	c      *auth.Claims
+	gameID string
+	send   func(*ludusv1.PlayResponse) error
+
+	mu      sync.Mutex
+	pending []pendingInput // in seq order; the first is the next to be acked
+	wake    chan struct{}  // an input was added
+}
+
+// add queues an input; false when too many wait for their acks.
+func (p *playInputs) add(in pendingInput) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.pending) >= p.s.g.limits.MaxPendingInputs {
+		return false
+	}
+	p.pending = append(p.pending, in)
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// run delivers until ctx ends or an input is refused for a reason the client
+// must hear. owner is the node the stream's frames come from, if known.
+func (p *playInputs) run(ctx context.Context, owner func() *fleet.NodeInfo) error {
+	var stalledSince time.Time
+	backoff := 20 * time.Millisecond
+	for ctx.Err() == nil {
+		var n fleet.NodeInfo
+		var err error
+		if o := owner(); o != nil {
+			n = *o
+		} else {
+			n, err = p.s.owner(ctx, p.c, p.gameID)
+		}
+		if err == nil {
+			var progressed bool
+			progressed, err = p.upstream(ctx, n)
+			if progressed {
+				stalledSince, backoff = time.Time{}, 20*time.Millisecond
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !retryable(err) && !errors.Is(err, errOwnerChanged) {
+			return playerError(p.gameID, err)
+		}
+		if stalledSince.IsZero() {
+			stalledSince = time.Now()
+		}
+		if time.Since(stalledSince) > reattachTimeout {
+			return playerError(p.gameID, connect.NewError(connect.CodeUnavailable, err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+	return nil
+}
+
+// upstream runs one Inputs stream to node n: it re-sends what is pending,
+// then sends new inputs as they come, and forwards acks. It returns when the
+// stream fails, or the game's owner changes (errOwnerChanged).
+func (p *playInputs) upstream(ctx context.Context, n fleet.NodeInfo) (progressed bool, err error) {
+	tracked, done := p.s.g.owners.track(ctx, p.c.TenantID, p.gameID, n.ID)
+	defer done()
+	ctx, cancel := context.WithCancel(tracked)
+	defer cancel()
+	up := p.s.g.node(n.Addr).Inputs(ctx)
+	defer up.CloseResponse()
+	header := &clusterv1.InputsRequest{TenantId: p.c.TenantID, GameId: p.gameID, AccountId: p.c.AccountID}
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		_ = p.feed(ctx, up, header) // a failed send shows as a failed receive
+		_ = up.CloseRequest()
+	}()
+	defer func() { cancel(); <-fed }() // no Send after upstream returns
+	for {
+		resp, rerr := up.Receive()
+		if rerr != nil {
+			if errors.Is(context.Cause(tracked), errOwnerChanged) {
+				return progressed, errOwnerChanged
+			}
+			return progressed, rerr
+		}
+		progressed = true
+		p.mu.Lock()
+		// Acks come in the order the inputs were sent, one per input.
+		for len(p.pending) > 0 && p.pending[0].seq <= resp.AckedSeq {
+			p.pending = p.pending[1:]
+		}
+		p.mu.Unlock()
+		p.s.g.metrics.inputsAccepted.WithLabelValues(p.c.TenantID).Inc()
+		if err := p.send(&ludusv1.PlayResponse{Msg: &ludusv1.PlayResponse_Ack{Ack: &ludusv1.InputAck{
+			AckedSeq: resp.AckedSeq, Tick: resp.Tick, SupersededBySeq: resp.SupersededBySeq}}}); err != nil {
+			return progressed, err
+		}
+	}
+}
+
+// feed sends the header, every pending input, then each new one.
+func (p *playInputs) feed(ctx context.Context, up *connect.BidiStreamForClient[clusterv1.InputsRequest, clusterv1.InputsResponse], header *clusterv1.InputsRequest) error {
+	if err := up.Send(header); err != nil {
+		return err
+	}
+	var sent uint64 // highest seq sent on this upstream
+	for {
+		p.mu.Lock()
+		var batch []pendingInput
+		for _, in := range p.pending {
+			if in.seq > sent {
+				batch = append(batch, in)
+			}
+		}
+		p.mu.Unlock()
+		for _, in := range batch {
+			if err := up.Send(&clusterv1.InputsRequest{Seq: in.seq, Payload: in.payload}); err != nil {
+				return err
+			}
+			sent = in.seq
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.wake:
+		}
+	}
+}
