@@ -112,7 +112,7 @@ type Node struct {
 	fromCheckpoint atomic.Int64
 	// reclaims counts claims of an older lease moved to the current one (tests).
 	reclaims atomic.Int64
-	draining       atomic.Bool
+	draining atomic.Bool
 
 	drained     chan struct{}
 	drainedOnce sync.Once
