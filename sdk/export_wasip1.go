@@ -121,6 +121,24 @@ func ludusStep(eventsLen int32) int32 {
 //go:wasmexport ludus_view
 func ludusView(slot int32) int64 { return packOut(game().View(int(slot))) }
 
+// ludus_render draws the snapshot in the scratch buffer. A bad length renders
+// an empty (hence malformed) snapshot; a game that is not a Renderer returns an
+// empty slice (hosts call ludus_render only for modules declaring a
+// snapshot_format).
+//
+//go:wasmexport ludus_render
+func ludusRender(length int32) int64 {
+	r, ok := game().(Renderer)
+	if !ok {
+		return packOut(nil)
+	}
+	snapshot, ok := scratchSlice(length)
+	if !ok {
+		snapshot = nil
+	}
+	return packOut(r.Render(snapshot))
+}
+
 //go:wasmexport ludus_state_hash
 func ludusStateHash() int64 { return int64(game().StateHash()) }
 

@@ -27,6 +27,14 @@ func AppendMetaJSON(dst []byte, m abi.Meta) []byte {
 	if m.ViewHeight != 0 {
 		dst = appendIntField(dst, `,"view_height":`, int64(m.ViewHeight))
 	}
+	if m.InputKind != "" {
+		dst = append(dst, `,"input_kind":`...)
+		dst = appendJSONString(dst, m.InputKind)
+	}
+	if m.SnapshotFormat != "" {
+		dst = append(dst, `,"snapshot_format":`...)
+		dst = appendJSONString(dst, m.SnapshotFormat)
+	}
 	return append(dst, '}')
 }
 

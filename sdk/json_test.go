@@ -16,7 +16,7 @@ var weirdStrings = []string{
 func TestJSONMatchesEncodingJSON(t *testing.T) {
 	// The hand-written encoders must cover every field of the abi structs.
 	for typ, n := range map[reflect.Type]int{
-		reflect.TypeFor[abi.Meta]():         7,
+		reflect.TypeFor[abi.Meta]():         9,
 		reflect.TypeFor[abi.Result]():       4,
 		reflect.TypeFor[abi.PlayerResult](): 5,
 	} {
@@ -24,9 +24,12 @@ func TestJSONMatchesEncodingJSON(t *testing.T) {
 			t.Errorf("%v has %d fields, sdk/json.go encodes %d: update it", typ, typ.NumField(), n)
 		}
 	}
-	metas := []abi.Meta{{}, {Name: "arena", TickRate: 35, MaxPlayers: 8, FrameDivisor: 2, ViewFormat: "indexed8", ViewWidth: 320, ViewHeight: 200}}
+	metas := []abi.Meta{{}, {Name: "arena", TickRate: 35, MaxPlayers: 8, FrameDivisor: 2, ViewFormat: "indexed8", ViewWidth: 320, ViewHeight: 200},
+		{Name: "arena", TickRate: 35, MaxPlayers: 8, FrameDivisor: 2, ViewFormat: "indexed8", ViewWidth: 320, ViewHeight: 200,
+			InputKind: abi.InputState, SnapshotFormat: "arena-snap-v1"},
+		{Name: "e", InputKind: abi.InputEvent}}
 	for _, s := range weirdStrings {
-		metas = append(metas, abi.Meta{Name: s, TickRate: -1, ViewFormat: s, ViewHeight: 7})
+		metas = append(metas, abi.Meta{Name: s, TickRate: -1, ViewFormat: s, ViewHeight: 7, InputKind: s, SnapshotFormat: s})
 	}
 	for _, m := range metas {
 		want, _ := json.Marshal(m)

@@ -1,8 +1,8 @@
 // Package sdk is what a Go game author imports to build a Ludus game module.
 //
-// A game implements Game (and optionally Checkpointer) as ordinary, pure Go that
-// builds and tests natively, and calls Register from an init function of its main
-// package. When that main package is built with
+// A game implements Game (and optionally Checkpointer and Renderer) as
+// ordinary, pure Go that builds and tests natively, and calls Register from an
+// init function of its main package. When that main package is built with
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared ...
 //
@@ -36,7 +36,9 @@ type Game interface {
 	// whether the match has ended.
 	Step() (ended bool)
 	// View renders what player slot sees, or the spectator camera for
-	// abi.SpectatorSlot. It must not change game state.
+	// abi.SpectatorSlot. It must not change game state. For a game that
+	// declares a snapshot format it returns a snapshot, which its Render
+	// draws (see Renderer).
 	View(slot int) []byte
 	// StateHash is a cheap hash of the whole game state.
 	StateHash() uint64
@@ -55,6 +57,42 @@ type Game interface {
 type Checkpointer interface {
 	Save() []byte
 	Load(b []byte) error
+}
+
+// Renderer is implemented by games whose views are snapshots: games that
+// declare abi.Meta.SnapshotFormat. Their View returns a compact snapshot of what
+// one viewer may know, and Render draws such a snapshot into the indexed8 frame
+// of ViewWidth x ViewHeight that clients display (docs/ABI.md, "Snapshots and
+// ludus_render"). The SDK exports it as ludus_render.
+//
+// Render must be a pure function of the snapshot bytes. It runs in browsers and
+// on nodes for thin clients, in a module instance where Init was never called
+// (only package initialisation and Register ran), so it may read nothing of the
+// game state and must change none of it. Snapshots reach it from the network:
+// for bytes that are not a valid snapshot it must return a frame anyway (an
+// error-coloured one, say) rather than panic. Render need not be deterministic
+// across builds, but it must not depend on anything but its input. The
+// returned slice must stay valid until the next call into the module, so
+// returning a reused frame buffer is fine.
+//
+// Games without a Renderer are unaffected: the ludus_render export exists in
+// every module built with the SDK (exports are static), returns an empty slice
+// and is never called by hosts for modules that do not declare a snapshot
+// format.
+type Renderer interface {
+	Render(snapshot []byte) []byte
+}
+
+// Frame returns what a client of slot sees: g.View(slot), drawn by g's Render
+// when g is a Renderer. It is for native tools and tests that want pixels
+// whatever kind of game they drive; the returned slice is valid until the next
+// call into g.
+func Frame(g Game, slot int) []byte {
+	v := g.View(slot)
+	if r, ok := g.(Renderer); ok {
+		return r.Render(v)
+	}
+	return v
 }
 
 var registered Game

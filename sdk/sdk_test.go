@@ -77,3 +77,19 @@ func TestApplyEvents(t *testing.T) {
 		t.Fatal("StepEvents must step once per call, also after a damaged tail, and report the end")
 	}
 }
+
+// painter is a recorder whose views are snapshots it renders.
+type painter struct{ recorder }
+
+func (p *painter) View(slot int) []byte      { return []byte{byte(slot)} }
+func (p *painter) Render(snap []byte) []byte { return append([]byte("frame of "), snap...) }
+
+func TestFrame(t *testing.T) {
+	if got := Frame(&painter{}, 3); string(got) != "frame of \x03" {
+		t.Fatalf("Frame of a Renderer = %q", got)
+	}
+	if got := Frame(&recorder{}, 3); got != nil {
+		t.Fatalf("Frame of a game without a renderer = %q, want its view", got)
+	}
+	var _ Renderer = (*painter)(nil)
+}

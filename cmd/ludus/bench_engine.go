@@ -99,24 +99,38 @@ func newBenchEngine(ctx context.Context, mode engine.Interrupt) (*engine.Engine,
 	return engine.New(ctx, engine.Config{CacheDir: benchCacheDir, Interrupt: mode})
 }
 
-// arenaMatch is an 8-bot arena match, in wasm or native.
+// arenaMatch is an 8-bot arena match, in wasm or native. view is what a
+// pixel client costs (the snapshot, drawn by the module's renderer);
+// snapshot is what a snapshot client costs.
 type arenaMatch interface {
 	step(ctx context.Context) error
 	view(ctx context.Context, slot int) error
+	snapshot(ctx context.Context, slot int) error
 }
 
-type wasmArena struct{ inst *engine.Instance }
+type wasmArena struct {
+	inst *engine.Instance
+	rend *engine.Renderer
+}
 
 func (w wasmArena) step(ctx context.Context) error { _, err := w.inst.Step(ctx, nil); return err }
 func (w wasmArena) view(ctx context.Context, slot int) error {
+	snap, err := w.inst.View(ctx, slot)
+	if err == nil {
+		_, err = w.rend.Render(ctx, snap)
+	}
+	return err
+}
+func (w wasmArena) snapshot(ctx context.Context, slot int) error {
 	_, err := w.inst.View(ctx, slot)
 	return err
 }
 
 type nativeArena struct{ g *arena.Game }
 
-func (n nativeArena) step(context.Context) error             { sdk.StepEvents(n.g, nil); return nil }
-func (n nativeArena) view(_ context.Context, slot int) error { n.g.View(slot); return nil }
+func (n nativeArena) step(context.Context) error                 { sdk.StepEvents(n.g, nil); return nil }
+func (n nativeArena) view(_ context.Context, slot int) error     { n.g.Frame(slot); return nil }
+func (n nativeArena) snapshot(_ context.Context, slot int) error { n.g.View(slot); return nil }
 
 func newWasmArena(ctx context.Context, m *engine.Module, seed uint64) (*engine.Instance, error) {
 	inst, err := m.Instantiate(ctx, seed)
@@ -136,9 +150,9 @@ func benchEngine(ctx context.Context, progress io.Writer, dur time.Duration, alt
 		modes = append(modes, engine.InterruptFlag, engine.InterruptWazero)
 	}
 	type variant struct {
-		name         string
-		match        arenaMatch
-		steps, views []int64
+		name                string
+		match               arenaMatch
+		steps, views, snaps []int64
 	}
 	var variants []*variant
 	mods := map[engine.Interrupt]*engine.Module{}
@@ -159,7 +173,12 @@ func benchEngine(ctx context.Context, progress io.Writer, dur time.Duration, alt
 			return nil, err
 		}
 		defer inst.Close(ctx)
-		variants = append(variants, &variant{name: mode.String(), match: wasmArena{inst}})
+		rend, err := m.NewRenderer(ctx, engine.InstanceOptions{})
+		if err != nil {
+			return nil, err
+		}
+		defer rend.Close(ctx)
+		variants = append(variants, &variant{name: mode.String(), match: wasmArena{inst, rend}})
 	}
 	g := arena.New()
 	if err := g.Init(1, []byte(arenaBenchConfig)); err != nil {
@@ -185,6 +204,11 @@ func benchEngine(ctx context.Context, progress io.Writer, dur time.Duration, alt
 						return nil, fmt.Errorf("%s: %w", v.name, err)
 					}
 					v.views = append(v.views, int64(time.Since(t1)))
+					t2 := time.Now()
+					if err := v.match.snapshot(ctx, 0); err != nil {
+						return nil, fmt.Errorf("%s: %w", v.name, err)
+					}
+					v.snaps = append(v.snaps, int64(time.Since(t2)))
 				}
 			}
 		}
@@ -197,6 +221,8 @@ func benchEngine(ctx context.Context, progress io.Writer, dur time.Duration, alt
 	on, off, nat := byName["fuel"], byName["none"], byName["native"]
 	res["step_ns_p50"] = p50(on.steps)
 	res["view_ns_p50"] = p50(on.views)
+	res["snapshot_ns_p50"] = p50(on.snaps)
+	res["native_snapshot_ns_p50"] = p50(nat.snaps)
 	res["native_step_ns_p50"] = p50(nat.steps)
 	res["native_view_ns_p50"] = p50(nat.views)
 	// A tick of an 8-player match: one step and, every other tick, 8 views.

@@ -1,12 +1,20 @@
 // Package arena is a 2–8 player first-person deathmatch for Ludus, in the
 // spirit of early-90s raycasters: a grid map, textured walls, billboard players
-// and a hitscan gun, rendered into 320×200 indexed8 views at 17.5 frames/s.
+// and a hitscan gun, seen in 320×200 indexed8 frames at 17.5 frames/s.
+//
+// Views are split in two (docs/ABI.md, "Snapshots and ludus_render"): View is
+// the authoritative side, a ~100-300 byte snapshot per viewer holding only what
+// that player may see (snapshot.go), and Render draws a snapshot into the frame
+// (renderer.go: the raycaster, the HUD and the spectator's map). Render reads
+// nothing but its input, so clients (or a node, for thin clients) can run it on
+// a module where no match was started.
 //
 // Everything is pure Go with no build tags: the game runs and is tested natively,
 // and games/arena/module wraps it into a wasip1 module through ludus.dev/ludus/sdk.
 // All state is integer or 16.16 fixed point (sdk.Fixed, sdk.Angle), randomness
 // comes from one sdk.Rand seeded by the match seed, and nothing iterates a map,
-// so the same seed, config and events give the same state and views everywhere.
+// so the same seed, config and events give the same state, snapshots and
+// frames everywhere.
 //
 // Input is one byte per message, the held buttons (BtnForward ... BtnFire); the
 // latest byte applies every tick until the next one. Config is optional JSON,
@@ -35,17 +43,16 @@ const (
 type Game struct {
 	st state
 
-	// Scratch space reused every tick and frame so that Step and View do not
-	// allocate. None of it is game state.
+	// Scratch space reused every tick and snapshot so that Step and View do
+	// not allocate. None of it is game state.
 	shots  [MaxPlayers]shot
 	botBuf [1]byte
 	enc    []byte
-	frame  []byte // indexed8 header + pixels, returned by View
-	zbuf   [ViewWidth]int64
-	// wallTop and wallBot are the rows each column's wall strip covers.
-	wallTop, wallBot [ViewWidth]int16
-	order            [MaxPlayers]int
-	depths           [MaxPlayers]int64
+	snap   [max(SnapshotPlayerSize, SnapshotSpectatorSize)]byte // returned by View
+
+	// rend draws snapshots for Render; nil until the first call, so an
+	// authoritative instance never allocates its frame buffer.
+	rend *Renderer
 }
 
 var (
@@ -56,8 +63,7 @@ var (
 // New returns a game ready to Step: a match with seed 0, the default config and
 // no bots. The host calls Init before the first tick anyway.
 func New() *Game {
-	g := &Game{frame: make([]byte, abi.Indexed8HeaderSize+ViewWidth*ViewHeight)}
-	abi.Indexed8Header(g.frame, ViewWidth, ViewHeight, &palette)
+	g := &Game{}
 	g.st.reset(0, defaultConfig())
 	return g
 }
@@ -72,6 +78,9 @@ func (g *Game) Meta() abi.Meta {
 		ViewFormat:   abi.Indexed8Format,
 		ViewWidth:    ViewWidth,
 		ViewHeight:   ViewHeight,
+		// Inputs are the held buttons: the latest replaces the previous one.
+		InputKind:      abi.InputState,
+		SnapshotFormat: SnapshotFormat,
 	}
 }
 

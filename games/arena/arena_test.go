@@ -14,14 +14,16 @@ func TestMeta(t *testing.T) {
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := abi.Meta{Name: "arena", TickRate: 35, MaxPlayers: 8, FrameDivisor: 2, ViewFormat: "indexed8", ViewWidth: 320, ViewHeight: 200}
+	want := abi.Meta{Name: "arena", TickRate: 35, MaxPlayers: 8, FrameDivisor: 2, ViewFormat: "indexed8", ViewWidth: 320, ViewHeight: 200,
+		InputKind: "state", SnapshotFormat: "arena-snap-v1"}
 	if m != want {
 		t.Fatalf("Meta() = %+v, want %+v", m, want)
 	}
 }
 
 // TestDeterminism runs two independent games with the same seed and config
-// for 5,000 ticks: every state hash and, every 50 ticks, every view must match.
+// for 5,000 ticks: every state hash and, every 50 ticks, every snapshot and
+// the frame drawn from it must match.
 func TestDeterminism(t *testing.T) {
 	a := newMatch(t, 12345, `{"bots":8,"score_limit":1000,"time_limit_s":1000}`)
 	b := newMatch(t, 12345, `{"bots":8,"score_limit":1000,"time_limit_s":1000}`)
@@ -36,7 +38,11 @@ func TestDeterminism(t *testing.T) {
 		for slot := abi.SpectatorSlot; slot < MaxPlayers; slot++ {
 			va := append([]byte(nil), a.View(slot)...)
 			if vb := b.View(slot); !bytes.Equal(va, vb) {
-				t.Fatalf("tick %d: views of slot %d differ", tick, slot)
+				t.Fatalf("tick %d: snapshots of slot %d differ", tick, slot)
+			}
+			fa := append([]byte(nil), a.Render(va)...)
+			if fb := b.Frame(slot); !bytes.Equal(fa, fb) {
+				t.Fatalf("tick %d: frames of slot %d differ", tick, slot)
 			}
 		}
 	}
@@ -290,7 +296,7 @@ func TestKill(t *testing.T) {
 }
 
 // TestHostile throws random calls and random event bytes at the game; nothing
-// may panic, and views keep their size.
+// may panic, snapshots keep their sizes and frames theirs.
 func TestHostile(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	g := newMatch(t, 3, `{"bots":4}`)
@@ -314,8 +320,12 @@ func TestHostile(t *testing.T) {
 			n := r.IntN(200)
 			_ = sdk.ApplyEvents(g, huge[n:n+r.IntN(400)])
 		case 5:
-			if v := g.View(s); len(v) != abi.Indexed8HeaderSize+ViewWidth*ViewHeight {
-				t.Fatalf("view of slot %d has %d bytes", s, len(v))
+			v := g.View(s)
+			if len(v) != SnapshotPlayerSize && len(v) != SnapshotSpectatorSize {
+				t.Fatalf("snapshot of slot %d has %d bytes", s, len(v))
+			}
+			if f := g.Render(v); len(f) != abi.Indexed8HeaderSize+ViewWidth*ViewHeight {
+				t.Fatalf("frame of slot %d has %d bytes", s, len(f))
 			}
 		}
 		g.Step()
@@ -328,7 +338,7 @@ func TestViewFormat(t *testing.T) {
 	g := newMatch(t, 1, `{"bots":8}`)
 	stepN(g, 100)
 	for slot := -1; slot < MaxPlayers; slot++ {
-		w, h, pal, pix, err := abi.ParseIndexed8(g.View(slot))
+		w, h, pal, pix, err := abi.ParseIndexed8(g.Frame(slot))
 		if err != nil || w != ViewWidth || h != ViewHeight || !bytes.Equal(pal, palette[:]) {
 			t.Fatalf("slot %d: %dx%d, %v", slot, w, h, err)
 		}
@@ -342,8 +352,8 @@ func TestViewFormat(t *testing.T) {
 	}
 }
 
-// TestNoAllocs: ticks and frames must not allocate (the host caps memory and
-// the GC is slow in wasm).
+// TestNoAllocs: ticks, snapshots and frames must not allocate (the host caps
+// memory and the GC is slow in wasm).
 func TestNoAllocs(t *testing.T) {
 	g := newMatch(t, 1, `{"bots":8}`)
 	stepN(g, 10)
@@ -353,6 +363,10 @@ func TestNoAllocs(t *testing.T) {
 	for _, slot := range []int{0, 5, -1} {
 		if n := testing.AllocsPerRun(20, func() { g.View(slot) }); n != 0 {
 			t.Errorf("View(%d) allocates %.1f times", slot, n)
+		}
+		g.Frame(slot) // the renderer allocates its frame once
+		if n := testing.AllocsPerRun(20, func() { g.Frame(slot) }); n != 0 {
+			t.Errorf("Render(View(%d)) allocates %.1f times", slot, n)
 		}
 	}
 	if n := testing.AllocsPerRun(100, func() { g.StateHash() }); n != 0 {
@@ -365,13 +379,16 @@ func TestNoAllocs(t *testing.T) {
 	}
 }
 
-// TestViewIsPure: rendering must not change the state.
+// TestViewIsPure: snapshots and rendering must not change the state.
 func TestViewIsPure(t *testing.T) {
 	g := newMatch(t, 1, `{"bots":8}`)
 	stepN(g, 300)
 	h := g.StateHash()
-	views(g)
+	for _, v := range views(g) {
+		g.Render(v)
+	}
+	g.Render([]byte("garbage"))
 	if g.StateHash() != h {
-		t.Fatal("View changed the state")
+		t.Fatal("View or Render changed the state")
 	}
 }

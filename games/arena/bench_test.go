@@ -17,7 +17,8 @@ func BenchmarkStep8Bots(b *testing.B) {
 	}
 }
 
-// BenchmarkView renders a first-person view (walls, floor, sprites, HUD).
+// BenchmarkView takes a player's snapshot: the authoritative side of a frame
+// (the node's cost per player per frame), line-of-sight culling included.
 func BenchmarkView(b *testing.B) {
 	g := newMatch(b, 1, `{"bots":8}`)
 	stepN(g, 100)
@@ -35,6 +36,35 @@ func BenchmarkViewSpectator(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		g.View(-1)
+	}
+}
+
+// BenchmarkRender draws players' snapshots (walls, floor, sprites, HUD): the
+// client's side of a frame.
+func BenchmarkRender(b *testing.B) {
+	g := newMatch(b, 1, `{"bots":8}`)
+	stepN(g, 100)
+	var snaps [][]byte
+	for slot := range MaxPlayers {
+		snaps = append(snaps, append([]byte(nil), g.View(slot)...))
+	}
+	r := NewRenderer()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r.Render(snaps[i%MaxPlayers])
+		i++
+	}
+}
+
+func BenchmarkRenderSpectator(b *testing.B) {
+	g := newMatch(b, 1, `{"bots":8}`)
+	stepN(g, 100)
+	snap := append([]byte(nil), g.View(-1)...)
+	r := NewRenderer()
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Render(snap)
 	}
 }
 

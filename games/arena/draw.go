@@ -96,9 +96,9 @@ func itoa(buf *[12]byte, n int) []byte {
 	}
 }
 
-// clock formats ticks as M:SS into buf.
-func clock(buf *[12]byte, ticks int64) []byte {
-	secs := int(max(ticks, 0) / TickRate)
+// clock formats seconds as M:SS into buf.
+func clock(buf *[12]byte, secs int) []byte {
+	secs = max(secs, 0)
 	var d [12]byte
 	m := itoa(&d, secs/60)
 	n := copy(buf[:], m)
@@ -109,7 +109,7 @@ func clock(buf *[12]byte, ticks int64) []byte {
 }
 
 // runeCount counts characters the way text draws them.
-func runeCount(s string) int {
+func runeCount[S string | []byte](s S) int {
 	n := 0
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x80 || s[i] >= 0xC0 {

@@ -9,7 +9,7 @@ import (
 
 // FuzzEvents feeds arbitrary bytes through the event decoding and the
 // Join/Leave/Input path that ludus_step uses (sdk.StepEvents), then steps,
-// renders and hashes. Nothing may panic.
+// takes snapshots, renders them and hashes. Nothing may panic.
 func FuzzEvents(f *testing.F) {
 	f.Add(events(join(0, "ada"), input(0, BtnForward|BtnFire)))
 	f.Add(events(join(7, "replaces a bot"), leave(7), input(7, 0xFF, 0xFF)))
@@ -22,9 +22,9 @@ func FuzzEvents(f *testing.F) {
 			sdk.StepEvents(g, b)
 		}
 		if len(b) > 0 {
-			g.View(int(int8(b[0])) % 10)
+			g.Frame(int(int8(b[0])) % 10)
 		}
-		g.View(abi.SpectatorSlot)
+		g.Frame(abi.SpectatorSlot)
 		ck := g.Save()
 		h := New()
 		if err := h.Load(ck); err != nil {

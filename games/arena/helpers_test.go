@@ -38,7 +38,7 @@ func stepN(g *Game, n int) (ended bool) {
 	return ended
 }
 
-// views copies every player's view and the spectator's.
+// views copies every player's snapshot and the spectator's.
 func views(g *Game) [][]byte {
 	out := make([][]byte, 0, MaxPlayers+1)
 	for slot := abi.SpectatorSlot; slot < MaxPlayers; slot++ {

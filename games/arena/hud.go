@@ -9,13 +9,12 @@ var (
 	red    = tone(rampPlayer0, 12)
 )
 
-func (g *Game) drawHUD(c canvas, i int) {
-	s := &g.st
-	p := &s.players[i]
+func (r *Renderer) drawHUD(c canvas) {
+	s := &r.s
 	var buf [12]byte
 
-	if p.alive {
-		drawWeapon(c, p.flash)
+	if s.alive {
+		drawWeapon(c, s.flash)
 		drawCrosshair(c)
 	} else {
 		for k, v := range c {
@@ -23,12 +22,11 @@ func (g *Game) drawHUD(c canvas, i int) {
 		}
 		msg := "YOU DIED"
 		shadowText(c, (ViewWidth-textWidth(len(msg), 3))/2, 60, msg, white, 3)
-		secs := (int(p.respawn) + TickRate - 1) / TickRate
 		x := (ViewWidth - textWidth(len("RESPAWNING IN 0"), 1)) / 2
 		x = shadowText(c, x, 92, "RESPAWNING IN ", white, 1)
-		shadowText(c, x, 92, itoa(&buf, secs), yellow, 1)
+		shadowText(c, x, 92, itoa(&buf, s.respawnSecs), yellow, 1)
 	}
-	if p.hurt > 0 {
+	if s.hurt {
 		c.fillRect(0, 0, ViewWidth, 3, red)
 		c.fillRect(0, ViewHeight-3, ViewWidth, 3, red)
 		c.fillRect(0, 0, 3, ViewHeight, red)
@@ -36,12 +34,12 @@ func (g *Game) drawHUD(c canvas, i int) {
 	}
 
 	// Top left: own colour and frags. Top right: time left and the limit.
-	c.fillRect(4, 4, 7, 7, tone(playerRamp(i), 14))
+	c.fillRect(4, 4, 7, 7, tone(playerRamp(s.slot), 14))
 	x := shadowText(c, 15, 4, "FRAGS ", white, 1)
-	shadowText(c, x, 4, itoa(&buf, int(p.kills)), yellow, 1)
-	left := clock(&buf, int64(s.timeLimit)-s.tick)
+	shadowText(c, x, 4, itoa(&buf, s.kills), yellow, 1)
+	left := clock(&buf, s.secsLeft)
 	shadowText(c, ViewWidth-4-textWidth(len(left), 1), 4, left, white, 1)
-	limit := itoa(&buf, int(s.scoreLimit))
+	limit := itoa(&buf, s.scoreLimit)
 	x = ViewWidth - 4 - textWidth(len("LIMIT ")+len(limit), 1)
 	x = shadowText(c, x, 14, "LIMIT ", white, 1)
 	shadowText(c, x, 14, limit, white, 1)
@@ -49,50 +47,42 @@ func (g *Game) drawHUD(c canvas, i int) {
 	// Bottom left: health, big, with a bar. Bottom right: rank.
 	hcol := tone(rampPlayer0+2, 14) // green
 	switch {
-	case p.health <= 25:
+	case s.health <= 25:
 		hcol = red
-	case p.health <= 50:
+	case s.health <= 50:
 		hcol = yellow
 	}
 	x = shadowText(c, 4, ViewHeight-26, "HP", white, 1)
-	shadowText(c, x+2, ViewHeight-30, itoa(&buf, int(p.health)), hcol, 2)
+	shadowText(c, x+2, ViewHeight-30, itoa(&buf, int(s.health)), hcol, 2)
 	c.fillRect(4, ViewHeight-10, 52, 6, 0)
-	c.fillRect(5, ViewHeight-9, int(p.health)/2, 4, hcol)
+	c.fillRect(5, ViewHeight-9, int(s.health)/2, 4, hcol)
 
-	rank, n := 1, 0
-	for j := range s.players {
-		if q := &s.players[j]; q.active {
-			n++
-			if q.kills > p.kills {
-				rank++
-			}
-		}
-	}
 	x = ViewWidth - 4 - textWidth(len("RANK 0/0"), 1)
 	x = shadowText(c, x, ViewHeight-12, "RANK ", white, 1)
-	x = shadowText(c, x, ViewHeight-12, itoa(&buf, rank), yellow, 1)
+	x = shadowText(c, x, ViewHeight-12, itoa(&buf, s.rank), yellow, 1)
 	x = shadowText(c, x, ViewHeight-12, "/", white, 1)
-	shadowText(c, x, ViewHeight-12, itoa(&buf, n), white, 1)
+	shadowText(c, x, ViewHeight-12, itoa(&buf, s.count), white, 1)
 
 	if s.ended {
-		g.drawMatchOver(c, i)
+		r.drawMatchOver(c)
 	}
 }
 
 // drawMatchOver announces the end of the match and the winner.
-func (g *Game) drawMatchOver(c canvas, viewer int) {
+func (r *Renderer) drawMatchOver(c canvas) {
+	s := &r.s
 	msg := "MATCH OVER"
 	shadowText(c, (ViewWidth-textWidth(len(msg), 3))/2, 40, msg, yellow, 3)
-	w := g.st.winner()
+	w := s.winner
 	if w < 0 {
 		return
 	}
-	if w == viewer {
+	if w == s.slot {
 		msg = "YOU WIN!"
 		shadowText(c, (ViewWidth-textWidth(len(msg), 2))/2, 120, msg, white, 2)
 		return
 	}
-	name := clipName(g.st.players[w].name, 16)
+	name := cstr(s.winnerName[:])
 	x := (ViewWidth - textWidth(len("WINNER ")+runeCount(name), 1)) / 2
 	x = shadowText(c, x, 120, "WINNER ", white, 1)
 	shadowText(c, x, 120, name, tone(playerRamp(w), 14), 1)
@@ -145,17 +135,4 @@ func abs(v int) int {
 		return -v
 	}
 	return v
-}
-
-// clipName returns at most n characters of name, without allocating.
-func clipName(name string, n int) string {
-	for i := 0; i < len(name); i++ {
-		if name[i] < 0x80 || name[i] >= 0xC0 {
-			if n == 0 {
-				return name[:i]
-			}
-			n--
-		}
-	}
-	return name
 }

@@ -4,11 +4,15 @@ import "ludus.dev/ludus/sdk"
 
 // First-person raycaster, all in 16.16 fixed point: floor and ceiling are cast
 // row by row, walls column by column with a DDA (castRay), then players are
-// drawn as billboards clipped against the per-column wall depth (zbuf).
+// drawn as billboards clipped against the per-column wall depth (zbuf). It
+// draws from a decoded snapshot only (Renderer); the authoritative side uses
+// the same camera and sprite geometry to decide which players a snapshot
+// includes (visibleFrom in snapshot.go).
 const (
 	horizon   = ViewHeight / 2
 	planeK    = 43254 // |camera plane| = 0.66: a 66° field of view
 	minDepth  = one / 64
+	minSprite = one / 5        // billboards nearer than this are not drawn
 	maxSprite = 4 * ViewHeight // sprites closer than this are clipped anyway
 	ySideDim  = 3              // extra shade levels on y-facing walls
 	maxLevel  = numShadeLevels - 6
@@ -33,24 +37,63 @@ type camera struct {
 	plX, plY   int64
 }
 
-func newCamera(p *player) camera {
-	dx, dy := int64(sdk.Cos(p.angle)), int64(sdk.Sin(p.angle))
-	return camera{px: p.x, py: p.y, dirX: dx, dirY: dy, plX: -dy * planeK >> 16, plY: dx * planeK >> 16}
+func newCamera(x, y sdk.Fixed, angle sdk.Angle) camera {
+	dx, dy := int64(sdk.Cos(angle)), int64(sdk.Sin(angle))
+	return camera{px: x, py: y, dirX: dx, dirY: dy, plX: -dy * planeK >> 16, plY: dx * planeK >> 16}
 }
 
-func (g *Game) renderPlayer(c canvas, i int) {
-	p := &g.st.players[i]
-	cam := newCamera(p)
-	g.drawWalls(c, &cam)
-	g.drawFloorCeiling(c, &cam)
-	g.drawPlayers(c, &cam, i)
-	g.drawHUD(c, i)
+// ray returns the direction of screen column x's ray (dir + plane·camX[x]).
+func (cam *camera) ray(x int) (rdx, rdy int64) {
+	return cam.dirX + cam.plX*camX[x]>>16, cam.dirY + cam.plY*camX[x]>>16
+}
+
+// depthOf is the depth of a point along the view axis, or 0 when the point is
+// too near or behind the camera to be drawn as a billboard.
+func (cam *camera) depthOf(x, y sdk.Fixed) int64 {
+	rx, ry := int64(x-cam.px), int64(y-cam.py)
+	depth := (rx*cam.dirX + ry*cam.dirY) >> 16
+	if depth < minSprite {
+		return 0
+	}
+	return depth
+}
+
+// billboard is where a sprite at depth lands on screen: its size, top-left
+// corner and the screen columns [x0, x1) it covers.
+type billboard struct {
+	size, startX, startY int64
+	x0, x1               int64
+}
+
+// billboardAt places the sprite of a player at (x, y), whose depth is depth
+// (from depthOf, non-zero). ok is false when it covers no column.
+func (cam *camera) billboardAt(x, y sdk.Fixed, depth int64) (b billboard, ok bool) {
+	rx, ry := int64(x-cam.px), int64(y-cam.py)
+	lateral := (ry*cam.dirX - rx*cam.dirY) >> 16 // distance to the right of the view axis
+	screenX := ViewWidth/2 + (ViewWidth/2)*lateral*one/(depth*planeK)
+	b.size = min(int64(ViewHeight)*one/depth, maxSprite)
+	if b.size <= 0 {
+		return b, false
+	}
+	b.startX = screenX - b.size/2
+	b.startY = int64(horizon) - b.size/2
+	b.x0, b.x1 = max(b.startX, 0), min(b.startX+b.size, ViewWidth)
+	return b, b.x0 < b.x1
+}
+
+func (r *Renderer) renderPlayer(c canvas) {
+	s := &r.s
+	cam := newCamera(s.x, s.y, s.angle)
+	r.drawWalls(c, &cam)
+	r.drawFloorCeiling(c, &cam)
+	r.drawPlayers(c, &cam)
+	r.drawHUD(c)
 }
 
 // drawFloorCeiling casts each floor row to the map plane; the ceiling row
 // mirrored about the horizon sees the same map point, so both share the maths.
 // It runs after drawWalls and fills only the pixels above and below the walls.
-func (g *Game) drawFloorCeiling(c canvas, cam *camera) {
+func (r *Renderer) drawFloorCeiling(c canvas, cam *camera) {
 	// Fractions carry 24 bits here so that stepping across 320 columns does not
 	// drift visibly.
 	r0x := cam.dirX + cam.plX*camX[0]>>16
@@ -70,7 +113,7 @@ func (g *Game) drawFloorCeiling(c canvas, cam *camera) {
 		for x := range floor {
 			// Walls are symmetric about the horizon but for a pixel when their
 			// height is odd, so test floor and ceiling separately.
-			f, cl := y >= int(g.wallBot[x]), ceilY < int(g.wallTop[x])
+			f, cl := y >= int(r.wallBot[x]), ceilY < int(r.wallTop[x])
 			if f || cl {
 				off := (int(fx>>12)&(texMask<<6) | int(fy>>18)&texMask) & (texSize*texSize - 1)
 				if f {
@@ -89,7 +132,7 @@ func (g *Game) drawFloorCeiling(c canvas, cam *camera) {
 	dark := colormaps[maxLevel][tone(rampFloor, 8)]
 	for y := horizon - 1; y <= horizon; y++ {
 		for x := 0; x < ViewWidth; x++ {
-			if y < int(g.wallTop[x]) || y >= int(g.wallBot[x]) {
+			if y < int(r.wallTop[x]) || y >= int(r.wallBot[x]) {
 				c[y*ViewWidth+x] = dark
 			}
 		}
@@ -98,13 +141,12 @@ func (g *Game) drawFloorCeiling(c canvas, cam *camera) {
 
 // drawWalls casts one ray per column and draws the textured wall strip,
 // recording its depth for sprite clipping.
-func (g *Game) drawWalls(c canvas, cam *camera) {
+func (r *Renderer) drawWalls(c canvas, cam *camera) {
 	for x := 0; x < ViewWidth; x++ {
-		rdx := cam.dirX + cam.plX*camX[x]>>16
-		rdy := cam.dirY + cam.plY*camX[x]>>16
+		rdx, rdy := cam.ray(x)
 		t, ySide, tile := castRay(cam.px, cam.py, rdx, rdy)
 		t = max(t, minDepth)
-		g.zbuf[x] = t
+		r.zbuf[x] = t
 
 		// Where along the wall the ray hit picks the texture column; flip it on
 		// two of the four faces so textures are not mirrored.
@@ -129,7 +171,7 @@ func (g *Game) drawWalls(c canvas, cam *camera) {
 		start := horizon - lineH/2
 		step := int(int64(texSize) * one / int64(max(lineH, 1)))
 		y0, y1 := max(start, 0), min(start+lineH, ViewHeight)
-		g.wallTop[x], g.wallBot[x] = int16(y0), int16(y1)
+		r.wallTop[x], r.wallBot[x] = int16(y0), int16(y1)
 		texPos := (y0 - start) * step
 		for i := y0*ViewWidth + x; i < y1*ViewWidth; i += ViewWidth {
 			c[i] = cm[col[texPos>>16&texMask]]
@@ -138,43 +180,38 @@ func (g *Game) drawWalls(c canvas, cam *camera) {
 	}
 }
 
-// drawPlayers draws every other player as a billboard, far to near, each
-// column hidden where a wall is closer.
-func (g *Game) drawPlayers(c canvas, cam *camera, self int) {
-	s := &g.st
+// drawPlayers draws every other player in the snapshot as a billboard, far
+// to near, each column hidden where a wall is closer.
+func (r *Renderer) drawPlayers(c canvas, cam *camera) {
 	n := 0
-	for j := range s.players {
-		q := &s.players[j]
-		if j == self || !q.active {
+	for j := range r.s.ents {
+		q := &r.s.ents[j]
+		if !q.on {
 			continue
 		}
-		rx, ry := int64(q.x-cam.px), int64(q.y-cam.py)
-		depth := (rx*cam.dirX + ry*cam.dirY) >> 16
-		if depth < one/5 {
+		depth := cam.depthOf(q.x, q.y)
+		if depth == 0 {
 			continue
 		}
 		// Insertion sort by depth, farthest first; equal depths keep slot
 		// order, so the result is deterministic.
 		k := n
-		for k > 0 && g.depths[k-1] < depth {
-			g.depths[k], g.order[k] = g.depths[k-1], g.order[k-1]
+		for k > 0 && r.depths[k-1] < depth {
+			r.depths[k], r.order[k] = r.depths[k-1], r.order[k-1]
 			k--
 		}
-		g.depths[k], g.order[k] = depth, j
+		r.depths[k], r.order[k] = depth, j
 		n++
 	}
 	for k := 0; k < n; k++ {
-		g.drawSprite(c, cam, g.order[k], g.depths[k])
+		r.drawSprite(c, cam, r.order[k], r.depths[k])
 	}
 }
 
-func (g *Game) drawSprite(c canvas, cam *camera, j int, depth int64) {
-	q := &g.st.players[j]
-	rx, ry := int64(q.x-cam.px), int64(q.y-cam.py)
-	lateral := (ry*cam.dirX - rx*cam.dirY) >> 16 // distance to the right of the view axis
-	screenX := ViewWidth/2 + (ViewWidth/2)*lateral*one/(depth*planeK)
-	size := min(int64(ViewHeight)*one/depth, maxSprite)
-	if size <= 0 {
+func (r *Renderer) drawSprite(c canvas, cam *camera, j int, depth int64) {
+	q := &r.s.ents[j]
+	b, ok := cam.billboardAt(q.x, q.y, depth)
+	if !ok {
 		return
 	}
 	img := standingSprite
@@ -184,18 +221,15 @@ func (g *Game) drawSprite(c canvas, cam *camera, j int, depth int64) {
 	ramp := byte(playerRamp(j) * 16)
 	cm := &colormaps[shadeLevel(depth)]
 
-	startX := screenX - size/2
-	startY := int64(horizon) - size/2
-	step := int64(texSize) * one / size
-	x0, x1 := max(startX, 0), min(startX+size, ViewWidth)
-	y0, y1 := max(startY, 0), min(startY+size, ViewHeight)
-	for x := x0; x < x1; x++ {
-		if depth >= g.zbuf[x] {
+	step := int64(texSize) * one / b.size
+	y0, y1 := max(b.startY, 0), min(b.startY+b.size, ViewHeight)
+	for x := b.x0; x < b.x1; x++ {
+		if depth >= r.zbuf[x] {
 			continue
 		}
-		texX := int((x-startX)*step>>16) & texMask
+		texX := int((x-b.startX)*step>>16) & texMask
 		col := img[texX*texSize : (texX+1)*texSize]
-		texPos := (y0 - startY) * step
+		texPos := (y0 - b.startY) * step
 		for y := y0; y < y1; y++ {
 			v := col[int(texPos>>16)&texMask]
 			texPos += step

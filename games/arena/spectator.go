@@ -40,21 +40,21 @@ func buildSpectatorBackground() *[ViewWidth * ViewHeight]byte {
 // mapPx converts a map coordinate to a spectator-view pixel coordinate.
 func mapPx(v sdk.Fixed, off int) int { return off + int(int64(v)*cellPx>>16) }
 
-func (g *Game) renderSpectator(c canvas) {
-	s := &g.st
+func (r *Renderer) renderSpectator(c canvas) {
+	s := &r.s
 	copy(c, spectatorBackground[:])
 	var buf [12]byte
 
-	for i := range s.players {
-		p := &s.players[i]
-		if !p.active || p.flash == 0 {
+	for i := range s.ents {
+		p := &s.ents[i]
+		if !p.on || !p.shot {
 			continue
 		}
 		c.line(mapPx(p.x, mapOffX), mapPx(p.y, mapOffY), mapPx(p.shotX, mapOffX), mapPx(p.shotY, mapOffY), tone(rampFire, 14))
 	}
-	for i := range s.players {
-		p := &s.players[i]
-		if !p.active {
+	for i := range s.ents {
+		p := &s.ents[i]
+		if !p.on {
 			continue
 		}
 		x, y := mapPx(p.x, mapOffX), mapPx(p.y, mapOffY)
@@ -77,15 +77,15 @@ func (g *Game) renderSpectator(c canvas) {
 	}
 
 	// Panel: time left, limit, then one line per player.
-	left := clock(&buf, int64(s.timeLimit)-s.tick)
+	left := clock(&buf, s.secsLeft)
 	x := text(c, panelX, 24, "TIME ", white, 1)
 	text(c, x, 24, left, white, 1)
 	x = text(c, panelX, 34, "LIMIT ", white, 1)
-	text(c, x, 34, itoa(&buf, int(s.scoreLimit)), white, 1)
+	text(c, x, 34, itoa(&buf, s.scoreLimit), white, 1)
 	y := 50
-	for i := range s.players {
-		p := &s.players[i]
-		if !p.active {
+	for i := range s.ents {
+		p := &s.ents[i]
+		if !p.on {
 			continue
 		}
 		c.fillRect(panelX, y, 7, 7, tone(playerRamp(i), 14))
@@ -93,16 +93,16 @@ func (g *Game) renderSpectator(c canvas) {
 		if !p.alive {
 			nameCol = tone(rampGray, 8)
 		}
-		text(c, panelX+10, y, clipName(p.name, 10), nameCol, 1)
-		score := itoa(&buf, int(p.kills))
+		text(c, panelX+10, y, cstr(p.name[:]), nameCol, 1)
+		score := itoa(&buf, p.kills)
 		text(c, ViewWidth-4-textWidth(len(score), 1), y, score, yellow, 1)
 		y += 12
 	}
 	if s.ended {
 		text(c, panelX, ViewHeight-30, "MATCH OVER", yellow, 1)
-		if w := s.winner(); w >= 0 {
+		if w := s.winner; w >= 0 {
 			c.fillRect(panelX, ViewHeight-18, 7, 7, tone(playerRamp(w), 14))
-			text(c, panelX+10, ViewHeight-18, clipName(s.players[w].name, 10), white, 1)
+			text(c, panelX+10, ViewHeight-18, cstr(s.ents[w].name[:]), white, 1)
 		}
 	}
 }

@@ -27,6 +27,7 @@ var wantExports = map[string]string{
 	abi.ExportResult:     "()->(i64)",
 	abi.ExportSave:       "()->(i64)",
 	abi.ExportLoad:       "(i32)->(i32)",
+	abi.ExportRender:     "(i32)->(i64)",
 	"_initialize":        "()->()",
 }
 

@@ -14,13 +14,16 @@ import (
 
 // TestArenaWasmMatchesNative runs the embedded module and the native arena
 // package side by side for 200 ticks with 8 bots plus a human replacing one of
-// them: every state hash, sampled views, the checkpoint bytes and the result
-// must be identical. Benchmarks and replays rely on native == wasm.
+// them: every state hash, sampled snapshots (ludus_view), the frames
+// ludus_render draws from them in a fresh instance where ludus_init never ran,
+// the checkpoint bytes and the result must be identical. Benchmarks and
+// replays rely on native == wasm.
 func TestArenaWasmMatchesNative(t *testing.T) {
 	const seed = 20240607
 	config := []byte(`{"bots":8,"score_limit":50}`)
 	r, cm := compileArena(t)
 	w := instantiate(t, r, cm, seed)
+	painter := instantiate(t, r, cm, 1) // only _initialize ran: a browser's renderer
 
 	if v := w.call(abi.ExportABIVersion); v != abi.Version {
 		t.Fatalf("ludus_abi_version = %d", v)
@@ -57,8 +60,13 @@ func TestArenaWasmMatchesNative(t *testing.T) {
 		}
 		if tick%40 == 0 {
 			for slot := int32(-1); slot < arena.MaxPlayers; slot++ {
-				if wv := w.slice(w.call(abi.ExportView, i32(slot))); !bytes.Equal(wv, native.View(int(slot))) {
-					t.Fatalf("tick %d: view of slot %d differs", tick, slot)
+				wv := w.slice(w.call(abi.ExportView, i32(slot)))
+				if !bytes.Equal(wv, native.View(int(slot))) {
+					t.Fatalf("tick %d: snapshot of slot %d differs", tick, slot)
+				}
+				frame := painter.slice(painter.call(abi.ExportRender, painter.put(wv)))
+				if !bytes.Equal(frame, native.Render(wv)) {
+					t.Fatalf("tick %d: ludus_render of slot %d's snapshot differs from the native Render", tick, slot)
 				}
 			}
 		}
@@ -107,6 +115,17 @@ func TestArenaWasmMatchesNative(t *testing.T) {
 		t.Error("ludus_buffer(-5) != 0")
 	}
 	w.call(abi.ExportView, i32(1000))
+	// ludus_render takes garbage and bad lengths without trapping, and draws
+	// the same error frame as the native renderer.
+	badFrame := arena.NewRenderer().Render(garbage)
+	if f := w.slice(w.call(abi.ExportRender, w.put(garbage))); !bytes.Equal(f, badFrame) {
+		t.Error("ludus_render of garbage differs from the native renderer's")
+	}
+	for _, n := range []int32{-1, 1<<31 - 1, 0} {
+		if f := w.slice(w.call(abi.ExportRender, i32(n))); !bytes.Equal(f, badFrame) {
+			t.Errorf("ludus_render(%d) did not draw the error frame", n)
+		}
+	}
 	if w.call(abi.ExportInit, 1, i32(-1)) == 0 {
 		t.Error("ludus_init with a negative length succeeded")
 	}
@@ -116,8 +135,9 @@ func resultsEqual(a, b abi.Result) bool {
 	return a.Ended == b.Ended && a.Ticks == b.Ticks && a.Winner == b.Winner && slices.Equal(a.Players, b.Players)
 }
 
-// BenchmarkWasmStep8Bots and BenchmarkWasmView measure the module under wazero,
-// for comparison with the native benchmarks in games/arena.
+// BenchmarkWasmStep8Bots, BenchmarkWasmView (a player's snapshot) and
+// BenchmarkWasmRender measure the module under wazero (uninstrumented), for
+// comparison with the native benchmarks in games/arena.
 func BenchmarkWasmStep8Bots(b *testing.B) {
 	w := benchInstance(b)
 	for b.Loop() {
@@ -133,6 +153,19 @@ func BenchmarkWasmView(b *testing.B) {
 	for b.Loop() {
 		w.call(abi.ExportView, i32(int32(slot)))
 		slot = (slot + 1) % arena.MaxPlayers
+	}
+}
+
+func BenchmarkWasmRender(b *testing.B) {
+	w := benchInstance(b)
+	var snaps [][]byte
+	for slot := range arena.MaxPlayers {
+		snaps = append(snaps, w.slice(w.call(abi.ExportView, i32(int32(slot)))))
+	}
+	i := 0
+	for b.Loop() {
+		w.call(abi.ExportRender, w.put(snaps[i%arena.MaxPlayers]))
+		i++
 	}
 }
 

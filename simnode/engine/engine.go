@@ -185,6 +185,12 @@ type Module struct {
 	Meta    abi.Meta
 	// HasCheckpoint reports whether the module exports ludus_save and ludus_load.
 	HasCheckpoint bool
+	// HasRenderer reports whether the module's views are snapshots: it declares
+	// Meta.SnapshotFormat and exports ludus_render (Compile refuses a module
+	// that declares one without the other), so NewRenderer can draw its views.
+	// A ludus_render exported without a snapshot_format — every module built
+	// with the Go SDK has one — is ignored: HasRenderer is false.
+	HasRenderer bool
 
 	eng      *Engine
 	compiled wazero.CompiledModule
@@ -242,21 +248,22 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	hasCheckpoint, err := checkShape(compiled, e.cfg.Interrupt == InterruptFuel)
+	sh, err := checkShape(compiled, e.cfg.Interrupt == InterruptFuel)
 	if err != nil {
 		compiled.Close(ctx)
 		return nil, err
 	}
-	m = &Module{BuildID: id, HasCheckpoint: hasCheckpoint, eng: e, compiled: compiled, pools: map[InstanceOptions]*pool{}}
+	m = &Module{BuildID: id, HasCheckpoint: sh.hasCheckpoint, eng: e, compiled: compiled, pools: map[InstanceOptions]*pool{}}
 	if mem, ok := compiled.ExportedMemories()["memory"]; ok {
 		m.minPages = mem.Min()
 	}
-	meta, err := m.readMeta(ctx)
+	meta, err := m.readMeta(ctx, sh.hasRender)
 	if err != nil {
 		compiled.Close(ctx)
 		return nil, err
 	}
 	m.Meta = meta
+	m.HasRenderer = meta.SnapshotFormat != ""
 	e.mu.Lock()
 	if prev, ok := e.modules[id]; ok { // lost a race with another Compile of the same bytes
 		e.mu.Unlock()
@@ -269,7 +276,11 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 }
 
 // readMeta instantiates the module once to ask its ABI version and metadata.
-func (m *Module) readMeta(ctx context.Context) (abi.Meta, error) {
+// A module declaring a snapshot format must export ludus_render (hasRender),
+// and that must draw an empty snapshot — malformed input, which renderers
+// must survive — as a frame of the declared size, on this instance where
+// ludus_init never ran.
+func (m *Module) readMeta(ctx context.Context, hasRender bool) (abi.Meta, error) {
 	inst, err := m.instantiate(ctx, InstanceOptions{})
 	if err != nil {
 		return abi.Meta{}, fmt.Errorf("%w: instantiation failed: %v", ErrInvalidModule, err)
@@ -289,6 +300,17 @@ func (m *Module) readMeta(ctx context.Context) (abi.Meta, error) {
 	meta, err := abi.ParseMeta(b)
 	if err != nil {
 		return abi.Meta{}, fmt.Errorf("%w: %v", ErrInvalidModule, err)
+	}
+	if meta.SnapshotFormat != "" {
+		if !hasRender {
+			return abi.Meta{}, fmt.Errorf("%w: the module declares snapshot_format %q but does not export %s%s, which draws its snapshots",
+				ErrInvalidModule, meta.SnapshotFormat, abi.ExportRender, renderExport)
+		}
+		r := &Renderer{inst: inst, fn: inst.mod.ExportedFunction(abi.ExportRender), width: meta.ViewWidth, height: meta.ViewHeight}
+		if _, err := r.Render(ctx, nil); err != nil {
+			return abi.Meta{}, fmt.Errorf("%w: %s of an empty snapshot (renderers must draw malformed snapshots, without ludus_init): %v",
+				ErrInvalidModule, abi.ExportRender, err)
+		}
 	}
 	return meta, nil
 }

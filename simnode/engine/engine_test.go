@@ -36,13 +36,33 @@ func TestArenaValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if meta.Name != "arena" || meta.TickRate != 35 || meta.MaxPlayers != 8 || meta.FrameDivisor != 2 || meta.ViewFormat != abi.Indexed8Format {
+	if meta.Name != "arena" || meta.TickRate != 35 || meta.MaxPlayers != 8 || meta.FrameDivisor != 2 || meta.ViewFormat != abi.Indexed8Format ||
+		meta.SnapshotFormat != "arena-snap-v1" || meta.Inputs() != abi.InputState || meta.ViewWidth != 320 || meta.ViewHeight != 200 {
 		t.Fatalf("unexpected arena metadata %+v", meta)
+	}
+	m, _ := e.Module(BuildID(builtin.Arena))
+	if !m.HasRenderer || !m.HasCheckpoint {
+		t.Fatalf("arena: HasRenderer %v, HasCheckpoint %v", m.HasRenderer, m.HasCheckpoint)
+	}
+	// Modules without a snapshot format have no renderer, even when they
+	// export ludus_render (density-go, through the Go SDK).
+	for name, wasm := range map[string][]byte{"pong-c": builtin.Pong, "density-go": builtin.DensityGo} {
+		m, err := e.Compile(context.Background(), wasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.HasRenderer {
+			t.Errorf("%s: HasRenderer", name)
+		}
+		if _, err := m.NewRenderer(context.Background(), InstanceOptions{}); !errors.Is(err, ErrNoRenderer) {
+			t.Errorf("%s: NewRenderer: %v", name, err)
+		}
 	}
 }
 
 // runArena steps an 8-bot arena for ticks and returns its state hash after every
-// tick and its views (every slot and the spectator) every 50 ticks.
+// tick, its views (snapshots of every slot and the spectator) every 50 ticks,
+// and every 250 ticks the frames a Renderer draws from them.
 func runArena(t *testing.T, e *Engine, seed uint64, ticks int) (hashes []uint64, views [][]byte) {
 	t.Helper()
 	ctx := context.Background()
@@ -55,6 +75,11 @@ func runArena(t *testing.T, e *Engine, seed uint64, ticks int) (hashes []uint64,
 		t.Fatal(err)
 	}
 	defer inst.Close(ctx)
+	r, err := m.NewRenderer(ctx, InstanceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
 	if err := inst.Init(ctx, seed, []byte(`{"bots":8,"score_limit":1000,"time_limit_s":3600}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -73,18 +98,24 @@ func runArena(t *testing.T, e *Engine, seed uint64, ticks int) (hashes []uint64,
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, _, _, _, err := abi.ParseIndexed8(v); err != nil {
+				views = append(views, append([]byte(nil), v...))
+				if i%250 != 0 {
+					continue
+				}
+				f, err := r.Render(ctx, v)
+				if err != nil {
 					t.Fatalf("tick %d slot %d: %v", i, slot, err)
 				}
-				views = append(views, append([]byte(nil), v...))
+				views = append(views, append([]byte(nil), f...))
 			}
 		}
 	}
 	return hashes, views
 }
 
-// TestDeterminism: the same seed and inputs give identical state hashes and
-// identical view bytes in two fresh instances over 5,000 ticks with 8 bots.
+// TestDeterminism: the same seed and inputs give identical state hashes,
+// identical snapshots and identical rendered frames in two fresh instances over
+// 5,000 ticks with 8 bots.
 func TestDeterminism(t *testing.T) {
 	e := newEngine(t)
 	ticks := 5000

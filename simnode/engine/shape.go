@@ -51,11 +51,23 @@ var optionalExports = map[string]sig{
 	abi.ExportLoad: {[]api.ValueType{i32}, []api.ValueType{i32}},
 }
 
-// checkShape verifies imports and exports of a compiled module against ABI v1 and
-// reports whether it supports checkpoints. Its errors name every problem found.
-// When instrumented, the import and exports the rewriter added are allowed (the
-// rewriter refuses modules that bring their own).
-func checkShape(c wazero.CompiledModule, instrumented bool) (hasCheckpoint bool, err error) {
+// renderExport is the signature of ludus_render, required of modules that
+// declare a snapshot_format (checked with the metadata, in Compile) and
+// optional otherwise: every module built with the Go SDK exports it.
+var renderExport = sig{[]api.ValueType{i32}, []api.ValueType{i64}}
+
+// shape is what checkShape learns about a module's exports.
+type shape struct {
+	hasCheckpoint bool // ludus_save and ludus_load
+	hasRender     bool // ludus_render, with the right signature
+}
+
+// checkShape verifies imports and exports of a compiled module against ABI v1.
+// Its errors name every problem found. When instrumented, the import and
+// exports the rewriter added are allowed (the rewriter refuses modules that
+// bring their own). An export named ludus_render must have its signature even
+// when the module declares no snapshot format: the name is the ABI's.
+func checkShape(c wazero.CompiledModule, instrumented bool) (shape, error) {
 	var problems []string
 	for _, imp := range c.ImportedFunctions() {
 		mod, name, _ := imp.Import()
@@ -99,13 +111,22 @@ func checkShape(c wazero.CompiledModule, instrumented bool) (hasCheckpoint bool,
 	if present == 1 {
 		problems = append(problems, "exports only one of ludus_save and ludus_load; checkpoints need both")
 	}
+	var sh shape
+	if fn, ok := exports[abi.ExportRender]; ok {
+		if sigEqual(fn, renderExport) {
+			sh.hasRender = true
+		} else {
+			problems = append(problems, fmt.Sprintf("exports %s with signature %s, want %s", abi.ExportRender, sigOf(fn), renderExport))
+		}
+	}
 	if _, ok := exports["_start"]; ok {
 		problems = append(problems, "exports _start: build it as a reactor (Go: -buildmode=c-shared; C: -mexec-model=reactor)")
 	}
 	if len(problems) > 0 {
-		return false, fmt.Errorf("%w: the module %s", ErrInvalidModule, strings.Join(problems, "; "))
+		return shape{}, fmt.Errorf("%w: the module %s", ErrInvalidModule, strings.Join(problems, "; "))
 	}
-	return present == 2, nil
+	sh.hasCheckpoint = present == 2
+	return sh, nil
 }
 
 func sortedKeys(m map[string]sig) []string {

@@ -62,7 +62,7 @@ func Run(s Script, fn func(tick int64, view []byte) bool) error {
 			last = mask
 		}
 		g.Step()
-		if tick%arena.FrameDivisor == 0 && !fn(tick, g.View(0)) {
+		if tick%arena.FrameDivisor == 0 && !fn(tick, g.Frame(0)) {
 			return nil
 		}
 	}
