@@ -123,9 +123,63 @@ func TestStoppedOwnerFencesItself(t *testing.T) {
 	if len(byNode[victim]) == 0 {
 		victim, other = other, victim
 	}
+	// A player of one of the victim's games streams frames and keeps sending
+	// inputs: when the owner freezes, an input in flight to it must be
+	// abandoned as soon as its claim expires and re-sent to the new owner, so
+	// inputs come back with the frames (not after a call timeout).
+	played := byNode[victim][0]
+	if _, err := games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: played})); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := games.StreamFrames(ctx, connect.NewRequest(&ludusv1.StreamFramesRequest{GameId: played}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frames.Close()
+	for got := 0; got < 3; {
+		if !frames.Receive() {
+			t.Fatalf("frames before the freeze: %v", frames.Err())
+		}
+		if frames.Msg().GetFrame() != nil {
+			got++
+		}
+	}
+	if _, err := games.SendInput(ctx, connect.NewRequest(&ludusv1.SendInputRequest{GameId: played, Seq: 1, Payload: []byte{1}})); err != nil {
+		t.Fatal(err)
+	}
 	p := c.Proc(victim)
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
+	}
+	stopped := time.Now()
+	framesBack := make(chan time.Duration, 1)
+	go func() {
+		var last int64
+		for frames.Receive() {
+			if f := frames.Msg().GetFrame(); f != nil {
+				if last == 0 {
+					last = f.Tick
+				} else if time.Since(stopped) > time.Second {
+					framesBack <- time.Since(stopped)
+					return
+				}
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // the frozen node is the owner the gateway sees
+	_, inputErr := games.SendInput(ctx, connect.NewRequest(&ludusv1.SendInputRequest{GameId: played, Seq: 2, Payload: []byte{2}}))
+	inputBack := time.Since(stopped)
+	if inputErr != nil {
+		t.Fatalf("an input sent to a frozen owner was not re-sent to the new owner: %v (after %v)", inputErr, inputBack)
+	}
+	select {
+	case fb := <-framesBack:
+		t.Logf("after SIGSTOP: input acknowledged in %v, frames back in %v", inputBack.Round(time.Millisecond), fb.Round(time.Millisecond))
+		if inputBack > fb+1500*time.Millisecond {
+			t.Fatalf("inputs recovered %v after the freeze, frames %v: inputs lag the frames", inputBack, fb)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("frames did not come back after the freeze")
 	}
 	// Past the TTL the other node takes the games over.
 	for _, id := range byNode[victim] {

@@ -130,6 +130,30 @@ func TestEtcdClusterFaults(t *testing.T) {
 		}
 	}
 	t.Logf("all games running again %v after etcd returned", time.Since(back).Round(time.Millisecond))
+
+	// 4. Each game moved at most once: no node resumed a game under a claim of
+	// its lease from before the outage (that lease is no longer renewed, so the
+	// claim would expire and the game move again). The claims must hold for
+	// longer than a lease TTL.
+	claims := map[string]string{}
+	for id := range owners {
+		resp, err := c.Etcd.Get(ctx, fleet.OwnerKey(c.TenantID, id))
+		if err != nil || len(resp.Kvs) == 0 {
+			t.Fatalf("game %s: no owner key after resuming: %v", id, err)
+		}
+		claims[id] = string(resp.Kvs[0].Value)
+	}
+	time.Sleep(2*2*time.Second + time.Second)
+	for id, claim := range claims {
+		resp, err := c.Etcd.Get(ctx, fleet.OwnerKey(c.TenantID, id))
+		if err != nil || len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) != claim {
+			got := "none"
+			if err == nil && len(resp.Kvs) > 0 {
+				got = string(resp.Kvs[0].Value)
+			}
+			t.Fatalf("game %s moved again after resuming: claim %s became %s", id, claim, got)
+		}
+	}
 	eng, err := engine.New(ctx, engine.Config{CacheDir: sharedCache()})
 	if err != nil {
 		t.Fatal(err)

@@ -65,18 +65,20 @@ type Config struct {
 
 // Gateway routes players to their games.
 type Gateway struct {
-	cfg     Config
-	log     *slog.Logger
-	fleet   *fleet.View
-	owners  *ownerWatch
-	modules clusterv1connect.ModuleStoreServiceClient
-	h2c     *http.Client
-	limits  Limits
-	valid   *validator
-	streams streamCounter
-	inputs  *inputLimiter
-	metrics *metrics
-	health  *grpchealth.StaticChecker
+	cfg    Config
+	log    *slog.Logger
+	fleet  *fleet.View
+	owners *ownerWatch
+	// moduleBytes caches modules served to players (modules.go).
+	moduleBytes *moduleCache
+	modules     clusterv1connect.ModuleStoreServiceClient
+	h2c         *http.Client
+	limits      Limits
+	valid       *validator
+	streams     streamCounter
+	inputs      *inputLimiter
+	metrics     *metrics
+	health      *grpchealth.StaticChecker
 
 	mu    sync.Mutex
 	nodes map[string]clusterv1connect.NodeServiceClient // by address
@@ -133,18 +135,19 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: request validator: %w", err)
 	}
 	g := &Gateway{
-		valid:   valid,
-		cfg:     cfg,
-		log:     cfg.Logger.With("role", "gateway"),
-		fleet:   &fleet.View{Client: cfg.Etcd},
-		owners:  newOwnerWatch(cfg.Etcd),
-		h2c:     &http.Client{Transport: nodeTransport()},
-		nodes:   map[string]clusterv1connect.NodeServiceClient{},
-		limits:  limits,
-		streams: streamCounter{max: limits.MaxStreamsPerAccount},
-		inputs:  newInputLimiter(limits.InputsPerSecond, limits.InputBurst),
-		metrics: newMetrics(cfg.Registry),
-		health:  grpchealth.NewStaticChecker(ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName),
+		valid:       valid,
+		cfg:         cfg,
+		log:         cfg.Logger.With("role", "gateway"),
+		fleet:       &fleet.View{Client: cfg.Etcd},
+		owners:      newOwnerWatch(cfg.Etcd),
+		moduleBytes: newModuleCache(),
+		h2c:         &http.Client{Transport: nodeTransport()},
+		nodes:       map[string]clusterv1connect.NodeServiceClient{},
+		limits:      limits,
+		streams:     streamCounter{max: limits.MaxStreamsPerAccount},
+		inputs:      newInputLimiter(limits.InputsPerSecond, limits.InputBurst),
+		metrics:     newMetrics(cfg.Registry),
+		health:      grpchealth.NewStaticChecker(ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName),
 	}
 	g.modules = clusterv1connect.NewModuleStoreServiceClient(g.h2c, cfg.BackendURL,
 		connect.WithInterceptors(bearer.Token(cfg.ClusterToken)))
@@ -207,6 +210,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(64<<10)))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(64<<10)))
 	mux.Handle("GET /metrics", MetricsHandler(g.cfg.Registry))
+	mux.HandleFunc("GET "+modulePathPrefix, g.serveModule)
 
 	backend, _ := url.Parse(g.cfg.BackendURL)
 	proxy := &httputil.ReverseProxy{

@@ -138,40 +138,53 @@ func playerError(gameID string, err error) error {
 }
 
 // sendInput delivers one unary input to the game's owner, following the game
-// when it moves: a call to a node that stops owning the game is abandoned at
-// once (ownerWatch) and the input re-sent to the new owner, for up to
-// inputRetryBudget. The node applies a re-sent seq at most once.
+// when it moves (callOwner). The node applies a re-sent seq at most once.
 func (s *gameService) sendInput(ctx context.Context, c *auth.Claims, req *clusterv1.SendInputRequest) (*clusterv1.SendInputResponse, error) {
+	var out *clusterv1.SendInputResponse
+	err := s.callOwner(ctx, c, req.GameId, func(ctx context.Context, n fleet.NodeInfo) error {
+		resp, err := s.g.node(n.Addr).SendInput(ctx, connect.NewRequest(req))
+		if err == nil {
+			out = resp.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
+// callOwner makes one call to the game's owner, following the game when it
+// moves: a call to a node that stops owning the game is abandoned at once
+// (ownerWatch) and made again to the new owner, for up to inputRetryBudget.
+// call must be safe to repeat (inputs carry their seq; a join is idempotent).
+func (s *gameService) callOwner(ctx context.Context, c *auth.Claims, gameID string, call func(context.Context, fleet.NodeInfo) error) error {
 	deadline := time.Now().Add(inputRetryBudget)
 	backoff := 20 * time.Millisecond
 	for {
-		n, err := s.owner(ctx, c, req.GameId)
-		if err != nil && !retryable(err) {
-			return nil, err // no such game, or it is over: the owner lookup says so
+		n, err := s.owner(ctx, c, gameID)
+		if err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
+			return err // no such game, or it is over: the owner lookup says so
 		}
 		if err == nil {
-			cctx, done := s.g.owners.track(ctx, c.TenantID, req.GameId, n.ID)
+			cctx, done := s.g.owners.track(ctx, c.TenantID, gameID, n.ID)
 			cctx, cancel := context.WithTimeout(cctx, nodeCallTimeout)
-			var resp *connect.Response[clusterv1.SendInputResponse]
-			resp, err = s.g.node(n.Addr).SendInput(cctx, connect.NewRequest(req))
+			err = call(cctx, n)
 			cancel()
 			done()
 			if err == nil {
-				return resp.Msg, nil
+				return nil
 			}
 			if !retryable(err) {
-				return nil, playerError(req.GameId, err)
+				return playerError(gameID, err)
 			}
 		}
 		if ctx.Err() != nil {
-			return nil, connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
+			return connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
 		}
 		if time.Now().After(deadline) {
-			return nil, playerError(req.GameId, err)
+			return playerError(gameID, err)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
+			return connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 200*time.Millisecond)
@@ -225,8 +238,8 @@ func (p *playInputs) run(ctx context.Context, owner func() *fleet.NodeInfo) erro
 		var err error
 		if o := owner(); o != nil {
 			n = *o
-		} else {
-			n, err = p.s.owner(ctx, p.c, p.gameID)
+		} else if n, err = p.s.owner(ctx, p.c, p.gameID); err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
+			return err // no such game, or it is over
 		}
 		if err == nil {
 			var progressed bool

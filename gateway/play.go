@@ -72,7 +72,7 @@ func (s *gameService) Play(ctx context.Context, stream *connect.BidiStream[ludus
 			cancel(err)
 		}
 	}()
-	err = s.streamGame(ctx, c, kindPlay, start.GameId, start.AcceptEncodings, frameSink{
+	err = s.streamGame(ctx, c, kindPlay, start.GameId, start.AcceptEncodings, start.Delivery, frameSink{
 		frame: func(f *ludusv1.Frame) error {
 			return send(&ludusv1.PlayResponse{Msg: &ludusv1.PlayResponse_Frame{Frame: f}})
 		},

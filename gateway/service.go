@@ -176,18 +176,22 @@ func (s *gameService) owner(ctx context.Context, c *auth.Claims, gameID string) 
 
 func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1.JoinGameRequest]) (*connect.Response[ludusv1.JoinGameResponse], error) {
 	c := claimsFrom(ctx)
-	n, err := s.owner(ctx, c, req.Msg.GameId)
+	if req.Msg.GameId == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("game_id is required"))
+	}
+	var resp *clusterv1.JoinGameResponse
+	err := s.callOwner(ctx, c, req.Msg.GameId, func(ctx context.Context, n fleet.NodeInfo) error {
+		r, err := s.g.node(n.Addr).JoinGame(ctx, connect.NewRequest(&clusterv1.JoinGameRequest{
+			TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, DisplayName: c.DisplayName}))
+		if err == nil {
+			resp = r.Msg
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
-	defer cancel()
-	resp, err := s.g.node(n.Addr).JoinGame(ctx, connect.NewRequest(&clusterv1.JoinGameRequest{
-		TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, DisplayName: c.DisplayName}))
-	if err != nil {
-		return nil, playerError(req.Msg.GameId, err)
-	}
-	return connect.NewResponse(&ludusv1.JoinGameResponse{Game: resp.Msg.Game, Slot: resp.Msg.Slot}), nil
+	return connect.NewResponse(&ludusv1.JoinGameResponse{Game: resp.Game, Slot: resp.Slot}), nil
 }
 
 func (s *gameService) SendInput(ctx context.Context, req *connect.Request[ludusv1.SendInputRequest]) (*connect.Response[ludusv1.SendInputResponse], error) {
@@ -244,10 +248,10 @@ type frameSink struct {
 
 // streamGame relays a game's frames to one client stream, encoding them as the
 // client asked and counting them, until the game ends or the client leaves.
-func (s *gameService) streamGame(ctx context.Context, c *auth.Claims, kind, gameID string, accept []ludusv1.FrameEncoding, sink frameSink) error {
+func (s *gameService) streamGame(ctx context.Context, c *auth.Claims, kind, gameID string, accept []ludusv1.FrameEncoding, delivery ludusv1.Delivery, sink frameSink) error {
 	fs := framecodec.NewStream(accept)
 	meter := s.g.metrics.meter(c.TenantID, kind)
-	return s.forward(ctx, c, gameID, kind == kindSpectator, func(m *clusterv1.StreamFramesResponse) error {
+	return s.forward(ctx, c, gameID, kind == kindSpectator, delivery, func(m *clusterv1.StreamFramesResponse) error {
 		switch v := m.Msg.(type) {
 		case *clusterv1.StreamFramesResponse_Frame:
 			return fs.Send(v.Frame, func(f *ludusv1.Frame) error {
@@ -273,7 +277,7 @@ func (s *gameService) StreamFrames(ctx context.Context, req *connect.Request[lud
 	}
 	defer done()
 	// Frames are encoded per client: deltas against the last frame this stream sent.
-	return s.streamGame(ctx, c, kindPlayer, req.Msg.GameId, req.Msg.AcceptEncodings, frameSink{
+	return s.streamGame(ctx, c, kindPlayer, req.Msg.GameId, req.Msg.AcceptEncodings, req.Msg.Delivery, frameSink{
 		frame: func(f *ludusv1.Frame) error {
 			return stream.Send(&ludusv1.StreamFramesResponse{Msg: &ludusv1.StreamFramesResponse_Frame{Frame: f}})
 		},
@@ -290,7 +294,7 @@ func (s *gameService) Spectate(ctx context.Context, req *connect.Request[ludusv1
 		return err
 	}
 	defer done()
-	return s.streamGame(ctx, c, kindSpectator, req.Msg.GameId, req.Msg.AcceptEncodings, frameSink{
+	return s.streamGame(ctx, c, kindSpectator, req.Msg.GameId, req.Msg.AcceptEncodings, req.Msg.Delivery, frameSink{
 		frame: func(f *ludusv1.Frame) error {
 			return stream.Send(&ludusv1.SpectateResponse{Msg: &ludusv1.SpectateResponse_Frame{Frame: f}})
 		},
@@ -317,8 +321,8 @@ const (
 //
 // attached, if not nil, is told every node the stream attaches to (Play sends
 // the stream's inputs there).
-func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string, spectator bool, send func(*clusterv1.StreamFramesResponse) error, reattached func(), attachedTo func(fleet.NodeInfo)) error {
-	req := &clusterv1.StreamFramesRequest{TenantId: c.TenantID, GameId: gameID, Spectator: spectator}
+func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string, spectator bool, delivery ludusv1.Delivery, send func(*clusterv1.StreamFramesResponse) error, reattached func(), attachedTo func(fleet.NodeInfo)) error {
+	req := &clusterv1.StreamFramesRequest{TenantId: c.TenantID, GameId: gameID, Spectator: spectator, Delivery: delivery}
 	if !spectator {
 		req.AccountId = c.AccountID
 	}
@@ -327,6 +331,7 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 	backoff := 50 * time.Millisecond
 	for {
 		n, err := s.owner(ctx, c, gameID)
+		lookupErr := err
 		if err == nil && spectator {
 			n = s.spectatorNode(ctx, gameID, n)
 		}
@@ -357,15 +362,19 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 			}
 			prev = n.ID
 		}
-		code := connect.CodeOf(err)
 		s.g.log.Debug("stream upstream ended", "game", gameID, "prev", prev, "err", err)
-		if err != nil && code != connect.CodeUnavailable && code != connect.CodeNotFound && code != connect.CodeUnknown &&
-			code != connect.CodeDeadlineExceeded && code != connect.CodeCanceled && code != connect.CodeInternal {
-			return err
+		if err != nil && !retryable(err) {
+			if lookupErr != nil {
+				return err // from the owner lookup: already what the player should see
+			}
+			return playerError(gameID, err) // the node's refusal, e.g. snapshots of a module without a renderer
 		}
 		if err != nil && prev == "" {
 			// Never attached: the game does not exist or cannot be reached now.
-			return err
+			if lookupErr != nil {
+				return err
+			}
+			return playerError(gameID, err)
 		}
 		if moving.IsZero() {
 			moving = time.Now()

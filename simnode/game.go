@@ -51,8 +51,7 @@ type slot struct {
 	// held are inputs of an event game that arrived before a lower seq (inputs.go).
 	held map[uint64]heldInput
 
-	viewers atomic.Int32
-	frames  *cell[Frame]
+	view *feed // the player's view, as its streams want it (views.go)
 }
 
 // game is the actor of one match: one goroutine owns the instance and all state
@@ -72,8 +71,8 @@ type game struct {
 
 	slots      []*slot
 	accounts   map[string]int
-	spectators atomic.Int32
-	specFrames *cell[Frame]
+	specView   *feed // the spectator camera
+	drawer     *viewDrawer
 	status     *cell[Status]
 
 	events  []abi.Event      // applied at the next step
@@ -141,6 +140,24 @@ type ackWaiter struct {
 	seq          uint64
 	tick         int64
 	supersededBy uint64
+	// joined, if set, is a join's reply instead (slot is its answer): a join
+	// is answered, like an input, once the chunk holding it is durable, so a
+	// joined player never vanishes when the game moves.
+	joined chan joinResult
+	slot   int
+}
+
+// answer replies to the waiter: err nil means its chunk is durable.
+func (a ackWaiter) answer(err error) {
+	if a.joined != nil {
+		a.joined <- joinResult{slot: a.slot, err: err}
+		return
+	}
+	if err != nil {
+		a.reply <- inputResult{err: err}
+		return
+	}
+	a.reply <- inputResult{ackedSeq: a.seq, tick: a.tick, supersededBy: a.supersededBy}
 }
 
 type handoffReq struct {
@@ -161,7 +178,14 @@ var (
 	errGameStopped = errors.New("the game stopped on this node")
 )
 
-func newGame(n *Node, sess *session, spec fleet.GameSpec, inst *engine.Instance, fence int64, owner string) *game {
+func newGame(n *Node, sess *session, spec fleet.GameSpec, mod *engine.Module, inst *engine.Instance, fence int64, owner string) *game {
+	// Specs written before a field existed take it from the build's metadata.
+	if spec.SnapshotFormat == "" && mod.HasRenderer {
+		spec.SnapshotFormat, spec.ViewWidth, spec.ViewHeight = mod.Meta.SnapshotFormat, mod.Meta.ViewWidth, mod.Meta.ViewHeight
+	}
+	if spec.InputKind == "" {
+		spec.InputKind = mod.Meta.Inputs()
+	}
 	g := &game{
 		n: n, sess: sess, spec: spec, inst: inst, fence: fence, owner: owner,
 		log:        n.log.With("tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID),
@@ -169,14 +193,15 @@ func newGame(n *Node, sess *session, spec fleet.GameSpec, inst *engine.Instance,
 		quit:       make(chan string, 1),
 		done:       make(chan struct{}),
 		accounts:   map[string]int{},
-		specFrames: newCell(Frame{}),
+		specView:   newFeed(),
 		status:     newCell(Status{State: fleet.StateRunning, Tick: inst.Tick()}),
 		pending:    &inputlog.Chunk{},
 	}
 	g.slots = make([]*slot, spec.MaxPlayers)
 	for i := range g.slots {
-		g.slots[i] = &slot{frames: newCell(Frame{})}
+		g.slots[i] = &slot{view: newFeed()}
 	}
+	g.drawer = &viewDrawer{mod: mod, spec: spec, opts: n.instanceOptions(spec), log: g.log}
 	g.durableTick.Store(inst.Tick())
 	g.speculation = max(1, int64(n.cfg.MaxSpeculation)*int64(spec.TickRate)/int64(time.Second))
 	g.ticket = n.sched.newTicket(spec.TenantID)
@@ -213,6 +238,7 @@ func (g *game) run() {
 	defer close(g.done)
 	defer g.n.count.Add(-1)
 	defer g.inst.Close(context.Background())
+	defer g.drawer.close()
 	defer g.n.sched.unregister(g.n.ctx, g.ticket)
 	g.n.sched.register(g.n.ctx, g.ticket)
 	ctx := context.Background()
@@ -296,7 +322,12 @@ func (g *game) run() {
 func (g *game) handle(msg any) {
 	switch m := msg.(type) {
 	case joinReq:
-		m.reply <- g.join(m.account, m.name)
+		r := g.join(m.account, m.name)
+		if r.err != nil {
+			m.reply <- r
+			return
+		}
+		g.queuedAcks = append(g.queuedAcks, ackWaiter{joined: m.reply, slot: r.slot})
 	case inputReq:
 		g.input(m)
 	case slotReq:
@@ -335,7 +366,7 @@ func (g *game) join(account, name string) joinResult {
 func (g *game) dropQueued(err error) {
 	g.events, g.entries = g.events[:0], g.entries[:0]
 	for _, a := range g.queuedAcks {
-		a.reply <- inputResult{err: err}
+		a.answer(err)
 	}
 	g.queuedAcks = nil
 	for _, s := range g.slots {
@@ -413,46 +444,39 @@ func (g *game) tick(ctx context.Context, late time.Duration) (bool, error) {
 	return ended, nil
 }
 
-// watched reports whether anyone would receive a frame rendered now.
+// watched reports whether anyone would receive a view published now.
 func (g *game) watched() bool {
-	if g.spectators.Load() > 0 {
+	if g.specView.watched() {
 		return true
 	}
 	for _, s := range g.slots {
-		if s.account != "" && s.viewers.Load() > 0 {
+		if s.account != "" && s.view.watched() {
 			return true
 		}
 	}
 	return false
 }
 
-// render publishes a frame for every slot someone watches, and the spectator
-// view, each at the module's frame rate. The slots' frames are spread over the
-// ticks of a frame period (slot i renders on ticks where (tick+i) mod divisor
-// is 0): each player still gets one frame per period, but a tick renders only
-// 1/divisor of the views, which halves the longest tick of an 8-player arena
-// and with it the lateness other games see.
+// render publishes every watched view (views.go): snapshots every tick, and
+// pixels at the module's frame rate. The slots' pixel frames are spread over
+// the ticks of a frame period (slot i renders on ticks where (tick+i) mod
+// divisor is 0): each player still gets one frame per period, but a tick
+// renders only 1/divisor of the views, which halves the longest tick of an
+// 8-player arena and with it the lateness other games see.
 func (g *game) render(ctx context.Context) error {
 	tick := g.inst.Tick()
 	div := int64(g.spec.FrameDivisor)
 	for i, s := range g.slots {
-		if s.account == "" || s.viewers.Load() == 0 || (tick+int64(i))%div != 0 {
+		if s.account == "" || tick <= s.joinTick {
+			// Empty, or the join is not stepped yet: the module does not know
+			// the player, and its view of an unknown slot may show too much.
 			continue
 		}
-		v, err := g.inst.View(ctx, i)
-		if err != nil {
+		if err := g.drawer.draw(ctx, g.inst, s.view, i, tick, (tick+int64(i))%div == 0); err != nil {
 			return err
 		}
-		s.frames.publish(Frame{Tick: tick, View: append([]byte(nil), v...)})
 	}
-	if g.spectators.Load() > 0 && tick%div == 0 {
-		v, err := g.inst.View(ctx, abi.SpectatorSlot)
-		if err != nil {
-			return err
-		}
-		g.specFrames.publish(Frame{Tick: tick, View: append([]byte(nil), v...)})
-	}
-	return nil
+	return g.drawer.draw(ctx, g.inst, g.specView, abi.SpectatorSlot, tick, tick%div == 0)
 }
 
 // flush hands the pending chunk to the node's log writer.
@@ -521,7 +545,7 @@ func (g *game) finish(ctx context.Context, state, message string, ended bool) {
 func (g *game) failWaiters(err error) {
 	g.dropQueued(err)
 	for _, a := range g.acks {
-		a.reply <- inputResult{err: err}
+		a.answer(err)
 	}
 	g.acks = nil
 	for len(g.inbox) > 0 {

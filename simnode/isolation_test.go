@@ -89,7 +89,7 @@ func TestIsolation(t *testing.T) {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		if c.watch {
-			g.spectators.Add(1)
+			g.specView.pixelViewers.Add(1)
 		}
 		wg.Add(1)
 		go func() {
@@ -117,7 +117,7 @@ func TestIsolation(t *testing.T) {
 	for i, g := range arenas {
 		st := g.status.load().v
 		got := st.Tick - ticks0[i]
-		t.Logf("arena %d: %d ticks in %v (%.0f expected)", i, got, elapsed.Round(time.Millisecond), want)
+		t.Logf("arena %d: %d ticks in %v (%.0f expected; %d ticks held back waiting for the log)", i, got, elapsed.Round(time.Millisecond), want, g.stalls.Load())
 		if st.State != fleet.StateRunning {
 			t.Errorf("arena %d: %s %q", i, st.State, st.Message)
 		}

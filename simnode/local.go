@@ -53,11 +53,20 @@ func (n *Node) Input(ctx context.Context, tenant, gameID, account string, seq ui
 // fn with every frame it finds published, until ctx ends or the game stops. A
 // slow fn sees fewer frames; it never delays the game.
 func (n *Node) Watch(ctx context.Context, tenant, gameID, account string, fn func(Frame)) error {
+	return n.WatchMode(ctx, tenant, gameID, account, false, fn)
+}
+
+// WatchMode is Watch for either delivery: snapshots (every tick; the module
+// must have a renderer) or pixels.
+func (n *Node) WatchMode(ctx context.Context, tenant, gameID, account string, snapshots bool, fn func(Frame)) error {
 	g, ok := n.game(tenant, gameID)
 	if !ok {
 		return errGameStopped
 	}
-	frames, counter := g.specFrames, &g.spectators
+	if snapshots && g.spec.SnapshotFormat == "" {
+		return errNoRenderer
+	}
+	view := g.specView
 	if account != "" {
 		reply := make(chan int, 1)
 		if err := g.send(ctx, slotReq{account: account, reply: reply}); err != nil {
@@ -72,8 +81,9 @@ func (n *Node) Watch(ctx context.Context, tenant, gameID, account string, fn fun
 		if slot < 0 {
 			return errNotJoined
 		}
-		frames, counter = g.slots[slot].frames, &g.slots[slot].viewers
+		view = g.slots[slot].view
 	}
+	frames, counter := view.stream(snapshots)
 	counter.Add(1)
 	defer counter.Add(-1)
 	var last uint64

@@ -11,6 +11,7 @@ import (
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/sdk/abi"
+	"ludus.dev/ludus/simnode/engine"
 )
 
 // crash stops a node the way kill -9 would, as far as the fleet can tell: no
@@ -186,6 +187,17 @@ func TestHandoff(t *testing.T) {
 	want, err := inst.View(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if mod := mustModule(t); mod.HasRenderer {
+		// The stream carries pixels: the module's rendering of the snapshot.
+		r, err := mod.NewRenderer(ctx, engine.InstanceOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close(ctx)
+		if want, err = r.Render(ctx, want); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if string(want) != string(first.GetFrame().View) {
 		t.Fatal("first frame after handoff differs from the frame the old owner computes for the same tick")

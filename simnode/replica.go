@@ -26,7 +26,7 @@ type replica struct {
 	n      *Node
 	key    string
 	spec   fleet.GameSpec
-	frames *cell[Frame]
+	view   *feed // the spectator camera, as snapshots and as pixels
 	status *cell[Status]
 	done   chan struct{}
 
@@ -50,7 +50,7 @@ func (n *Node) spectate(ctx context.Context, tenant, game string) (*replica, err
 			return r, nil
 		}
 	}
-	r := &replica{n: n, key: key, frames: newCell(Frame{}), status: newCell(Status{State: fleet.StateRunning}), done: make(chan struct{})}
+	r := &replica{n: n, key: key, view: newFeed(), status: newCell(Status{State: fleet.StateRunning}), done: make(chan struct{})}
 	ready := make(chan error, 1)
 	go r.run(tenant, game, ready)
 	select {
@@ -101,6 +101,11 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 		return
 	}
 	defer inst.Close(context.Background())
+	if r.spec.SnapshotFormat == "" && mod.HasRenderer {
+		r.spec.SnapshotFormat, r.spec.ViewWidth, r.spec.ViewHeight = mod.Meta.SnapshotFormat, mod.Meta.ViewWidth, mod.Meta.ViewHeight
+	}
+	drawer := &viewDrawer{mod: mod, spec: r.spec, opts: n.instanceOptions(r.spec), log: log}
+	defer drawer.close()
 	if err := inst.Init(ctx, r.spec.Seed, r.spec.Config); err != nil {
 		ready <- err
 		return
@@ -233,14 +238,11 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 				}
 				hash++
 			}
-			last := s == steps-1
-			if last && inst.Tick()%int64(r.spec.FrameDivisor) == 0 && r.viewers.Load() > 0 {
-				v, err := inst.View(ctx, abi.SpectatorSlot)
-				if err != nil {
+			if s == steps-1 {
+				if err := drawer.draw(ctx, inst, r.view, abi.SpectatorSlot, inst.Tick(), inst.Tick()%int64(r.spec.FrameDivisor) == 0); err != nil {
 					r.fail(err.Error())
 					return
 				}
-				r.frames.publish(Frame{Tick: inst.Tick(), View: append([]byte(nil), v...)})
 			}
 		}
 		if inst.Tick()%int64(r.spec.TickRate/4+1) == 0 {

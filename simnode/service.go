@@ -97,7 +97,7 @@ func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error
 		inst.Close(ctx)
 		return nil, err
 	}
-	g := newGame(n, sess, spec, inst, fence, owner)
+	g := newGame(n, sess, spec, mod, inst, fence, owner)
 	g.hasCheckpoint = mod.HasCheckpoint
 	n.count.Add(1)
 	n.games.Store(gameKey(spec.TenantID, spec.GameID), g)
@@ -250,17 +250,27 @@ func (s *service) StreamFrames(ctx context.Context, req *connect.Request[cluster
 			}
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("spectator replica: %w", err))
 		}
+		snapshots, err := wantSnapshots(r.spec, m.Delivery)
+		if err != nil {
+			return connect.NewError(connect.CodeFailedPrecondition, err)
+		}
+		frames, counter := r.view.stream(snapshots)
 		r.viewerJoined()
 		defer r.viewerLeft()
-		return s.pump(ctx, r.spec, -1, r.frames, r.status, r.done, stream)
+		counter.Add(1)
+		defer counter.Add(-1)
+		return s.pump(ctx, r.spec, -1, snapshots, frames, r.status, r.done, stream)
 	}
 	g, err := s.lookup(m.TenantId, m.GameId)
 	if err != nil {
 		return err
 	}
+	snapshots, err := wantSnapshots(g.spec, m.Delivery)
+	if err != nil {
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	}
 	slot := -1
-	frames := g.specFrames
-	counter := &g.spectators
+	view := g.specView
 	if !m.Spectator {
 		reply := make(chan int, 1)
 		if err := g.send(ctx, slotReq{account: m.AccountId, reply: reply}); err != nil {
@@ -274,22 +284,27 @@ func (s *service) StreamFrames(ctx context.Context, req *connect.Request[cluster
 		if slot < 0 {
 			return codeFor(errNotJoined)
 		}
-		frames = g.slots[slot].frames
-		counter = &g.slots[slot].viewers
+		view = g.slots[slot].view
 	}
+	frames, counter := view.stream(snapshots)
 	counter.Add(1)
 	defer counter.Add(-1)
-	return s.pump(ctx, g.spec, slot, frames, g.status, g.done, stream)
+	return s.pump(ctx, g.spec, slot, snapshots, frames, g.status, g.done, stream)
 }
 
 // pump sends the newest frame whenever one is published and every status change,
 // until the game stops or the client goes away. It never waits on the game: a
 // slow client just sees fewer frames.
-func (s *service) pump(ctx context.Context, spec fleet.GameSpec, slot int, frames *cell[Frame], status *cell[Status], done <-chan struct{}, stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
+func (s *service) pump(ctx context.Context, spec fleet.GameSpec, slot int, snapshots bool, frames *cell[Frame], status *cell[Status], done <-chan struct{}, stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
+	delivery, snapshotFormat, buildID := deliveryPixels, "", ""
+	if snapshots {
+		delivery, snapshotFormat, buildID = deliverySnapshots, spec.SnapshotFormat, spec.BuildID
+	}
 	sendStatus := func(st Status) error {
 		return stream.Send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
 			NodeId: s.n.cfg.ID, Region: s.n.cfg.Region, Tick: st.Tick, State: st.State, Message: st.Message,
 			Slot: int32(slot), ViewFormat: spec.ViewFormat, TickRate: int32(spec.TickRate),
+			Delivery: delivery, SnapshotFormat: snapshotFormat, BuildId: buildID,
 		}}})
 	}
 	stv := status.load()

@@ -299,7 +299,7 @@ func (n *Node) adopt(tenant, game, owner string, fence int64) {
 			return
 		}
 	}
-	g := newGame(n, sess, spec, inst, fence, owner)
+	g := newGame(n, sess, spec, mod, inst, fence, owner)
 	g.hasCheckpoint = mod.HasCheckpoint
 	g.lastCheckpoint = inst.Tick()
 	if fromCk {

@@ -216,7 +216,7 @@ func (w *logWriter) succeed(group []*appendReq) {
 			r.done <- nil
 		}
 		for _, a := range r.acks {
-			a.reply <- inputResult{ackedSeq: a.seq, tick: a.tick, supersededBy: a.supersededBy}
+			a.answer(nil)
 		}
 	}
 }
@@ -227,7 +227,7 @@ func (w *logWriter) fail(group []*appendReq, err error) {
 			r.done <- err
 		}
 		for _, a := range r.acks {
-			a.reply <- inputResult{err: err}
+			a.answer(err)
 		}
 	}
 }
