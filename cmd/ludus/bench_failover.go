@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -10,22 +12,56 @@ import (
 	"time"
 
 	"ludus.dev/ludus/games/builtin"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/ops/localcluster"
 	"ludus.dev/ludus/simnode/engine"
 )
 
+// parseDelivery reads a -mode flag: "snapshots" or "pixels".
+func parseDelivery(mode string) (ludusv1.Delivery, error) {
+	switch mode {
+	case "snapshots":
+		return ludusv1.Delivery_DELIVERY_SNAPSHOTS, nil
+	case "pixels":
+		return ludusv1.Delivery_DELIVERY_PIXELS, nil
+	}
+	return 0, fmt.Errorf("-mode %q: want snapshots or pixels", mode)
+}
+
+// structFields turns a result struct into the bench's flat JSON object, by
+// its json tags (numbers stay exact: json.Number).
+func structFields(v any) (map[string]any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	m := map[string]any{}
+	return m, dec.Decode(&m)
+}
+
 func init() {
 	var games, nodes int
 	var ttl, warmup time.Duration
+	var mode string
+	var unaryRate, playRate float64
 	registerBench("failover", bench{
-		summary: "kill -9 a sim node of a multi-process cluster: takeover time, lost inputs and games",
+		summary: "kill -9 a sim node of a multi-process cluster: takeover time, lost or unlogged inputs, rollbacks, games lost",
 		flags: func(fs *flag.FlagSet) {
-			fs.IntVar(&games, "games", 30, "games (each with 3 bots and one scripted player)")
+			fs.IntVar(&games, "games", 30, "games (each with 3 bots, a browser-like player on StreamFrames + SendInput and a native player on Play)")
 			fs.IntVar(&nodes, "nodes", 3, "sim nodes")
 			fs.DurationVar(&ttl, "lease-ttl", 2*time.Second, "sim node lease TTL")
-			fs.DurationVar(&warmup, "warmup", 3*time.Second, "play before the kill")
+			fs.DurationVar(&warmup, "warmup", 3*time.Second, "play before the handoffs and the kill")
+			fs.StringVar(&mode, "mode", "snapshots", "delivery of every stream the bench opens: snapshots or pixels")
+			fs.Float64Var(&unaryRate, "unary-rate", 30, "inputs/s of each browser-like player (SendInput, 3 in flight)")
+			fs.Float64Var(&playRate, "play-rate", 30, "inputs/s of each native player (Play stream)")
 		},
 		run: func(ctx context.Context, progress io.Writer) (map[string]any, error) {
+			delivery, err := parseDelivery(mode)
+			if err != nil {
+				return nil, err
+			}
 			bin, err := os.Executable()
 			if err != nil {
 				return nil, err
@@ -49,21 +85,13 @@ func init() {
 				return nil, err
 			}
 			defer eng.Close(context.Background())
-			fmt.Fprintf(progress, "%d games playing; killing the busiest node after %v...\n", games, warmup)
-			res, err := localcluster.RunFailover(ctx, c, eng, builtin.Arena, games, warmup)
+			fmt.Fprintf(progress, "%d games playing (%s); handing off, then killing the busiest node after %v...\n", games, mode, warmup)
+			res, err := localcluster.RunFailoverWith(ctx, c, eng, builtin.Arena, localcluster.FailoverOptions{
+				Games: games, Warmup: warmup, Delivery: delivery, UnaryRate: unaryRate, PlayRate: playRate})
 			if err != nil {
 				return nil, err
 			}
-			return map[string]any{
-				"games": res.Games, "victim_games": res.VictimGames, "lease_ttl_ms": res.LeaseTTLms,
-				"takeover_ms_p50": res.TakeoverMsP50, "takeover_ms_p99": res.TakeoverMsP99,
-				"acked_inputs": res.AckedInputs, "acked_inputs_lost": res.AckedInputsLost,
-				"inputs_applied_twice": res.InputsDoubled, "games_lost": res.GamesLost,
-				"state_hashes_checked": res.HashesChecked, "replay_mismatches": res.ReplayMismatch,
-				"handoff_pause_ms_p99": res.HandoffPauseMsP99, "handoffs": res.Handoffs,
-				"replay_ms_per_min_of_play": res.ReplayMsPerMinOfPlay, "etcd_writes_per_game_sec": res.EtcdWritesPerGameSec,
-				"spectator_delay_ms_p99": res.SpectatorDelayMsP99,
-			}, nil
+			return structFields(res)
 		},
 	})
 }

@@ -19,16 +19,22 @@ var (
 	benchStreamMax      = 2000
 	benchStreamLatency  = 12 * time.Second
 	benchStreamFastEach = 50
+	benchStreamPlay     = true
+	benchStreamMode     = "snapshots"
+	benchStreamPlayStep = 4 * time.Second
 )
 
 func init() {
 	registerBench("stream", bench{
-		summary: "frame codec on a scripted 60 s arena trace (bytes/s raw, seed-style delta, deflate, zstd); gateway added latency and viewer streams per gateway",
+		summary: "frame codec on a scripted 60 s arena trace (bytes/s raw, seed-style delta, deflate, zstd); gateway added latency, Play input acks and rate, viewer streams per gateway",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&benchStreamGateway, "gateway", benchStreamGateway, "also measure the gateway (in-process dev stack on loopback)")
 			fs.IntVar(&benchStreamMax, "streams", benchStreamMax, "viewer streams to open against one gateway")
 			fs.DurationVar(&benchStreamLatency, "latency-for", benchStreamLatency, "how long to sample the gateway's added latency")
 			fs.IntVar(&benchStreamFastEach, "fast-every", benchStreamFastEach, "one viewer in this many reads as fast as it can; the others read a frame every 2 s")
+			fs.BoolVar(&benchStreamPlay, "play", benchStreamPlay, "also measure one Play stream's inputs: ack latency at 30/s and the highest rate with ack p99 <= 500 ms")
+			fs.StringVar(&benchStreamMode, "mode", benchStreamMode, "delivery of the Play stream: snapshots or pixels")
+			fs.DurationVar(&benchStreamPlayStep, "play-step", benchStreamPlayStep, "how long each Play input rate is held")
 		},
 		run: runStreamBench,
 	})

@@ -71,7 +71,10 @@ func benchGateway(ctx context.Context, progress io.Writer, res map[string]any) e
 	gw, err := gateway.New(gateway.Config{
 		Etcd: stack.Etcd, BackendURL: stack.BackendURL, ClusterToken: stack.ClusterToken, Logger: quiet,
 		Verifier: auth.NewVerifier(auth.NewJWKSClient(stack.BackendURL+"/.well-known/jwks.json", auth.WithHTTPClient(h2c)), nil),
-		Limits:   gateway.Limits{MaxStreamsPerAccount: -1},
+		// No per-account stream limit (the viewer streams share one account),
+		// and input limits above the Play bench's highest rate (benchPlay).
+		Limits: gateway.Limits{MaxStreamsPerAccount: -1, InputsPerSecond: playGatewayInputRate,
+			InputBurst: playGatewayInputRate, MaxPendingInputs: playGatewayMaxPending},
 	})
 	if err != nil {
 		return err
@@ -111,6 +114,11 @@ func benchGateway(ctx context.Context, progress io.Writer, res map[string]any) e
 
 	if err := benchLatency(ctx, progress, res, games, node.Addr, stack.ClusterToken, stack.TenantID, id); err != nil {
 		return err
+	}
+	if benchStreamPlay {
+		if err := benchPlay(ctx, progress, res, authc, gwURL, id); err != nil {
+			return fmt.Errorf("play: %w", err)
+		}
 	}
 	return benchStreams(ctx, progress, res, gwURL, ticket, id)
 }

@@ -9,6 +9,7 @@ import (
 	"ludus.dev/ludus/internal/bearer"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,7 +18,6 @@ import (
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
 	"ludus.dev/ludus/ops/fleet"
-	"ludus.dev/ludus/sdk/abi"
 	"ludus.dev/ludus/simnode"
 	"ludus.dev/ludus/simnode/engine"
 	"ludus.dev/ludus/simnode/inputlog"
@@ -26,17 +26,68 @@ import (
 // FailoverResult is what a kill -9 of one sim node did to the games it ran.
 // Field names are read by tools (`ludus bench failover -json`): keep them.
 type FailoverResult struct {
-	Games           int     `json:"games"`
-	VictimGames     int     `json:"victim_games"`
-	LeaseTTLms      int64   `json:"lease_ttl_ms"`
-	TakeoverMsP50   float64 `json:"takeover_ms_p50"`
-	TakeoverMsP99   float64 `json:"takeover_ms_p99"`
-	AckedInputs     int     `json:"acked_inputs"`
-	AckedInputsLost int     `json:"acked_inputs_lost"`
-	InputsDoubled   int     `json:"inputs_applied_twice"`
-	GamesLost       int     `json:"games_lost"`
-	HashesChecked   int     `json:"state_hashes_checked"`
-	ReplayMismatch  int     `json:"replay_mismatches"`
+	Games       int   `json:"games"`
+	VictimGames int   `json:"victim_games"`
+	LeaseTTLms  int64 `json:"lease_ttl_ms"`
+	// Delivery is what every stream of the run asked for ("snapshots",
+	// "pixels", or "default": unset, the server's choice); DeliverySeen the
+	// deliveries the player streams' statuses reported (comma-separated).
+	Delivery      string  `json:"delivery"`
+	DeliverySeen  string  `json:"delivery_seen"`
+	TakeoverMsP50 float64 `json:"takeover_ms_p50"`
+	TakeoverMsP99 float64 `json:"takeover_ms_p99"`
+	// AckedInputs: inputs answered OK (SendInput) or acknowledged (Play), each
+	// counted once by its own seq; UnaryInputsAcked + PlayInputsAcked.
+	AckedInputs      int `json:"acked_inputs"`
+	UnaryInputsAcked int `json:"unary_inputs_acked"`
+	PlayInputsAcked  int `json:"play_inputs_acked"`
+	// AckedInputsLost: seqs a reply claimed durable (its acked_seq, or its
+	// superseded_by_seq) that are not in the game's log for that account.
+	AckedInputsLost int `json:"acked_inputs_lost"`
+	// OkInputsNotInLog: inputs answered OK whose own seq is neither in the
+	// log for that account nor reported superseded by a later seq that is in
+	// the log (a Play input resolved by a later input's cumulative ack: no
+	// seq up to that ack's is in the log). Must be 0.
+	OkInputsNotInLog int `json:"ok_inputs_not_in_log"`
+	// InputsSuperseded: OK replies saying superseded_by_seq (state inputs).
+	InputsSuperseded int `json:"inputs_superseded"`
+	// PlayInputsAckedCumulatively: Play inputs that got no ack of their own,
+	// only a later input's.
+	PlayInputsAckedCumulatively int `json:"play_inputs_acked_cumulatively"`
+	// AckSeqMismatches: replies whose acked_seq is not the input's own seq.
+	AckSeqMismatches int `json:"ack_seq_mismatches"`
+	// InputsDoubled: (account, seq) pairs the log applied more than once.
+	InputsDoubled int `json:"inputs_applied_twice"`
+	// LogInputsWithoutJoin: log inputs of a slot whose join the log lacks
+	// (their account is unknown, so they match no player).
+	LogInputsWithoutJoin int `json:"log_inputs_without_join"`
+	// InputRetries: unary re-sends (same seq) after a retryable error, by
+	// code in InputRetryCodes; InputsGivenUp: inputs refused with a final
+	// error (InputFinalErrors), never counted as acknowledged.
+	InputRetries     int    `json:"input_retries"`
+	InputRetryCodes  string `json:"input_retry_codes"`
+	InputsGivenUp    int    `json:"inputs_given_up"`
+	InputFinalErrors string `json:"input_final_errors"`
+	// PlayStreamsOpened: Play streams opened (each player re-opens its
+	// stream when it ends, re-sending unacknowledged inputs); how they
+	// ended in PlayStreamErrors; PlayInputsSkipped: scheduled Play inputs not
+	// sent because 48 were unacknowledged.
+	PlayStreamsOpened int    `json:"play_streams_opened"`
+	PlayStreamErrors  string `json:"play_stream_errors"`
+	PlayInputsSkipped int    `json:"play_inputs_skipped"`
+	// UnaryAckMsP99, PlayAckMsP99: input acknowledgement latency over the
+	// whole run (handoffs and the kill included).
+	UnaryAckMsP99 float64 `json:"unary_ack_ms_p99"`
+	PlayAckMsP99  float64 `json:"play_ack_ms_p99"`
+	// RollbackTicksMax: the most ticks any player stream went back (a frame
+	// below the highest tick that stream had shown), and in ms at the game's
+	// tick rate; Rollbacks: how many times streams jumped back.
+	RollbackTicksMax int64   `json:"rollback_ticks_max"`
+	RollbackMsMax    float64 `json:"rollback_ms_max"`
+	Rollbacks        int     `json:"rollbacks"`
+	GamesLost        int     `json:"games_lost"`
+	HashesChecked    int     `json:"state_hashes_checked"`
+	ReplayMismatch   int     `json:"replay_mismatches"`
 	// HandoffPauseMsP99: the longest gap between two frames a player saw around
 	// a handoff of its game (p99 over the handed-off games).
 	HandoffPauseMsP99 float64 `json:"handoff_pause_ms_p99"`
@@ -52,18 +103,58 @@ type FailoverResult struct {
 	SpectatorDelayMsP99 float64 `json:"spectator_delay_ms_p99"`
 }
 
-// player is a scripted client of one game: it streams frames (re-opening the
-// stream whenever it ends, as a client does) and sends an input every 100 ms,
-// re-sending an input until it is acknowledged.
+// FailoverOptions configure RunFailoverWith.
+type FailoverOptions struct {
+	Games  int
+	Warmup time.Duration
+	// Delivery of every stream the run opens; unset: the server's default.
+	Delivery ludusv1.Delivery
+	// UnaryRate and PlayRate: inputs per second of each kind of player
+	// (default 30 each).
+	UnaryRate, PlayRate float64
+}
+
+// DeliveryName is the short name of a delivery ("snapshots", "pixels",
+// "default").
+func DeliveryName(d ludusv1.Delivery) string {
+	switch d {
+	case ludusv1.Delivery_DELIVERY_SNAPSHOTS:
+		return "snapshots"
+	case ludusv1.Delivery_DELIVERY_PIXELS:
+		return "pixels"
+	}
+	return "default"
+}
+
+// player is the browser-like scripted client of one game: it streams frames
+// (re-opening the stream whenever it ends, as a client does) and sends inputs
+// with SendInput, three in flight, re-sending an input (same seq) after a
+// retryable error.
 type player struct {
 	game     string
-	ticket   string
+	account  string
+	tickRate int32
+	delivery ludusv1.Delivery
 	client   ludusv1connect.GameServiceClient
+	inputs   *UnaryDriver
 	mu       sync.Mutex
-	acked    map[uint64]bool
 	frames   []frameSeen
 	nodeNow  string
 	lastTick int64
+	ticks    TickTracker
+	seen     map[string]bool // Status.delivery values
+	// native is the game's second scripted player, on a Play stream.
+	native *nativePlayer
+}
+
+// nativePlayer is a native client of the game: one Play stream (re-opened
+// when it ends), inputs at a steady rate, acks on the stream.
+type nativePlayer struct {
+	account string
+	drv     *PlayDriver
+	mu      sync.Mutex
+	ticks   TickTracker
+	seen    map[string]bool
 }
 
 type frameSeen struct {
@@ -71,45 +162,107 @@ type frameSeen struct {
 	node string
 }
 
-// RunFailover creates games (each with bots and one scripted player), lets them
-// play for warmup, kills -9 the sim node running the most games, and measures,
-// per game of that node, the time from the kill to the first frame its player
-// receives from the new owner. Then it checks every acknowledged input is in
-// the game's log exactly once and that a full replay of each log reproduces
-// every recorded state hash.
+// RunFailover is RunFailoverWith with the streams' default delivery.
 func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []byte, games int, warmup time.Duration) (FailoverResult, error) {
-	res := FailoverResult{Games: games, LeaseTTLms: c.cfg.LeaseTTL.Milliseconds()}
+	return RunFailoverWith(ctx, c, eng, module, FailoverOptions{Games: games, Warmup: warmup})
+}
+
+// login signs a guest in and returns its account and a game client.
+func login(ctx context.Context, c *Cluster, hc *http.Client, opts ...connect.ClientOption) (string, ludusv1connect.GameServiceClient, error) {
 	auth := ludusv1connect.NewAuthServiceClient(http.DefaultClient, c.GatewayURL)
+	dev := make([]byte, 12)
+	_, _ = rand.Read(dev)
+	l, err := auth.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "demo", DeviceId: fmt.Sprintf("failover-%x", dev)}))
+	if err != nil {
+		return "", nil, fmt.Errorf("login: %w", err)
+	}
+	opts = append(opts, connect.WithInterceptors(bearer.Token(l.Msg.Ticket)))
+	return l.Msg.AccountId, ludusv1connect.NewGameServiceClient(hc, c.GatewayURL, opts...), nil
+}
+
+// RunFailoverWith creates games (each with bots and two scripted players: one
+// browser-like, streaming frames and sending unary inputs, one native, on a
+// Play stream), lets them play for warmup, hands some games off, kills -9 the
+// sim node running the most games, and measures, per game of that node, the
+// time from the kill to the first frame its player receives from the new
+// owner. Then it checks every acknowledged input against the game's log
+// (exactly once, or superseded by a later input that is there), and that a
+// full replay of each log reproduces every recorded state hash.
+func RunFailoverWith(ctx context.Context, c *Cluster, eng *engine.Engine, module []byte, o FailoverOptions) (FailoverResult, error) {
+	games, warmup := o.Games, o.Warmup
+	res := FailoverResult{Games: games, LeaseTTLms: c.cfg.LeaseTTL.Milliseconds(), Delivery: DeliveryName(o.Delivery)}
 	players := make([]*player, games)
 	byNode := map[string][]*player{}
-	for i := range players {
-		dev := make([]byte, 12)
-		_, _ = rand.Read(dev)
-		l, err := auth.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "demo", DeviceId: fmt.Sprintf("failover-%x", dev)}))
-		if err != nil {
-			return res, fmt.Errorf("login: %w", err)
+	var clients []*http.Client
+	defer func() {
+		for _, hc := range clients {
+			hc.CloseIdleConnections()
 		}
-		p := &player{ticket: l.Msg.Ticket, acked: map[uint64]bool{}}
-		p.client = ludusv1connect.NewGameServiceClient(http.DefaultClient, c.GatewayURL, connect.WithInterceptors(bearer.Token(p.ticket)))
+	}()
+	for i := range players {
+		// A browser-like player: HTTP/1.1, its own connections (a few, kept
+		// alive: three inputs in flight and a frame stream).
+		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 6}}
+		clients = append(clients, hc)
+		account, client, err := login(ctx, c, hc)
+		if err != nil {
+			return res, err
+		}
+		p := &player{account: account, client: client, delivery: o.Delivery, seen: map[string]bool{}}
 		// Limits far away: the games must outlive the test.
 		g, err := p.client.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "arena", Bots: 3,
 			Config: []byte(`{"score_limit":10000,"time_limit_s":3600}`)}))
 		if err != nil {
 			return res, fmt.Errorf("create game %d: %w", i, err)
 		}
-		p.game = g.Msg.Game.GameId
+		p.game, p.tickRate = g.Msg.Game.GameId, g.Msg.Game.TickRate
+		if p.tickRate <= 0 {
+			p.tickRate = 35
+		}
 		if _, err := p.client.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: p.game})); err != nil {
 			return res, fmt.Errorf("join: %w", err)
 		}
+		p.inputs = &UnaryDriver{Client: p.client, Game: p.game, InFlight: 3, Rate: o.UnaryRate}
+		// The native player: its own account and HTTP/2 connection.
+		h2c := H2CClient()
+		clients = append(clients, h2c)
+		nAccount, nClient, err := login(ctx, c, h2c, connect.WithGRPC())
+		if err != nil {
+			return res, err
+		}
+		if _, err := nClient.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: p.game})); err != nil {
+			return res, fmt.Errorf("join (native player): %w", err)
+		}
+		n := &nativePlayer{account: nAccount, seen: map[string]bool{}}
+		n.drv = &PlayDriver{Client: nClient, Game: p.game, Delivery: o.Delivery, Window: 48,
+			OnFrame: func(f *ludusv1.Frame) {
+				n.mu.Lock()
+				n.ticks.Observe(f.Tick)
+				n.mu.Unlock()
+			},
+			OnStatus: func(st *ludusv1.Status) {
+				n.mu.Lock()
+				if st.Delivery != "" {
+					n.seen[st.Delivery] = true
+				}
+				n.mu.Unlock()
+			}}
+		playRate := o.PlayRate
+		if playRate <= 0 {
+			playRate = 30
+		}
+		n.drv.SetRate(playRate)
+		p.native = n
 		players[i] = p
 		byNode[g.Msg.Game.NodeId] = append(byNode[g.Msg.Game.NodeId], p)
 	}
 	pctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, p := range players {
-		wg.Add(2)
+		wg.Add(3)
 		go func() { defer wg.Done(); p.stream(pctx) }()
-		go func() { defer wg.Done(); p.play(pctx) }()
+		go func() { defer wg.Done(); p.inputs.Run(pctx) }()
+		go func() { defer wg.Done(); p.native.drv.Run(pctx) }()
 	}
 	// Spectators of the first few games, through the gateway (a replica node),
 	// during steady play (until the handoffs start).
@@ -130,27 +283,26 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 			specMu.Unlock()
 		}()
 	}
+	abort := func(err error) (FailoverResult, error) {
+		stop()
+		wg.Wait()
+		return res, err
+	}
 	select {
 	case <-time.After(warmup):
 	case <-ctx.Done():
-		stop()
-		wg.Wait()
-		return res, ctx.Err()
+		return abort(ctx.Err())
 	}
 	// Steady play: etcd writes per game-second.
 	r0, err := c.Etcd.Get(ctx, "/ludus/none")
 	if err != nil {
-		stop()
-		wg.Wait()
-		return res, err
+		return abort(err)
 	}
 	window := 2 * time.Second
 	time.Sleep(window)
 	r1, err := c.Etcd.Get(ctx, "/ludus/none")
 	if err != nil {
-		stop()
-		wg.Wait()
-		return res, err
+		return abort(err)
 	}
 	res.EtcdWritesPerGameSec = float64(r1.Header.Revision-r0.Header.Revision) / float64(games) / window.Seconds()
 	stopSpectators()
@@ -159,7 +311,7 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 	fleetc := ludusv1connect.NewFleetServiceClient(http.DefaultClient, c.BackendURL, connect.WithInterceptors(bearer.Token(c.OperatorKey)))
 	var pauses []float64
 	for i, p := range players {
-		if i >= 10 {
+		if i >= 10 || ctx.Err() != nil {
 			break
 		}
 		at := time.Now()
@@ -192,26 +344,22 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 		n := len(p.frames)
 		p.mu.Unlock()
 		if n == 0 {
-			stop()
-			wg.Wait()
-			return res, fmt.Errorf("player of game %s received no frame during the warm-up", p.game)
+			return abort(fmt.Errorf("player of game %s received no frame during the warm-up (delivery %s)", p.game, res.Delivery))
 		}
 	}
 	killed := time.Now()
 	if err := c.Proc(victim).Kill(); err != nil {
-		stop()
-		wg.Wait()
-		return res, fmt.Errorf("kill %s: %w", victim, err)
+		return abort(fmt.Errorf("kill %s: %w", victim, err))
 	}
 	// Wait until every victim game streams from another node (bounded).
 	deadline := killed.Add(10*c.cfg.LeaseTTL + 20*time.Second)
 	var takeovers []float64
 	pending := append([]*player(nil), byNode[victim]...)
-	for len(pending) > 0 && time.Now().Before(deadline) {
+	for len(pending) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 		var still []*player
 		for _, p := range pending {
 			if t, ok := p.firstFrameAfter(killed, victim); ok {
-				takeovers = append(takeovers, float64(t.Sub(killed).Microseconds())/1000)
+				takeovers = append(takeovers, ms(t.Sub(killed)))
 			} else {
 				still = append(still, p)
 			}
@@ -232,36 +380,75 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 	sort.Float64s(specDelays)
 	res.SpectatorDelayMsP99 = percentile(specDelays, 0.99)
 	specMu.Unlock()
+
+	// What the clients saw: rollbacks, deliveries, retries, ack latencies.
+	deliveries := map[string]bool{}
+	var retries, finals, streamErrs errorTally
+	var unaryLat, playLat []float64
+	for _, p := range players {
+		n := p.native
+		p.mu.Lock()
+		n.mu.Lock()
+		for _, t := range []*TickTracker{&p.ticks, &n.ticks} {
+			res.Rollbacks += t.Rollbacks()
+			if rb := t.MaxRollback(); rb > res.RollbackTicksMax {
+				res.RollbackTicksMax = rb
+			}
+			res.RollbackMsMax = max(res.RollbackMsMax, TicksToMs(t.MaxRollback(), p.tickRate))
+		}
+		for d := range p.seen {
+			deliveries[d] = true
+		}
+		for d := range n.seen {
+			deliveries[d] = true
+		}
+		n.mu.Unlock()
+		p.mu.Unlock()
+		p.inputs.mu.Lock()
+		retries.merge(&p.inputs.retries)
+		finals.merge(&p.inputs.final)
+		p.inputs.mu.Unlock()
+		st := n.drv.Stats()
+		res.PlayStreamsOpened += st.Streams
+		res.PlayInputsSkipped += st.Skipped
+		n.drv.mu.Lock()
+		streamErrs.merge(&n.drv.streamErrs)
+		n.drv.mu.Unlock()
+		unaryLat = append(unaryLat, ackedOnly(p.inputs.Samples())...)
+		playLat = append(playLat, ackedOnly(n.drv.Samples())...)
+	}
+	res.DeliverySeen = joinKeys(deliveries)
+	res.InputRetries, res.InputRetryCodes = retries.total(), retries.String()
+	res.InputsGivenUp, res.InputFinalErrors = finals.total(), finals.String()
+	res.PlayStreamErrors = streamErrs.String()
+	sort.Float64s(unaryLat)
+	sort.Float64s(playLat)
+	res.UnaryAckMsP99, res.PlayAckMsP99 = percentile(unaryLat, 0.99), percentile(playLat, 0.99)
+
+	// Every acknowledged input against the log; then a full replay.
 	var replayMs, playMin float64
 	for _, p := range players {
 		spec, chunks, err := c.ReadLog(ctx, p.game)
 		if err != nil {
 			return res, fmt.Errorf("read log of %s: %w", p.game, err)
 		}
-		seen := map[uint64]int{}
-		for _, ch := range chunks {
-			for _, e := range ch.Entries {
-				if e.Event.Kind == abi.EventInput {
-					seen[e.Seq]++
-				}
-			}
-		}
-		p.mu.Lock()
-		for seq := range p.acked {
-			res.AckedInputs++
-			if seen[seq] == 0 {
-				res.AckedInputsLost++
-			}
-		}
-		p.mu.Unlock()
-		for _, n := range seen {
-			if n > 1 {
-				res.InputsDoubled++
-			}
-		}
+		idx := IndexLog(chunks)
+		unary := CheckAcks(idx, p.account, p.inputs.Acks())
+		native := CheckAcks(idx, p.native.account, p.native.drv.Acks())
+		all := unary.Add(native)
+		res.AckedInputs += all.Acked
+		res.UnaryInputsAcked += unary.Acked
+		res.PlayInputsAcked += native.Acked
+		res.AckedInputsLost += all.Lost
+		res.OkInputsNotInLog += all.NotInLog
+		res.InputsSuperseded += all.Superseded
+		res.PlayInputsAckedCumulatively += native.Cumulative
+		res.AckSeqMismatches += all.SeqMismatch
+		res.InputsDoubled += idx.AppliedTwice()
+		res.LogInputsWithoutJoin += idx.Unjoined
 		began := time.Now()
 		inst, hashes, err := simnode.Replay(ctx, eng, module, spec, chunks)
-		replayMs += float64(time.Since(began).Microseconds()) / 1000
+		replayMs += ms(time.Since(began))
 		if len(chunks) > 0 && spec.TickRate > 0 {
 			playMin += float64(chunks[len(chunks)-1].To) / float64(spec.TickRate) / 60
 		}
@@ -280,6 +467,26 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 		res.ReplayMsPerMinOfPlay = replayMs / playMin
 	}
 	return res, nil
+}
+
+// ackedOnly is the ack latency (ms) of every acknowledged sample.
+func ackedOnly(samples []InputSample) []float64 {
+	var out []float64
+	for _, s := range samples {
+		if !s.AckedAt.IsZero() {
+			out = append(out, ms(s.AckedAt.Sub(s.SentAt)))
+		}
+	}
+	return out
+}
+
+func joinKeys(m map[string]bool) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
 }
 
 // longestGap is the longest interval between consecutive frames the player
@@ -309,7 +516,7 @@ func (p *player) longestGap(from, to time.Time) float64 {
 // how far (ms) it runs behind the player's own view.
 func (p *player) spectate(ctx context.Context) []float64 {
 	var delays []float64
-	s, err := p.client.Spectate(ctx, connect.NewRequest(&ludusv1.SpectateRequest{GameId: p.game}))
+	s, err := p.client.Spectate(ctx, connect.NewRequest(&ludusv1.SpectateRequest{GameId: p.game, Delivery: p.delivery}))
 	if err != nil {
 		return nil
 	}
@@ -323,7 +530,7 @@ func (p *player) spectate(ctx context.Context) []float64 {
 		own := p.lastTick
 		p.mu.Unlock()
 		if own > 0 && f.Tick > 0 {
-			delays = append(delays, float64(own-f.Tick)*1000/35)
+			delays = append(delays, TicksToMs(own-f.Tick, p.tickRate))
 		}
 	}
 	return delays
@@ -350,16 +557,20 @@ func (p *player) firstFrameAfter(t time.Time, notNode string) (time.Time, bool) 
 
 func (p *player) stream(ctx context.Context) {
 	for ctx.Err() == nil {
-		s, err := p.client.StreamFrames(ctx, connect.NewRequest(&ludusv1.StreamFramesRequest{GameId: p.game}))
+		s, err := p.client.StreamFrames(ctx, connect.NewRequest(&ludusv1.StreamFramesRequest{GameId: p.game, Delivery: p.delivery}))
 		if err == nil {
 			for s.Receive() {
 				m := s.Msg()
 				p.mu.Lock()
 				if st := m.GetStatus(); st != nil {
 					p.nodeNow = st.NodeId
+					if st.Delivery != "" {
+						p.seen[st.Delivery] = true
+					}
 				} else if f := m.GetFrame(); f != nil {
 					p.frames = append(p.frames, frameSeen{at: time.Now(), node: p.nodeNow})
 					p.lastTick = f.Tick
+					p.ticks.Observe(f.Tick)
 				}
 				p.mu.Unlock()
 			}
@@ -368,25 +579,6 @@ func (p *player) stream(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func (p *player) play(ctx context.Context) {
-	seq := uint64(1)
-	for ctx.Err() == nil {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		r, err := p.client.SendInput(cctx, connect.NewRequest(&ludusv1.SendInputRequest{GameId: p.game, Seq: seq, Payload: []byte{byte(seq % 16)}}))
-		cancel()
-		if err == nil {
-			p.mu.Lock()
-			p.acked[r.Msg.AckedSeq] = true
-			p.mu.Unlock()
-			seq++ // only move on once acknowledged: unacknowledged inputs are re-sent
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
