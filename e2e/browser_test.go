@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,22 +38,33 @@ func TestBrowserPlays(t *testing.T) {
 	if err := os.MkdirAll(artifacts, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	shot := filepath.Join(artifacts, "browser-play.png")
-	for _, proto := range []string{"", "grpcweb"} {
+	// Both delivery modes over Connect (the module's own renderer in a Web
+	// Worker, and frames rendered on the node), and the page's own choice
+	// over gRPC-Web. play.mjs checks the status bar shows the forced mode,
+	// that a key changes the picture and that Spectate draws; it reports the
+	// browser's render time per frame.
+	for _, c := range []struct{ proto, mode string }{{"", "snapshots"}, {"", "pixels"}, {"grpcweb", ""}} {
 		url := stack.GatewayURL + "/"
 		name := "connect"
-		if proto != "" {
-			url += "?protocol=" + proto
-			name = proto
+		if c.proto != "" {
+			url += "?protocol=" + c.proto
+			name = c.proto
+		}
+		if c.mode != "" {
+			name += "/" + c.mode
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			out := shot
-			if proto != "" {
-				out = filepath.Join(artifacts, "browser-play-"+proto+".png")
+			out := filepath.Join(artifacts, "browser-play.png")
+			if c.proto != "" || c.mode != "" {
+				out = filepath.Join(artifacts, "browser-play-"+strings.ReplaceAll(name, "/", "-")+".png")
 			}
-			cmd := exec.CommandContext(ctx, "node", script, url, out)
+			args := []string{script, url, out}
+			if c.mode != "" {
+				args = append(args, c.mode)
+			}
+			cmd := exec.CommandContext(ctx, "node", args...)
 			cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
 			res, err := cmd.CombinedOutput()
 			t.Logf("%s", res)

@@ -255,7 +255,13 @@ func TestSecondPlayerAndSpectator(t *testing.T) {
 	}
 	found := false
 	for _, g := range list.Msg.Games {
-		found = found || g.GameId == id
+		if g.GameId == id {
+			found = true
+			// A spectator's page picks its delivery from the listing.
+			if g.SnapshotFormat == "" || g.InputKind != "state" {
+				t.Fatalf("ListGames shows game %s without its snapshot format or input kind: %+v", id, g)
+			}
+		}
 	}
 	if !found {
 		t.Fatalf("ListGames does not show game %s", id)

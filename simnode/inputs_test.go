@@ -160,7 +160,7 @@ func TestStateInputSupersededIsSaidSo(t *testing.T) {
 	id := startModuleGame(t, c, "tenant-st", arenaID, `{"bots":0}`)
 	g, _ := n.game("tenant-st", id)
 	if g.spec.InputKind != abi.InputState {
-		t.Skipf("the arena module declares input_kind %q, not state", g.spec.InputKind)
+		t.Fatalf("the arena module declares input_kind %q; its held-buttons mask is a state input", g.spec.InputKind)
 	}
 	got := sendOrdered(t, c, "tenant-st", id, 2, 1, 3)
 	want := []struct{ acked, superseded uint64 }{{2, 0}, {1, 2}, {3, 0}}

@@ -42,5 +42,6 @@ func GameInfo(g Game) *ludusv1.GameInfo {
 		GameId: g.Spec.GameID, ModuleName: g.Spec.ModuleName, BuildId: g.Spec.BuildID,
 		NodeId: g.Owner, MaxPlayers: int32(g.Spec.MaxPlayers), Players: int32(g.Status.Players),
 		Tick: g.Status.Tick, State: g.Status.State, TickRate: int32(g.Spec.TickRate), ViewFormat: g.Spec.ViewFormat,
+		SnapshotFormat: g.Spec.SnapshotFormat, InputKind: g.Spec.InputKind,
 	}
 }

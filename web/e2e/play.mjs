@@ -1,6 +1,6 @@
 // Browser end-to-end check of the web client against a running Ludus gateway.
 //
-//   node e2e/play.mjs http://127.0.0.1:8080 /tmp/play.png
+//   node e2e/play.mjs http://127.0.0.1:8080 /tmp/play.png [pixels|snapshots]
 //
 // Opens the page in headless Chromium ($CHROMIUM, default /usr/bin/chromium), clicks
 // "Play as guest", waits for a drawn frame, holds the Left arrow for a second and checks
@@ -8,6 +8,14 @@
 // page and waits for its first frame, then saves a screenshot of the play page. Prints a
 // one-line JSON summary and exits 0, or prints the failure and exits 1. Everything is
 // bounded by a 60 s timeout.
+//
+// The third argument forces a delivery mode: the page is opened with ?delivery=MODE
+// (kept by the Spectate link) and both pages must draw in that mode, with the status
+// bar's mode field saying so ("snapshots (rendered here)" / "pixels (...)"); a page
+// that fell back from snapshots to pixels fails the check, naming the reason. Without
+// it the page chooses, and the summary says what it chose. The summary reports the
+// page's test hooks (window.ludus): mode, frames drawn, the median render time per
+// frame and the SHA-256 and tick of the last indexed8 frame drawn.
 
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -18,11 +26,14 @@ const TOTAL_MS = 60_000;
 const FRAME_MS = 20_000;
 const CHANGE_MS = 8_000;
 
-const [base, shot] = process.argv.slice(2);
-if (!base || !shot) {
-  console.error("usage: node e2e/play.mjs BASE_URL SCREENSHOT.png");
+const [base, shot, mode = ""] = process.argv.slice(2);
+if (!base || !shot || !["", "pixels", "snapshots"].includes(mode)) {
+  console.error("usage: node e2e/play.mjs BASE_URL SCREENSHOT.png [pixels|snapshots]");
   process.exit(2);
 }
+/** The page to open: BASE_URL, with ?delivery=MODE when a mode is forced. */
+const start = new URL(base);
+if (mode) start.searchParams.set("delivery", mode);
 
 const started = Date.now();
 const userDataDir = mkdtempSync(join(tmpdir(), "ludus-e2e-"));
@@ -98,6 +109,38 @@ async function firstFrame(page, label) {
   });
 }
 
+/** The page's drawing hooks (web/src/hooks.ts), with the hash of the last frame drawn. */
+function hooks(page) {
+  return page.evaluate(async () => {
+    const h = window.ludus;
+    if (!h) return null;
+    return {
+      mode: h.mode,
+      why: h.why,
+      framesDrawn: h.framesDrawn,
+      renderMsMedian: h.renderMsMedian,
+      renderSamples: h.renderSamples,
+      lastFrame: await h.lastFrame(),
+    };
+  });
+}
+
+/**
+ * Waits until the page draws in the forced mode and its status bar says so; fails at
+ * once when it fell back to pixels. Without a forced mode, returns the hooks.
+ */
+async function checkMode(page, label) {
+  if (!mode) return hooks(page);
+  return until(page, FRAME_MS, `${label}: never drew in ${mode} mode`, async () => {
+    const h = await hooks(page);
+    if (h && mode === "snapshots" && h.mode === "pixels" && h.why) {
+      throw new Error(`${label}: fell back to pixels: ${h.why}`);
+    }
+    const text = await page.evaluate(() => document.querySelector('[data-field="mode"]')?.textContent ?? "");
+    return h && h.mode === mode && text.startsWith(mode) && h.framesDrawn > 0 && h.lastFrame ? { ...h, text } : null;
+  });
+}
+
 function watch(page, label) {
   page.on("pageerror", (err) => pageErrors.push(`${label}: ${err.message}`));
   page.on("console", (msg) => {
@@ -124,11 +167,12 @@ try {
   const page = context.pages()[0] ?? (await context.newPage());
   watch(page, "play");
 
-  const res = await page.goto(base, { waitUntil: "load", timeout: 15_000 });
-  if (!res?.ok()) throw new Error(`GET ${base}: HTTP ${res?.status()}`);
+  const res = await page.goto(start.href, { waitUntil: "load", timeout: 15_000 });
+  if (!res?.ok()) throw new Error(`GET ${start.href}: HTTP ${res?.status()}`);
   await page.getByRole("button", { name: "Play as guest" }).click({ timeout: 10_000 });
 
   const first = await firstFrame(page, "play page");
+  await checkMode(page, "play page");
   const gameId = await until(page, 5000, "game id never appeared in the URL hash", () =>
     page.evaluate(() => new URLSearchParams(location.hash.slice(1)).get("game")),
   );
@@ -154,7 +198,11 @@ try {
   watch(spec, "spectate");
   await spec.goto(spectateUrl, { waitUntil: "load", timeout: 15_000 });
   const specFrame = await firstFrame(spec, "spectate page");
+  const specHooks = await checkMode(spec, "spectate page");
 
+  // Let a few more frames through, so the render time is a median of many.
+  await page.waitForTimeout(1500);
+  const playHooks = await checkMode(page, "play page");
   await page.screenshot({ path: shot });
   const status = await statusText(page);
   clearTimeout(deadline);
@@ -163,6 +211,15 @@ try {
     JSON.stringify({
       ok: true,
       base,
+      url: start.href,
+      mode: playHooks?.mode ?? "",
+      why: playHooks?.why ?? "",
+      framesDrawn: playHooks?.framesDrawn ?? 0,
+      renderMsMedian: playHooks?.renderMsMedian ?? null,
+      renderSamples: playHooks?.renderSamples ?? 0,
+      lastFrame: playHooks?.lastFrame ?? null,
+      spectateMode: specHooks?.mode ?? "",
+      spectateRenderMsMedian: specHooks?.renderMsMedian ?? null,
       gameId,
       canvas: first.size,
       firstHash: first.hash,

@@ -93,7 +93,11 @@ export interface Ack {
   latencyMs: number;
 }
 
-export type SendFn = (seq: bigint, payload: Uint8Array, signal: AbortSignal) => Promise<{ ackedSeq: bigint; tick: bigint }>;
+export type SendFn = (
+  seq: bigint,
+  payload: Uint8Array,
+  signal: AbortSignal,
+) => Promise<{ ackedSeq: bigint; tick: bigint; supersededBySeq: bigint }>;
 
 const MAX_IN_FLIGHT = 3;
 const RETRY_MS = 1000;
@@ -152,9 +156,12 @@ export class InputSender {
           this.inFlight--;
           if (signal.aborted) return;
           this.onAck({ seq, ackedSeq: res.ackedSeq, tick: res.tick, latencyMs: performance.now() - t0 });
-          if (res.ackedSeq >= this.nextSeq) {
-            // The server has seen higher numbers than ours: ours were ignored.
-            this.nextSeq = res.ackedSeq + 1n;
+          // An OK means this input is durable, or (held buttons are a "state"
+          // input) that a later one is: supersededBySeq names it. A later one
+          // that this page never sent (another tab of the account) means ours
+          // are stale: continue above it and send the current mask again.
+          if (res.supersededBySeq >= this.nextSeq) {
+            this.nextSeq = res.supersededBySeq + 1n;
             this.sent = -1;
           }
           this.pump();

@@ -1,7 +1,8 @@
 // Ludus browser client: lobby, play and spectate views.
 //
-// URL: ?tenant=&protocol=grpcweb&player=&module=&bots= (all optional), then
-// #game=ID (join that game after "Play as guest") or #spectate=ID / ?spectate=ID.
+// URL: ?tenant=&protocol=grpcweb&player=&module=&bots=&delivery=pixels|snapshots
+// (all optional), then #game=ID (join that game after "Play as guest") or
+// #spectate=ID / ?spectate=ID.
 
 import { describeError, randomId, readConfig, savedName, Session } from "./api";
 import { GameList } from "./games";
@@ -134,6 +135,8 @@ async function play(gameId: string): Promise<void> {
       status,
       viewFormat: joined.game?.viewFormat ?? "",
       slot: joined.slot,
+      snapshotFormat: joined.game?.snapshotFormat ?? "",
+      buildId: joined.game?.buildId ?? "",
     });
     ui.canvas.focus();
   } catch (err) {
@@ -157,7 +160,24 @@ async function spectate(gameId: string): Promise<void> {
     return;
   }
   if (gen !== generation) return;
-  match = new Match({ session, gameId, spectate: true, canvas: ui.canvas, overlay: ui.overlay, status });
+  // The game's entry says whether its module renders snapshots; unknown (not
+  // listed, or the list failed) tries snapshots and falls back if refused.
+  const info = await session.game.listGames({}).then(
+    (res) => res.games.find((g) => g.gameId === gameId),
+    () => undefined,
+  );
+  if (gen !== generation) return;
+  match = new Match({
+    session,
+    gameId,
+    spectate: true,
+    canvas: ui.canvas,
+    overlay: ui.overlay,
+    status,
+    viewFormat: info?.viewFormat,
+    snapshotFormat: info?.snapshotFormat,
+    buildId: info?.buildId,
+  });
 }
 
 function route(): void {

@@ -1,11 +1,10 @@
 // Drawing views on the canvas: the indexed8 format, newest frame only, once per
-// animation frame.
+// animation frame. Views come either as indexed8 bytes (pixels rendered by the
+// node) or as ImageBitmaps the render worker made from snapshots (snapshots.ts).
 
-/** The view format this client can draw; see docs/ABI.md. */
-export const INDEXED8 = "indexed8";
+import { indexed8Size, PaletteLUT } from "./indexed8";
 
-const HEADER = 8; // "IDX8", u16 width, u16 height
-const PALETTE = 768; // 256 × (R, G, B)
+export { INDEXED8 } from "./indexed8";
 
 /**
  * Renderer keeps the newest submitted view and draws it on the next animation frame;
@@ -15,13 +14,17 @@ export class Renderer {
   private readonly ctx: CanvasRenderingContext2D;
   private image: ImageData | null = null;
   private pixels = new Uint32Array(0);
-  /** Palette as canvas pixels: lut[i] is palette entry i as RGBA bytes. */
-  private readonly lut = new Uint32Array(256);
-  private readonly lutBytes = new Uint8Array(this.lut.buffer);
-  private latest: Uint8Array | null = null;
+  private readonly palette = new PaletteLUT();
+  private latest: Uint8Array | ImageBitmap | null = null;
+  private latestTick = -1n;
   private raf = 0;
+  /** The indexed8 view last drawn by draw(), and its tick (-1 when unknown). */
+  lastView: Uint8Array | null = null;
+  lastTick = -1n;
   /** Called after each paint with why the view could not be drawn, or "" if it was. */
   onPaint: (problem: string) => void = () => {};
+  /** Called after each view drawn: its tick and the milliseconds drawing took. */
+  onDrawn: (tick: bigint, ms: number) => void = () => {};
 
   constructor(readonly canvas: HTMLCanvasElement) {
     const ctx = canvas.getContext("2d", { alpha: false });
@@ -32,54 +35,71 @@ export class Renderer {
   }
 
   /** Queues a view; only the newest one queued before the next paint is drawn. */
-  submit(view: Uint8Array): void {
+  submit(view: Uint8Array | ImageBitmap, tick = -1n): void {
+    this.drop();
     this.latest = view;
+    this.latestTick = tick;
     if (!this.raf) this.raf = requestAnimationFrame(this.paint);
   }
 
   stop(): void {
     cancelAnimationFrame(this.raf);
     this.raf = 0;
+    this.drop();
+  }
+
+  /** Forgets the queued view (an ImageBitmap's memory is released). */
+  private drop(): void {
+    if (this.latest && !(this.latest instanceof Uint8Array)) this.latest.close();
     this.latest = null;
   }
 
   private readonly paint = (): void => {
     this.raf = 0;
     const view = this.latest;
+    const tick = this.latestTick;
     this.latest = null;
     if (!view) return;
-    this.onPaint(this.draw(view));
+    const t0 = performance.now();
+    let problem: string;
+    if (view instanceof Uint8Array) {
+      problem = this.draw(view);
+      if (!problem) {
+        this.lastView = view;
+        this.lastTick = tick;
+      }
+    } else {
+      problem = this.drawBitmap(view);
+      view.close();
+    }
+    if (!problem) this.onDrawn(tick, performance.now() - t0);
+    this.onPaint(problem);
   };
 
   /** Draws one indexed8 view; returns why it could not, or "" on success. */
   draw(view: Uint8Array): string {
-    if (view.length < HEADER + PALETTE || view[0] !== 0x49 || view[1] !== 0x44 || view[2] !== 0x58 || view[3] !== 0x38) {
-      return "frame is not an indexed8 view (no IDX8 header)";
-    }
-    const w = view[4]! | (view[5]! << 8);
-    const h = view[6]! | (view[7]! << 8);
-    const n = w * h;
-    if (n === 0 || view.length < HEADER + PALETTE + n) {
-      return `indexed8 view of ${w}×${h} is truncated (${view.length} bytes)`;
-    }
+    const size = indexed8Size(view);
+    if (typeof size === "string") return size;
+    const { w, h } = size;
     if (!this.image || this.image.width !== w || this.image.height !== h) {
       this.canvas.width = w;
       this.canvas.height = h;
       this.image = this.ctx.createImageData(w, h);
       this.pixels = new Uint32Array(this.image.data.buffer);
     }
-    // Palette to RGBA bytes, written byte-wise so it is right on any endianness.
-    const lb = this.lutBytes;
-    for (let i = 0, p = HEADER; i < 1024; i += 4, p += 3) {
-      lb[i] = view[p]!;
-      lb[i + 1] = view[p + 1]!;
-      lb[i + 2] = view[p + 2]!;
-      lb[i + 3] = 255;
-    }
-    const lut = this.lut;
-    const out = this.pixels;
-    for (let i = 0, p = HEADER + PALETTE; i < n; i++, p++) out[i] = lut[view[p]!]!;
+    this.palette.expand(view, w * h, this.pixels);
     this.ctx.putImageData(this.image, 0, 0);
+    return "";
+  }
+
+  /** Draws a frame the render worker made. */
+  private drawBitmap(bitmap: ImageBitmap): string {
+    if (this.canvas.width !== bitmap.width || this.canvas.height !== bitmap.height) {
+      this.canvas.width = bitmap.width;
+      this.canvas.height = bitmap.height;
+      this.image = null; // the next indexed8 view sizes the canvas again
+    }
+    this.ctx.drawImage(bitmap, 0, 0);
     return "";
   }
 }

@@ -2,6 +2,7 @@
 
 const FIELDS = {
   conn: "connection",
+  mode: "mode",
   game: "game",
   slot: "slot",
   node: "node",
@@ -9,6 +10,7 @@ const FIELDS = {
   tick: "tick",
   state: "state",
   fps: "frames/s",
+  render: "render/frame",
   ack: "input ack",
 } as const;
 
