@@ -85,12 +85,15 @@ func TestKillNodeMultiProcess(t *testing.T) {
 	defer eng.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	res, err := localcluster.RunFailover(ctx, c, eng, builtin.Arena, failoverGames(), 3*time.Second)
+	// Streams in snapshot mode (the default a browser picks for the arena): a
+	// snapshot stream re-attaches across the failover like a pixel stream.
+	res, err := localcluster.RunFailoverWith(ctx, c, eng, builtin.Arena, localcluster.FailoverOptions{
+		Games: failoverGames(), Warmup: 3 * time.Second, Delivery: ludusv1.Delivery_DELIVERY_SNAPSHOTS})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", res)
-	if res.GamesLost != 0 || res.AckedInputsLost != 0 || res.InputsDoubled != 0 || res.ReplayMismatch != 0 {
+	if res.GamesLost != 0 || res.AckedInputsLost != 0 || res.InputsDoubled != 0 || res.ReplayMismatch != 0 || res.OkInputsNotInLog != 0 {
 		t.Fatalf("failover lost something: %+v", res)
 	}
 	if res.VictimGames == 0 || res.AckedInputs == 0 || res.HashesChecked == 0 {

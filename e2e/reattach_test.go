@@ -17,8 +17,16 @@ import (
 // naming the new node with the migration's duration, then frames again —
 // without reconnecting. Inputs sent after the move are acknowledged.
 func TestReattachDuringHandoff(t *testing.T) {
-	for _, p := range protocols() {
-		t.Run(p.name, func(t *testing.T) {
+	for _, c := range []struct {
+		p        protocol
+		delivery ludusv1.Delivery
+	}{
+		{protocols()[0], ludusv1.Delivery_DELIVERY_PIXELS}, {protocols()[0], ludusv1.Delivery_DELIVERY_SNAPSHOTS},
+		{protocols()[1], ludusv1.Delivery_DELIVERY_PIXELS}, {protocols()[1], ludusv1.Delivery_DELIVERY_SNAPSHOTS},
+		{protocols()[2], ludusv1.Delivery_DELIVERY_SNAPSHOTS},
+	} {
+		p := c.p
+		t.Run(p.name+"/"+c.delivery.String(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			pl := login(t, p, devstack.DemoTenant)
@@ -30,7 +38,7 @@ func TestReattachDuringHandoff(t *testing.T) {
 			if _, err := pl.games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: id})); err != nil {
 				t.Fatal(err)
 			}
-			stream, err := pl.games.StreamFrames(ctx, connect.NewRequest(&ludusv1.StreamFramesRequest{GameId: id}))
+			stream, err := pl.games.StreamFrames(ctx, connect.NewRequest(&ludusv1.StreamFramesRequest{GameId: id, Delivery: c.delivery}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,6 +63,9 @@ func TestReattachDuringHandoff(t *testing.T) {
 				if st := m.GetStatus(); st != nil {
 					if st.State == "migrating" {
 						sawMigrating = true
+					}
+					if want := map[bool]string{true: "snapshots", false: "pixels"}[c.delivery == ludusv1.Delivery_DELIVERY_SNAPSHOTS]; st.NodeId != "" && st.State == "running" && st.Delivery != "" && st.Delivery != want {
+						t.Fatalf("stream asked for %s, status says %q", want, st.Delivery)
 					}
 					if st.MigrationMs > 0 || (st.PreviousNodeId == from && st.NodeId == moved.Msg.ToNodeId) {
 						reattached = true
