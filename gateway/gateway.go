@@ -1,8 +1,8 @@
 // Package gateway is the Connect-RPC edge players talk to. It serves the
 // GameService over Connect, gRPC and gRPC-Web on one port (HTTP/1.1 and h2c, or
 // HTTP/1.1 and HTTP/2 over TLS), with gRPC health, server reflection, CORS for
-// configured browser origins, per-account limits and Prometheus metrics
-// (/metrics). It verifies the session ticket of every call locally against the backend's
+// configured browser origins and per-account limits; its Prometheus metrics
+// are served apart, on an operator listener (OperatorHandler). It verifies the session ticket of every call locally against the backend's
 // published key set, finds each game's owner node in etcd and forwards calls and
 // frame streams to it. AuthService calls and the key set are passed through to
 // the backend so browsers need only one origin.
@@ -15,8 +15,6 @@ import (
 	"log/slog"
 	"ludus.dev/ludus/internal/bearer"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -58,17 +56,19 @@ type Config struct {
 	CORSOrigins []string
 	// Limits; zero fields take DefaultLimits.
 	Limits Limits
-	// Registry receives the gateway's metrics, served at GET /metrics. Nil: a new
-	// registry with the Go and process collectors (NewRegistry).
+	// Registry receives the gateway's metrics, served at GET /metrics by
+	// OperatorHandler (not by Handler). Nil: a new registry with the Go and
+	// process collectors (NewRegistry).
 	Registry *prometheus.Registry
 }
 
 // Gateway routes players to their games.
 type Gateway struct {
-	cfg    Config
-	log    *slog.Logger
-	fleet  *fleet.View
-	owners *ownerWatch
+	cfg   Config
+	log   *slog.Logger
+	fleet *fleet.View
+	// dir is where games run, from a watch of etcd (directory.go).
+	dir *directory
 	// moduleBytes caches modules served to players (modules.go).
 	moduleBytes *moduleCache
 	modules     clusterv1connect.ModuleStoreServiceClient
@@ -139,7 +139,6 @@ func New(cfg Config) (*Gateway, error) {
 		cfg:         cfg,
 		log:         cfg.Logger.With("role", "gateway"),
 		fleet:       &fleet.View{Client: cfg.Etcd},
-		owners:      newOwnerWatch(cfg.Etcd),
 		moduleBytes: newModuleCache(),
 		h2c:         &http.Client{Transport: nodeTransport()},
 		nodes:       map[string]clusterv1connect.NodeServiceClient{},
@@ -149,6 +148,7 @@ func New(cfg Config) (*Gateway, error) {
 		metrics:     newMetrics(cfg.Registry),
 		health:      grpchealth.NewStaticChecker(ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName),
 	}
+	g.dir = newDirectory(cfg.Etcd, g.metrics.etcdReads)
 	g.modules = clusterv1connect.NewModuleStoreServiceClient(g.h2c, cfg.BackendURL,
 		connect.WithInterceptors(bearer.Token(cfg.ClusterToken)))
 	return g, nil
@@ -192,8 +192,12 @@ func (g *Gateway) SetServing(ok bool) {
 	}
 }
 
-// Handler serves the GameService, gRPC health and reflection, /metrics, the
-// pass-through to the backend and the web UI, behind CORS if origins are set.
+// Handler serves the player port: the GameService, gRPC health and
+// reflection, the pass-through to the backend (AuthService, AdminService,
+// FleetService, ProgressionService, the key set), game modules and the web UI,
+// behind CORS if origins are set. Everything sits behind GuardBodies (body
+// read deadline, envelope framing). It serves no metrics: those are labelled
+// by tenant, and OperatorHandler serves them on a listener of their own.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := ludusv1connect.NewGameServiceHandler(&gameService{g: g},
@@ -201,42 +205,59 @@ func (g *Gateway) Handler() http.Handler {
 		// API's rules), then the rules declared in the protos.
 		connect.WithInterceptors(&ticketInterceptor{v: g.cfg.Verifier}, g.valid),
 		connect.WithReadMaxBytes(g.limits.MaxMessageBytes))
+	// A unary (or server-streaming) request is one message: its body need not
+	// be read further than that, even to discard it.
+	h = limitBodies(h, int64(g.limits.MaxMessageBytes)+bodySlack)
 	mux.Handle(path, h)
 	mux.Handle(ludusv1connect.GameServicePlayProcedure, needHTTP2(h))
-	mux.Handle(grpchealth.NewHandler(g.health, connect.WithReadMaxBytes(4<<10)))
+	hpath, hh := grpchealth.NewHandler(g.health, connect.WithReadMaxBytes(4<<10))
+	mux.Handle(hpath, limitBodies(hh, 4<<10+bodySlack))
 	reflector := grpcreflect.NewStaticReflector(
 		ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName, ludusv1connect.AdminServiceName,
 		ludusv1connect.FleetServiceName, ludusv1connect.ProgressionServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(64<<10)))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(64<<10)))
-	mux.Handle("GET /metrics", MetricsHandler(g.cfg.Registry))
 	mux.HandleFunc("GET "+modulePathPrefix, g.serveModule)
 
-	backend, _ := url.Parse(g.cfg.BackendURL)
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(backend)
-			r.SetXForwarded()
-		},
-		Transport:     H2CTransport(),
-		FlushInterval: -1,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			g.log.Warn("backend unreachable", "path", r.URL.Path, "err", err)
-			http.Error(w, "backend unavailable", http.StatusBadGateway)
-		},
+	proxy := g.passThrough()
+	for _, p := range passThroughPrefixes {
+		mux.Handle(p, proxy)
 	}
-	mux.Handle("/"+ludusv1connect.AuthServiceName+"/", proxy)
-	mux.Handle("/"+ludusv1connect.AdminServiceName+"/", proxy)
-	mux.Handle("/"+ludusv1connect.FleetServiceName+"/", proxy)
-	mux.Handle("/"+ludusv1connect.ProgressionServiceName+"/", proxy)
-	mux.Handle("/.well-known/", proxy)
 	if g.cfg.Web != nil {
 		mux.Handle("/", g.cfg.Web)
 	}
-	if len(g.cfg.CORSOrigins) == 0 {
-		return mux
+	var out http.Handler = mux
+	if len(g.cfg.CORSOrigins) > 0 {
+		out = withCORS(mux, g.cfg.CORSOrigins)
 	}
-	return withCORS(mux, g.cfg.CORSOrigins)
+	return GuardBodies(out, g.limits.BodyReadTimeout)
+}
+
+// OperatorHandler serves what only operators may see: the gateway's
+// Prometheus metrics at GET /metrics (series labelled by tenant). Serve it on
+// a listener of its own (`ludus gateway --metrics-addr`), never on the player
+// port.
+func (g *Gateway) OperatorHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", MetricsHandler(g.cfg.Registry))
+	return mux
+}
+
+// bodySlack is what a request body may hold beyond its one message: the
+// envelope prefix, and gzip's overhead on an incompressible message.
+const bodySlack = 16 << 10
+
+// limitBodies cuts the body of every call to h that is not client-streaming
+// at n bytes (connect-go then answers ResourceExhausted): connect-go reads a
+// message announced larger than its limit to the end to discard it, which
+// would let a caller without a ticket send any amount.
+func limitBodies(h http.Handler, n int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !clientStreaming(r.URL.Path) {
+			r.Body = http.MaxBytesReader(w, r.Body, n)
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // withCORS lets pages of origins call every RPC with the Connect and gRPC-Web

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"ludus.dev/ludus/auth"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
@@ -21,88 +19,6 @@ import (
 // to a moving game before it answers Unavailable: long enough to cover a
 // takeover after a node dies (lease TTL plus the claim).
 const inputRetryBudget = 4 * time.Second
-
-// errOwnerChanged cancels calls to a node that no longer owns their game.
-var errOwnerChanged = errors.New("the game's owner changed")
-
-// ownerWatch follows the owner keys of every game in one etcd watch, so calls
-// in flight to a node that stops owning their game (handoff, failover, a
-// frozen node whose lease expired) are abandoned as soon as the gateway learns
-// of it, instead of waiting for their timeout.
-type ownerWatch struct {
-	mu    sync.Mutex
-	calls map[string]map[*ownerCall]struct{} // by tenant/game
-}
-
-// ownerCall is one call in flight to the node named node.
-type ownerCall struct {
-	node   string
-	cancel context.CancelCauseFunc
-}
-
-func newOwnerWatch(cli *clientv3.Client) *ownerWatch {
-	w := &ownerWatch{calls: map[string]map[*ownerCall]struct{}{}}
-	go w.run(cli)
-	return w
-}
-
-// run watches until the etcd client closes, re-watching after errors.
-func (w *ownerWatch) run(cli *clientv3.Client) {
-	ctx := cli.Ctx()
-	for ctx.Err() == nil {
-		wch := cli.Watch(clientv3.WithRequireLeader(ctx), fleet.OwnersPrefix(), clientv3.WithPrefix())
-		for resp := range wch {
-			if resp.Err() != nil {
-				break
-			}
-			for _, ev := range resp.Events {
-				node := ""
-				if ev.Type == mvccpb.PUT {
-					node, _ = fleet.ParseOwner(string(ev.Kv.Value))
-				}
-				w.changed(string(ev.Kv.Key)[len(fleet.OwnersPrefix()):], node)
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// changed cancels the game's calls to any node but its new owner.
-func (w *ownerWatch) changed(game, node string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for c := range w.calls[game] {
-		if c.node != node {
-			c.cancel(errOwnerChanged)
-		}
-	}
-}
-
-// track returns a context for a call to node about tenant/game that is
-// cancelled when the game's owner becomes another node; call done after.
-func (w *ownerWatch) track(ctx context.Context, tenant, game, node string) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	key := tenant + "/" + game
-	c := &ownerCall{node: node, cancel: cancel}
-	w.mu.Lock()
-	if w.calls[key] == nil {
-		w.calls[key] = map[*ownerCall]struct{}{}
-	}
-	w.calls[key][c] = struct{}{}
-	w.mu.Unlock()
-	return ctx, func() {
-		w.mu.Lock()
-		delete(w.calls[key], c)
-		if len(w.calls[key]) == 0 {
-			delete(w.calls, key)
-		}
-		w.mu.Unlock()
-		cancel(nil)
-	}
-}
 
 // retryable reports whether a node call failed because the game is moving or
 // its node cannot be reached (try the game's owner again), rather than because
@@ -164,7 +80,7 @@ func (s *gameService) callOwner(ctx context.Context, c *auth.Claims, gameID stri
 			return err // no such game, or it is over: the owner lookup says so
 		}
 		if err == nil {
-			cctx, done := s.g.owners.track(ctx, c.TenantID, gameID, n.ID)
+			cctx, done := s.g.dir.track(ctx, c.TenantID, gameID, n.ID)
 			cctx, cancel := context.WithTimeout(cctx, nodeCallTimeout)
 			err = call(cctx, n)
 			cancel()
@@ -274,7 +190,7 @@ func (p *playInputs) run(ctx context.Context, owner func() *fleet.NodeInfo) erro
 // then sends new inputs as they come, and forwards acks. It returns when the
 // stream fails, or the game's owner changes (errOwnerChanged).
 func (p *playInputs) upstream(ctx context.Context, n fleet.NodeInfo) (progressed bool, err error) {
-	tracked, done := p.s.g.owners.track(ctx, p.c.TenantID, p.gameID, n.ID)
+	tracked, done := p.s.g.dir.track(ctx, p.c.TenantID, p.gameID, n.ID)
 	defer done()
 	ctx, cancel := context.WithCancel(tracked)
 	defer cancel()

@@ -56,17 +56,17 @@ func TestPlayerError(t *testing.T) {
 	}
 }
 
-// ownerWatch cancels calls to a node as soon as the game's owner becomes
+// The directory cancels calls to a node as soon as the game's owner becomes
 // another node (or none), and leaves calls to the new owner alone.
-func TestOwnerWatchCancelsCallsToFormerOwner(t *testing.T) {
-	w := &ownerWatch{calls: map[string]map[*ownerCall]struct{}{}}
+func TestDirectoryCancelsCallsToFormerOwner(t *testing.T) {
+	w := &directory{calls: map[string]map[*ownerCall]struct{}{}}
 	toOld, doneOld := w.track(context.Background(), "t", "g", "node-1")
 	defer doneOld()
 	toNew, doneNew := w.track(context.Background(), "t", "g", "node-2")
 	defer doneNew()
 	other, doneOther := w.track(context.Background(), "t", "h", "node-1")
 	defer doneOther()
-	w.changed("t/g", "node-2")
+	w.cancelCalls("t/g", "node-2")
 	select {
 	case <-toOld.Done():
 		if !errors.Is(context.Cause(toOld), errOwnerChanged) {
@@ -78,7 +78,7 @@ func TestOwnerWatchCancelsCallsToFormerOwner(t *testing.T) {
 	if toNew.Err() != nil || other.Err() != nil {
 		t.Fatal("calls to the new owner, or of another game, were cancelled")
 	}
-	w.changed("t/g", "") // the owner key was deleted: no owner at all
+	w.cancelCalls("t/g", "") // the owner key was deleted: no owner at all
 	if toNew.Err() == nil {
 		t.Fatal("a call to a node whose claim vanished was not cancelled")
 	}

@@ -40,10 +40,15 @@ type metrics struct {
 	reattachTime   *prometheus.HistogramVec // tenant
 	limitRejected  *prometheus.CounterVec   // tenant, limit
 	inputsAccepted *prometheus.CounterVec   // tenant
+	etcdReads      prometheus.Counter       // reads of etcd (directory.go)
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
 	m := &metrics{
+		etcdReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ludus_gateway_etcd_reads_total",
+			Help: "Reads of etcd by the gateway. Routing reads the watched directory, so this grows with listings and with lookups of games that are moving, over or unknown, not with inputs or streams.",
+		}),
 		activeStreams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ludus_gateway_active_streams",
 			Help: "Frame streams open on this gateway (StreamFrames, Spectate, Play).",
@@ -79,7 +84,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		}, []string{"tenant"}),
 	}
 	r.MustRegister(m.activeStreams, m.streamBytes, m.streamFrames, m.framesSkipped,
-		m.reattaches, m.reattachTime, m.limitRejected, m.inputsAccepted)
+		m.reattaches, m.reattachTime, m.limitRejected, m.inputsAccepted, m.etcdReads)
 	return m
 }
 

@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"sort"
 	"strings"
 	"time"
 
@@ -66,9 +64,9 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 		return nil, err
 	}
 	start.MatchCredential = cred.Msg.Credential
-	nodes, err := s.g.fleet.Nodes(ctx)
+	nodes, err := s.nodes(ctx)
 	if err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("read fleet: %w", err))
+		return nil, err
 	}
 	// Node records are republished about once a second; count this gateway's own
 	// recent placements too, so a burst of creates spreads out.
@@ -76,7 +74,7 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 		nodes[i].Games += s.g.recentPlacements(nodes[i].ID)
 	}
 	var lastErr error
-	for _, n := range placement(nodes, start.GameId) {
+	for _, n := range fleet.Rank(nodes, start.GameId, fleet.RankOptions{}) {
 		resp, err := s.g.node(n.Addr).StartGame(ctx, connect.NewRequest(start))
 		if err == nil {
 			s.g.placed(n.ID)
@@ -106,37 +104,28 @@ func withBots(config []byte, bots int32) ([]byte, error) {
 	return json.Marshal(obj)
 }
 
-// placement orders candidate nodes: least loaded first, ties broken by
-// rendezvous hashing of the game id so concurrent creators spread out.
-func placement(nodes []fleet.NodeInfo, gameID string) []fleet.NodeInfo {
-	var out []fleet.NodeInfo
-	for _, n := range nodes {
-		if !n.Draining && n.Games < n.Capacity && n.Addr != "" {
-			out = append(out, n)
-		}
+// nodes returns every sim node's record: from the directory, or read from
+// etcd while the directory is not current.
+func (s *gameService) nodes(ctx context.Context) ([]fleet.NodeInfo, error) {
+	if nodes, ok := s.g.dir.nodeList(); ok {
+		return nodes, nil
 	}
-	score := func(n fleet.NodeInfo) uint64 {
-		h := fnv.New64a()
-		h.Write([]byte(n.ID))
-		h.Write([]byte(gameID))
-		return h.Sum64()
+	s.g.metrics.etcdReads.Inc()
+	nodes, err := s.g.fleet.Nodes(ctx)
+	if err != nil {
+		s.g.log.Warn("cannot read the fleet", "err", err)
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the fleet cannot be read right now; retry in a moment"))
 	}
-	sort.Slice(out, func(i, j int) bool {
-		li := float64(out[i].Games) / float64(out[i].Capacity)
-		lj := float64(out[j].Games) / float64(out[j].Capacity)
-		if li != lj {
-			return li < lj
-		}
-		return score(out[i]) > score(out[j])
-	})
-	return out
+	return nodes, nil
 }
 
 func (s *gameService) ListGames(ctx context.Context, req *connect.Request[ludusv1.ListGamesRequest]) (*connect.Response[ludusv1.ListGamesResponse], error) {
 	c := claimsFrom(ctx)
+	s.g.metrics.etcdReads.Inc()
 	games, err := s.g.fleet.Games(ctx, c.TenantID)
 	if err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, err)
+		s.g.log.Warn("cannot list games", "tenant", c.TenantID, "err", err)
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("games cannot be listed right now; retry in a moment"))
 	}
 	resp := &ludusv1.ListGamesResponse{}
 	for _, g := range games {
@@ -153,6 +142,12 @@ func (s *gameService) owner(ctx context.Context, c *auth.Claims, gameID string) 
 	if gameID == "" {
 		return fleet.NodeInfo{}, connect.NewError(connect.CodeInvalidArgument, errors.New("game_id is required"))
 	}
+	// Steady state: the watched directory knows the owner. Otherwise the game
+	// does not exist, is over or is moving: etcd says which.
+	if n, ok := s.g.dir.owner(c.TenantID, gameID); ok {
+		return n, nil
+	}
+	s.g.metrics.etcdReads.Inc()
 	g, err := s.g.fleet.Game(ctx, c.TenantID, gameID)
 	if errors.Is(err, fleet.ErrNotFound) {
 		return fleet.NodeInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q", gameID))
@@ -167,6 +162,10 @@ func (s *gameService) owner(ctx context.Context, c *auth.Claims, gameID string) 
 	if g.Owner == "" {
 		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s has no running owner right now; retry shortly", gameID))
 	}
+	if n, ok := s.g.dir.nodeRecord(g.Owner); ok {
+		return n, nil
+	}
+	s.g.metrics.etcdReads.Inc()
 	n, err := s.g.fleet.Node(ctx, g.Owner)
 	if err != nil {
 		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s is moving to another node; retry in a moment", gameID))
@@ -330,6 +329,7 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 	prev := ""
 	backoff := 50 * time.Millisecond
 	for {
+		changed := s.g.dir.changed()
 		n, err := s.owner(ctx, c, gameID)
 		lookupErr := err
 		if err == nil && spectator {
@@ -386,14 +386,15 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 		if time.Since(moving) > reattachTimeout {
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s did not come back within %v; retry", gameID, reattachTimeout))
 		}
+		// Wait for the directory to change (the new owner's claim) or, as a
+		// fallback, the backoff: a handoff completes in tens of milliseconds.
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-changed:
 		case <-time.After(backoff):
 		}
-		// Poll briskly while a game moves: a handoff completes in tens of
-		// milliseconds, and each poll is two etcd reads.
-		backoff = min(backoff*2, 100*time.Millisecond)
+		backoff = min(backoff*2, 250*time.Millisecond)
 	}
 }
 
@@ -459,25 +460,16 @@ func (s *gameService) relay(ctx context.Context, n fleet.NodeInfo, req *clusterv
 
 // spectatorNode picks the node that serves a game's spectators: a node other
 // than the owner (it replays the game's log, so spectators never load the
-// owner), chosen by rendezvous hashing of the game id so every gateway sends a
-// game's spectators to the same replica. With one node, the owner serves them.
+// owner), the first in the fleet's rendezvous order for the game, so every
+// gateway sends a game's spectators to the same replica. With one node, the
+// owner serves them.
 func (s *gameService) spectatorNode(ctx context.Context, gameID string, owner fleet.NodeInfo) fleet.NodeInfo {
-	nodes, err := s.g.fleet.Nodes(ctx)
+	nodes, err := s.nodes(ctx)
 	if err != nil {
 		return owner
 	}
-	best, bestScore := owner, uint64(0)
-	for _, n := range nodes {
-		if n.ID == owner.ID || n.Draining || n.Addr == "" {
-			continue
-		}
-		h := fnv.New64a()
-		h.Write([]byte(n.ID))
-		h.Write([]byte{0})
-		h.Write([]byte(gameID))
-		if sc := h.Sum64(); sc >= bestScore {
-			best, bestScore = n, sc
-		}
+	if r := fleet.Rank(nodes, gameID, fleet.RankOptions{Exclude: owner.ID}); len(r) > 0 {
+		return r[0]
 	}
-	return best
+	return owner
 }

@@ -38,7 +38,7 @@ func (n *Node) Handoff(ctx context.Context, tenant, gameID, target string) (stri
 	}
 	var to *fleet.NodeInfo
 	if target == "" {
-		ranked := rank(nodes, gameID, n.cfg.ID)
+		ranked := fleet.Rank(nodes, gameID, fleet.RankOptions{Exclude: n.cfg.ID})
 		if len(ranked) > 0 {
 			to = &ranked[0]
 		}

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -18,41 +15,6 @@ import (
 	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode/inputlog"
 )
-
-// rank orders the nodes that could take a game by weighted rendezvous hashing:
-// every node computes the same order from the game id and each node's free
-// capacity, so the nodes agree on who goes first without talking to each other
-// (no thundering herd), and fuller nodes are chosen less often.
-func rank(nodes []fleet.NodeInfo, gameID, exclude string) []fleet.NodeInfo {
-	type scored struct {
-		n     fleet.NodeInfo
-		score float64
-	}
-	var out []scored
-	for _, n := range nodes {
-		free := n.Capacity - n.Games
-		if n.ID == exclude || n.Draining || free <= 0 || n.Addr == "" {
-			continue
-		}
-		h := fnv.New64a()
-		h.Write([]byte(n.ID))
-		h.Write([]byte{0})
-		h.Write([]byte(gameID))
-		u := (float64(h.Sum64()>>11) + 0.5) / (1 << 53) // uniform in (0, 1)
-		out = append(out, scored{n, float64(free) / -math.Log(u)})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].score != out[j].score {
-			return out[i].score > out[j].score
-		}
-		return out[i].n.ID < out[j].n.ID
-	})
-	ranked := make([]fleet.NodeInfo, len(out))
-	for i, s := range out {
-		ranked[i] = s.n
-	}
-	return ranked
-}
 
 // claimDelay is how long the node ranked r waits before trying to claim an
 // orphaned game: the first-ranked node claims at once, the others only if it
@@ -199,7 +161,7 @@ func (n *Node) considerOrphan(tenant, game string) {
 		return
 	}
 	r := -1
-	for i, cand := range rank(nodes, game, "") {
+	for i, cand := range fleet.Rank(nodes, game, fleet.RankOptions{}) {
 		if cand.ID == n.cfg.ID {
 			r = i
 		}
@@ -415,7 +377,7 @@ func (n *Node) archiveIfFirst(tenant, game string) {
 	if err != nil {
 		return
 	}
-	if r := rank(nodes, game, ""); len(r) > 0 && r[0].ID == n.cfg.ID {
+	if r := fleet.Rank(nodes, game, fleet.RankOptions{}); len(r) > 0 && r[0].ID == n.cfg.ID {
 		n.archive(tenant, game)
 	}
 }
