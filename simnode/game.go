@@ -170,13 +170,6 @@ type slotReq struct {
 	reply   chan int
 }
 
-// Errors the service maps to Connect codes.
-var (
-	errGameFull    = errors.New("the game is full")
-	errNotJoined   = errors.New("join the game before sending input or streaming its frames")
-	errGameOver    = errors.New("the game is over")
-	errGameStopped = errors.New("the game stopped on this node")
-)
 
 func newGame(n *Node, sess *session, spec fleet.GameSpec, mod *engine.Module, inst *engine.Instance, fence int64, owner string) *game {
 	// Specs written before a field existed take it from the build's metadata.

@@ -30,11 +30,11 @@ func newClaimID() string {
 func (n *Node) Handoff(ctx context.Context, tenant, gameID, target string) (string, error) {
 	g, ok := n.game(tenant, gameID)
 	if !ok {
-		return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("game %q is not running on node %s", gameID, n.cfg.ID))
+		return "", nodeErrorf(errNotHere, "game %q is not running on node %s", gameID, n.cfg.ID)
 	}
 	nodes, err := (&fleet.View{Client: n.cfg.Etcd}).Nodes(ctx)
 	if err != nil {
-		return "", connect.NewError(connect.CodeUnavailable, err)
+		return "", nodeErrorf(errClusterState, "the fleet cannot be read: %v", err)
 	}
 	var to *fleet.NodeInfo
 	if target == "" {
@@ -49,26 +49,26 @@ func (n *Node) Handoff(ctx context.Context, tenant, gameID, target string) (stri
 			}
 		}
 		if to == nil {
-			return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %q in the fleet", target))
+			return "", nodeErrorf(errNoSuchNode, "no node %q in the fleet", target)
 		}
 		if to.ID == n.cfg.ID {
-			return "", connect.NewError(connect.CodeInvalidArgument, errors.New("the game already runs on that node"))
+			return "", nodeErrorf(errSameNode, "the game already runs on that node")
 		}
 		if to.Draining || to.Games >= to.Capacity {
-			return "", connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("node %s takes no new games (draining or full)", to.ID))
+			return "", nodeErrorf(errNoRoom, "node %s takes no new games (draining or full)", to.ID)
 		}
 	}
 	if to == nil {
-		return "", connect.NewError(connect.CodeFailedPrecondition, errors.New("no other node has room for the game"))
+		return "", nodeErrorf(errNoRoom, "no other node has room for the game")
 	}
 	reply := make(chan error, 1)
 	if err := g.send(ctx, handoffReq{target: *to, reply: reply}); err != nil {
-		return "", codeFor(err)
+		return "", err
 	}
 	select {
 	case err := <-reply:
 		if err != nil {
-			return "", codeFor(err)
+			return "", err
 		}
 		return to.ID, nil
 	case <-ctx.Done():
@@ -132,7 +132,7 @@ func (n *Node) Drain(ctx context.Context) error {
 		}
 		for _, id := range ids {
 			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if _, err := n.Handoff(hctx, id[0], id[1], ""); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+			if _, err := n.Handoff(hctx, id[0], id[1], ""); err != nil && !errors.Is(err, errNotHere) {
 				n.log.Warn("drain: handoff failed; will retry", "tenant", id[0], "game", id[1], "err", err)
 			}
 			cancel()
@@ -193,7 +193,7 @@ type control struct{ n *Node }
 func (c *control) HandoffGame(ctx context.Context, req *connect.Request[clusterv1.HandoffGameRequest]) (*connect.Response[clusterv1.HandoffGameResponse], error) {
 	to, err := c.n.Handoff(ctx, req.Msg.TenantId, req.Msg.GameId, req.Msg.TargetNodeId)
 	if err != nil {
-		return nil, err
+		return nil, connectError(err)
 	}
 	return connect.NewResponse(&clusterv1.HandoffGameResponse{ToNodeId: to}), nil
 }

@@ -165,7 +165,7 @@ func (s *service) Inputs(ctx context.Context, stream *connect.BidiStream[cluster
 				}
 				req := inputReq{account: first.AccountId, seq: m.Seq, payload: append([]byte(nil), m.Payload...), reply: make(chan inputResult, 1)}
 				if err := g.send(ctx, req); err != nil {
-					return codeFor(err)
+					return connectError(err)
 				}
 				select {
 				case replies <- req:
@@ -198,7 +198,7 @@ func (s *service) sendAcks(ctx context.Context, stream *connect.BidiStream[clust
 			return context.Cause(ctx)
 		}
 		if r.err != nil {
-			return codeFor(r.err)
+			return connectError(r.err)
 		}
 		if err := stream.Send(&clusterv1.InputsResponse{AckedSeq: r.ackedSeq, Tick: r.tick, SupersededBySeq: r.supersededBy}); err != nil {
 			return err

@@ -40,7 +40,7 @@ func (s *service) StartGame(ctx context.Context, req *connect.Request[clusterv1.
 		Seed: m.Seed, Config: m.Config, MatchCredential: m.MatchCredential,
 	})
 	if err != nil {
-		return nil, err
+		return nil, connectError(err)
 	}
 	return connect.NewResponse(&clusterv1.StartGameResponse{Game: g.info()}), nil
 }
@@ -49,14 +49,14 @@ func (s *service) StartGame(ctx context.Context, req *connect.Request[clusterv1.
 // starts its actor. Errors are Connect errors.
 func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error) {
 	if n.draining.Load() {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("node %s is draining and takes no new games", n.cfg.ID))
+		return nil, nodeErrorf(errDraining, "node %s is draining and takes no new games", n.cfg.ID)
 	}
 	sess := n.sess.Load()
 	if sess.isFenced() {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("this node lost its lease and accepts no games until it registers again"))
+		return nil, nodeErrorf(errFenced, "this node lost its lease and accepts no games until it registers again")
 	}
 	if int(n.count.Load()) >= n.cfg.Capacity {
-		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("node %s is full (%d games)", n.cfg.ID, n.cfg.Capacity))
+		return nil, nodeErrorf(errNodeFull, "node %s is full (%d games)", n.cfg.ID, n.cfg.Capacity)
 	}
 	mod, err := n.loadModule(ctx, spec.TenantID, spec.BuildID)
 	if err != nil {
@@ -80,12 +80,12 @@ func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error
 	}
 	inst, warm, err := mod.Acquire(ctx, spec.Seed, opts)
 	if err != nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+		return nil, nodeErrorf(errModuleUnusable, "the module cannot be instantiated: %v", err)
 	}
 	n.metrics.warm.WithLabelValues(strconv.FormatBool(warm)).Inc()
 	if err := inst.Init(ctx, spec.Seed, spec.Config); err != nil {
 		inst.Close(ctx)
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the game refused its configuration: %v", err))
+		return nil, nodeErrorf(errBadConfig, "the game refused its configuration: %v", err)
 	}
 	owner := fleet.OwnerValue(n.cfg.ID, newClaimID())
 	// The claim's own watch event must not make this node "adopt" the game.
@@ -128,10 +128,10 @@ func (n *Node) claim(ctx context.Context, spec fleet.GameSpec, sess *session, ow
 		clientv3.OpPut(fleet.StatusKey(t, id), string(st)),
 	).Commit()
 	if err != nil {
-		return 0, connect.NewError(connect.CodeUnavailable, fmt.Errorf("claim game in etcd: %w", err))
+		return 0, nodeErrorf(errClusterState, "the game could not be claimed in etcd: %v", err)
 	}
 	if !resp.Succeeded {
-		return 0, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("game %s already exists", id))
+		return 0, nodeErrorf(errGameExists, "game %s already exists", id)
 	}
 	return resp.Header.Revision, nil
 }
@@ -145,11 +145,11 @@ func (n *Node) loadModule(ctx context.Context, tenant, buildID string) (*engine.
 		return nil, err
 	}
 	if got := engine.BuildID(wasm); got != buildID {
-		return nil, connect.NewError(connect.CodeDataLoss, fmt.Errorf("module store returned build %s for %s", got, buildID))
+		return nil, nodeErrorf(errModuleMismatch, "module store returned build %s for %s", got, buildID)
 	}
 	m, err := n.cfg.Engine.Compile(ctx, wasm)
 	if err != nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+		return nil, nodeErrorf(errModuleUnusable, "the module does not compile: %v", err)
 	}
 	return m, nil
 }
@@ -168,9 +168,9 @@ func (s *service) lookup(tenant, id string) (*game, error) {
 	g, ok := s.n.game(tenant, id)
 	if !ok {
 		if _, resuming := s.n.resuming.Load(gameKey(tenant, id)); resuming {
-			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %q is resuming on node %s; retry in a moment", id, s.n.cfg.ID))
+			return nil, connectError(nodeErrorf(errResuming, "game %q is resuming on node %s; retry in a moment", id, s.n.cfg.ID))
 		}
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("game %q is not running on node %s", id, s.n.cfg.ID))
+		return nil, connectError(nodeErrorf(errNotHere, "game %q is not running on node %s", id, s.n.cfg.ID))
 	}
 	return g, nil
 }
@@ -198,12 +198,12 @@ func (s *service) JoinGame(ctx context.Context, req *connect.Request[clusterv1.J
 	}
 	reply := make(chan joinResult, 1)
 	if err := g.send(ctx, joinReq{account: m.AccountId, name: string(name), reply: reply}); err != nil {
-		return nil, codeFor(err)
+		return nil, connectError(err)
 	}
 	select {
 	case r := <-reply:
 		if r.err != nil {
-			return nil, codeFor(r.err)
+			return nil, connectError(r.err)
 		}
 		return connect.NewResponse(&clusterv1.JoinGameResponse{Game: g.info(), Slot: int32(r.slot)}), nil
 	case <-ctx.Done():
@@ -225,12 +225,12 @@ func (s *service) SendInput(ctx context.Context, req *connect.Request[clusterv1.
 	}
 	reply := make(chan inputResult, 1)
 	if err := g.send(ctx, inputReq{account: m.AccountId, seq: m.Seq, payload: append([]byte(nil), m.Payload...), reply: reply}); err != nil {
-		return nil, codeFor(err)
+		return nil, connectError(err)
 	}
 	select {
 	case r := <-reply:
 		if r.err != nil {
-			return nil, codeFor(r.err)
+			return nil, connectError(r.err)
 		}
 		return connect.NewResponse(&clusterv1.SendInputResponse{AckedSeq: r.ackedSeq, Tick: r.tick, SupersededBySeq: r.supersededBy}), nil
 	case <-ctx.Done():
@@ -246,13 +246,13 @@ func (s *service) StreamFrames(ctx context.Context, req *connect.Request[cluster
 		r, err := s.n.spectate(ctx, m.TenantId, m.GameId)
 		if err != nil {
 			if errors.Is(err, fleet.ErrNotFound) {
-				return connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q", m.GameId))
+				return connectError(nodeErrorf(errNoSuchGame, "no game %q", m.GameId))
 			}
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("spectator replica: %w", err))
+			return connectError(nodeErrorf(errClusterState, "spectator replica: %v", err))
 		}
 		snapshots, err := wantSnapshots(r.spec, m.Delivery)
 		if err != nil {
-			return connect.NewError(connect.CodeFailedPrecondition, err)
+			return connectError(err)
 		}
 		frames, counter := r.view.stream(snapshots)
 		r.viewerJoined()
@@ -267,14 +267,14 @@ func (s *service) StreamFrames(ctx context.Context, req *connect.Request[cluster
 	}
 	snapshots, err := wantSnapshots(g.spec, m.Delivery)
 	if err != nil {
-		return connect.NewError(connect.CodeFailedPrecondition, err)
+		return connectError(err)
 	}
 	slot := -1
 	view := g.specView
 	if !m.Spectator {
 		reply := make(chan int, 1)
 		if err := g.send(ctx, slotReq{account: m.AccountId, reply: reply}); err != nil {
-			return codeFor(err)
+			return connectError(err)
 		}
 		select {
 		case slot = <-reply:
@@ -282,7 +282,7 @@ func (s *service) StreamFrames(ctx context.Context, req *connect.Request[cluster
 			return ctx.Err()
 		}
 		if slot < 0 {
-			return codeFor(errNotJoined)
+			return connectError(errNotJoined)
 		}
 		view = g.slots[slot].view
 	}
@@ -342,25 +342,4 @@ func (s *service) pump(ctx context.Context, spec fleet.GameSpec, slot int, snaps
 			return nil
 		}
 	}
-}
-
-// codeFor maps actor errors to Connect errors with messages players can act on.
-func codeFor(err error) error {
-	switch {
-	case errors.Is(err, errGameFull):
-		return connect.NewError(connect.CodeResourceExhausted, err)
-	case errors.Is(err, errNotJoined):
-		return connect.NewError(connect.CodeFailedPrecondition, err)
-	case errors.Is(err, errGameOver):
-		return connect.NewError(connect.CodeFailedPrecondition, err)
-	case errors.Is(err, errGameStopped):
-		return connect.NewError(connect.CodeUnavailable, err)
-	case errors.Is(err, errInputGap):
-		return inputGapDetail(err)
-	case errors.Is(err, context.Canceled):
-		return connect.NewError(connect.CodeCanceled, err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
-	}
-	return connect.NewError(connect.CodeInternal, err)
 }
