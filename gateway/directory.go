@@ -235,6 +235,11 @@ func (d *directory) track(ctx context.Context, tenant, game, node string) (conte
 	key := tenant + "/" + game
 	c := &ownerCall{node: node, cancel: cancel}
 	d.mu.Lock()
+	if d.synced && d.owners[key] != node {
+		// The directory already knows the game has another owner (or none):
+		// a call to node would wait on a node that lost it, maybe frozen.
+		cancel(errOwnerChanged)
+	}
 	if d.calls[key] == nil {
 		d.calls[key] = map[*ownerCall]struct{}{}
 	}

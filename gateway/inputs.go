@@ -152,7 +152,11 @@ func (p *playInputs) run(ctx context.Context, owner func() *fleet.NodeInfo) erro
 	for ctx.Err() == nil {
 		var n fleet.NodeInfo
 		var err error
-		if o := owner(); o != nil {
+		// The directory is the freshest word on the owner; the frame stream's
+		// node is a fallback (it lags a frozen owner by its silence timeout).
+		if d, ok := p.s.g.dir.owner(p.c.TenantID, p.gameID); ok {
+			n = d
+		} else if o := owner(); o != nil {
 			n = *o
 		} else if n, err = p.s.owner(ctx, p.c, p.gameID); err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
 			return err // no such game, or it is over

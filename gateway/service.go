@@ -40,7 +40,7 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	}
 	mod, err := s.g.modules.ResolveModule(ctx, connect.NewRequest(&clusterv1.ResolveModuleRequest{TenantId: c.TenantID, Name: m.ModuleName}))
 	if err != nil {
-		return nil, err
+		return nil, s.backendError("resolve module", err)
 	}
 	maxPlayers := mod.Msg.Module.MaxPlayers
 	if m.Bots < 0 || m.Bots >= maxPlayers {
@@ -61,7 +61,7 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	cred, err := s.g.modules.MintMatchCredential(ctx, connect.NewRequest(&clusterv1.MintMatchCredentialRequest{
 		TenantId: c.TenantID, MatchId: start.GameId, Game: m.ModuleName}))
 	if err != nil {
-		return nil, err
+		return nil, s.backendError("mint match credential", err)
 	}
 	start.MatchCredential = cred.Msg.Credential
 	nodes, err := s.nodes(ctx)
@@ -73,23 +73,44 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	for i := range nodes {
 		nodes[i].Games += s.g.recentPlacements(nodes[i].ID)
 	}
-	var lastErr error
 	for _, n := range fleet.Rank(nodes, start.GameId, fleet.RankOptions{}) {
-		resp, err := s.g.node(n.Addr).StartGame(ctx, connect.NewRequest(start))
+		// A frozen node must not hold the player's call: try the next.
+		nctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+		resp, err := s.g.node(n.Addr).StartGame(nctx, connect.NewRequest(start))
+		cancel()
 		if err == nil {
 			s.g.placed(n.ID)
 			s.g.log.Info("game created", "tenant", c.TenantID, "game", start.GameId, "node", n.ID, "build", start.BuildId, "account", c.AccountID)
 			return connect.NewResponse(&ludusv1.CreateGameResponse{Game: resp.Msg.Game}), nil
 		}
-		lastErr = err
-		if code := connect.CodeOf(err); code != connect.CodeUnavailable && code != connect.CodeResourceExhausted && code != connect.CodeUnknown {
-			return nil, err
+		s.g.log.Warn("a node could not start a game", "node", n.ID, "game", start.GameId, "err", err)
+		switch connect.CodeOf(err) {
+		case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
+			// The game's own refusal (its configuration, its module): the
+			// node's message says what to change, and names no node.
+			return nil, playerError(start.GameId, err)
+		}
+		if ctx.Err() != nil {
+			return nil, connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
 		}
 	}
-	if lastErr == nil {
-		lastErr = errors.New("no sim node has room for a new game")
+	return nil, connect.NewError(connect.CodeUnavailable, errors.New("no sim node can take a new game right now; retry in a moment"))
+}
+
+// backendError is what a player sees of a failed backend call: refusals about
+// the request keep their message, anything else (the backend down, a
+// transport error with its address) is a plain Unavailable.
+func (s *gameService) backendError(op string, err error) error {
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeFailedPrecondition,
+		connect.CodePermissionDenied, connect.CodeResourceExhausted, connect.CodeUnauthenticated:
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			return connect.NewError(ce.Code(), errors.New(ce.Message()))
+		}
 	}
-	return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("cannot place the game: %w", lastErr))
+	s.g.log.Warn("backend call failed", "op", op, "err", err)
+	return connect.NewError(connect.CodeUnavailable, errors.New("the backend cannot be reached right now; retry in a moment"))
 }
 
 // withBots sets "bots" in the module config, which must be a JSON object if given.

@@ -1,0 +1,212 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/ops/fleet"
+)
+
+// openFrames opens a StreamFrames stream and returns it with its messages
+// once the first one arrived (the stream holds its slot), or the error it
+// ended with.
+func openFrames(t *testing.T, ctx context.Context, c *fakeCluster, ticket, game string) (<-chan streamMsg, context.CancelFunc, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.client(ticket).StreamFrames(ctx, connect.NewRequest(&ludusv1.StreamFramesRequest{GameId: game}))
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	msgs := pumpFrames(stream)
+	m := next(t, msgs, 5*time.Second)
+	if m.end {
+		cancel()
+		return nil, nil, m.err
+	}
+	return msgs, cancel, nil
+}
+
+// MaxStreamsPerAccount bounds the frame streams (StreamFrames and Play
+// together) one account holds open; another account is not affected, and a
+// closed stream frees its slot.
+func TestFakeStreamsPerAccount(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, Limits{MaxStreamsPerAccount: 2})
+	c.addNode(fleet.NodeInfo{ID: "node-a"})
+	c.addGame(tenantT1, "g1", "node-a")
+	c.waitOwner(tenantT1, "g1", "node-a")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+
+	_, close1, err := openFrames(t, ctx, c, ticketAlice, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close1()
+	play, msgs := openPlay(t, ctx, c, ticketAlice, "g1")
+	waitStatus(t, msgs, "node-a")
+	_, _, err = openFrames(t, ctx, c, ticketAlice, "g1")
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "limit is 2") {
+		t.Fatalf("a third stream (StreamFrames): %v; want resource_exhausted naming the limit", err)
+	}
+	play2, msgs2 := openPlay(t, ctx, c, ticketAlice, "g1")
+	defer play2.CloseResponse()
+	if m := next(t, msgs2, 5*time.Second); !m.end || connect.CodeOf(m.err) != connect.CodeResourceExhausted {
+		t.Fatalf("a third stream (Play): %+v; want resource_exhausted", m)
+	}
+	_, closeBob, err := openFrames(t, ctx, c, ticketBob, "g1")
+	if err != nil {
+		t.Fatalf("another account's stream: %v", err)
+	}
+	defer closeBob()
+	if got := c.metricWith("ludus_gateway_limit_rejections_total", map[string]string{"limit": "streams"}); got != 2 {
+		t.Fatalf("limit rejections (streams) = %v; want 2", got)
+	}
+	if got := c.metricWith("ludus_gateway_active_streams", map[string]string{"tenant": tenantT1}); got != 3 {
+		t.Fatalf("active streams = %v; want 3", got)
+	}
+
+	// Alice closes her Play stream: its slot is free again.
+	if err := play.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	if err := play.CloseResponse(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a freed stream slot", func() bool {
+		_, closeN, err := openFrames(t, ctx, c, ticketAlice, "g1")
+		if err != nil {
+			if connect.CodeOf(err) != connect.CodeResourceExhausted {
+				t.Fatalf("stream after closing one: %v", err)
+			}
+			return false
+		}
+		t.Cleanup(closeN)
+		return true
+	})
+}
+
+// The input rate is a token bucket per account shared by SendInput and Play:
+// over the burst SendInput is refused with ResourceExhausted (and the input
+// never reaches the node), and a Play stream ends with it.
+func TestFakeInputRate(t *testing.T) {
+	t.Parallel()
+	// A rate so slow that no token comes back during the test.
+	c := newFakeCluster(t, Limits{InputsPerSecond: 0.001, InputBurst: 5})
+	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
+	c.addGame(tenantT1, "g1", "node-a")
+	c.waitOwner(tenantT1, "g1", "node-a")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+
+	for seq := uint64(1); seq <= 5; seq++ {
+		if _, err := sendInput(ctx, c, ticketAlice, "g1", seq); err != nil {
+			t.Fatalf("input %d of the burst: %v", seq, err)
+		}
+	}
+	_, err := sendInput(ctx, c, ticketAlice, "g1", 6)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "input rate limit") {
+		t.Fatalf("input over the burst: %v; want resource_exhausted: input rate limit…", err)
+	}
+	if _, err := sendInput(ctx, c, ticketBob, "g1", 1); err != nil {
+		t.Fatalf("another account's input: %v", err)
+	}
+	if got := a.gotSendInputs(); len(got) != 6 {
+		t.Fatalf("node-a got %v; want alice's 5 and bob's 1", got)
+	}
+
+	// Play shares the bucket: alice has none left, carol has 5.
+	for _, tc := range []struct {
+		ticket string
+		ok     uint64 // inputs within the bucket
+	}{{ticketAlice, 0}, {ticketCarol, 5}} {
+		play, msgs := openPlay(t, ctx, c, tc.ticket, "g1")
+		waitStatus(t, msgs, "node-a")
+		for seq := uint64(1); seq <= tc.ok+1; seq++ {
+			if err := sendPlayInput(t, play, seq); err != nil {
+				break // the stream ended
+			}
+		}
+		var acks int
+		for {
+			m := next(t, msgs, 5*time.Second)
+			if m.ack != nil {
+				acks++
+			}
+			if m.end {
+				if connect.CodeOf(m.err) != connect.CodeResourceExhausted || !strings.Contains(m.err.Error(), "input rate limit") {
+					t.Fatalf("%s: Play over the input rate ended with %v", tc.ticket, m.err)
+				}
+				break
+			}
+		}
+		if uint64(acks) > tc.ok {
+			t.Fatalf("%s: %d inputs acknowledged; the bucket held %d", tc.ticket, acks, tc.ok)
+		}
+		play.CloseResponse()
+	}
+	if got := c.metricWith("ludus_gateway_limit_rejections_total", map[string]string{"limit": "input_rate"}); got != 3 {
+		t.Fatalf("limit rejections (input_rate) = %v; want 3", got)
+	}
+}
+
+// A Play stream may have MaxPendingInputs inputs waiting for their acks; one
+// more, while the node acknowledges nothing, ends the stream with
+// ResourceExhausted.
+func TestFakePendingInputs(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, Limits{MaxPendingInputs: 4})
+	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
+	c.addGame(tenantT1, "g1", "node-a")
+	c.waitOwner(tenantT1, "g1", "node-a")
+	a.set(func(n *fakeNode) { n.inputsNoAck = true })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	play, msgs := openPlay(t, ctx, c, ticketAlice, "g1")
+	defer play.CloseResponse()
+	waitStatus(t, msgs, "node-a")
+	for seq := uint64(1); seq <= 4; seq++ {
+		if err := sendPlayInput(t, play, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "node-a to receive inputs 1..4", func() bool { return len(a.gotInputs()) == 4 })
+	// The stream is still open with 4 inputs pending.
+	select {
+	case m := <-msgs:
+		if m.end || m.ack != nil {
+			t.Fatalf("with 4 inputs pending: %+v", m)
+		}
+	case <-time.After(100 * time.Millisecond):
+	}
+	start := time.Now()
+	if err := sendPlayInput(t, play, 5); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m := next(t, msgs, 5*time.Second)
+		if m.ack != nil {
+			t.Fatalf("the node acknowledged nothing, the client got %+v", m.ack)
+		}
+		if !m.end {
+			continue
+		}
+		if connect.CodeOf(m.err) != connect.CodeResourceExhausted || !strings.Contains(m.err.Error(), "limit is 4") {
+			t.Fatalf("a fifth pending input ended the stream with %v; want resource_exhausted naming the limit", m.err)
+		}
+		within(t, "refusing the fifth pending input", time.Since(start), 0, 2*time.Second)
+		break
+	}
+	if got := a.gotInputs(); len(got) != 4 {
+		t.Fatalf("node-a received %v; the fifth input must not be sent", got)
+	}
+	if got := c.metricWith("ludus_gateway_limit_rejections_total", map[string]string{"limit": "pending_inputs"}); got != 1 {
+		t.Fatalf("limit rejections (pending_inputs) = %v; want 1", got)
+	}
+}
