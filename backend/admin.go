@@ -300,15 +300,17 @@ func (s *adminService) ListGames(ctx context.Context, req *connect.Request[ludus
 	return connect.NewResponse(&ludusv1.AdminServiceListGamesResponse{Games: games}), nil
 }
 
-// ListNodes lists the sim nodes. Any admin key, or the operator key.
+// ListNodes lists the sim nodes with their internal addresses. Operator
+// only: the fleet is the operator's, and a tenant's key (whatever its scope)
+// must not learn addresses on the operator's network.
 func (s *adminService) ListNodes(ctx context.Context, req *connect.Request[ludusv1.ListNodesRequest]) (*connect.Response[ludusv1.ListNodesResponse], error) {
 	p, err := s.authenticate(ctx, req.Header())
 	if err != nil {
 		return nil, err
 	}
-	if !p.operator && !needRead.allows(p.scope) {
+	if !p.operator {
 		return nil, connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("ListNodes needs a key with %s; this key has scope %q", needRead, p.scope))
+			errors.New("ListNodes needs the operator key: the sim nodes and their addresses belong to the operator, not to a tenant"))
 	}
 	if s.fleet == nil {
 		return nil, errNoFleet

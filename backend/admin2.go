@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -174,9 +173,16 @@ func (s *adminService) CreateAccount(ctx context.Context, req *connect.Request[l
 	if a.DisplayName == "" {
 		a.DisplayName = guestName(a.ID)
 	}
+	// Throttled per tenant, like every account creation.
+	signup, err := s.reserveSignup(tenantID, "", nil)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.store.CreateAccount(ctx, a); errors.Is(err, store.ErrAlreadyExists) {
+		signup.release()
 		return nil, connect.NewError(connect.CodeAlreadyExists, errors.New("an account with this custom id, email or device exists"))
 	} else if err != nil {
+		signup.release()
 		return nil, s.internal(ctx, "create account", err)
 	}
 	return connect.NewResponse(&ludusv1.CreateAccountResponse{Account: accountProto(a)}), nil
@@ -491,12 +497,12 @@ func (s *adminService) SetWebhook(ctx context.Context, req *connect.Request[ludu
 		}
 		return connect.NewResponse(&ludusv1.SetWebhookResponse{}), nil
 	}
-	if err := checkText("url", req.Msg.Url, MaxWebhookURLLen); err != nil {
+	u, err := s.checkWebhookURL(ctx, req.Msg.Url)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, s.internal(ctx, "set webhook", ctx.Err())
+		}
 		return nil, invalidArg(err)
-	}
-	u, err := url.Parse(req.Msg.Url)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		return nil, invalidArg(errors.New("url must be an absolute http(s) URL without credentials"))
 	}
 	secret, _ := newSecret("whsec_")
 	if err := s.store.PutWebhook(ctx, store.Webhook{TenantID: tenantID, URL: u.String(), Secret: []byte(secret)}); err != nil {

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -60,6 +61,26 @@ func cleanArchiveMessage(s string) string {
 
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
+// archivedSpec is a game's spec as stored: without "match_credential", the
+// secret its sim node reports results with. Every key of the tenant may read
+// an archive (GetGameLog); none of them may report for a match. A spec
+// without one is stored verbatim.
+func archivedSpec(spec []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(spec, &m) != nil {
+		return spec
+	}
+	if _, ok := m["match_credential"]; !ok {
+		return spec
+	}
+	delete(m, "match_credential")
+	out, err := json.Marshal(m)
+	if err != nil {
+		return spec
+	}
+	return out
+}
+
 // ArchiveGame stores an ended game's spec and input log (cluster token).
 func (s *moduleStore) ArchiveGame(ctx context.Context, req *connect.Request[clusterv1.ArchiveGameRequest]) (*connect.Response[clusterv1.ArchiveGameResponse], error) {
 	if err := s.cluster(req.Header()); err != nil {
@@ -91,7 +112,7 @@ func (s *moduleStore) ArchiveGame(ctx context.Context, req *connect.Request[clus
 		return nil, connect.NewError(connect.CodeResourceExhausted,
 			fmt.Errorf("game log is %d bytes; the archive takes at most %d (spec and chunks together)", size, MaxArchiveBytes))
 	}
-	a := store.GameArchive{TenantID: m.TenantId, GameID: m.GameId, SpecJSON: m.SpecJson, Chunks: m.Chunks, State: m.State,
+	a := store.GameArchive{TenantID: m.TenantId, GameID: m.GameId, SpecJSON: archivedSpec(m.SpecJson), Chunks: m.Chunks, State: m.State,
 		Message: cleanArchiveMessage(m.Message), FinalTick: m.FinalTick, ArchivedAt: s.now().UTC()}
 	switch err := s.store.PutGameArchive(ctx, a); {
 	case errors.Is(err, store.ErrNotFound):

@@ -34,13 +34,24 @@ func (s *authService) GuestLogin(ctx context.Context, req *connect.Request[ludus
 		return nil, err
 	}
 
+	// A new device creates an account: that is throttled (per address and
+	// tenant); signing in an existing one never is. The sign-up is reserved
+	// first and given back if the device had an account after all.
+	signup, err := s.guestSignupGate(ctx, tenant.ID, msg.DeviceId, req.Peer().Addr, req.Header())
+	if err != nil {
+		return nil, err
+	}
+
 	now := s.now().UTC()
 	acc := store.Account{ID: newID("a_"), TenantID: tenant.ID, DeviceID: msg.DeviceId, DisplayName: name, CreatedAt: now, UpdatedAt: now}
 	if acc.DisplayName == "" {
 		acc.DisplayName = guestName(acc.ID)
 	}
 	rt, rec := s.newRefresh(tenant.ID, acc.ID)
-	acc, _, err = s.store.DeviceSession(ctx, acc, name, rec)
+	acc, created, err := s.store.DeviceSession(ctx, acc, name, rec)
+	if err != nil || !created {
+		signup.release()
+	}
 	if err != nil {
 		return nil, s.internal(ctx, "guest login", err)
 	}

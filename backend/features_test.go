@@ -28,9 +28,9 @@ import (
 var ctx = context.Background()
 
 // newEnvPostgres is newEnv on a fresh PostgreSQL schema (skips without one).
-func newEnvPostgres(t *testing.T) *env {
+func newEnvPostgres(t *testing.T, opts ...option) *env {
 	dsn := pgtest.FreshSchema(t)
-	e := &env{t: t, clock: &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}, fleet: &fakeFleet{}, logs: &syncBuffer{}}
+	e := &env{t: t, clock: &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}, fleet: &fakeFleet{}, logs: &syncBuffer{}, opts: opts}
 	e.reopen = func() store.Store {
 		st, err := postgres.Open(ctx, dsn)
 		if err != nil {
@@ -44,10 +44,13 @@ func newEnvPostgres(t *testing.T) *env {
 }
 
 // bothStores runs f on SQLite and on PostgreSQL.
-func bothStores(t *testing.T, f func(t *testing.T, e *env)) {
-	t.Run("sqlite", func(t *testing.T) { f(t, newEnv(t)) })
-	t.Run("postgres", func(t *testing.T) { f(t, newEnvPostgres(t)) })
+func bothStores(t *testing.T, f func(t *testing.T, e *env), opts ...option) {
+	t.Run("sqlite", func(t *testing.T) { f(t, newEnv(t, opts...)) })
+	t.Run("postgres", func(t *testing.T) { f(t, newEnvPostgres(t, opts...)) })
 }
+
+// allowPrivateWebhooks lets webhooks reach the test's servers on 127.0.0.1.
+func allowPrivateWebhooks(c *backend.Config) { c.AllowPrivateWebhooks = true }
 
 func (e *env) apiKey(adminKey, scope string) string {
 	e.t.Helper()
@@ -102,7 +105,7 @@ func TestScopesOnEveryAdminCall(t *testing.T) {
 			_, err := c.ListGames(ctx, req(&ludusv1.AdminServiceListGamesRequest{}, k))
 			return err
 		}},
-		"ListNodes": {"admin server read-only operator", func(k string) error { _, err := c.ListNodes(ctx, req(&ludusv1.ListNodesRequest{}, k)); return err }},
+		"ListNodes": {"operator", func(k string) error { _, err := c.ListNodes(ctx, req(&ludusv1.ListNodesRequest{}, k)); return err }},
 		"CreateAPIKey": {"admin", func(k string) error {
 			_, err := c.CreateAPIKey(ctx, req(&ludusv1.CreateAPIKeyRequest{Scope: "read-only"}, k))
 			return err
@@ -518,7 +521,7 @@ func testWebhooks(t *testing.T, e *env) {
 	if n, err := e.srv.DeliverWebhooks(ctx); n != 1 || err != nil {
 		t.Fatalf("first pass: %d %v", n, err)
 	}
-	if d := state(); d.State != "pending" || d.Attempts != 1 || d.LastError != "HTTP 500" {
+	if d := state(); d.State != "pending" || d.Attempts != 1 || d.LastError != "delivery failed: the endpoint answered HTTP 500, not 2xx" {
 		t.Fatalf("after a failure: %v", d)
 	}
 	if n, _ := e.srv.DeliverWebhooks(ctx); n != 0 {
@@ -544,7 +547,7 @@ func testWebhooks(t *testing.T, e *env) {
 	}
 }
 
-func TestWebhooks(t *testing.T) { bothStores(t, testWebhooks) }
+func TestWebhooks(t *testing.T) { bothStores(t, testWebhooks, allowPrivateWebhooks) }
 
 // TestNastyInput: SQL metacharacters and oversized strings in every string
 // field are stored verbatim or refused with InvalidArgument, never Internal.

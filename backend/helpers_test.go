@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -119,6 +121,8 @@ type env struct {
 
 	// reopen opens the store again after stop (default: the SQLite file).
 	reopen func() store.Store
+	// opts configure every Server the env starts (restarts too).
+	opts []option
 }
 
 type option func(*backend.Config)
@@ -131,13 +135,14 @@ func newEnv(t *testing.T, opts ...option) *env {
 		clock:  &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)},
 		fleet:  &fakeFleet{},
 		logs:   &syncBuffer{},
+		opts:   opts,
 	}
-	e.start(opts...)
+	e.start()
 	return e
 }
 
 // start opens the store and serves a new Server over it.
-func (e *env) start(opts ...option) {
+func (e *env) start() {
 	t := e.t
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), e.dbPath)
@@ -145,10 +150,27 @@ func (e *env) start(opts ...option) {
 		t.Fatal(err)
 	}
 	e.store = st
-	e.startWith(st, opts...)
+	e.startWith(st)
 }
 
-func (e *env) startWith(st store.Store, opts ...option) {
+// fakeDNS answers webhook host lookups in tests, which never ask a real
+// resolver: names here resolve as listed, any other name does not resolve.
+var fakeDNS = map[string][]netip.Addr{
+	"example.com":       {netip.MustParseAddr("93.184.215.14")},
+	"hooks.example.com": {netip.MustParseAddr("93.184.215.14"), netip.MustParseAddr("2606:2800:21f:cb07:6820:80da:af6b:8b2c")},
+	"internal.example":  {netip.MustParseAddr("10.1.2.3")},
+	"mixed.example":     {netip.MustParseAddr("93.184.215.14"), netip.MustParseAddr("127.0.0.1")},
+	"localhost":         {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")},
+}
+
+func fakeLookup(_ context.Context, host string) ([]netip.Addr, error) {
+	if ips, ok := fakeDNS[strings.ToLower(host)]; ok {
+		return ips, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func (e *env) startWith(st store.Store) {
 	t := e.t
 	t.Helper()
 	cfg := backend.Config{
@@ -161,7 +183,8 @@ func (e *env) startWith(st store.Store, opts ...option) {
 		Logger:         slog.New(slog.NewTextHandler(e.logs, nil)),
 		PasswordParams: &backend.PasswordParams{MemoryKiB: 64, Time: 1, Threads: 1}, // fast; production uses OWASP's
 	}
-	for _, o := range opts {
+	backend.SetLookupIP(&cfg, fakeLookup)
+	for _, o := range e.opts {
 		o(&cfg)
 	}
 	srv, err := backend.New(context.Background(), cfg)

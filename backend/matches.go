@@ -351,10 +351,14 @@ func (s *Server) DeliverWebhooks(ctx context.Context) (int, error) {
 		d.Attempts++
 		d.UpdatedAt = s.now().UTC()
 		w, err := s.store.Webhook(ctx, d.TenantID)
-		if err == nil {
+		switch {
+		case err == nil && w.URL != "":
 			err = s.postWebhook(ctx, w, d)
-		} else if errors.Is(err, store.ErrNotFound) {
-			err = errors.New("no webhook configured")
+		case err == nil, errors.Is(err, store.ErrNotFound):
+			err = errors.New("delivery failed: no webhook configured")
+		default:
+			s.log.ErrorContext(ctx, "backend: webhook", "tenant", d.TenantID, "err", err)
+			err = errors.New("delivery failed: internal error")
 		}
 		switch {
 		case err == nil:
@@ -372,10 +376,13 @@ func (s *Server) DeliverWebhooks(ctx context.Context) (int, error) {
 	return len(due), nil
 }
 
+// postWebhook makes one delivery attempt. Its error is what the tenant sees
+// (ListWebhookDeliveries): generic, never a dial error, address or port
+// (those go to the log).
 func (s *Server) postWebhook(ctx context.Context, w store.Webhook, d store.WebhookDelivery) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(d.Payload))
 	if err != nil {
-		return err
+		return errDeliveryBadURL
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "ludus-webhooks/1")
@@ -384,12 +391,22 @@ func (s *Server) postWebhook(ctx context.Context, w store.Webhook, d store.Webho
 	req.Header.Set("Ludus-Signature", SignWebhook(w.Secret, s.now(), d.Payload))
 	resp, err := s.webhookClient.Do(req)
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.WarnContext(ctx, "backend: webhook delivery attempt failed", "tenant", d.TenantID, "delivery", d.ID, "err", err)
+		if errors.Is(err, errNonPublicAddr) {
+			return errDeliveryNonPublic
+		}
+		return errDeliveryUnreachable
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	switch {
+	case resp.StatusCode >= 300 && resp.StatusCode <= 399:
+		return fmt.Errorf("delivery failed: the endpoint answered HTTP %d, not 2xx (redirects are not followed)", resp.StatusCode)
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		return fmt.Errorf("delivery failed: the endpoint answered HTTP %d, not 2xx", resp.StatusCode)
 	}
 	return nil
 }

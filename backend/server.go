@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -54,8 +56,37 @@ type Config struct {
 	// PasswordParams are the argon2id parameters of new password hashes;
 	// nil means DefaultPasswordParams (OWASP's). Lower them only in tests.
 	PasswordParams *PasswordParams
-	// WebhookClient posts webhooks; a client with a 10 s timeout if nil.
+	// WebhookClient posts webhooks. Nil builds one with a 10 s timeout that
+	// refuses non-public addresses (see AllowPrivateWebhooks) on every
+	// connection it dials. A client given here is used as it is (redirects
+	// are never followed): it must make that check itself.
 	WebhookClient *http.Client
+	// AllowPrivateWebhooks lets webhook URLs point at loopback, private,
+	// link-local and other non-public addresses. Off, SetWebhook refuses
+	// them and deliveries never connect to them (checked on the address
+	// dialled, so DNS rebinding does not get around it): a tenant's webhook
+	// must not reach the operator's own network. For development only.
+	AllowPrivateWebhooks bool
+
+	// SignupsPerAddress throttles account creation per client address
+	// (IPv6: per /64): new guest accounts (GuestLogin of an unknown device)
+	// and RegisterEmail. Zero means DefaultSignupsPerAddress; NoLimit turns
+	// it off. Sign-ins of existing accounts are never throttled by it.
+	SignupsPerAddress RateLimit
+	// SignupsPerTenant throttles account creation per tenant: the above plus
+	// accounts CustomLogin and CreateAccount create. Zero means
+	// DefaultSignupsPerTenant; NoLimit turns it off.
+	SignupsPerTenant RateLimit
+	// TrustedProxies are the peers whose X-Forwarded-For header names the
+	// client (the gateway in front of the backend). Nil means loopback only
+	// (127.0.0.0/8 and ::1, where `ludus dev` runs its gateway); an empty
+	// slice trusts no one. From any other peer the peer address is the
+	// client's.
+	TrustedProxies []netip.Prefix
+
+	// lookupIP resolves webhook hosts at SetWebhook (tests replace it; nil:
+	// net.DefaultResolver).
+	lookupIP func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 // minSecretLen is the least length of the operator key and cluster token.
@@ -77,6 +108,11 @@ type Server struct {
 	pwParams       PasswordParams
 	dummyHash      string // checked against for unknown emails, to equalize timing
 	webhookClient  *http.Client
+	allowPrivate   bool // webhooks may reach non-public addresses
+	lookupIP       func(ctx context.Context, host string) ([]netip.Addr, error)
+	signupsByAddr  *limiter // nil: no limit
+	signupsByTen   *limiter // nil: no limit
+	trusted        []netip.Prefix
 	verifier       *auth.Verifier // shared, so its cache of verified tickets is
 	tenants        sync.Map       // slug -> store.Tenant (tenants are never renamed or deleted)
 }
@@ -109,9 +145,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.pwParams = *cfg.PasswordParams
 	}
 	s.dummyHash = hashPassword(s.pwParams, "dummy password")
-	s.webhookClient = cfg.WebhookClient
-	if s.webhookClient == nil {
-		s.webhookClient = &http.Client{Timeout: 10 * time.Second}
+	s.allowPrivate = cfg.AllowPrivateWebhooks
+	s.webhookClient = newWebhookClient(cfg.WebhookClient, s.allowPrivate)
+	s.lookupIP = cfg.lookupIP
+	if s.lookupIP == nil {
+		s.lookupIP = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	s.signupsByAddr = newLimiter(cfg.SignupsPerAddress, DefaultSignupsPerAddress)
+	s.signupsByTen = newLimiter(cfg.SignupsPerTenant, DefaultSignupsPerTenant)
+	s.trusted = cfg.TrustedProxies
+	if s.trusted == nil {
+		s.trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 	}
 	for _, sec := range []struct {
 		name, value string
@@ -163,15 +209,24 @@ func (s *Server) buildHandler() http.Handler {
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 		}),
 	}
-	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes)}, common...)
+	// Each service reads at most what its largest valid request needs
+	// (connect-go refuses more with ResourceExhausted before decoding, and
+	// counts decompressed bytes too): an anonymous caller cannot make the
+	// backend buffer a module-sized message.
+	limit := func(n int) []connect.HandlerOption {
+		return append([]connect.HandlerOption{connect.WithReadMaxBytes(n)}, common...)
+	}
 	mux := http.NewServeMux()
-	mux.Handle(ludusv1connect.NewAuthServiceHandler(&authService{s}, opts...))
-	mux.Handle(ludusv1connect.NewAdminServiceHandler(&adminService{s}, opts...))
+	mux.Handle(ludusv1connect.NewAuthServiceHandler(&authService{s}, limit(MaxAuthRequestBytes)...))
+	mux.Handle(ludusv1connect.NewAdminServiceHandler(&adminService{s}, limit(MaxAdminRequestBytes)...))
+	// UploadModule alone takes a module: the same service again, with the
+	// module limit, serves that one procedure (the longer pattern wins).
+	_, upload := ludusv1connect.NewAdminServiceHandler(&adminService{s}, limit(MaxRequestBytes)...)
+	mux.Handle(ludusv1connect.AdminServiceUploadModuleProcedure, upload)
 	// The cluster service takes game log archives of up to MaxArchiveBytes.
-	clusterOpts := append([]connect.HandlerOption{connect.WithReadMaxBytes(maxArchiveRequestBytes)}, common...)
-	mux.Handle(clusterv1connect.NewModuleStoreServiceHandler(&moduleStore{s}, clusterOpts...))
-	mux.Handle(ludusv1connect.NewProgressionServiceHandler(&progressionService{s}, opts...))
-	mux.Handle(ludusv1connect.NewMatchReportServiceHandler(&matchReports{s}, opts...))
+	mux.Handle(clusterv1connect.NewModuleStoreServiceHandler(&moduleStore{s}, limit(maxArchiveRequestBytes)...))
+	mux.Handle(ludusv1connect.NewProgressionServiceHandler(&progressionService{s}, limit(MaxProgressionRequestBytes)...))
+	mux.Handle(ludusv1connect.NewMatchReportServiceHandler(&matchReports{s}, limit(MaxReportRequestBytes)...))
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		w.Header().Set("Cache-Control", "public, max-age=60")

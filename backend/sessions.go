@@ -107,6 +107,11 @@ func (s *authService) RegisterEmail(ctx context.Context, req *connect.Request[lu
 	if err != nil {
 		return nil, err
 	}
+	// Throttled per address and tenant, before the costly password hash.
+	signup, err := s.reserveSignup(tenant.ID, req.Peer().Addr, req.Header())
+	if err != nil {
+		return nil, err
+	}
 	now := s.now().UTC()
 	acc := store.Account{ID: newID("a_"), TenantID: tenant.ID, Email: email, PasswordHash: hashPassword(s.pwParams, m.Password),
 		DisplayName: name, CreatedAt: now, UpdatedAt: now}
@@ -114,8 +119,10 @@ func (s *authService) RegisterEmail(ctx context.Context, req *connect.Request[lu
 		acc.DisplayName = guestName(acc.ID)
 	}
 	if err := s.store.CreateAccount(ctx, acc); errors.Is(err, store.ErrAlreadyExists) {
+		signup.release()
 		return nil, connect.NewError(connect.CodeAlreadyExists, errors.New("an account with this email exists: sign in with EmailLogin"))
 	} else if err != nil {
+		signup.release()
 		return nil, s.internal(ctx, "register email", err)
 	}
 	sess, err := s.session(ctx, tenant, acc)
@@ -212,12 +219,21 @@ func (s *authService) CustomLogin(ctx context.Context, req *connect.Request[ludu
 	}
 	acc, err := s.store.AccountByCustomID(ctx, tenantID, req.Msg.CustomId)
 	if errors.Is(err, store.ErrNotFound) {
+		// A new account: throttled per tenant (not per address: the caller
+		// is the studio's server, signing in all of its players).
+		signup, serr := s.reserveSignup(tenantID, "", nil)
+		if serr != nil {
+			return nil, serr
+		}
 		now := s.now().UTC()
 		acc = store.Account{ID: newID("a_"), TenantID: tenantID, CustomID: req.Msg.CustomId, DisplayName: name, CreatedAt: now, UpdatedAt: now}
 		if acc.DisplayName == "" {
 			acc.DisplayName = guestName(acc.ID)
 		}
-		if err = s.store.CreateAccount(ctx, acc); errors.Is(err, store.ErrAlreadyExists) {
+		if err = s.store.CreateAccount(ctx, acc); err != nil {
+			signup.release()
+		}
+		if errors.Is(err, store.ErrAlreadyExists) {
 			acc, err = s.store.AccountByCustomID(ctx, tenantID, req.Msg.CustomId)
 		}
 	} else if err == nil && name != "" && name != acc.DisplayName {

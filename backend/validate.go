@@ -18,8 +18,20 @@ const (
 	MaxModuleNameLen  = 64
 	MaxModuleBytes    = 32 << 20
 	// MaxRequestBytes is the largest request message accepted: a module of
-	// MaxModuleBytes plus room for the rest of the message.
+	// MaxModuleBytes plus room for the rest of the message. Only
+	// AdminService.UploadModule reads that much; the other services have
+	// their own limits below.
 	MaxRequestBytes = 33 << 20
+	// MaxAuthRequestBytes bounds an AuthService request (anonymous callers).
+	MaxAuthRequestBytes = 16 << 10
+	// MaxAdminRequestBytes bounds an AdminService request other than
+	// UploadModule.
+	MaxAdminRequestBytes = 256 << 10
+	// MaxProgressionRequestBytes bounds a ProgressionService request.
+	MaxProgressionRequestBytes = 64 << 10
+	// MaxReportRequestBytes bounds a MatchReportService request: MaxPlayers
+	// players with three full maps each take about 4 MiB.
+	MaxReportRequestBytes = 8 << 20
 )
 
 // clip shortens an untrusted value for an error message.

@@ -4,14 +4,69 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/simnode/inputlog"
 )
+
+// maxFinalMessage bounds the reason kept in a finished game's status (and so
+// in its archive): a trap's text must never make the final etcd write too big.
+const maxFinalMessage = 4 << 10
+
+// finalMessage clips a finished game's reason to maxFinalMessage bytes of
+// valid UTF-8.
+func finalMessage(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= maxFinalMessage {
+		return s
+	}
+	cut := maxFinalMessage - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// flushFinal hands the game's last chunk to the log writer with the final
+// status — state, tick and reason — which the archive is made from (see
+// archive). It is flushTo's final case (no handoff, no checkpoint) with the
+// message, which flushTo's status does not carry; keep the two in step.
+func (g *game) flushFinal(state, message string) {
+	c := g.pending
+	c.Ended = state == fleet.StateEnded
+	g.logSeq++
+	st := fleet.GameStatus{State: state, Tick: g.inst.Tick(), Players: g.players, NodeID: g.n.cfg.ID, Message: message}
+	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: true})
+	g.acks = nil
+	g.pending = &inputlog.Chunk{From: c.To, To: c.To}
+	g.lastFlush = time.Now()
+}
+
+// archivedSpec is the spec as archived: without the match credential, which
+// would let anyone who can read the archive (any key of the tenant) report
+// results for the match while the credential lives.
+func archivedSpec(spec []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(spec, &m) != nil {
+		return spec
+	}
+	if _, ok := m["match_credential"]; !ok {
+		return spec
+	}
+	delete(m, "match_credential")
+	out, err := json.Marshal(m)
+	if err != nil {
+		return spec
+	}
+	return out
+}
 
 // Archiver stores a finished game's spec and log in the backend (for replays
 // and crash reproduction: `ludus ctl game replay GAME`).
@@ -86,10 +141,17 @@ func (n *Node) archiveOnce(a Archiver, tenant, game string) error {
 	if st.State != fleet.StateEnded && st.State != fleet.StateFailed {
 		return fmt.Errorf("game %s is %q, not finished", game, st.State)
 	}
-	req := &clusterv1.ArchiveGameRequest{TenantId: tenant, GameId: game, SpecJson: specKV[0].Value,
+	req := &clusterv1.ArchiveGameRequest{TenantId: tenant, GameId: game, SpecJson: archivedSpec(specKV[0].Value),
 		State: st.State, Message: st.Message, FinalTick: st.Tick}
 	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
 		req.Chunks = append(req.Chunks, kv.Value)
+	}
+	if req.FinalTick == 0 && len(req.Chunks) > 0 {
+		// A status written without the tick (a game failed on takeover): the
+		// log knows where it ended.
+		if c, err := inputlog.Decode(req.Chunks[len(req.Chunks)-1]); err == nil {
+			req.FinalTick = c.To
+		}
 	}
 	if err := a.ArchiveGame(ctx, req); err != nil {
 		return err

@@ -518,14 +518,26 @@ func (g *game) finish(ctx context.Context, state, message string, ended bool) {
 		}
 	}
 	g.dropQueued(errGameOver)
-	g.flush(true, state)
+	// The reason is settled before the final status is written: that status
+	// is what the game's archive is made of (archive.go).
+	var res []byte
+	resOK := false
 	if ended {
-		g.reportFinal(ctx)
-		if res, err := g.inst.Result(ctx); err == nil {
+		message = fmt.Sprintf("%s (build %.12s)", message, g.spec.BuildID)
+		var err error
+		if res, err = g.inst.Result(ctx); err == nil {
+			resOK = true
 			var r abi.Result
 			if json.Unmarshal(res, &r) == nil {
-				message = fmt.Sprintf("match ended after %d ticks", r.Ticks)
+				message = fmt.Sprintf("match ended after %d ticks (build %.12s)", r.Ticks, g.spec.BuildID)
 			}
+		}
+	}
+	message = finalMessage(message)
+	g.flushFinal(state, message)
+	if ended {
+		g.reportFinal(ctx)
+		if resOK {
 			g.log.Info("match ended", "tick", g.inst.Tick(), "result", string(res))
 		}
 	} else {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -25,31 +26,80 @@ import (
 	"ludus.dev/ludus/simnode/inputlog"
 )
 
-const ctlUsage = `ludus ctl [--url URL] [--key KEY] COMMAND
+const ctlUsage = `ludus ctl [--url URL] [--key-file PATH] COMMAND
 
   tenants                      list tenants (operator key)
   tenant create SLUG [NAME]    create a tenant; prints its admin key once (operator key)
   modules                      list the tenant's modules
   module upload NAME FILE      upload a game module (.wasm)
   games                        list the tenant's games
-  nodes                        list sim nodes
+  nodes                        list sim nodes and their addresses (operator key)
   node drain NODE [--wait]     hand every game off NODE; it exits when empty (operator key)
   game replay GAME [--wasm FILE]
                                re-run an archived game locally from its log (shows a crash's trap and tick)
   game handoff TENANT GAME [NODE]
                                move a running game to NODE or one the fleet picks (operator key)
 
---url defaults to $LUDUS_URL or http://127.0.0.1:8080; --key to $LUDUS_KEY.
+The API key (the operator key, or a tenant's API key) comes from --key-file PATH
+(a file holding it, e.g. ludus-data/operator.key; default $LUDUS_KEY_FILE) or the
+LUDUS_KEY environment variable. --key KEY works too but is discouraged: every user
+of the machine can read a process's arguments (ps, /proc).
+--url defaults to $LUDUS_URL or http://127.0.0.1:8080.
 `
+
+// maxKeyFileBytes bounds what --key-file reads.
+const maxKeyFileBytes = 4 << 10
+
+// ctlKey returns the API key ludus ctl sends: --key-file's, --key's (not
+// both), the file named by $LUDUS_KEY_FILE, or $LUDUS_KEY.
+func ctlKey(keyFile string, keyFileSet bool, keyFlag string, keyFlagSet bool) (string, error) {
+	switch {
+	case keyFileSet && keyFlagSet:
+		return "", errors.New("give --key-file or --key, not both")
+	case keyFlagSet:
+		return keyFlag, nil
+	}
+	if keyFile != "" {
+		f, err := os.Open(keyFile)
+		if err != nil {
+			return "", fmt.Errorf("--key-file: %w", err)
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
+		if err != nil {
+			return "", fmt.Errorf("--key-file: %w", err)
+		}
+		key := strings.TrimSpace(string(b))
+		if len(b) > maxKeyFileBytes || key == "" || strings.ContainsAny(key, "\r\n") {
+			return "", fmt.Errorf("--key-file %s must hold one API key on one line", keyFile)
+		}
+		return key, nil
+	}
+	return os.Getenv("LUDUS_KEY"), nil
+}
 
 func runCtl(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
 	url := fs.String("url", envOr("LUDUS_URL", "http://127.0.0.1:8080"), "gateway or backend URL")
-	key := fs.String("key", os.Getenv("LUDUS_KEY"), "API key")
+	keyFile := fs.String("key-file", os.Getenv("LUDUS_KEY_FILE"), "file holding the API key")
+	keyFlag := fs.String("key", "", "API key (discouraged: visible in the process list; use --key-file or $LUDUS_KEY)")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), ctlUsage) }
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	keyFileSet, keyFlagSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		keyFileSet = keyFileSet || f.Name == "key-file"
+		keyFlagSet = keyFlagSet || f.Name == "key"
+	})
+	k, err := ctlKey(*keyFile, keyFileSet, *keyFlag, keyFlagSet)
+	if err != nil {
+		return err
+	}
+	if keyFlagSet {
+		fmt.Fprintln(os.Stderr, "ludus ctl: --key shows the key to every user of this machine (ps); prefer --key-file PATH or $LUDUS_KEY")
+	}
+	key := &k
 	rest := fs.Args()
 	if len(rest) == 0 || rest[0] == "help" {
 		fmt.Fprint(out, ctlUsage)

@@ -32,12 +32,12 @@ func testGameArchives(t *testing.T, s store.Store) {
 	wantErr(t, "GameArchive of another tenant", err, store.ErrNotFound)
 	// Archiving again replaces (idempotent; fewer chunks leave none behind).
 	a2 := a
-	a2.Chunks, a2.State, a2.Message, a2.ArchivedAt = [][]byte{[]byte("only")}, "ended", "", base.Add(time.Second)
+	a2.Chunks, a2.State, a2.Message, a2.ArchivedAt = [][]byte{[]byte("only")}, "ended", "match ended after 1234 ticks (build 0123456789ab)", base.Add(time.Second)
 	must(t, "PutGameArchive again", s.PutGameArchive(ctx, a2))
 	must(t, "PutGameArchive again", s.PutGameArchive(ctx, a2))
 	got, err = s.GameArchive(ctx, tn.ID, "g1")
 	must(t, "GameArchive", err)
-	if len(got.Chunks) != 1 || string(got.Chunks[0]) != "only" || got.State != "ended" {
+	if len(got.Chunks) != 1 || string(got.Chunks[0]) != "only" || got.State != "ended" || got.Message != a2.Message || got.FinalTick != 1234 {
 		t.Fatalf("after re-archive: %+v", got)
 	}
 	// Empty log.
@@ -47,7 +47,8 @@ func testGameArchives(t *testing.T, s store.Store) {
 	}
 	ls, err := s.ListGameArchives(ctx, tn.ID, 10)
 	must(t, "ListGameArchives", err)
-	if len(ls) != 2 || ls[0].GameID != "g0" || ls[1].GameID != "g1" || ls[1].Chunks != nil || ls[1].SizeBytes != int64(len(a.SpecJSON)+4) {
+	if len(ls) != 2 || ls[0].GameID != "g0" || ls[1].GameID != "g1" || ls[1].Chunks != nil || ls[1].SizeBytes != int64(len(a.SpecJSON)+4) ||
+		ls[1].State != "ended" || ls[1].Message != a2.Message || ls[1].FinalTick != 1234 {
 		t.Fatalf("ListGameArchives = %+v", ls)
 	}
 	if ls, _ := s.ListGameArchives(ctx, other.ID, 10); len(ls) != 0 {

@@ -1,0 +1,150 @@
+package backend_test
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/backend"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+)
+
+// TestWebhookRedirectsAndErrorText: with private webhooks allowed (dev), a
+// redirect is not followed, and a failed attempt's text names no address.
+func TestWebhookRedirectsAndErrorText(t *testing.T) {
+	e := newEnv(t, allowPrivateWebhooks)
+	tn, admin := e.createTenant("redir")
+	var target, redirects atomic.Int32
+	inner := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { target.Add(1) }))
+	defer inner.Close()
+	outer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		redirects.Add(1)
+		http.Redirect(w, r, inner.URL+"/internal", http.StatusTemporaryRedirect)
+	}))
+	defer outer.Close()
+	if _, err := e.admin.SetWebhook(ctx, req(&ludusv1.SetWebhookRequest{Url: outer.URL + "/hook"}, admin)); err != nil {
+		t.Fatalf("loopback webhook with AllowPrivateWebhooks: %v", err)
+	}
+	acc, err := e.admin.CreateAccount(ctx, req(&ludusv1.CreateAccountRequest{CustomId: "x1"}, admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range []string{"m-redirect", "m-closed"} {
+		cred := e.mint(tn.Id, m, "arena")
+		if _, err := backend.NewMatchReporter(e.http.Client(), e.http.URL, m, cred).ReportResult(ctx, 0,
+			[]*ludusv1.PlayerResult{{AccountId: acc.Msg.Account.Id, Score: int64(i)}}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := e.srv.DeliverWebhooks(ctx); n != 1 || err != nil {
+			t.Fatalf("DeliverWebhooks: %d, %v", n, err)
+		}
+		if i == 0 {
+			// Next: a port nothing listens on.
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := "http://" + ln.Addr().String() + "/hook"
+			ln.Close()
+			if _, err := e.admin.SetWebhook(ctx, req(&ludusv1.SetWebhookRequest{Url: closed}, admin)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if redirects.Load() != 1 || target.Load() != 0 {
+		t.Errorf("redirect followed: %d redirects, %d requests to its target", redirects.Load(), target.Load())
+	}
+	ds, err := e.admin.ListWebhookDeliveries(ctx, req(&ludusv1.ListWebhookDeliveriesRequest{}, admin))
+	if err != nil || len(ds.Msg.Deliveries) != 2 {
+		t.Fatalf("deliveries: %v, %v", ds, err)
+	}
+	errs := map[string]bool{}
+	for _, d := range ds.Msg.Deliveries {
+		errs[d.LastError] = true
+		if strings.Contains(d.LastError, "127.0.0.1") || strings.Contains(d.LastError, "refused") || strings.Contains(d.LastError, "dial") {
+			t.Errorf("delivery error shows the tenant %q", d.LastError)
+		}
+	}
+	for _, want := range []string{"delivery failed: the endpoint answered HTTP 307, not 2xx (redirects are not followed)",
+		"delivery failed: the endpoint could not be reached or did not answer in time"} {
+		if !errs[want] {
+			t.Errorf("no delivery failed with %q: %v", want, errs)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "connection refused") {
+		t.Errorf("the dial error is not in the log:\n%s", e.logs.String())
+	}
+}
+
+// TestSignupLimitsConfig: the per-tenant limit counts every way of creating
+// an account; limits can be turned off; X-Forwarded-For counts only from a
+// trusted proxy.
+func TestSignupLimitsConfig(t *testing.T) {
+	e := newEnv(t, func(c *backend.Config) {
+		c.SignupsPerAddress = backend.NoLimit
+		c.SignupsPerTenant = backend.RateLimit{PerMinute: 60, Burst: 4}
+	})
+	_, admin := e.createTenant("tl")
+	server := e.apiKey(admin, "server")
+	guest := func(dev string) error {
+		_, err := e.auth.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "tl", DeviceId: dev}))
+		return err
+	}
+	custom := func(id string) error {
+		_, err := e.auth.CustomLogin(ctx, req(&ludusv1.CustomLoginRequest{CustomId: id}, server))
+		return err
+	}
+	for _, err := range []error{guest("tl-device-00000001"), custom("c1"), guest("tl-device-00000002")} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.admin.CreateAccount(ctx, req(&ludusv1.CreateAccountRequest{CustomId: "c2"}, admin)); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, custom("c3"), connect.CodeResourceExhausted, "in this game right now", "retry in 1 s")
+	wantCode(t, guest("tl-device-00000003"), connect.CodeResourceExhausted, "retry in 1 s")
+	_, err := e.admin.CreateAccount(ctx, req(&ludusv1.CreateAccountRequest{CustomId: "c3"}, admin))
+	wantCode(t, err, connect.CodeResourceExhausted)
+	// A failed creation gives its token back; existing accounts sign in.
+	for _, err := range []error{custom("c1"), custom("c2"), guest("tl-device-00000001")} {
+		if err != nil {
+			t.Fatalf("existing account: %v", err)
+		}
+	}
+
+	// No trusted proxy: X-Forwarded-For is the client's claim, ignored.
+	e2 := newEnv(t, func(c *backend.Config) {
+		c.TrustedProxies = []netip.Prefix{}
+		c.SignupsPerAddress = backend.RateLimit{PerMinute: 1, Burst: 2}
+		c.SignupsPerTenant = backend.NoLimit
+	})
+	e2.createTenant("tp")
+	for i := range 3 {
+		r := connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "tp", DeviceId: fmt.Sprintf("tp-device-%08d", i)})
+		r.Header().Set("X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i))
+		_, err := e2.auth.GuestLogin(ctx, r)
+		if i < 2 && err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			wantCode(t, err, connect.CodeResourceExhausted, "from your network address", "retry in 60 s")
+		}
+	}
+
+	// Both off: no limit at all.
+	e3 := newEnv(t, func(c *backend.Config) { c.SignupsPerAddress, c.SignupsPerTenant = backend.NoLimit, backend.NoLimit })
+	e3.createTenant("nl")
+	for i := range 150 {
+		if _, err := e3.auth.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "nl", DeviceId: fmt.Sprintf("nl-device-%08d", i)})); err != nil {
+			t.Fatalf("#%d: %v", i, err)
+		}
+	}
+}

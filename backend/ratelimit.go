@@ -1,0 +1,268 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/backend/store"
+)
+
+// RateLimit is a token bucket: PerMinute tokens a minute, holding at most
+// Burst. The zero value means "the default"; NoLimit turns a limit off.
+type RateLimit struct {
+	PerMinute float64
+	// Burst is the bucket's size: how many may happen at once after a quiet
+	// spell. Zero or less means PerMinute (at least 1).
+	Burst int
+}
+
+// NoLimit is a RateLimit that never refuses.
+var NoLimit = RateLimit{PerMinute: -1}
+
+// Sign-up limits (Config.SignupsPerAddress and SignupsPerTenant).
+var (
+	// DefaultSignupsPerAddress: 20 new accounts a minute from one address
+	// (IPv6: one /64), 100 at once. The burst leaves room for a classroom or
+	// an office behind one address, and for the e2e suite, which signs
+	// about 60 guests in from 127.0.0.1 within a few minutes.
+	DefaultSignupsPerAddress = RateLimit{PerMinute: 20, Burst: 100}
+	// DefaultSignupsPerTenant: 600 new accounts a minute per tenant (10/s),
+	// 600 at once.
+	DefaultSignupsPerTenant = RateLimit{PerMinute: 600, Burst: 600}
+)
+
+// maxBuckets bounds a limiter's memory: past it, buckets that are full again
+// (worth nothing) are dropped, and if that is not enough, all of them.
+const maxBuckets = 100_000
+
+// limiter is a set of token buckets by key.
+type limiter struct {
+	rate  float64 // tokens per second
+	burst float64
+
+	mu        sync.Mutex
+	buckets   map[string]*bucket
+	lastSweep time.Time
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time // when tokens was computed
+}
+
+// newLimiter returns a limiter for l (def if l is zero), or nil if it is off.
+func newLimiter(l, def RateLimit) *limiter {
+	if l == (RateLimit{}) {
+		l = def
+	}
+	if l.PerMinute < 0 || math.IsNaN(l.PerMinute) || math.IsInf(l.PerMinute, 0) {
+		return nil
+	}
+	if l.Burst <= 0 {
+		l.Burst = max(1, int(l.PerMinute))
+	}
+	return &limiter{rate: l.PerMinute / 60, burst: float64(l.Burst), buckets: map[string]*bucket{}}
+}
+
+// refill returns b's tokens at now.
+func (l *limiter) refill(b *bucket, now time.Time) float64 {
+	if d := now.Sub(b.at).Seconds(); d > 0 {
+		return min(l.burst, b.tokens+d*l.rate)
+	}
+	return b.tokens
+}
+
+// take takes a token of key at now. If there is none it takes nothing and
+// returns how long until there is one.
+func (l *limiter) take(key string, now time.Time) (ok bool, wait time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[key]
+	if b == nil {
+		if len(l.buckets) >= maxBuckets || now.Sub(l.lastSweep) > time.Minute {
+			l.sweep(now)
+		}
+		b = &bucket{tokens: l.burst, at: now}
+		l.buckets[key] = b
+	}
+	b.tokens, b.at = l.refill(b, now), now
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, 0
+	}
+	if l.rate <= 0 {
+		return false, time.Hour
+	}
+	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+}
+
+// give returns a token taken for something that did not happen.
+func (l *limiter) give(key string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.buckets[key]; b != nil {
+		b.tokens, b.at = min(l.burst, l.refill(b, now)+1), now
+	}
+}
+
+// sweep drops full buckets (a full bucket is the same as none); if too
+// many remain, it drops them all rather than grow without bound. Called with
+// l.mu held.
+func (l *limiter) sweep(now time.Time) {
+	l.lastSweep = now
+	for k, b := range l.buckets {
+		if l.refill(b, now) >= l.burst {
+			delete(l.buckets, k)
+		}
+	}
+	if len(l.buckets) >= maxBuckets {
+		clear(l.buckets)
+	}
+}
+
+// clientAddr is the address of the client of a call: the peer, or if the
+// peer is a trusted proxy, the last address in X-Forwarded-For that is not
+// one (proxies append the address they received the request from, so
+// addresses left of the first untrusted one may be forged).
+func (s *Server) clientAddr(peer string, h http.Header) netip.Addr {
+	addr := parseAddr(peer)
+	if !s.trustedProxy(addr) {
+		return addr
+	}
+	var hops []string
+	for _, v := range h.Values("X-Forwarded-For") {
+		hops = append(hops, strings.Split(v, ",")...)
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		a := parseAddr(strings.TrimSpace(hops[i]))
+		if !a.IsValid() {
+			break // garbage: what lies beyond it cannot be trusted either
+		}
+		addr = a
+		if !s.trustedProxy(a) {
+			break
+		}
+	}
+	return addr
+}
+
+// parseAddr parses "ip", "ip:port" or "[ipv6]:port"; the zero Addr if none.
+func parseAddr(s string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap()
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.WithZone("").Unmap()
+	}
+	return netip.Addr{}
+}
+
+func (s *Server) trustedProxy(a netip.Addr) bool {
+	if !a.IsValid() {
+		return false
+	}
+	for _, p := range s.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// addrKey is an address's bucket: IPv4 addresses alone, IPv6 by /64 (what
+// one subscriber gets).
+func addrKey(a netip.Addr) string {
+	switch {
+	case !a.IsValid():
+		return "unknown"
+	case a.Is6():
+		p, _ := a.WithZone("").Prefix(64)
+		return p.String()
+	}
+	return a.String()
+}
+
+// signup is a reserved account creation: tokens taken from the address's
+// and the tenant's buckets. release gives them back when no account was
+// created after all.
+type signup struct {
+	s            *Server
+	addr, tenant string // keys; empty: not charged
+	released     bool
+}
+
+func (r *signup) release() {
+	if r == nil || r.released {
+		return
+	}
+	r.released = true
+	now := r.s.now()
+	if r.addr != "" {
+		r.s.signupsByAddr.give(r.addr, now)
+	}
+	if r.tenant != "" {
+		r.s.signupsByTen.give(r.tenant, now)
+	}
+}
+
+// reserveSignup takes a token for creating an account in tenantID: from the
+// caller's address's bucket (unless peer is empty: calls authenticated by a
+// tenant's API key, whose address is the studio's own server) and the
+// tenant's. ResourceExhausted with a retry hint if either is empty.
+func (s *Server) reserveSignup(tenantID, peer string, h http.Header) (*signup, error) {
+	now := s.now()
+	r := &signup{s: s}
+	if peer != "" && s.signupsByAddr != nil {
+		key := addrKey(s.clientAddr(peer, h))
+		if ok, wait := s.signupsByAddr.take(key, now); !ok {
+			return nil, tooManySignups("from your network address", wait)
+		}
+		r.addr = key
+	}
+	if s.signupsByTen != nil {
+		if ok, wait := s.signupsByTen.take(tenantID, now); !ok {
+			r.release()
+			return nil, tooManySignups("in this game right now", wait)
+		}
+		r.tenant = tenantID
+	}
+	return r, nil
+}
+
+// tooManySignups is the answer of a throttled account creation: its
+// message says when to retry, and the "Retry-After" metadata (an HTTP
+// header for Connect and gRPC-Web, trailer metadata for gRPC) gives the
+// seconds.
+func tooManySignups(where string, wait time.Duration) error {
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	err := connect.NewError(connect.CodeResourceExhausted,
+		fmt.Errorf("too many new accounts %s: retry in %d s (signing in to an existing account is not limited)", where, secs))
+	err.Meta().Set("Retry-After", strconv.Itoa(secs))
+	return err
+}
+
+// guestSignupGate decides whether a GuestLogin may go ahead: with a
+// reserved sign-up, or, when sign-ups are exhausted, only if the device
+// already has an account (existing accounts are never throttled).
+func (s *Server) guestSignupGate(ctx context.Context, tenantID, deviceID, peer string, h http.Header) (*signup, error) {
+	r, err := s.reserveSignup(tenantID, peer, h)
+	if err == nil {
+		return r, nil
+	}
+	if _, lerr := s.store.AccountByDevice(ctx, tenantID, deviceID); lerr == nil {
+		return nil, nil
+	} else if !errors.Is(lerr, store.ErrNotFound) {
+		return nil, s.internal(ctx, "guest login", lerr)
+	}
+	return nil, err
+}
