@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -123,7 +124,10 @@ func TestMatchResultReachesBackend(t *testing.T) {
 	if testing.Short() {
 		return
 	}
-	out, err := exec.CommandContext(ctx, ludusBinary(t), "ctl", "--url", stack.GatewayURL, "--key", key, "game", "replay", id).CombinedOutput()
+	// The key goes through the environment, not argv (where ps shows it).
+	cmd := exec.CommandContext(ctx, ludusBinary(t), "ctl", "--url", stack.GatewayURL, "game", "replay", id)
+	cmd.Env = append(os.Environ(), "LUDUS_KEY="+key)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("ctl game replay: %v\n%s", err, out)
 	}

@@ -23,7 +23,7 @@ usage:
   ludus gateway  --etcd URLS --listen ADDR --backend URL --cluster-token T
   ludus simnode  --etcd URLS --listen ADDR --advertise URL --backend URL --cluster-token T --id ID
   ludus etcd     [--data DIR] [--client-port 2379] ...  an embedded etcd member as a process
-  ludus ctl      [--url URL] [--key KEY] COMMAND ...   (run "ludus ctl help")
+  ludus ctl      [--url URL] [--key-file PATH] COMMAND ...   (run "ludus ctl help"; or LUDUS_KEY)
   ludus bench    NAME [-json]                          (run "ludus bench help")
 
 Every role logs JSON lines to stderr.
