@@ -379,9 +379,10 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 				return nil
 			}
 			if attached {
+				// Only a node that served the stream is where it came from.
 				backoff = 50 * time.Millisecond
+				prev = n.ID
 			}
-			prev = n.ID
 		}
 		s.g.log.Debug("stream upstream ended", "game", gameID, "prev", prev, "err", err)
 		if err != nil && !retryable(err) {
