@@ -373,7 +373,7 @@ func TestPlayBidi(t *testing.T) {
 			})
 			before := func() int { s.mu.Lock(); defer s.mu.Unlock(); return s.frames }()
 			s.waitFor(t, "frames after the move", 20*time.Second, func() bool { return s.frames >= before+5 })
-			body := scrape(t, tc.tg.url, hc)
+			body := scrape(t, metricsURL(t, tc.tg), hc)
 			if !strings.Contains(body, `ludus_gateway_reattaches_total{tenant="`+stack.TenantID+`"} 1`) ||
 				!strings.Contains(body, "ludus_gateway_reattach_duration_seconds_count") {
 				t.Fatalf("re-attach not in the metrics:\n%s", grepLines(body, "reattach"))
@@ -516,7 +516,7 @@ func TestSlowClientDoesNotSlowFastOne(t *testing.T) {
 	if n := len(lags); n < 4 || lags[n-1]-lags[n-3] > 8 || lags[n-1] > 3*35 {
 		t.Fatalf("slow spectator's lag behind the game keeps growing or is over 3 s (%v ticks): it gets stale frames, not the newest", lags)
 	}
-	body := scrape(t, tg.url, fastHC)
+	body := scrape(t, metricsURL(t, tg), fastHC)
 	if !strings.Contains(body, "ludus_gateway_stream_frames_skipped_total{kind=\"spectator\",tenant=\""+stack.TenantID+"\"}") ||
 		!strings.Contains(body, "ludus_gateway_active_streams{kind=\"spectator\",tenant=\""+stack.TenantID+"\"} 2") ||
 		!strings.Contains(body, "ludus_gateway_stream_bytes_total{kind=\"spectator\"") {

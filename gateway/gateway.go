@@ -2,10 +2,13 @@
 // GameService over Connect, gRPC and gRPC-Web on one port (HTTP/1.1 and h2c, or
 // HTTP/1.1 and HTTP/2 over TLS), with gRPC health, server reflection, CORS for
 // configured browser origins and per-account limits; its Prometheus metrics
-// are served apart, on an operator listener (OperatorHandler). It verifies the session ticket of every call locally against the backend's
-// published key set, finds each game's owner node in etcd and forwards calls and
-// frame streams to it. AuthService calls and the key set are passed through to
-// the backend so browsers need only one origin.
+// are served apart, on an operator listener (OperatorHandler). It verifies the
+// session ticket of every call locally against the backend's published key
+// set, finds each game's owner node in etcd and forwards calls and frame
+// streams to it. AuthService, AdminService, FleetService and
+// ProgressionService calls and the key set are passed through to the backend
+// (passthrough.go, with a body limit per procedure) so browsers need only one
+// origin. Every request body is under GuardBodies (guard.go).
 package gateway
 
 import (

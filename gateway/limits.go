@@ -33,6 +33,25 @@ type Limits struct {
 	// MaxPendingInputs is how many inputs of a Play stream may wait for their
 	// acknowledgement. Default 64. Exceeded: ResourceExhausted (the stream ends).
 	MaxPendingInputs int
+	// MaxAuthMessageBytes is the largest request body passed to the backend's
+	// AuthService (anonymous callers). Default 16 KiB. Exceeded:
+	// ResourceExhausted, from the gateway; the backend never sees the body.
+	MaxAuthMessageBytes int
+	// MaxAdminMessageBytes is the largest request body passed to the backend's
+	// AdminService (but UploadModule), FleetService and ProgressionService, and
+	// to /.well-known/. Default 256 KiB. Exceeded: ResourceExhausted, from the
+	// gateway.
+	MaxAdminMessageBytes int
+	// MaxUploadBytes is the largest AdminService.UploadModule request body
+	// passed to the backend. Default 33 MiB: a module of the backend's
+	// MaxModuleBytes (32 MiB) and the rest of the message. Exceeded:
+	// ResourceExhausted, from the gateway.
+	MaxUploadBytes int
+	// BodyReadTimeout is how long a request body of a unary or server-streaming
+	// call may take to arrive (plus 1/MinBodyRate s per byte received; see
+	// GuardBodies). Default 10 s; negative: no deadline. Exceeded:
+	// DeadlineExceeded, and the handler is released.
+	BodyReadTimeout time.Duration
 }
 
 // DefaultLimits are the limits of a gateway whose Config leaves them zero.
@@ -44,6 +63,10 @@ var DefaultLimits = Limits{
 	MaxInputBytes:        256,
 	MaxConfigBytes:       4 << 10,
 	MaxPendingInputs:     64,
+	MaxAuthMessageBytes:  16 << 10,
+	MaxAdminMessageBytes: 256 << 10,
+	MaxUploadBytes:       33 << 20,
+	BodyReadTimeout:      DefaultBodyReadTimeout,
 }
 
 func (l Limits) withDefaults() Limits {
@@ -68,6 +91,18 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxPendingInputs <= 0 {
 		l.MaxPendingInputs = d.MaxPendingInputs
+	}
+	if l.MaxAuthMessageBytes <= 0 {
+		l.MaxAuthMessageBytes = d.MaxAuthMessageBytes
+	}
+	if l.MaxAdminMessageBytes <= 0 {
+		l.MaxAdminMessageBytes = d.MaxAdminMessageBytes
+	}
+	if l.MaxUploadBytes <= 0 {
+		l.MaxUploadBytes = d.MaxUploadBytes
+	}
+	if l.BodyReadTimeout == 0 {
+		l.BodyReadTimeout = d.BodyReadTimeout
 	}
 	return l
 }

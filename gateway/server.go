@@ -12,7 +12,9 @@ import (
 
 // NewServer returns the gateway's http.Server. Without TLS it speaks HTTP/1.1
 // and HTTP/2 without TLS (h2c, which gRPC and Play need); with tlsConfig,
-// HTTP/1.1 and HTTP/2 over TLS, chosen by ALPN ("h2", "http/1.1").
+// HTTP/1.1 and HTTP/2 over TLS, chosen by ALPN ("h2", "http/1.1"). Headers
+// must arrive within ReadHeaderTimeout; bodies have their own deadline
+// (GuardBodies, in Gateway.Handler).
 func NewServer(h http.Handler, tlsConfig *tls.Config) *http.Server {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
@@ -21,8 +23,12 @@ func NewServer(h http.Handler, tlsConfig *tls.Config) *http.Server {
 	} else {
 		p.SetUnencryptedHTTP2(true)
 	}
-	return &http.Server{Handler: h, Protocols: p, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second}
+	return &http.Server{Handler: h, Protocols: p, TLSConfig: tlsConfig, ReadHeaderTimeout: ReadHeaderTimeout}
 }
+
+// ReadHeaderTimeout is how long every Ludus listener waits for a request's
+// headers.
+const ReadHeaderTimeout = 10 * time.Second
 
 // LoadTLS reads a PEM certificate (chain) and key and returns a server TLS
 // configuration offering HTTP/2 and HTTP/1.1 by ALPN.

@@ -10,11 +10,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -24,7 +26,6 @@ import (
 	"ludus.dev/ludus/backend/store/postgres"
 	"ludus.dev/ludus/backend/store/sqlite"
 	"ludus.dev/ludus/gateway"
-	"ludus.dev/ludus/ops/devstack"
 	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode"
 	"ludus.dev/ludus/simnode/engine"
@@ -104,24 +105,89 @@ func envOr(key, def string) string {
 	return def
 }
 
-// serveUntilDone serves h on addr until ctx is done, then shuts down gracefully.
-func serveUntilDone(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) error {
+// serveUntilDone serves h on addr (HTTP/1.1 and h2c) until ctx is done, then
+// shuts down gracefully. Request bodies are under gateway.GuardBodies: a unary
+// call's body must arrive within bodyTimeout (plus 1/gateway.MinBodyRate s per
+// byte), and garbled envelopes are InvalidArgument.
+func serveUntilDone(ctx context.Context, addr string, h http.Handler, bodyTimeout time.Duration, logger *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	srv := devstack.NewServer(h)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	logger.Info("listening", "addr", ln.Addr().String())
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+	return serveOn(ctx, ln, h, bodyTimeout, logger)
+}
+
+// serveOn is serveUntilDone on a listener.
+func serveOn(ctx context.Context, ln net.Listener, h http.Handler, bodyTimeout time.Duration, logger *slog.Logger) error {
+	return gateway.Serve(ctx, ln, gateway.GuardBodies(h, bodyTimeout), nil, logger)
+}
+
+// serveOperator serves h, the operator's endpoints (metrics), on addr until
+// ctx is done; stop waits for it to shut down. An empty addr serves nothing.
+func serveOperator(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return srv.Shutdown(sctx)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		log := logger.With("listener", "operator")
+		if err := gateway.Serve(ctx, ln, gateway.GuardBodies(h, gateway.DefaultBodyReadTimeout), nil, log); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("operator listener failed", "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+// metricsAddrFlag adds --metrics-addr: where the role serves its Prometheus
+// metrics, apart from the port clients call.
+func metricsAddrFlag(fs *flag.FlagSet, what string) *string {
+	return fs.String("metrics-addr", os.Getenv("LUDUS_METRICS_ADDR"),
+		"address of the operator listener serving GET /metrics ("+what+"), e.g. 127.0.0.1:9464; empty: none. "+
+			"Series are labelled by tenant: keep it on loopback or the operators' network")
+}
+
+// bodyTimeoutFlag adds --body-timeout; 0 or negative turns the deadline off
+// (the value returned is then negative).
+func bodyTimeoutFlag(fs *flag.FlagSet) func() time.Duration {
+	d := fs.Duration("body-timeout", gateway.DefaultBodyReadTimeout,
+		"how long the request body of a unary call may take to arrive (plus 1 s per 64 KiB received); 0: no limit")
+	return func() time.Duration {
+		if *d <= 0 {
+			return -1
+		}
+		return *d
+	}
+}
+
+// parsePrefixes parses comma-separated addresses and CIDR prefixes: "" is nil
+// (backend.Config's default, loopback), "none" an empty list.
+func parsePrefixes(s string) ([]netip.Prefix, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := []netip.Prefix{}
+	if strings.TrimSpace(s) == "none" {
+		return out, nil
+	}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither an address nor a CIDR prefix", f)
+		}
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
 }
 
 func required(fs *flag.FlagSet, names ...string) error {
@@ -141,11 +207,18 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 	token := fs.String("cluster-token", os.Getenv("LUDUS_CLUSTER_TOKEN"), "shared secret of the cluster's roles")
 	opKey := fs.String("operator-key", os.Getenv("LUDUS_OPERATOR_KEY"), "operator API key (tenant management)")
 	pg := fs.String("postgres", os.Getenv("LUDUS_POSTGRES"), "PostgreSQL DSN; empty stores in SQLite under --data")
+	bodyTimeout := bodyTimeoutFlag(fs)
+	proxies := fs.String("trusted-proxies", os.Getenv("LUDUS_TRUSTED_PROXIES"),
+		`comma-separated addresses or CIDR prefixes of the gateways: their X-Forwarded-For names the client whose sign-ups are throttled; empty: loopback only; "none": no one`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := required(fs, "cluster-token"); err != nil {
 		return err
+	}
+	trusted, err := parsePrefixes(*proxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	cli, err := ef.client()
 	if err != nil {
@@ -179,6 +252,7 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 	srv, err := backend.New(ctx, backend.Config{
 		Store: st, ClusterToken: *token, OperatorKey: *opKey, ValidateModule: eng.Validate,
 		Fleet: fleet.Admin{View: &fleet.View{Client: cli}}, Logger: logger.With("role", "backend"),
+		TrustedProxies: trusted,
 	})
 	if err != nil {
 		return err
@@ -189,7 +263,7 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle(control.Handler())
 	mux.Handle("/", srv.Handler())
-	return serveUntilDone(ctx, *listen, mux, logger)
+	return serveUntilDone(ctx, *listen, mux, bodyTimeout(), logger)
 }
 
 func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
@@ -205,7 +279,12 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	maxStreams := fs.Int("max-streams-per-account", d.MaxStreamsPerAccount, "frame streams one account may hold open on this gateway (-1: no limit)")
 	inputRate := fs.Float64("input-rate", d.InputsPerSecond, "inputs per second per account, sustained (-1: no limit)")
 	inputBurst := fs.Int("input-burst", d.InputBurst, "inputs per account in a burst")
-	maxMessage := fs.Int("max-message-bytes", d.MaxMessageBytes, "largest request message read")
+	maxMessage := fs.Int("max-message-bytes", d.MaxMessageBytes, "largest GameService request message read")
+	maxAuth := fs.Int("max-auth-message-bytes", d.MaxAuthMessageBytes, "largest AuthService request body passed to the backend")
+	maxAdmin := fs.Int("max-admin-message-bytes", d.MaxAdminMessageBytes, "largest AdminService (but UploadModule), FleetService and ProgressionService request body passed to the backend")
+	maxUpload := fs.Int("max-upload-bytes", d.MaxUploadBytes, "largest AdminService.UploadModule request body passed to the backend")
+	bodyTimeout := bodyTimeoutFlag(fs)
+	metricsAddr := metricsAddrFlag(fs, "the gateway's, by tenant")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -239,7 +318,8 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 		Etcd: cli, Verifier: auth.NewVerifier(jwks, nil), BackendURL: *backendURL,
 		ClusterToken: *token, Web: web.Handler(), Logger: logger, CORSOrigins: origins,
 		Limits: gateway.Limits{MaxStreamsPerAccount: *maxStreams, InputsPerSecond: *inputRate,
-			InputBurst: *inputBurst, MaxMessageBytes: *maxMessage},
+			InputBurst: *inputBurst, MaxMessageBytes: *maxMessage, MaxAuthMessageBytes: *maxAuth,
+			MaxAdminMessageBytes: *maxAdmin, MaxUploadBytes: *maxUpload, BodyReadTimeout: bodyTimeout()},
 	})
 	if err != nil {
 		return err
@@ -248,6 +328,12 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	stopOperator, err := serveOperator(ctx, *metricsAddr, gw.OperatorHandler(), logger)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopOperator()
 	return gateway.Serve(ctx, ln, gw.Handler(), tlsConfig, logger)
 }
 
@@ -263,6 +349,8 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	backendURL := fs.String("backend", envOr("LUDUS_BACKEND", "http://127.0.0.1:8081"), "backend base URL (module store)")
 	token := fs.String("cluster-token", os.Getenv("LUDUS_CLUSTER_TOKEN"), "shared secret of the cluster's roles")
 	cache := fs.String("cache", "ludus-simnode-cache", "directory of the compilation cache")
+	bodyTimeout := bodyTimeoutFlag(fs)
+	metricsAddr := metricsAddrFlag(fs, "the node's, by tenant; when set, the NodeService port no longer serves /metrics")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -287,11 +375,16 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	}
 	defer eng.Close(context.Background())
 	h2c := &http.Client{Transport: gateway.H2CTransport()}
+	var reg *prometheus.Registry // nil: the node's own, served on its NodeService port
+	if *metricsAddr != "" {
+		reg = gateway.NewRegistry()
+	}
 	n, err := simnode.New(simnode.Config{
 		ID: *id, Region: *region, Addr: *advertise, Capacity: *capacity, Etcd: cli, LeaseTTL: *ttl,
 		Engine: eng, Modules: simnode.NewModuleStore(h2c, *backendURL, *token), ClusterToken: *token,
 		Results: simnode.NewBackendReporter(h2c, *backendURL),
 		Logger:  logger.With("role", "simnode"),
+		Metrics: reg,
 	})
 	if err != nil {
 		return err
@@ -310,7 +403,30 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 		case <-ctx.Done():
 		}
 	}()
-	err = serveUntilDone(ctx, *listen, n.Handler(), logger)
+	h := n.Handler()
+	if reg != nil {
+		h = withoutMetrics(h)
+		om := http.NewServeMux()
+		om.Handle("GET /metrics", gateway.MetricsHandler(reg))
+		stopOperator, err := serveOperator(ctx, *metricsAddr, om, logger)
+		if err != nil {
+			return errors.Join(err, n.Close(context.Background()))
+		}
+		defer stopOperator()
+	}
+	err = serveUntilDone(ctx, *listen, h, bodyTimeout(), logger)
 	cerr := n.Close(context.Background())
 	return errors.Join(err, cerr)
+}
+
+// withoutMetrics hides the /metrics that simnode.Node.Handler serves: with
+// --metrics-addr the node's metrics are served on the operator listener only.
+func withoutMetrics(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

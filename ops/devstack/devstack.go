@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"ludus.dev/ludus/auth"
@@ -46,12 +48,19 @@ type Config struct {
 	NoFsync bool
 	// LeaseTTL of sim nodes. Default 2 s.
 	LeaseTTL time.Duration
-	Logger   *slog.Logger
+	// MetricsAddr is the operator listener serving GET /metrics: the gateway's
+	// and every sim node's series (labelled by tenant), never served on
+	// HTTPAddr. Default 127.0.0.1:0, a free loopback port (Stack.MetricsURL).
+	MetricsAddr string
+	Logger      *slog.Logger
 }
 
 // Stack is a running dev stack.
 type Stack struct {
-	GatewayURL  string
+	GatewayURL string
+	// MetricsURL is the base URL of the operator listener: GET
+	// MetricsURL+"/metrics" returns the gateway's and the sim nodes' metrics.
+	MetricsURL  string
 	BackendURL  string
 	EtcdURL     string
 	OperatorKey string
@@ -61,6 +70,7 @@ type Stack struct {
 	Backend     *backend.Server
 	Nodes       []*simnode.Node
 	Engine      *engine.Engine
+	Gateway     *gateway.Gateway
 
 	ClusterToken string // shared secret of the roles: sim nodes' NodeService, module store
 
@@ -84,6 +94,9 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	if cfg.Nodes <= 0 {
 		cfg.Nodes = 2
 	}
+	if cfg.MetricsAddr == "" {
+		cfg.MetricsAddr = "127.0.0.1:0"
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -103,6 +116,18 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	s.GatewayURL = "http://" + gwLn.Addr().String()
+	metricsLn, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		gwLn.Close()
+		return nil, fmt.Errorf("metrics listener on %s: %w", cfg.MetricsAddr, err)
+	}
+	s.MetricsURL = "http://" + metricsLn.Addr().String()
+	// Until the gateway serves them, whatever is not handed over is closed here.
+	defer func() {
+		if err != nil {
+			metricsLn.Close()
+		}
+	}()
 
 	es, err := etcdserver.Start(ctx, etcdserver.Config{Dir: filepath.Join(cfg.DataDir, "etcd"), NoFsync: cfg.NoFsync})
 	if err != nil {
@@ -161,7 +186,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	backendMux := http.NewServeMux()
 	backendMux.Handle(control.Handler())
 	backendMux.Handle("/", s.Backend.Handler())
-	s.BackendURL, err = s.serve("127.0.0.1:0", backendMux)
+	s.BackendURL, err = s.serve("127.0.0.1:0", gateway.GuardBodies(backendMux, gateway.DefaultBodyReadTimeout))
 	if err != nil {
 		gwLn.Close()
 		return nil, err
@@ -178,6 +203,8 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	}
 
 	// Sim nodes.
+	// One registry for every node: their series differ by the node label.
+	nodeMetrics := prometheus.NewRegistry()
 	for i := 0; i < cfg.Nodes; i++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -191,6 +218,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 			Modules:      simnode.NewModuleStore(h2c, s.BackendURL, clusterToken),
 			Results:      simnode.NewBackendReporter(h2c, s.BackendURL),
 			ClusterToken: clusterToken,
+			Metrics:      nodeMetrics,
 			Logger:       cfg.Logger.With("role", "simnode"),
 		})
 		if err != nil {
@@ -204,7 +232,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 			return nil, err
 		}
 		s.Nodes = append(s.Nodes, n)
-		s.serveListener(ln, n.Handler())
+		s.serveListener(ln, gateway.GuardBodies(n.Handler(), gateway.DefaultBodyReadTimeout))
 		s.closers = append(s.closers, func(ctx context.Context) { n.Close(ctx) })
 		go func() {
 			// A node drained by an operator leaves the fleet, as `ludus simnode` exits.
@@ -228,12 +256,19 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		gwLn.Close()
 		return nil, err
 	}
+	s.Gateway = gw
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.Handle("/", gw.Handler())
 	s.serveListener(gwLn, mux)
+	// Metrics on their own loopback listener: the player port may be opened to
+	// a network (--http 0.0.0.0:8080), and nothing labelled by tenant belongs there.
+	om := http.NewServeMux()
+	om.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{gw.Registry(), nodeMetrics},
+		promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	s.serveListener(metricsLn, om)
 	s.ready.Store(true)
-	s.log.Info("ludus dev is up", "url", s.GatewayURL, "tenant", DemoTenant, "arena_build", s.ArenaBuild, "nodes", cfg.Nodes)
+	s.log.Info("ludus dev is up", "url", s.GatewayURL, "metrics", s.MetricsURL+"/metrics", "tenant", DemoTenant, "arena_build", s.ArenaBuild, "nodes", cfg.Nodes)
 	return s, nil
 }
 
@@ -291,12 +326,9 @@ func (s *Stack) serveListener(ln net.Listener, h http.Handler) {
 }
 
 // NewServer returns an http.Server that speaks HTTP/1.1 and HTTP/2 without TLS
-// (h2c), which gRPC and bidirectional streams need.
+// (h2c), which gRPC and bidirectional streams need: gateway.NewServer without TLS.
 func NewServer(h http.Handler) *http.Server {
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	return &http.Server{Handler: h, Protocols: p, ReadHeaderTimeout: 10 * time.Second}
+	return gateway.NewServer(h, nil)
 }
 
 // Close stops every role, newest first, within ctx's deadline.
