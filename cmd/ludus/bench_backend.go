@@ -28,7 +28,7 @@ import (
 	"ludus.dev/ludus/backend"
 	"ludus.dev/ludus/backend/store"
 	"ludus.dev/ludus/backend/store/postgres"
-	"ludus.dev/ludus/backend/store/postgres/pgtest"
+	"ludus.dev/ludus/backend/store/postgres/pgdsn"
 	"ludus.dev/ludus/backend/store/sqlite"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
@@ -129,7 +129,7 @@ func benchPostgresSchema(ctx context.Context, dsn string) (*postgres.Store, func
 		db.ExecContext(context.Background(), `DROP SCHEMA `+schema+` CASCADE`)
 		db.Close()
 	}
-	st, err := postgres.Open(ctx, pgtest.WithSearchPath(dsn, schema))
+	st, err := postgres.Open(ctx, pgdsn.WithSearchPath(dsn, schema))
 	if err != nil {
 		cleanup()
 		return nil, nil, err

@@ -7,12 +7,12 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"net/url"
 	"os"
-	"strings"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" driver
+
+	"ludus.dev/ludus/backend/store/postgres/pgdsn"
 )
 
 // DSN returns LUDUS_TEST_POSTGRES. Without it the test skips, except under
@@ -56,13 +56,5 @@ func FreshSchema(t testing.TB) string {
 	return WithSearchPath(dsn, schema)
 }
 
-// WithSearchPath returns dsn selecting schema.
-func WithSearchPath(dsn, schema string) string {
-	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		return u.String()
-	}
-	return strings.TrimSpace(dsn) + " search_path=" + schema
-}
+// WithSearchPath returns dsn selecting schema (pgdsn.WithSearchPath).
+func WithSearchPath(dsn, schema string) string { return pgdsn.WithSearchPath(dsn, schema) }

@@ -1,0 +1,210 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"ludus.dev/ludus/backend/store"
+)
+
+// Cases for API keys, accounts and their identities, login throttling and refresh tokens.
+
+func mustAccount(t *testing.T, s store.Store, tenantID, device string) store.Account {
+	t.Helper()
+	a := store.Account{ID: id("a_"), TenantID: tenantID, DeviceID: device, DisplayName: "p " + device, CreatedAt: base, UpdatedAt: base}
+	must(t, "CreateAccount", s.CreateAccount(context.Background(), a))
+	return a
+}
+
+func testAPIKeyLifecycle(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a, b := mustTenant(t, s, "ka"), mustTenant(t, s, "kb")
+	k1 := store.APIKey{ID: id("k_"), TenantID: a.ID, Hash: hash("k1"), Scope: "admin", Name: "ci", CreatedAt: base}
+	k2 := store.APIKey{ID: id("k_"), TenantID: a.ID, Hash: hash("k2"), Scope: "read-only", CreatedAt: base.Add(time.Second)}
+	must(t, "create k1", s.CreateAPIKey(ctx, k1))
+	must(t, "create k2", s.CreateAPIKey(ctx, k2))
+	ks, err := s.ListAPIKeys(ctx, a.ID)
+	must(t, "list", err)
+	if len(ks) != 2 || ks[0].ID != k1.ID || ks[0].Name != "ci" || ks[1].Scope != "read-only" {
+		t.Fatalf("ListAPIKeys = %+v", ks)
+	}
+	if ks, _ := s.ListAPIKeys(ctx, b.ID); len(ks) != 0 {
+		t.Fatalf("other tenant sees %d keys", len(ks))
+	}
+	// Another tenant cannot rotate or revoke a's keys.
+	k3 := store.APIKey{ID: id("k_"), TenantID: b.ID, Hash: hash("k3"), Scope: "admin", CreatedAt: base}
+	wantErr(t, "replace other tenant's key", s.ReplaceAPIKey(ctx, b.ID, k1.ID, k3), store.ErrNotFound)
+	wantErr(t, "delete other tenant's key", s.DeleteAPIKey(ctx, b.ID, k1.ID), store.ErrNotFound)
+	// Rotate k1.
+	k1b := store.APIKey{ID: id("k_"), TenantID: a.ID, Hash: hash("k1b"), Scope: "admin", Name: "ci", CreatedAt: base.Add(2 * time.Second)}
+	must(t, "replace", s.ReplaceAPIKey(ctx, a.ID, k1.ID, k1b))
+	_, err = s.APIKeyByHash(ctx, hash("k1"))
+	wantErr(t, "old key after rotate", err, store.ErrNotFound)
+	if got, err := s.APIKeyByHash(ctx, hash("k1b")); err != nil || got.ID != k1b.ID {
+		t.Fatalf("new key: %+v %v", got, err)
+	}
+	// A failed replace (hash taken) keeps the old key.
+	bad := store.APIKey{ID: id("k_"), TenantID: a.ID, Hash: hash("k2"), Scope: "admin", CreatedAt: base}
+	wantErr(t, "replace with taken hash", s.ReplaceAPIKey(ctx, a.ID, k1b.ID, bad), store.ErrAlreadyExists)
+	if _, err := s.APIKeyByHash(ctx, hash("k1b")); err != nil {
+		t.Fatalf("failed replace lost the old key: %v", err)
+	}
+	must(t, "delete", s.DeleteAPIKey(ctx, a.ID, k2.ID))
+	wantErr(t, "delete twice", s.DeleteAPIKey(ctx, a.ID, k2.ID), store.ErrNotFound)
+	_, err = s.APIKeyByHash(ctx, hash("k2"))
+	wantErr(t, "revoked key", err, store.ErrNotFound)
+}
+
+func testAccountIdentities(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tn, other := mustTenant(t, s, "ids"), mustTenant(t, s, "ids2")
+	a := store.Account{ID: id("a_"), TenantID: tn.ID, Email: "a@example.com", PasswordHash: "$argon2id$x", DisplayName: "A", CreatedAt: base, UpdatedAt: base}
+	must(t, "create email account", s.CreateAccount(ctx, a))
+	b := store.Account{ID: id("a_"), TenantID: tn.ID, CustomID: "studio-42", DisplayName: "B", CreatedAt: base, UpdatedAt: base}
+	must(t, "create custom account", s.CreateAccount(ctx, b))
+	got, err := s.AccountByEmail(ctx, tn.ID, "a@example.com")
+	must(t, "by email", err)
+	if got.ID != a.ID || got.PasswordHash != a.PasswordHash || got.DeviceID != "" || got.CustomID != "" {
+		t.Fatalf("by email = %+v", got)
+	}
+	got, err = s.AccountByCustomID(ctx, tn.ID, "studio-42")
+	must(t, "by custom id", err)
+	if got.ID != b.ID || got.Email != "" {
+		t.Fatalf("by custom = %+v", got)
+	}
+	_, err = s.AccountByEmail(ctx, other.ID, "a@example.com")
+	wantErr(t, "email in other tenant", err, store.ErrNotFound)
+	_, err = s.AccountByCustomID(ctx, other.ID, "studio-42")
+	wantErr(t, "custom id in other tenant", err, store.ErrNotFound)
+	// The same email in another tenant is another account.
+	must(t, "same email other tenant", s.CreateAccount(ctx, store.Account{ID: id("a_"), TenantID: other.ID, Email: "a@example.com", DisplayName: "x", CreatedAt: base, UpdatedAt: base}))
+	dup := store.Account{ID: id("a_"), TenantID: tn.ID, Email: "a@example.com", DisplayName: "dup", CreatedAt: base, UpdatedAt: base}
+	wantErr(t, "duplicate email", s.CreateAccount(ctx, dup), store.ErrAlreadyExists)
+
+	// Link a device and the custom id's... taken custom id fails; unlink email.
+	a.DeviceID, a.UpdatedAt = "device-aaaaaaaaaaaa", base.Add(time.Minute)
+	must(t, "link device", s.UpdateAccount(ctx, a))
+	a2 := a
+	a2.CustomID = "studio-42"
+	wantErr(t, "link taken custom id", s.UpdateAccount(ctx, a2), store.ErrAlreadyExists)
+	a.Email, a.PasswordHash = "", ""
+	must(t, "unlink email", s.UpdateAccount(ctx, a))
+	got, err = s.AccountByDevice(ctx, tn.ID, "device-aaaaaaaaaaaa")
+	must(t, "by device", err)
+	if got.ID != a.ID || got.Email != "" || got.PasswordHash != "" || !sameTime(got.UpdatedAt, a.UpdatedAt) {
+		t.Fatalf("after update = %+v", got)
+	}
+	_, err = s.AccountByEmail(ctx, tn.ID, "a@example.com")
+	wantErr(t, "unlinked email", err, store.ErrNotFound)
+	// Cross-tenant update and delete touch nothing.
+	x := a
+	x.TenantID = other.ID
+	wantErr(t, "update in other tenant", s.UpdateAccount(ctx, x), store.ErrNotFound)
+	wantErr(t, "delete in other tenant", s.DeleteAccount(ctx, other.ID, a.ID), store.ErrNotFound)
+	must(t, "delete", s.DeleteAccount(ctx, tn.ID, a.ID))
+	_, err = s.AccountByID(ctx, tn.ID, a.ID)
+	wantErr(t, "deleted account", err, store.ErrNotFound)
+}
+
+func testLoginThrottle(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tn := mustTenant(t, s, "thr")
+	got, err := s.LoginThrottle(ctx, tn.ID, "email:a@b")
+	if err != nil || got != (store.LoginThrottle{}) {
+		t.Fatalf("fresh throttle = %+v, %v", got, err)
+	}
+	th := store.LoginThrottle{Failures: 3, LastFailure: base, LockedUntil: base.Add(time.Minute)}
+	must(t, "put", s.PutLoginThrottle(ctx, tn.ID, "email:a@b", th))
+	got, err = s.LoginThrottle(ctx, tn.ID, "email:a@b")
+	must(t, "get", err)
+	if got.Failures != 3 || !sameTime(got.LastFailure, base) || !sameTime(got.LockedUntil, th.LockedUntil) {
+		t.Fatalf("throttle = %+v", got)
+	}
+	th.Failures = 4
+	must(t, "put again", s.PutLoginThrottle(ctx, tn.ID, "email:a@b", th))
+	if got, _ := s.LoginThrottle(ctx, tn.ID, "email:a@b"); got.Failures != 4 {
+		t.Fatalf("after update = %+v", got)
+	}
+	must(t, "reset", s.PutLoginThrottle(ctx, tn.ID, "email:a@b", store.LoginThrottle{}))
+	if got, _ := s.LoginThrottle(ctx, tn.ID, "email:a@b"); got != (store.LoginThrottle{}) {
+		t.Fatalf("after reset = %+v", got)
+	}
+}
+
+func refresh(h string, at time.Time) store.RefreshToken {
+	return store.RefreshToken{Hash: hash(h), CreatedAt: at, ExpiresAt: at.Add(time.Hour)}
+}
+
+func testRefreshTokens(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tn := mustTenant(t, s, "rt")
+	a := mustAccount(t, s, tn.ID, "dev-rt-000000000")
+	first := refresh("r0", base)
+	first.FamilyID, first.TenantID, first.AccountID = "f1", tn.ID, a.ID
+	must(t, "create", s.CreateRefreshToken(ctx, first))
+	old, err := s.UseRefreshToken(ctx, hash("r0"), base.Add(time.Second), refresh("r1", base.Add(time.Second)))
+	must(t, "use r0", err)
+	if old.AccountID != a.ID || old.TenantID != tn.ID || old.FamilyID != "f1" {
+		t.Fatalf("used token = %+v", old)
+	}
+	_, err = s.UseRefreshToken(ctx, hash("r1"), base.Add(2*time.Second), refresh("r2", base.Add(2*time.Second)))
+	must(t, "use r1", err)
+	// Reuse of r0: the family (r2 too) is revoked.
+	_, err = s.UseRefreshToken(ctx, hash("r0"), base.Add(3*time.Second), refresh("rx", base))
+	wantErr(t, "reuse r0", err, store.ErrRefreshReused)
+	_, err = s.UseRefreshToken(ctx, hash("r2"), base.Add(4*time.Second), refresh("r3", base))
+	wantErr(t, "r2 after family revoked", err, store.ErrRevoked)
+	_, err = s.UseRefreshToken(ctx, hash("rx"), base.Add(4*time.Second), refresh("r4", base))
+	wantErr(t, "token minted by the reuse", err, store.ErrNotFound)
+	_, err = s.UseRefreshToken(ctx, hash("nope"), base, refresh("r5", base))
+	wantErr(t, "unknown", err, store.ErrNotFound)
+
+	// Expiry, and logout revoking a family.
+	second := refresh("s0", base)
+	second.FamilyID, second.TenantID, second.AccountID = "f2", tn.ID, a.ID
+	must(t, "create s0", s.CreateRefreshToken(ctx, second))
+	_, err = s.UseRefreshToken(ctx, hash("s0"), base.Add(2*time.Hour), refresh("s1", base))
+	wantErr(t, "expired", err, store.ErrRevoked)
+	third := refresh("u0", base)
+	third.FamilyID, third.TenantID, third.AccountID = "f3", tn.ID, a.ID
+	must(t, "create u0", s.CreateRefreshToken(ctx, third))
+	must(t, "logout", s.RevokeRefreshFamily(ctx, hash("u0")))
+	_, err = s.UseRefreshToken(ctx, hash("u0"), base.Add(time.Second), refresh("u1", base))
+	wantErr(t, "after logout", err, store.ErrRevoked)
+	wantErr(t, "logout unknown", s.RevokeRefreshFamily(ctx, hash("zzz")), store.ErrNotFound)
+}
+
+func testRefreshConcurrentUse(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tn := mustTenant(t, s, "rtc")
+	a := mustAccount(t, s, tn.ID, "dev-rtc-00000000")
+	first := refresh("c0", base)
+	first.FamilyID, first.TenantID, first.AccountID = "fc", tn.ID, a.ID
+	must(t, "create", s.CreateRefreshToken(ctx, first))
+	var ok, reused atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.UseRefreshToken(ctx, hash("c0"), base.Add(time.Second), refresh(fmt.Sprint("c1-", i), base))
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, store.ErrRefreshReused), errors.Is(err, store.ErrRevoked): // revoked by an earlier reuse
+				reused.Add(1)
+			default:
+				t.Errorf("use: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 1 || reused.Load() != 3 {
+		t.Fatalf("concurrent uses: %d succeeded, %d reuse; want 1 and 3", ok.Load(), reused.Load())
+	}
+}
