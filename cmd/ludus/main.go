@@ -19,13 +19,16 @@ const usage = `ludus — a backend for authoritative multiplayer games
 
 usage:
   ludus dev      [--http 127.0.0.1:8080] [--data ./ludus-data] [--nodes 2]
-  ludus backend  --etcd URLS --listen ADDR --data DIR --cluster-token T --operator-key K
-  ludus gateway  --etcd URLS --listen ADDR --backend URL --cluster-token T
-  ludus simnode  --etcd URLS --listen ADDR --advertise URL --backend URL --cluster-token T --id ID
+  ludus backend  --etcd URLS --listen ADDR --data DIR
+  ludus gateway  --etcd URLS --listen ADDR --backend URL [--metrics-addr ADDR]
+  ludus simnode  --etcd URLS --listen ADDR --advertise URL --backend URL --id ID
   ludus etcd     [--data DIR] [--client-port 2379] ...  an embedded etcd member as a process
   ludus ctl      [--url URL] [--key-file PATH] COMMAND ...   (run "ludus ctl help"; or LUDUS_KEY)
   ludus bench    NAME [-json]                          (run "ludus bench help")
 
+Secrets come from the environment: LUDUS_CLUSTER_TOKEN (every role) and
+LUDUS_OPERATOR_KEY (backend); the --cluster-token and --operator-key flags also
+work, but argv is visible to every user of the machine (ps).
 Every role logs JSON lines to stderr.
 `
 
