@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 )
 
@@ -70,7 +71,8 @@ func ParseJWKS(data []byte) (StaticKeys, error) {
 	if err := dec.Decode(&set); err != nil {
 		return nil, fmt.Errorf("jwks: %w", err)
 	}
-	if dec.More() {
+	// More would miss a stray ] or }: only the end of the input may follow.
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("jwks: trailing data after the key set")
 	}
 	if len(set.Keys) == 0 {

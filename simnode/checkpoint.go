@@ -18,7 +18,8 @@ import (
 // boundary and writes it in the same fenced transaction as that chunk, so a
 // checkpoint always matches a prefix of the log. A node resuming the game loads
 // the newest checkpoint, checks its state hash, and replays only the chunks
-// after it; a checkpoint that does not verify is ignored (full replay).
+// after it; a checkpoint that does not verify, or does not end a chunk of the
+// log, is ignored (full replay).
 
 // checkpoint is a saved state at the end of log chunk Seq (after Tick steps).
 type checkpoint struct {
@@ -46,16 +47,46 @@ func (c *checkpoint) encode() []byte {
 	return append(b, c.State...)
 }
 
+// decodeCheckpoint decodes what encode wrote. Checkpoints come from etcd, where
+// another node wrote them, so it refuses what no node writes: a negative tick,
+// an empty state or one over maxCheckpointBytes. Whether the checkpoint fits
+// the game's log is replayFrom's to check (fits).
 func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if len(b) < 28 || string(b[:4]) != checkpointMagic {
 		return nil, errors.New("not a checkpoint")
 	}
-	return &checkpoint{
+	c := &checkpoint{
 		Tick:  int64(binary.LittleEndian.Uint64(b[4:])),
 		Seq:   binary.LittleEndian.Uint64(b[12:]),
 		Hash:  binary.LittleEndian.Uint64(b[20:]),
 		State: b[28:],
-	}, nil
+	}
+	switch {
+	case c.Tick < 0:
+		return nil, fmt.Errorf("checkpoint at tick %d", c.Tick)
+	case len(c.State) == 0:
+		return nil, errors.New("checkpoint without a state")
+	case len(c.State) > maxCheckpointBytes:
+		return nil, fmt.Errorf("checkpoint of %d bytes, over the %d bytes a node writes", len(c.State), maxCheckpointBytes)
+	}
+	return c, nil
+}
+
+// fits checks that the checkpoint ends a chunk of the log (chunks, with their
+// seqs): a checkpoint is written with the chunk it ends, at the chunk's last
+// tick. One that does not fit would resume the game at another tick than its
+// log's, or skip chunks.
+func (c *checkpoint) fits(chunks []*inputlog.Chunk, seqs []uint64) error {
+	for i, s := range seqs {
+		if s != c.Seq || i >= len(chunks) {
+			continue
+		}
+		if chunks[i].To != c.Tick {
+			return fmt.Errorf("the checkpoint of chunk %d is at tick %d, but the chunk ends at tick %d", c.Seq, c.Tick, chunks[i].To)
+		}
+		return nil
+	}
+	return fmt.Errorf("the checkpoint is of chunk %d, which the log does not have", c.Seq)
 }
 
 // maybeCheckpoint saves the game's state for the chunk about to be flushed
@@ -84,6 +115,12 @@ func (g *game) maybeCheckpoint(ctx context.Context) *checkpoint {
 // it, or from the seed when there is no usable checkpoint. It reports whether
 // the checkpoint was used.
 func replayFrom(ctx context.Context, m *engine.Module, spec fleet.GameSpec, chunks []*inputlog.Chunk, seqs []uint64, ck *checkpoint, log *slog.Logger) (*engine.Instance, []inputlog.Hash, bool, error) {
+	if ck != nil {
+		if err := ck.fits(chunks, seqs); err != nil {
+			log.Warn("checkpoint does not fit the log; replaying the whole log", "tick", ck.Tick, "err", err)
+			ck = nil
+		}
+	}
 	if ck != nil {
 		inst, err := m.Instantiate(ctx, spec.Seed)
 		if err == nil {

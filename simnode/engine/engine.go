@@ -25,7 +25,8 @@ import (
 
 // Config configures an Engine. The zero value is usable: no compilation cache,
 // a 512-page (32 MiB) memory cap per instance, fuel-based interruption with a
-// 250 ms deadline per call (5 s for initialisation).
+// 250 ms deadline per call (5 s for initialisation) and a call stack budget of
+// StackLimit per instance.
 type Config struct {
 	// CacheDir, if set, keeps compiled machine code on disk across restarts
 	// (compiling a 2 MB Go module takes seconds; loading it from the cache, milliseconds).
@@ -142,13 +143,24 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 // body made of the costliest instructions still reaches a check within ~10 ms.
 const refillQuantum = 1 << 22
 
-// errDeadline is what refill panics with; wazero turns it into the call's error.
-var errDeadline = ErrDeadline
+// errDeadline and errStackOverflow are what refill panics with; wazero turns
+// them into the call's error.
+var errDeadline, errStackOverflow = ErrDeadline, ErrStackOverflow
 
-// refill is ludus_engine.refill, called by instrumented code when its fuel runs out.
+// refill is ludus_engine.refill, called by instrumented code when its fuel runs
+// out or a call overdrew its stack budget: it fails the call in the latter case
+// or once its deadline passed, else it refills the fuel.
 func (e *Engine) refill(_ context.Context, mod api.Module, _ []uint64) {
-	if dl := int64(mod.ExportedGlobal(deadlineExport).Get()); dl != 0 && e.now() > dl {
+	switch dl := int64(mod.ExportedGlobal(deadlineExport).Get()); {
+	case dl == 0:
+		// No call of the host's has set a deadline: this is the module's start
+		// function, run while wazero instantiates it. It gets _initialize's.
+		mod.ExportedGlobal(deadlineExport).(api.MutableGlobal).Set(uint64(e.now() + int64(e.cfg.InitDeadline)))
+	case e.now() > dl:
 		panic(errDeadline)
+	}
+	if int64(mod.ExportedGlobal(stackExport).Get()) < 0 {
+		panic(errStackOverflow)
 	}
 	mod.ExportedGlobal(counterExport).(api.MutableGlobal).Set(refillQuantum)
 }
@@ -202,6 +214,9 @@ type Module struct {
 
 // compile instruments wasm for the engine's interruption mechanism and compiles it.
 func (e *Engine) compile(ctx context.Context, wasm []byte) (wazero.CompiledModule, error) {
+	if err := checkFraming(wasm); err != nil {
+		return nil, fmt.Errorf("%w: not a valid WebAssembly module: %v", ErrInvalidModule, err)
+	}
 	code := wasm
 	if e.cfg.Interrupt == InterruptFuel || e.cfg.Interrupt == InterruptFlag {
 		ic := codeFuel

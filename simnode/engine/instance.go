@@ -57,6 +57,30 @@ type InstanceOptions struct {
 // ErrDeadline is the cause of a TrapError for a call that ran past its deadline.
 var ErrDeadline = errors.New("exceeded its CPU deadline (runaway guest stopped)")
 
+// ErrStackOverflow is the cause of a TrapError for a call whose wasm calls
+// nested deeper than the instance's stack budget, StackLimit, allows (fuel
+// mode).
+var ErrStackOverflow = errors.New("stack overflow: calls nested too deeply (unbounded recursion?)")
+
+// StackLimit is each instance's budget for its wasm call stack, in bytes of
+// frame cost (fuel mode; docs/RATIONALE.md, "Why count the call stack"): a
+// call of a function that calls others takes its frame cost, an upper bound of
+// its real frame computed from its code, until it returns; a call that would
+// overdraw the budget fails with ErrStackOverflow. About 3,000 frames of a
+// small recursive Go function fit, and 1,000 of a function of ~1,000 wasm
+// instructions. The budget depends on the module's code alone, so a match
+// overflows at the same call on every node and in every replay.
+const StackLimit = 8 << 20
+
+// StackSlack bounds the host memory an instance's call stack takes beyond its
+// linear memory cap, whatever the guest does. The real stack is at most the
+// budget (plus one small leaf frame) — at most 2/3 of it for the worst frame
+// shapes measured (TestFrameCostCoversWazeroFrames) — and wazero keeps it in a
+// Go slice that it doubles when full: the new slice, the one being copied and
+// earlier ones not yet collected hold up to 4 times the real stack. Measured:
+// 6-11 MiB per instance for unbounded recursions (TestDeepRecursionMemory).
+const StackSlack = 3 * StackLimit
+
 // clockBase keeps guest clocks away from zero: Go's runtime aborts when nanotime
 // returns 0.
 const clockBase = int64(time.Second)
@@ -229,14 +253,26 @@ func (i *Instance) callWithin(ctx context.Context, fn api.Function, d time.Durat
 		err = fn.CallWithStack(ctx, s)
 	}
 	if err != nil {
-		if errors.Is(err, ErrDeadline) {
+		switch {
+		case errors.Is(err, ErrDeadline):
 			err = fmt.Errorf("%w (deadline %v)", ErrDeadline, d)
+		case errors.Is(err, ErrStackOverflow):
+			err = fmt.Errorf("%w; the stack budget is %d KiB", ErrStackOverflow, StackLimit>>10)
 		}
 		i.failed = &TrapError{Export: fn.Definition().ExportNames()[0], Tick: i.tick, Err: err}
 		i.mod.Close(context.WithoutCancel(ctx))
+		i.release()
 		return 0, i.failed
 	}
 	return s[0], nil
+}
+
+// release drops the instance's exported functions once it failed: each holds
+// the wasm stack wazero grew for its calls, which a deep recursion made as
+// large as the stack budget allows.
+func (i *Instance) release() {
+	i.fnVersion, i.fnMeta, i.fnBuffer, i.fnInit, i.fnStep, i.fnView, i.fnHash, i.fnResult, i.fnSave, i.fnLoad =
+		nil, nil, nil, nil, nil, nil, nil, nil, nil, nil
 }
 
 // packed calls a function returning a packed slice and returns the bytes, which
@@ -345,6 +381,9 @@ func (i *Instance) Result(ctx context.Context) ([]byte, error) {
 
 // Save returns a checkpoint (copied), or nil if the module has none.
 func (i *Instance) Save(ctx context.Context) ([]byte, error) {
+	if i.failed != nil {
+		return nil, i.failed
+	}
 	if i.fnSave == nil {
 		return nil, nil
 	}
@@ -354,11 +393,11 @@ func (i *Instance) Save(ctx context.Context) ([]byte, error) {
 
 // Load restores a checkpoint taken at tick.
 func (i *Instance) Load(ctx context.Context, tick int64, state []byte) error {
-	if i.fnLoad == nil {
-		return fmt.Errorf("engine: module has no checkpoint support")
-	}
 	if i.failed != nil {
 		return i.failed
+	}
+	if i.fnLoad == nil {
+		return fmt.Errorf("engine: module has no checkpoint support")
 	}
 	if err := i.writeBuffer(ctx, state); err != nil {
 		return err

@@ -16,6 +16,15 @@ package engine
 //     guest with an error. The check runs on the guest's own thread, so it works
 //     even when every P of the Go scheduler is busy running guests (a timer could not
 //     fire then: Go cannot preempt wazero's machine code).
+//     Fuel mode also bounds the call stack (docs/RATIONALE.md, "Why count the
+//     call stack"): a third global, the stack budget, starts at StackLimit; every
+//     function that calls others (and every big leaf) subtracts its frame cost —
+//     an upper bound of its frame in wazero's machine code, from its code alone —
+//     on entry and calls refill when the budget is overdrawn, which fails the call
+//     with ErrStackOverflow; the body is wrapped in a block after which, and before
+//     every return and tail call, the cost is added back. Exception handling,
+//     which would unwind frames past their restores, is refused in this mode (the
+//     engine does not enable it anyway).
 //   - flag mode (measured, not the default): a mutable i32 global the host sets from a
 //     timer; every function entry and loop header executes
 //     `global.get $flag; if; unreachable; end`.
@@ -24,7 +33,8 @@ package engine
 // calls, ref.func, exports, the start function, element segments and the name section
 // are renumbered. The rewriter understands every instruction wazero v1.12 accepts
 // (MVP, sign extension, saturating truncation, bulk memory, reference types, SIMD,
-// threads, tail calls, exception handling); anything else is refused at upload.
+// threads, tail calls, exception handling in flag mode); anything else is refused
+// at upload.
 
 import (
 	"bytes"
@@ -49,7 +59,45 @@ const (
 	// deadlineExport is the exported i64 global holding the current call's deadline
 	// (fuel mode), in nanoseconds of the engine's monotonic clock; 0 means none.
 	deadlineExport = "__ludus_engine_deadline"
+	// stackExport is the exported i64 global holding what is left of the
+	// instance's stack budget (fuel mode), in bytes of frame cost; it starts at
+	// StackLimit. A counted function subtracts its cost on entry, calls refill if
+	// that overdrew the budget (refill then fails the call with
+	// ErrStackOverflow), and adds it back on every way out.
+	stackExport = "__ludus_engine_stack"
 )
+
+// Frame costs (fuel mode). A call of a function that calls others — or of a
+// big leaf — takes its frame cost, in bytes, of the instance's stack budget
+// until it returns. The cost is meant to bound, from the function's code alone,
+// its frame in wazero's machine code, which is mostly what the register
+// allocator spills: one slot (8 bytes, 16 for v128) per spilled SSA value,
+// never shared. Counted are the locals, one value per instruction, one per
+// (block, local assigned in the block) for the phis at the block's merge or
+// loop header, block parameters and results, and the argument and result area
+// of the biggest call. TestFrameCostCoversWazeroFrames checks it against
+// wazero's real frames: the worst shapes we could build (values live across
+// the recursive call, phis of nested loops and ifs, 300 results) use at most
+// 2/3 of their cost; Go and C code 1/25 or less (docs/RATIONALE.md, "Why count
+// the call stack").
+const (
+	frameBase      = 64 // return address, frame pointer, stack check, alignment
+	frameSlot      = 16 // per value
+	frameInstr     = 8  // per instruction (a value of up to 8 bytes, most produce at most one)
+	leafCountedMin = 4096
+)
+
+// frameStats are what a function's frame cost derives from.
+type frameStats struct {
+	locals   uint64 // parameters included
+	instrs   int64  // v128.const counts twice (a 16-byte value from one instruction)
+	phis     int64  // sum over blocks of min(locals, assignments in the block), plus block arities
+	maxArity int64  // params + results of the biggest call
+}
+
+func (f frameStats) cost() int64 {
+	return frameBase + frameSlot*(int64(f.locals)+f.phis+f.maxArity) + frameInstr*f.instrs
+}
 
 // bulkShift: bulk memory and table operations cost len>>bulkShift fuel.
 const bulkShift = 6
@@ -170,8 +218,18 @@ type rewriter struct {
 	refillIdx   uint32 // function index of refill
 	counterIdx  uint32 // global index of the counter
 	deadlineIdx uint32
-	types       []int    // param count per type
+	stackIdx    uint32
+	types       []wtype
 	funcTypes   []uint32 // type index per defined function
+	importTypes []uint32 // type index per imported function
+	// blockTypes maps a type with several results to the type index of
+	// () -> those results, added for the block that wraps a function body.
+	blockTypes map[uint32]uint32
+}
+
+type wtype struct {
+	params  int
+	results []byte
 }
 
 func (w *rewriter) fn(idx uint32) uint32 {
@@ -234,7 +292,7 @@ func instrument(wasm []byte, code interruptCode) (out []byte, err error) {
 			}
 			switch kind := ir.byte(); kind {
 			case 0x00:
-				ir.u32()
+				w.importTypes = append(w.importTypes, ir.u32())
 				w.oldImported++
 			case 0x01:
 				ir.byte()
@@ -272,10 +330,17 @@ func instrument(wasm []byte, code interruptCode) (out []byte, err error) {
 	}
 	w.counterIdx = importedGlobals + definedGlobals
 	w.deadlineIdx = w.counterIdx + 1
+	w.stackIdx = w.counterIdx + 2
 	newType := uint32(len(w.types))
 	if code == codeFuel {
 		w.shift = 1
 		w.refillIdx = w.oldImported
+		w.blockTypes = map[uint32]uint32{}
+		for i, t := range w.types {
+			if len(t.results) > 1 {
+				w.blockTypes[uint32(i)] = newType + 1 + uint32(len(w.blockTypes))
+			}
+		}
 	}
 
 	// Pass 2: rewrite, adding the sections we need where they are missing.
@@ -344,13 +409,13 @@ func instrument(wasm []byte, code interruptCode) (out []byte, err error) {
 	return out, nil
 }
 
-func parseTypes(b []byte) []int {
+func parseTypes(b []byte) []wtype {
 	if b == nil {
 		return nil
 	}
 	r := &wreader{b: b}
 	n := r.u32()
-	var out []int
+	var out []wtype
 	for ; n > 0; n-- {
 		if f := r.byte(); f != 0x60 {
 			ifail("unsupported type form 0x%x", f)
@@ -358,8 +423,7 @@ func parseTypes(b []byte) []int {
 		np := r.u32()
 		r.take(int(np))
 		nr := r.u32()
-		r.take(int(nr))
-		out = append(out, int(np))
+		out = append(out, wtype{params: int(np), results: r.take(int(nr))})
 	}
 	return out
 }
@@ -373,13 +437,22 @@ func skipLimits(r *wreader) {
 }
 
 func (w *rewriter) rewriteTypes(b []byte, newType uint32) []byte {
-	out := appendU32(nil, newType+1)
+	out := appendU32(nil, newType+1+uint32(len(w.blockTypes)))
 	if b != nil {
 		r := &wreader{b: b}
 		r.u32()
 		out = append(out, b[r.off:]...)
 	}
-	return append(out, 0x60, 0, 0) // () -> ()
+	out = append(out, 0x60, 0, 0) // () -> (), refill
+	// () -> results, in the order of blockTypes' indices
+	for _, t := range w.types {
+		if len(t.results) > 1 {
+			out = append(out, 0x60, 0)
+			out = appendU32(out, uint32(len(t.results)))
+			out = append(out, t.results...)
+		}
+	}
+	return out
 }
 
 func (w *rewriter) rewriteImports(b []byte, newType uint32) []byte {
@@ -443,7 +516,7 @@ func (w *rewriter) rewriteGlobals(b []byte) []byte {
 	}
 	added := uint32(1)
 	if w.code == codeFuel {
-		added = 2
+		added = 3
 	}
 	out := appendU32(nil, n+added)
 	for i := uint32(0); i < n; i++ {
@@ -458,8 +531,10 @@ func (w *rewriter) rewriteGlobals(b []byte) []byte {
 		ifail("trailing bytes in the global section")
 	}
 	if w.code == codeFuel {
-		out = append(out, 0x7e, 0x01, 0x42, 0x00, 0x0b) // fuel: mut i64 = 0
-		out = append(out, 0x7e, 0x01, 0x42, 0x00, 0x0b) // deadline: mut i64 = 0
+		out = append(out, 0x7e, 0x01, 0x42, 0x00, 0x0b)            // fuel: mut i64 = 0
+		out = append(out, 0x7e, 0x01, 0x42, 0x00, 0x0b)            // deadline: mut i64 = 0
+		out = appendS64(append(out, 0x7e, 0x01, 0x42), StackLimit) // stack budget: mut i64 = StackLimit
+		out = append(out, 0x0b)
 	} else {
 		out = append(out, 0x7f, 0x01, 0x41, 0x00, 0x0b) // flag: mut i32 = 0
 	}
@@ -474,12 +549,12 @@ func (w *rewriter) rewriteExports(b []byte) []byte {
 	}
 	added := uint32(1)
 	if w.code == codeFuel {
-		added = 2
+		added = 3
 	}
 	out := appendU32(nil, n+added)
 	for i := uint32(0); i < n; i++ {
 		name := r.name()
-		if string(name) == counterExport || string(name) == deadlineExport {
+		if string(name) == counterExport || string(name) == deadlineExport || string(name) == stackExport {
 			ifail("exports %s, a name reserved for the host", name)
 		}
 		kind := r.byte()
@@ -504,6 +579,7 @@ func (w *rewriter) rewriteExports(b []byte) []byte {
 	exp(counterExport, w.counterIdx)
 	if w.code == codeFuel {
 		exp(deadlineExport, w.deadlineIdx)
+		exp(stackExport, w.stackIdx)
 	}
 	return out
 }
@@ -616,6 +692,7 @@ const (
 	kCallInd // call_indirect / return_call_indirect
 	kRefFunc
 	kBulk // takes a length as its last operand
+	kEH   // exception handling: try, catch, throw, rethrow, delegate, catch_all, throw_ref, try_table
 )
 
 type instr struct {
@@ -635,7 +712,7 @@ func (w *rewriter) rewriteCode(b []byte) []byte {
 	for i := uint32(0); i < n; i++ {
 		fb := r.take(int(r.u32()))
 		var nb []byte
-		nb, instrs = w.rewriteBody(fb, w.types[w.funcTypes[i]], instrs[:0])
+		nb, instrs = w.rewriteBody(fb, w.funcTypes[i], instrs[:0])
 		out = appendU32(out, uint32(len(nb)))
 		out = append(out, nb...)
 	}
@@ -645,10 +722,11 @@ func (w *rewriter) rewriteCode(b []byte) []byte {
 	return out
 }
 
-func (w *rewriter) rewriteBody(fb []byte, params int, instrs []instr) ([]byte, []instr) {
+func (w *rewriter) rewriteBody(fb []byte, typ uint32, instrs []instr) ([]byte, []instr) {
 	r := &wreader{b: fb}
 	groups := r.u32()
-	var nlocals uint64 = uint64(params)
+	groupsEnd := r.off
+	var nlocals uint64 = uint64(w.types[typ].params)
 	for g := uint32(0); g < groups; g++ {
 		nlocals += uint64(r.u32())
 		r.byte()
@@ -658,33 +736,124 @@ func (w *rewriter) rewriteBody(fb []byte, params int, instrs []instr) ([]byte, [
 	}
 	localsEnd := r.off
 	hasCall, hasBulk := false, false
+	st := frameStats{locals: nlocals}
+	var blocks []int64 // assignments before each open block
+	var assigns int64
 	for !r.eof() {
 		in := decodeInstr(r)
+		st.instrs++
+		switch fb[in.start] {
+		case 0x02, 0x03, 0x04: // block, loop, if
+			blocks = append(blocks, assigns)
+			st.phis += w.blockArity(fb, in.start+1)
+		case 0x0b:
+			if n := len(blocks); n > 0 {
+				st.phis += min(int64(nlocals), assigns-blocks[n-1])
+				blocks = blocks[:n-1]
+			}
+		case 0x21, 0x22: // local.set, local.tee
+			assigns++
+		case 0x10, 0x12: // call, return_call
+			st.maxArity = max(st.maxArity, w.arity(w.funcType((&wreader{b: fb, off: in.immAt}).u32())))
+		case 0x11, 0x13: // call_indirect, return_call_indirect
+			st.maxArity = max(st.maxArity, w.arity((&wreader{b: fb, off: in.start + 1}).u32()))
+		case 0xfd:
+			if (&wreader{b: fb, off: in.start + 1}).u32() == 12 { // v128.const
+				st.instrs++
+			}
+		}
 		switch in.kind {
 		case kCall, kCallInd:
 			hasCall = true
 		case kBulk:
 			hasBulk = true
+		case kEH:
+			if w.code == codeFuel {
+				// A throw would leave the frames it unwinds counted on the stack budget.
+				ifail("exception handling is not supported")
+			}
 		}
 		instrs = append(instrs, in)
 	}
 	if len(instrs) == 0 || fb[len(fb)-1] != 0x0b {
 		ifail("function body does not end with end")
 	}
-	out := make([]byte, 0, len(fb)+len(fb)/4+16)
-	tmp := uint32(nlocals) // index of the added i32 local, if any
-	if hasBulk && w.code == codeFuel {
-		out = appendU32(out, groups+1)
-		out = append(out, fb[len(appendU32(nil, groups)):localsEnd]...)
-		out = append(out, 1, 0x7f)
+	fuel := w.code == codeFuel
+	// Added locals, after the function's own: an i32 for bulk operations' lengths,
+	// an i64 for the stack budget left after the entry.
+	tmp, left := uint32(nlocals), uint32(nlocals)
+	// Leaf functions cannot recurse: one small leaf frame on top of the stack is
+	// slack (StackSlack).
+	cost := st.cost()
+	counted := fuel && (hasCall || cost > leafCountedMin)
+	var added []byte
+	if hasBulk && fuel {
+		added = append(added, 1, 0x7f)
+		left++
+	}
+	if counted {
+		added = append(added, 1, 0x7e)
+	}
+	out := make([]byte, 0, len(fb)+len(fb)/4+32)
+	if len(added) > 0 {
+		out = appendU32(out, groups+uint32(len(added)/2))
+		out = append(out, fb[groupsEnd:localsEnd]...)
+		out = append(out, added...)
 	} else {
 		out = append(out, fb[:localsEnd]...)
 	}
 	total := len(instrs)
-	if (hasCall || total > leafFree) && !loopFirst(fb, instrs) {
-		out = w.probe(out, total)
+	if counted {
+		// global.get $stack; i64.const cost; i64.sub; local.tee $left; global.set $stack;
+		// local.get $left; i64.const 0; i64.lt_s; if; call refill; end — refill fails
+		// the call, the budget being overdrawn.
+		out = append(out, 0x23)
+		out = appendU32(out, w.stackIdx)
+		out = append(out, 0x42)
+		out = appendS64(out, cost)
+		out = append(out, 0x7d, 0x22)
+		out = appendU32(out, left)
+		out = append(out, 0x24)
+		out = appendU32(out, w.stackIdx)
+		out = append(out, 0x20)
+		out = appendU32(out, left)
+		out = append(out, 0x42, 0x00, 0x53, 0x04, 0x40, 0x10)
+		out = appendU32(out, w.refillIdx)
+		out = append(out, 0x0b)
+		// The body goes into a block so that a branch out of the function body
+		// lands on the restore below: the block takes the body's label.
+		out = append(out, 0x02)
+		switch res := w.types[typ].results; len(res) {
+		case 0:
+			out = append(out, 0x40)
+		case 1:
+			out = append(out, res[0])
+		default:
+			out = appendS64(out, int64(w.blockTypes[typ]))
+		}
+	}
+	restore := func() { // global.get $stack; i64.const cost; i64.add; global.set $stack
+		out = append(out, 0x23)
+		out = appendU32(out, w.stackIdx)
+		out = append(out, 0x42)
+		out = appendS64(out, cost)
+		out = append(out, 0x7c, 0x24)
+		out = appendU32(out, w.stackIdx)
+	}
+	first := loopFirst(fb, instrs)
+	if (hasCall || total > leafFree) && first < 0 {
+		out = w.probe(out, int64(total))
 	}
 	for i, in := range instrs {
+		if counted {
+			switch op := fb[in.start]; {
+			case op == 0x0f || op == 0x12 || op == 0x13: // return, return_call, return_call_indirect
+				restore()
+			case i == total-1: // the end of the body: close the block, restore
+				out = append(out, 0x0b)
+				restore()
+			}
+		}
 		switch in.kind {
 		case kCall, kRefFunc:
 			out = append(out, fb[in.start:in.immAt]...)
@@ -693,7 +862,7 @@ func (w *rewriter) rewriteBody(fb []byte, params int, instrs []instr) ([]byte, [
 			out = append(out, fb[ir.off:in.end]...)
 			continue
 		case kBulk:
-			if w.code == codeFuel {
+			if fuel {
 				// local.set $tmp; fuel -= $tmp >> bulkShift; local.get $tmp
 				out = append(out, 0x21)
 				out = appendU32(out, tmp)
@@ -709,32 +878,75 @@ func (w *rewriter) rewriteBody(fb []byte, params int, instrs []instr) ([]byte, [
 		}
 		out = append(out, fb[in.start:in.end]...)
 		if in.kind == kLoop {
-			out = w.probe(out, total-i)
+			out = w.probe(out, int64(total-i))
 		}
 	}
 	return out, instrs
 }
 
-// loopFirst reports whether every execution of the function reaches a loop
-// header after a few straight-line instructions (as in Go's prologue, global.get
-// SP; local.set; block; loop), so that the entry check is redundant.
-func loopFirst(fb []byte, instrs []instr) bool {
+// funcType returns the type index of function idx (0 if there is none: wazero
+// refuses the module then).
+func (w *rewriter) funcType(idx uint32) uint32 {
+	switch {
+	case idx < w.oldImported:
+		return w.importTypes[idx]
+	case int(idx-w.oldImported) < len(w.funcTypes):
+		return w.funcTypes[idx-w.oldImported]
+	}
+	return 0
+}
+
+// arity is the number of parameters and results of type t.
+func (w *rewriter) arity(t uint32) int64 {
+	if int(t) >= len(w.types) {
+		return 0
+	}
+	return int64(w.types[t].params + len(w.types[t].results))
+}
+
+// blockArity is the number of parameters and results of the block type at off.
+func (w *rewriter) blockArity(fb []byte, off int) int64 {
+	switch c := fb[off]; c {
+	case 0x40:
+		return 0
+	case 0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f:
+		return 1
+	}
+	// s33 type index: non-negative here, or wazero refuses the module
+	var v uint64
+	for i, shift := off, 0; i < len(fb) && shift < 35; i, shift = i+1, shift+7 {
+		v |= uint64(fb[i]&0x7f) << shift
+		if fb[i]&0x80 == 0 {
+			break
+		}
+	}
+	if v >= 1<<32 {
+		return 0
+	}
+	return w.arity(uint32(v))
+}
+
+// loopFirst returns the index of the loop header that every execution of the
+// function reaches after a few straight-line instructions (as in Go's
+// prologue, global.get SP; local.set; block; loop), so that the entry check is
+// redundant, or -1.
+func loopFirst(fb []byte, instrs []instr) int {
 	for i := 0; i < len(instrs) && i < 8; i++ {
 		switch in := instrs[i]; {
 		case in.kind == kLoop:
-			return true
+			return i
 		case fb[in.start] == 0x02 || fb[in.start] == 0x01 || (fb[in.start] >= 0x20 && fb[in.start] <= 0x24) ||
 			fb[in.start] == 0x41 || fb[in.start] == 0x42:
 		default:
-			return false
+			return -1
 		}
 	}
-	return false
+	return -1
 }
 
 // probe appends the check executed at a function entry or loop header; weight
 // bounds the instructions that can run before the next check.
-func (w *rewriter) probe(out []byte, weight int) []byte {
+func (w *rewriter) probe(out []byte, weight int64) []byte {
 	if w.code == codeFlag {
 		out = append(out, 0x23)
 		out = appendU32(out, w.counterIdx)
@@ -744,7 +956,7 @@ func (w *rewriter) probe(out []byte, weight int) []byte {
 	out = append(out, 0x23)
 	out = appendU32(out, w.counterIdx)
 	out = append(out, 0x42)
-	out = appendS64(out, int64(weight))
+	out = appendS64(out, weight)
 	out = append(out, 0x7d, 0x24) // i64.sub, global.set
 	out = appendU32(out, w.counterIdx)
 	out = append(out, 0x23)
@@ -888,6 +1100,10 @@ func decodeInstr(r *wreader) instr {
 		}
 	default:
 		ifail("unknown instruction 0x%x at offset %d", op, in.start)
+	}
+	switch op {
+	case 0x06, 0x07, 0x08, 0x09, 0x0a, 0x18, 0x19, 0x1f:
+		in.kind = kEH
 	}
 	in.end = r.off
 	return in

@@ -50,6 +50,9 @@ func FuzzInstrument(f *testing.F) {
 	f.Add(hostile("ludus_step", cat(spin, i32const(0))))
 	f.Add(hostile("ludus_step", cat(i32const(62), []byte{0x10, 0x08}, i32const(0)), recFunc))
 	f.Add(hostile("ludus_step", cat(spin[:2], fillSpin[2:], i32const(0))))
+	f.Add(exitPaths())
+	f.Add(hostile("ludus_step", cat(i32const(3), []byte{0x10, 0x08}, bytesOf(0x1a, 3), i32const(0)), shapeArity(3)))
+	f.Add(hostile("ludus_step", cat(i32const(3), []byte{0x10, 0x08}, i32const(0)), shapeIf(3, 3)))
 	f.Add(wmodule{imports: []wimport{{module: "wasi_snapshot_preview1", name: "sched_yield", results: []byte{tI32}}},
 		funcs: abiFuncs(i64const(0)), memoryPages: 1, exportMemory: true}.bytes())
 	for _, m := range builtinModules() {
@@ -61,6 +64,9 @@ func FuzzInstrument(f *testing.F) {
 	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
 	f.Cleanup(func() { r.Close(ctx) })
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if checkFraming(b) != nil {
+			return // wazero would allocate what the bytes claim (TestValidateRefusesAllocationBombs)
+		}
 		for _, code := range []interruptCode{codeFuel, codeFlag} {
 			out, err := instrument(b, code)
 			if err != nil {

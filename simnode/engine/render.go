@@ -62,6 +62,7 @@ func (r *Renderer) Render(ctx context.Context, snapshot []byte) ([]byte, error) 
 	}
 	res, err := r.inst.call(ctx, r.fn, uint64(len(snapshot)))
 	if err != nil {
+		r.fn = nil      // and its grown stack with it
 		return nil, err // the instance is poisoned already
 	}
 	frame, err := r.inst.read(r.fn, res)

@@ -9,6 +9,9 @@ type wfunc struct {
 	params  []byte // value types: 0x7f i32, 0x7e i64
 	results []byte
 	body    []byte // instructions, without the final 0x0b
+	// locals: nlocals locals of type localType after the parameters.
+	nlocals   uint32
+	localType byte
 }
 
 type wimport struct {
@@ -72,7 +75,11 @@ func (m wmodule) bytes() []byte {
 		if f.export != "" {
 			exports = append(exports, append(str(f.export), 0x00, byte(len(m.imports)+i)))
 		}
-		body := append([]byte{0x00}, f.body...) // no locals
+		body := []byte{0x00} // no locals
+		if f.nlocals > 0 {
+			body = append(append([]byte{0x01}, leb(f.nlocals)...), f.localType)
+		}
+		body = append(body, f.body...)
 		body = append(body, 0x0b)
 		codes = append(codes, append(leb(uint32(len(body))), body...))
 	}
