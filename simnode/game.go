@@ -69,11 +69,11 @@ type game struct {
 	quit  chan string
 	done  chan struct{}
 
-	slots      []*slot
-	accounts   map[string]int
-	specView   *feed // the spectator camera
-	drawer     *viewDrawer
-	status     *cell[Status]
+	slots    []*slot
+	accounts map[string]int
+	specView *feed // the spectator camera
+	drawer   *viewDrawer
+	status   *cell[Status]
 
 	events  []abi.Event      // applied at the next step
 	entries []inputlog.Entry // for the next step, with accounts and seqs
@@ -170,7 +170,6 @@ type slotReq struct {
 	reply   chan int
 }
 
-
 func newGame(n *Node, sess *session, spec fleet.GameSpec, mod *engine.Module, inst *engine.Instance, fence int64, owner string) *game {
 	// Specs written before a field existed take it from the build's metadata.
 	if spec.SnapshotFormat == "" && mod.HasRenderer {
@@ -181,14 +180,14 @@ func newGame(n *Node, sess *session, spec fleet.GameSpec, mod *engine.Module, in
 	}
 	g := &game{
 		n: n, sess: sess, spec: spec, inst: inst, fence: fence, owner: owner,
-		log:        n.log.With("tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID),
-		inbox:      make(chan any, 1024),
-		quit:       make(chan string, 1),
-		done:       make(chan struct{}),
-		accounts:   map[string]int{},
-		specView:   newFeed(),
-		status:     newCell(Status{State: fleet.StateRunning, Tick: inst.Tick()}),
-		pending:    &inputlog.Chunk{},
+		log:      n.log.With("tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID),
+		inbox:    make(chan any, 1024),
+		quit:     make(chan string, 1),
+		done:     make(chan struct{}),
+		accounts: map[string]int{},
+		specView: newFeed(),
+		status:   newCell(Status{State: fleet.StateRunning, Tick: inst.Tick()}),
+		pending:  &inputlog.Chunk{},
 	}
 	g.slots = make([]*slot, spec.MaxPlayers)
 	for i := range g.slots {
