@@ -93,7 +93,7 @@ func startNodeOn(t *testing.T, id string, cli *clientv3.Client, ttl time.Duratio
 		// (-race) ticks start late, and the node's default would shed every
 		// frame. Shedding is the isolation test's subject, not theirs.
 		FrameDropLateness: 200 * time.Millisecond,
-		ClusterToken: testToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		ClusterToken:      testToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
