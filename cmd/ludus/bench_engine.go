@@ -54,7 +54,7 @@ func init() {
 			return benchEngine(ctx, progress, engDur, engAlts)
 		},
 	})
-	registerBench("capacity", bench{
+	registerBench("capacity", withSnapshotMode(bench{
 		summary: "concurrent 8-bot arena matches (views at 17.5 fps for 8 players) at p99 tick lateness <= 5 ms",
 		flags: func(fs *flag.FlagSet) {
 			fs.DurationVar(&capDur, "duration", 90*time.Second, "bound on the whole search")
@@ -69,7 +69,7 @@ func init() {
 			}
 			return benchCapacityNode(ctx, progress, capDur, capTry)
 		},
-	})
+	}))
 	registerBench("density", bench{
 		summary: "1,000 matches of a minimal module (64 entities at 30 Hz), C and Go SDK builds",
 		flags: func(fs *flag.FlagSet) {

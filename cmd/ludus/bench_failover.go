@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"ludus.dev/ludus/games/builtin"
@@ -41,10 +42,22 @@ func structFields(v any) (map[string]any, error) {
 	return m, dec.Decode(&m)
 }
 
+// syncWriter serializes the writes of the processes' log copiers.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
 func init() {
 	var games, nodes int
 	var ttl, warmup time.Duration
-	var mode string
+	var mode, logs string
 	var unaryRate, playRate float64
 	registerBench("failover", bench{
 		summary: "kill -9 a sim node of a multi-process cluster: takeover time, lost or unlogged inputs, rollbacks, games lost",
@@ -56,6 +69,7 @@ func init() {
 			fs.StringVar(&mode, "mode", "snapshots", "delivery of every stream the bench opens: snapshots or pixels")
 			fs.Float64Var(&unaryRate, "unary-rate", 30, "inputs/s of each browser-like player (SendInput, 3 in flight)")
 			fs.Float64Var(&playRate, "play-rate", 30, "inputs/s of each native player (Play stream)")
+			fs.StringVar(&logs, "logs", "", "append every process's log to this file (default: discarded)")
 		},
 		run: func(ctx context.Context, progress io.Writer) (map[string]any, error) {
 			delivery, err := parseDelivery(mode)
@@ -73,9 +87,18 @@ func init() {
 			defer os.RemoveAll(dir)
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 			defer cancel()
+			var logw io.Writer
+			if logs != "" {
+				f, err := os.OpenFile(logs, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+				if err != nil {
+					return nil, err
+				}
+				defer f.Close()
+				logw = &syncWriter{w: f}
+			}
 			fmt.Fprintf(progress, "starting etcd, backend, gateway and %d sim nodes as processes...\n", nodes)
 			c, err := localcluster.Start(ctx, localcluster.Config{Binary: bin, Dir: dir, Nodes: nodes, LeaseTTL: ttl,
-				Module: builtin.Arena, WazeroCache: filepath.Join(dir, "wazero")})
+				Module: builtin.Arena, WazeroCache: filepath.Join(dir, "wazero"), Logs: logw})
 			if err != nil {
 				return nil, err
 			}

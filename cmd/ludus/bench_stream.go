@@ -26,7 +26,7 @@ var (
 
 func init() {
 	registerBench("stream", bench{
-		summary: "frame codec on a scripted 60 s arena trace (bytes/s raw, seed-style delta, deflate, zstd); gateway added latency, Play input acks and rate, viewer streams per gateway",
+		summary: "frame codec on a scripted 60 s arena trace (bytes/s raw, seed-style delta, deflate, zstd; snapshots every tick vs pixels); gateway added latency, Play input acks and rate, viewer streams per gateway",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&benchStreamGateway, "gateway", benchStreamGateway, "also measure the gateway (in-process dev stack on loopback)")
 			fs.IntVar(&benchStreamMax, "streams", benchStreamMax, "viewer streams to open against one gateway")
@@ -130,6 +130,9 @@ func runStreamBench(ctx context.Context, progress io.Writer) (map[string]any, er
 		} else {
 			res[name+"_encode_us_per_frame_p50"] = math.Round(us[len(us)/2]*10) / 10
 		}
+	}
+	if err := benchSnapshotBytes(ctx, progress, arenatrace.Bench, ticks, views, res); err != nil {
+		return nil, fmt.Errorf("snapshots: %w", err)
 	}
 	if benchStreamGateway {
 		if err := benchGateway(ctx, progress, res); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"ludus.dev/ludus/internal/bearer"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
@@ -101,6 +103,20 @@ type FailoverResult struct {
 	// SpectatorDelayMsP99: how far behind the player's own view the spectator
 	// stream (served by a replica node) runs.
 	SpectatorDelayMsP99 float64 `json:"spectator_delay_ms_p99"`
+	// Takeover, step by step, over the killed node's games, from the kill:
+	// TakeoverOrphanedMs* until the game's owner key left etcd (the killed
+	// node's lease expired), TakeoverClaimedMs* until another node's claim
+	// was written (both as seen by a watch in this process); TakeoverMs* ends
+	// at the player's first frame from the new owner.
+	TakeoverOrphanedMsP99 float64 `json:"takeover_orphaned_ms_p99"`
+	TakeoverClaimedMsP50  float64 `json:"takeover_claimed_ms_p50"`
+	TakeoverClaimedMsP99  float64 `json:"takeover_claimed_ms_p99"`
+	// CPUCoresSteady: CPU-seconds per second each process used during the
+	// steady-play window ("bench" is this process: every scripted client and
+	// spectator), and CPUCoresSteadyTotal their sum: a measure of how loaded
+	// the machine was (Linux /proc; empty elsewhere).
+	CPUCoresSteady      string  `json:"cpu_cores_steady"`
+	CPUCoresSteadyTotal float64 `json:"cpu_cores_steady_total"`
 }
 
 // FailoverOptions configure RunFailoverWith.
@@ -143,6 +159,8 @@ type player struct {
 	lastTick int64
 	ticks    TickTracker
 	seen     map[string]bool // Status.delivery values
+	// streamErrs: how the player's frame streams ended (errors only).
+	streamErrs errorTally
 	// native is the game's second scripted player, on a Play stream.
 	native *nativePlayer
 }
@@ -167,17 +185,42 @@ func RunFailover(ctx context.Context, c *Cluster, eng *engine.Engine, module []b
 	return RunFailoverWith(ctx, c, eng, module, FailoverOptions{Games: games, Warmup: warmup})
 }
 
-// login signs a guest in and returns its account and a game client.
+// login signs a guest in and returns its account and a game client. The
+// account is created first through the tenant's admin API: guest sign-ups
+// are throttled per client address (backend.DefaultSignupsPerAddress: a burst
+// of 100, then 20 a minute), and every client of the run comes from
+// 127.0.0.1, while signing in to an existing account is never throttled.
 func login(ctx context.Context, c *Cluster, hc *http.Client, opts ...connect.ClientOption) (string, ludusv1connect.GameServiceClient, error) {
-	auth := ludusv1connect.NewAuthServiceClient(http.DefaultClient, c.GatewayURL)
 	dev := make([]byte, 12)
 	_, _ = rand.Read(dev)
-	l, err := auth.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "demo", DeviceId: fmt.Sprintf("failover-%x", dev)}))
+	device := fmt.Sprintf("failover-%x", dev)
+	if err := c.createDevice(ctx, device); err != nil {
+		return "", nil, fmt.Errorf("create account: %w", err)
+	}
+	auth := ludusv1connect.NewAuthServiceClient(http.DefaultClient, c.GatewayURL)
+	l, err := auth.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "demo", DeviceId: device}))
 	if err != nil {
 		return "", nil, fmt.Errorf("login: %w", err)
 	}
 	opts = append(opts, connect.WithInterceptors(bearer.Token(l.Msg.Ticket)))
 	return l.Msg.AccountId, ludusv1connect.NewGameServiceClient(hc, c.GatewayURL, opts...), nil
+}
+
+// createDevice creates a guest account for a device id with the demo
+// tenant's admin key. Account creation is also throttled per tenant (600 a
+// minute): on ResourceExhausted it waits and retries, for at most 30 s.
+func (c *Cluster) createDevice(ctx context.Context, device string) error {
+	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, c.BackendURL, connect.WithInterceptors(bearer.Token(c.AdminKey)))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := admin.CreateAccount(ctx, connect.NewRequest(&ludusv1.CreateAccountRequest{DeviceId: device}))
+		if err == nil || connect.CodeOf(err) != connect.CodeResourceExhausted || time.Now().After(deadline) {
+			return err
+		}
+		if !sleepUntil(ctx, time.Now().Add(time.Second)) {
+			return ctx.Err()
+		}
+	}
 }
 
 // RunFailoverWith creates games (each with bots and two scripted players: one
@@ -299,11 +342,13 @@ func RunFailoverWith(ctx context.Context, c *Cluster, eng *engine.Engine, module
 		return abort(err)
 	}
 	window := 2 * time.Second
+	cpu0, t0 := c.cpuTimes(), time.Now()
 	time.Sleep(window)
 	r1, err := c.Etcd.Get(ctx, "/ludus/none")
 	if err != nil {
 		return abort(err)
 	}
+	res.CPUCoresSteady, res.CPUCoresSteadyTotal = cpuCores(cpu0, c.cpuTimes(), time.Since(t0))
 	res.EtcdWritesPerGameSec = float64(r1.Header.Revision-r0.Header.Revision) / float64(games) / window.Seconds()
 	stopSpectators()
 
@@ -344,11 +389,26 @@ func RunFailoverWith(ctx context.Context, c *Cluster, eng *engine.Engine, module
 		n := len(p.frames)
 		p.mu.Unlock()
 		if n == 0 {
-			return abort(fmt.Errorf("player of game %s received no frame during the warm-up (delivery %s)", p.game, res.Delivery))
+			p.mu.Lock()
+			errs := p.streamErrs.String()
+			for _, e := range p.streamErrs.first {
+				errs += "; " + e
+			}
+			p.mu.Unlock()
+			return abort(fmt.Errorf("player of game %s received no frame during the warm-up (delivery %s; stream errors: %s)", p.game, res.Delivery, errs))
 		}
+	}
+	victimGames := map[string]bool{}
+	for _, p := range byNode[victim] {
+		victimGames[p.game] = true
+	}
+	ow, err := c.watchOwners(ctx, victim, victimGames)
+	if err != nil {
+		return abort(err)
 	}
 	killed := time.Now()
 	if err := c.Proc(victim).Kill(); err != nil {
+		ow.stop()
 		return abort(fmt.Errorf("kill %s: %w", victim, err))
 	}
 	// Wait until every victim game streams from another node (bounded).
@@ -368,6 +428,10 @@ func RunFailoverWith(ctx context.Context, c *Cluster, eng *engine.Engine, module
 		time.Sleep(20 * time.Millisecond)
 	}
 	res.GamesLost = len(pending)
+	orphaned, claimed := ow.stop()
+	res.TakeoverOrphanedMsP99 = percentile(sinceSorted(orphaned, killed), 0.99)
+	cl := sinceSorted(claimed, killed)
+	res.TakeoverClaimedMsP50, res.TakeoverClaimedMsP99 = percentile(cl, 0.50), percentile(cl, 0.99)
 	// Keep playing a little on the new owners, then stop and let logs flush.
 	time.Sleep(time.Second)
 	stop()
@@ -574,7 +638,13 @@ func (p *player) stream(ctx context.Context) {
 				}
 				p.mu.Unlock()
 			}
+			err = s.Err()
 			s.Close()
+		}
+		if err != nil && ctx.Err() == nil {
+			p.mu.Lock()
+			p.streamErrs.note(err)
+			p.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
@@ -607,4 +677,108 @@ func (c *Cluster) ReadLog(ctx context.Context, game string) (fleet.GameSpec, []*
 		chunks = append(chunks, ch)
 	}
 	return spec, chunks, nil
+}
+
+// ownerWatch records, for the games of a node about to be killed, when each
+// game's owner key was deleted (the node's lease expired) and when another
+// node first claimed it.
+type ownerWatch struct {
+	cancel   context.CancelFunc
+	done     chan struct{}
+	orphaned map[string]time.Time
+	claimed  map[string]time.Time
+}
+
+// watchOwners starts watching the owner keys of the tenant's games from the
+// current revision on; games are the ones to track, victim the node whose
+// claims do not count.
+func (c *Cluster) watchOwners(ctx context.Context, victim string, games map[string]bool) (*ownerWatch, error) {
+	prefix := fleet.OwnersPrefix() + c.TenantID + "/"
+	r, err := c.Etcd.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	w := &ownerWatch{cancel: cancel, done: make(chan struct{}), orphaned: map[string]time.Time{}, claimed: map[string]time.Time{}}
+	ch := c.Etcd.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(r.Header.Revision+1))
+	go func() {
+		defer close(w.done)
+		for resp := range ch {
+			now := time.Now()
+			for _, ev := range resp.Events {
+				key := string(ev.Kv.Key)
+				game := key[strings.LastIndexByte(key, '/')+1:]
+				if !games[game] {
+					continue
+				}
+				switch ev.Type {
+				case clientv3.EventTypeDelete:
+					if _, ok := w.orphaned[game]; !ok {
+						w.orphaned[game] = now
+					}
+				case clientv3.EventTypePut:
+					node, _ := fleet.ParseOwner(string(ev.Kv.Value))
+					if _, ok := w.claimed[game]; !ok && node != victim {
+						w.claimed[game] = now
+					}
+				}
+			}
+		}
+	}()
+	return w, nil
+}
+
+// stop ends the watch and returns what it saw.
+func (w *ownerWatch) stop() (orphaned, claimed map[string]time.Time) {
+	w.cancel()
+	<-w.done
+	return w.orphaned, w.claimed
+}
+
+// sinceSorted is the ms from t to each time, sorted.
+func sinceSorted(at map[string]time.Time, t time.Time) []float64 {
+	out := make([]float64, 0, len(at))
+	for _, a := range at {
+		out = append(out, ms(a.Sub(t)))
+	}
+	sort.Float64s(out)
+	return out
+}
+
+// cpuTimes is the CPU time used so far by each running process of the
+// cluster and by this one ("bench").
+func (c *Cluster) cpuTimes() map[string]time.Duration {
+	m := map[string]time.Duration{}
+	for _, n := range c.Procs() {
+		if d, ok := c.Proc(n).CPUTime(); ok {
+			m[n] = d
+		}
+	}
+	if d, ok := procCPUTime("/proc/self/stat"); ok {
+		m["bench"] = d
+	}
+	return m
+}
+
+// cpuCores turns two cpuTimes readings el apart into "name:cores,..." (sorted
+// by name, two decimals) and their sum.
+func cpuCores(a, b map[string]time.Duration, el time.Duration) (string, float64) {
+	if el <= 0 {
+		return "", 0
+	}
+	var names []string
+	for n := range b {
+		if _, ok := a[n]; ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	var parts []string
+	total := 0.0
+	for _, n := range names {
+		cores := (b[n] - a[n]).Seconds() / el.Seconds()
+		total += cores
+		parts = append(parts, fmt.Sprintf("%s:%.2f", n, cores))
+	}
+	return strings.Join(parts, ","), math.Round(total*100) / 100
 }

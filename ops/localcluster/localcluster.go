@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -382,4 +383,58 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-var _ = os.Getpid
+// CPUTime is the CPU time (user + system) the process has used so far, read
+// from /proc (Linux; false elsewhere or once it has exited).
+func (p *Proc) CPUTime() (time.Duration, bool) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return 0, false
+	}
+	return procCPUTime(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+}
+
+// procCPUTime reads utime + stime from a /proc/PID/stat file. The fields
+// after the command name (which may hold spaces, inside parentheses) are
+// space-separated; utime and stime are the 14th and 15th fields, in clock
+// ticks of 1/100 s (USER_HZ, 100 on Linux).
+func procCPUTime(path string) (time.Duration, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	return parseProcStat(string(b))
+}
+
+func parseProcStat(s string) (time.Duration, bool) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state): utime is field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, false
+	}
+	var ut, st int64
+	if _, err := fmt.Sscan(f[11], &ut); err != nil {
+		return 0, false
+	}
+	if _, err := fmt.Sscan(f[12], &st); err != nil {
+		return 0, false
+	}
+	return time.Duration(ut+st) * (time.Second / 100), true
+}
+
+// Procs returns the names of the cluster's processes, sorted.
+func (c *Cluster) Procs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make([]string, 0, len(c.procs))
+	for n := range c.procs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
