@@ -49,25 +49,6 @@ func (g *game) flushFinal(state, message string) {
 	g.lastFlush = time.Now()
 }
 
-// archivedSpec is the spec as archived: without the match credential, which
-// would let anyone who can read the archive (any key of the tenant) report
-// results for the match while the credential lives.
-func archivedSpec(spec []byte) []byte {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(spec, &m) != nil {
-		return spec
-	}
-	if _, ok := m["match_credential"]; !ok {
-		return spec
-	}
-	delete(m, "match_credential")
-	out, err := json.Marshal(m)
-	if err != nil {
-		return spec
-	}
-	return out
-}
-
 // Archiver stores a finished game's spec and log in the backend (for replays
 // and crash reproduction: `ludus ctl game replay GAME`).
 type Archiver interface {
@@ -141,7 +122,7 @@ func (n *Node) archiveOnce(a Archiver, tenant, game string) error {
 	if st.State != fleet.StateEnded && st.State != fleet.StateFailed {
 		return fmt.Errorf("game %s is %q, not finished", game, st.State)
 	}
-	req := &clusterv1.ArchiveGameRequest{TenantId: tenant, GameId: game, SpecJson: archivedSpec(specKV[0].Value),
+	req := &clusterv1.ArchiveGameRequest{TenantId: tenant, GameId: game, SpecJson: specKV[0].Value, // the backend strips the match credential
 		State: st.State, Message: st.Message, FinalTick: st.Tick}
 	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
 		req.Chunks = append(req.Chunks, kv.Value)

@@ -22,54 +22,22 @@ import (
 // and the client renders it, on the same scripted 60 s trace as the pixel
 // figures, through the same codec.
 
-// traceConfig is arenatrace's match config (three bots, limits far away).
-const traceConfig = `{"bots":3,"score_limit":1000,"time_limit_s":3600}`
-
-// runSnapshotTrace plays arenatrace's script — the same native game, seed,
-// config and inputs as arenatrace.Run — and calls fn on every tick with slot
-// 0's snapshot (arena View(0)) and, on the ticks arenatrace takes a view
-// (every frame_divisor ticks), the pixels too (Frame(0): the snapshot drawn
-// by the arena's renderer); frame is nil on the other ticks. Both are valid
-// only during the call. It stops early if fn returns false.
-// TestSnapshotTraceMatchesArenatrace checks that the pixels are
+// runSnapshotTrace plays arenatrace's script (arenatrace.Play) and calls fn
+// on every tick with slot 0's snapshot (arena View(0)) and, on the ticks
+// arenatrace takes a view (every frame_divisor ticks), the pixels too
+// (the snapshot drawn by the arena's renderer); frame is nil on the other
+// ticks. Both are valid only during the call. It stops early if fn returns
+// false. TestSnapshotTraceMatchesArenatrace checks that the pixels are
 // arenatrace's, frame for frame.
 func runSnapshotTrace(s arenatrace.Script, fn func(tick int64, snap, frame []byte) bool) error {
-	g := arena.New()
-	if err := g.Init(arenatrace.Seed, []byte(traceConfig)); err != nil {
-		return err
-	}
-	g.Join(0, "p")
-	ticks := func(d time.Duration) int64 { return int64(d.Seconds() * arena.TickRate) }
-	walkEnd := ticks(s.Standing) + ticks(s.Walking)
-	end := walkEnd + ticks(s.Turning)
-	last := byte(0xff)
-	for tick := int64(1); tick <= end; tick++ {
-		var mask byte
-		switch {
-		case tick <= ticks(s.Standing):
-		case tick <= walkEnd:
-			mask = arena.BtnForward
-			if (tick-ticks(s.Standing))%(2*arena.TickRate) < arena.TickRate*4/10 {
-				mask |= arena.BtnTurnRight
-			}
-		default:
-			mask = arena.BtnTurnLeft
-		}
-		if mask != last {
-			g.Input(0, []byte{mask})
-			last = mask
-		}
-		g.Step()
+	return arenatrace.Play(s, func(tick int64, g *arena.Game) bool {
 		snap := g.View(0)
 		var frame []byte
 		if tick%arena.FrameDivisor == 0 {
 			frame = g.Render(snap)
 		}
-		if !fn(tick, snap, frame) {
-			return nil
-		}
-	}
-	return nil
+		return fn(tick, snap, frame)
+	})
 }
 
 // grpcMessageBytes is what one frame costs on a gRPC StreamFrames stream

@@ -32,9 +32,19 @@ const (
 // FramesPerSecond of the trace.
 const FramesPerSecond = float64(arena.TickRate) / arena.FrameDivisor
 
-// Run plays the script and calls fn with every view; the view is valid only
-// during the call. It stops early if fn returns false.
+// Run plays the script and calls fn with every view (slot 0's frame, every
+// frame_divisor ticks); the view is valid only during the call. It stops
+// early if fn returns false.
 func Run(s Script, fn func(tick int64, view []byte) bool) error {
+	return Play(s, func(tick int64, g *arena.Game) bool {
+		return tick%arena.FrameDivisor != 0 || fn(tick, g.Frame(0))
+	})
+}
+
+// Play plays the script and calls fn after every tick with the game (slot 0
+// is the scripted player), for callers that want more than its views, such as
+// its snapshots. It stops early if fn returns false.
+func Play(s Script, fn func(tick int64, g *arena.Game) bool) error {
 	g := arena.New()
 	if err := g.Init(Seed, []byte(`{"bots":3,"score_limit":1000,"time_limit_s":3600}`)); err != nil {
 		return err
@@ -62,7 +72,7 @@ func Run(s Script, fn func(tick int64, view []byte) bool) error {
 			last = mask
 		}
 		g.Step()
-		if tick%arena.FrameDivisor == 0 && !fn(tick, g.Frame(0)) {
+		if !fn(tick, g) {
 			return nil
 		}
 	}
