@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -114,6 +115,9 @@ func benchGateway(ctx context.Context, progress io.Writer, res map[string]any) e
 
 	if err := benchLatency(ctx, progress, res, games, node.Addr, stack.ClusterToken, stack.TenantID, id); err != nil {
 		return err
+	}
+	if err := benchEtcdReadsPerInput(ctx, progress, res, games, gw, id); err != nil {
+		return fmt.Errorf("etcd reads per input: %w", err)
 	}
 	if benchStreamPlay {
 		if err := benchPlay(ctx, progress, res, authc, gwURL, id); err != nil {
@@ -313,5 +317,63 @@ func benchStreams(ctx context.Context, progress io.Writer, res map[string]any, g
 	if e := firstErr.Load(); e != nil {
 		res["max_streams_first_error"] = fmt.Sprint(e)
 	}
+	return nil
+}
+
+// benchEtcdReadsPerInput sends unary inputs (20 in flight) through the
+// gateway and reports how many etcd reads the gateway made per input
+// (ludus_gateway_etcd_reads_total): routing reads the watched directory, so
+// the goal is 0.
+func benchEtcdReadsPerInput(ctx context.Context, progress io.Writer, res map[string]any, games ludusv1connect.GameServiceClient, gw *gateway.Gateway, id string) error {
+	const inputs, inFlight = 400, 20
+	fmt.Fprintf(progress, "sending %d inputs to count the gateway's etcd reads...\n", inputs)
+	if _, err := games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: id})); err != nil {
+		return err
+	}
+	reads := func() (float64, error) {
+		mfs, err := gw.Registry().Gather()
+		if err != nil {
+			return 0, err
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "ludus_gateway_etcd_reads_total" && len(mf.GetMetric()) == 1 {
+				return mf.GetMetric()[0].GetCounter().GetValue(), nil
+			}
+		}
+		return 0, errors.New("the gateway exports no ludus_gateway_etcd_reads_total")
+	}
+	before, err := reads()
+	if err != nil {
+		return err
+	}
+	var next atomic.Uint64
+	var wg sync.WaitGroup
+	errs := make(chan error, inFlight)
+	for w := 0; w < inFlight; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				seq := next.Add(1)
+				if seq > inputs {
+					return
+				}
+				if _, err := games.SendInput(ctx, connect.NewRequest(&ludusv1.SendInputRequest{GameId: id, Seq: seq, Payload: []byte{byte(seq % 16)}})); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	after, err := reads()
+	if err != nil {
+		return err
+	}
+	res["gateway_etcd_reads_per_input"] = (after - before) / inputs
 	return nil
 }
