@@ -461,23 +461,29 @@ func (s *Session) fallback(reason error) {
 	}
 }
 
+// offer sends v on ch without blocking, dropping the oldest queued values to
+// make room (readers want the newest); it reports how many it dropped.
+func offer[T any](ch chan T, v T) (dropped int64) {
+	for {
+		select {
+		case ch <- v:
+			return dropped
+		default:
+		}
+		select {
+		case <-ch:
+			dropped++
+		default:
+		}
+	}
+}
+
 // notify queues a notice, dropping the oldest when nobody reads them.
 func (s *Session) notify(n Notice) {
 	s.outMu.Lock()
 	defer s.outMu.Unlock()
-	if s.outClosed {
-		return
-	}
-	for {
-		select {
-		case s.notices <- n:
-			return
-		default:
-		}
-		select {
-		case <-s.notices:
-		default:
-		}
+	if !s.outClosed {
+		offer(s.notices, n)
 	}
 }
 
@@ -485,40 +491,18 @@ func (s *Session) notify(n Notice) {
 func (s *Session) deliver(f *Frame) {
 	s.outMu.Lock()
 	defer s.outMu.Unlock()
-	if s.outClosed {
-		return
-	}
-	for {
-		select {
-		case s.frames <- f:
-			s.st.framesOut.Add(1)
-			return
-		default:
-		}
-		select {
-		case <-s.frames:
-			s.st.framesDropped.Add(1)
-		default:
-		}
+	if !s.outClosed {
+		s.st.framesDropped.Add(offer(s.frames, f))
+		s.st.framesOut.Add(1)
 	}
 }
 
+// pushAck hands out an ack, dropping the oldest unread (acks are cumulative).
 func (s *Session) pushAck(a Ack) {
 	s.outMu.Lock()
 	defer s.outMu.Unlock()
-	if s.outClosed {
-		return
-	}
-	for {
-		select {
-		case s.acks <- a:
-			return
-		default:
-		}
-		select {
-		case <-s.acks:
-		default:
-		}
+	if !s.outClosed {
+		offer(s.acks, a)
 	}
 }
 
