@@ -20,7 +20,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
+import { launchChromium } from "./chromium.mjs";
 
 const TOTAL_MS = 60_000;
 const FRAME_MS = 20_000;
@@ -149,21 +149,7 @@ function watch(page, label) {
 }
 
 try {
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-    viewport: { width: 1280, height: 900 },
-  });
+  context = await launchChromium(userDataDir, { viewport: { width: 1280, height: 900 } });
   const page = context.pages()[0] ?? (await context.newPage());
   watch(page, "play");
 

@@ -10,7 +10,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
+import { launchChromium } from "./chromium.mjs";
 
 const TOTAL_MS = 120_000;
 const [url] = process.argv.slice(2);
@@ -39,20 +39,7 @@ const deadline = setTimeout(async () => {
 }, TOTAL_MS);
 
 try {
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-  });
+  context = await launchChromium(userDataDir);
   const page = context.pages()[0] ?? (await context.newPage());
   page.on("pageerror", (err) => pageErrors.push(err.message));
   page.on("console", (msg) => {
