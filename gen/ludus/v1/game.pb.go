@@ -819,8 +819,12 @@ type Status struct {
 	// ludus_render draws it (GET /modules/{build_id}.wasm).
 	SnapshotFormat string `protobuf:"bytes,12,opt,name=snapshot_format,json=snapshotFormat,proto3" json:"snapshot_format,omitempty"`
 	BuildId        string `protobuf:"bytes,13,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The module's metadata as it declared it through ludus_meta (JSON; docs/ABI.md):
+	// name, view size, and what a page needs to present any game (title, player
+	// hint, controls). Sent on the first status of a stream and after a re-attach.
+	ModuleMeta    string `protobuf:"bytes,14,opt,name=module_meta,json=moduleMeta,proto3" json:"module_meta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -940,6 +944,13 @@ func (x *Status) GetSnapshotFormat() string {
 func (x *Status) GetBuildId() string {
 	if x != nil {
 		return x.BuildId
+	}
+	return ""
+}
+
+func (x *Status) GetModuleMeta() string {
+	if x != nil {
+		return x.ModuleMeta
 	}
 	return ""
 }
@@ -1795,7 +1806,7 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\bencoding\x18\x03 \x01(\x0e2\x17.ludus.v1.FrameEncodingR\bencoding\x12\x1a\n" +
 	"\bkeyframe\x18\x04 \x01(\bR\bkeyframe\x12\x1b\n" +
 	"\tbase_tick\x18\x05 \x01(\x03R\bbaseTick\x12\x19\n" +
-	"\braw_size\x18\x06 \x01(\rR\arawSize\"\xfc\x02\n" +
+	"\braw_size\x18\x06 \x01(\rR\arawSize\"\x9d\x03\n" +
 	"\x06Status\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x12\n" +
@@ -1811,7 +1822,9 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	" \x01(\tR\x0epreviousNodeId\x12\x1a\n" +
 	"\bdelivery\x18\v \x01(\tR\bdelivery\x12'\n" +
 	"\x0fsnapshot_format\x18\f \x01(\tR\x0esnapshotFormat\x12\x19\n" +
-	"\bbuild_id\x18\r \x01(\tR\abuildId\"\x87\x01\n" +
+	"\bbuild_id\x18\r \x01(\tR\abuildId\x12\x1f\n" +
+	"\vmodule_meta\x18\x0e \x01(\tR\n" +
+	"moduleMeta\"\x87\x01\n" +
 	"\x10SendInputRequest\x124\n" +
 	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\x12\x19\n" +
 	"\x03seq\x18\x02 \x01(\x04B\a\xbaH\x042\x02(\x01R\x03seq\x12\"\n" +
