@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
 	"ludus.dev/ludus/ops/devstack"
+	"ludus.dev/ludus/ops/modulewatch"
 )
 
 func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
@@ -17,8 +19,25 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 	data := fs.String("data", "ludus-data", "directory for etcd data, the SQLite database and caches")
 	nodes := fs.Int("nodes", 2, "number of sim nodes")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:0", "operator listener serving GET /metrics (gateway and sim nodes, labelled by tenant); default a free loopback port, printed at start")
+	watch := fs.String("watch", "", "a game module's project directory: rebuild (build.sh, Makefile or go build) and upload it to the demo tenant whenever its sources change")
+	watchName := fs.String("watch-name", "", "module name for --watch (default: the directory's name)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var watcher *modulewatch.Watcher
+	if *watch != "" {
+		info, err := os.Stat(*watch)
+		if err != nil || !info.IsDir() {
+			return fmt.Errorf("--watch %s: not a directory", *watch)
+		}
+		name := *watchName
+		if name == "" {
+			name = modulewatch.NameFor(*watch)
+		}
+		if name == "" {
+			return fmt.Errorf("--watch %s: cannot derive a module name from the directory; pass --watch-name", *watch)
+		}
+		watcher = &modulewatch.Watcher{Dir: *watch, Name: name, Log: logger}
 	}
 	start := time.Now()
 	s, err := devstack.Start(ctx, devstack.Config{HTTPAddr: *httpAddr, DataDir: *data, Nodes: *nodes, MetricsAddr: *metricsAddr, Logger: logger})
@@ -27,6 +46,13 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 	}
 	fmt.Printf("\nLudus is running (started in %v):\n  play:     %s\n  health:   %s/healthz\n  metrics:  %s/metrics (operators only: this listener, not the play port)\n  admin:    ludus ctl --url %s --key-file %s nodes\n\nCtrl-C stops everything.\n\n",
 		time.Since(start).Round(time.Millisecond), s.GatewayURL, s.GatewayURL, s.MetricsURL, s.GatewayURL, filepath.Join(*data, "operator.key"))
+	if watcher != nil {
+		watcher.Upload = func(ctx context.Context, name string, wasm []byte) (string, error) {
+			return s.Backend.EnsureModule(ctx, s.TenantID, name, wasm)
+		}
+		fmt.Printf("Watching %s: module %q is rebuilt and uploaded to tenant %q on every change; play it at %s/?module=%s\n\n", *watch, watcher.Name, devstack.DemoTenant, s.GatewayURL, watcher.Name)
+		go watcher.Run(ctx, nil)
+	}
 	<-ctx.Done()
 	logger.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
