@@ -14,6 +14,7 @@ import (
 
 	"ludus.dev/ludus/backend/store"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/internal/bearer"
 	"ludus.dev/ludus/sdk/abi"
 )
 
@@ -65,12 +66,12 @@ type principal struct {
 // authenticate checks the API key of a call: Unauthenticated if it is missing
 // or unknown.
 func (s *adminService) authenticate(ctx context.Context, h http.Header) (principal, error) {
-	key, ok := bearer(h)
+	key, ok := bearer.FromHeader(h)
 	if !ok {
 		return principal{}, connect.NewError(connect.CodeUnauthenticated,
 			errors.New(`missing API key: send "Authorization: Bearer <key>"`))
 	}
-	if secretMatches(key, s.operatorHash) {
+	if bearer.Matches(key, s.operatorHash) {
 		return principal{operator: true}, nil
 	}
 	unknown := connect.NewError(connect.CodeUnauthenticated, errors.New("unknown API key"))

@@ -81,9 +81,11 @@ func archivedSpec(spec []byte) []byte {
 	return out
 }
 
-// ArchiveGame stores an ended game's spec and input log (cluster token).
+// ArchiveGame stores an ended game's spec and input log (cluster token or a
+// node credential).
 func (s *moduleStore) ArchiveGame(ctx context.Context, req *connect.Request[clusterv1.ArchiveGameRequest]) (*connect.Response[clusterv1.ArchiveGameResponse], error) {
-	if err := s.cluster(req.Header()); err != nil {
+	node, err := s.cluster(req.Header(), "ArchiveGame", nodesAllowed)
+	if err != nil {
 		return nil, err
 	}
 	m := req.Msg
@@ -120,7 +122,8 @@ func (s *moduleStore) ArchiveGame(ctx context.Context, req *connect.Request[clus
 	case err != nil:
 		return nil, s.internal(ctx, "archive game", err)
 	}
-	s.log.InfoContext(ctx, "backend: game log archived", "tenant", m.TenantId, "game", m.GameId, "chunks", len(m.Chunks), "bytes", size)
+	s.log.InfoContext(ctx, "backend: game log archived", "tenant", m.TenantId, "game", m.GameId, "chunks", len(m.Chunks), "bytes", size,
+		"node", node)
 	return connect.NewResponse(&clusterv1.ArchiveGameResponse{}), nil
 }
 
@@ -168,10 +171,11 @@ type ArchiveClient struct {
 }
 
 // NewArchiveClient returns a client of the backend at baseURL (e.g.
-// "http://127.0.0.1:7100") presenting the cluster token. Give hc no total
-// timeout shorter than an upload of MaxArchiveBytes takes.
-func NewArchiveClient(hc connect.HTTPClient, baseURL, clusterToken string) *ArchiveClient {
-	return &ArchiveClient{client: clusterv1connect.NewModuleStoreServiceClient(hc, baseURL, connect.WithSendGzip()), token: clusterToken}
+// "http://127.0.0.1:7100") presenting credential: the node's own credential
+// (package auth/clustercred; least privilege) or the cluster token. Give hc
+// no total timeout shorter than an upload of MaxArchiveBytes takes.
+func NewArchiveClient(hc connect.HTTPClient, baseURL, credential string) *ArchiveClient {
+	return &ArchiveClient{client: clusterv1connect.NewModuleStoreServiceClient(hc, baseURL, connect.WithSendGzip()), token: credential}
 }
 
 // Archive stores a game's log, retrying with backoff (200 ms doubling to

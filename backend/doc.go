@@ -12,8 +12,10 @@
 //   - ludus.v1.AdminService: for studios' backends and operators, with an API
 //     key in "Authorization: Bearer <key>".
 //   - ludus.cluster.v1.ModuleStoreService: for sim nodes and gateways, with
-//     the cluster token in "Authorization: Bearer <token>"; it also mints
-//     match-scoped credentials.
+//     "Authorization: Bearer <credential>": the cluster token (gateways: all
+//     of it, including minting match-scoped credentials and registering
+//     match rosters) or a sim node's own node credential (package
+//     auth/clustercred: modules and game archives only).
 //   - ludus.v1.ProgressionService: players' progression and leaderboards
 //     (session ticket).
 //   - ludus.v1.MatchReportService: sim nodes report a match's progress and

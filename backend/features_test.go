@@ -581,6 +581,8 @@ func TestNastyInput(t *testing.T) {
 			_, calls["Leaderboard"] = e.admin.GetAdminLeaderboard(ctx, req(&ludusv1.GetAdminLeaderboardRequest{Query: &ludusv1.LeaderboardRequest{Game: v}}, admin))
 			_, calls["SetWebhook"] = e.admin.SetWebhook(ctx, req(&ludusv1.SetWebhookRequest{Url: "https://example.com/?q=" + v}, admin))
 			_, calls["Mint"] = e.modules.MintMatchCredential(ctx, req(&clusterv1.MintMatchCredentialRequest{TenantId: tn.Id, MatchId: v, Game: v}, clusterToken))
+			_, calls["AddMatchPlayers"] = e.modules.AddMatchPlayers(ctx, req(&clusterv1.AddMatchPlayersRequest{TenantId: tn.Id, MatchId: v, AccountIds: []string{id}}, clusterToken))
+			_, calls["AddMatchPlayersAccount"] = e.modules.AddMatchPlayers(ctx, req(&clusterv1.AddMatchPlayersRequest{TenantId: v, MatchId: "nm", AccountIds: []string{v, id}}, clusterToken))
 			_, calls["ReportProgress"] = e.reports.ReportProgress(ctx, req(&ludusv1.ReportProgressRequest{MatchId: "nm", Seq: 1,
 				Players: []*ludusv1.PlayerResult{{AccountId: v, Currency: map[string]int64{v: 1}, ItemsUsed: map[string]int64{v: 1}}}}, cred))
 			_, calls["ReportProgressMatch"] = e.reports.ReportProgress(ctx, req(&ludusv1.ReportProgressRequest{MatchId: v, Seq: 1}, cred))

@@ -20,8 +20,10 @@ import (
 
 	"ludus.dev/ludus/backend/store"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
+	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/internal/bearer"
 )
 
 // MatchCredentialPrefix starts every match-scoped credential.
@@ -58,9 +60,10 @@ func (s *Server) MintMatchCredential(ctx context.Context, tenantID, matchID, gam
 	return cred, m.ExpiresAt, nil
 }
 
-// MintMatchCredential implements the cluster RPC (cluster token).
+// MintMatchCredential implements the cluster RPC (cluster token only: a
+// node credential gets PermissionDenied).
 func (s *moduleStore) MintMatchCredential(ctx context.Context, req *connect.Request[clusterv1.MintMatchCredentialRequest]) (*connect.Response[clusterv1.MintMatchCredentialResponse], error) {
-	if err := s.cluster(req.Header()); err != nil {
+	if _, err := s.cluster(req.Header(), "MintMatchCredential", clusterOnly); err != nil {
 		return nil, err
 	}
 	cred, exp, err := s.Server.MintMatchCredential(ctx, req.Msg.TenantId, req.Msg.MatchId, req.Msg.Game)
@@ -70,12 +73,88 @@ func (s *moduleStore) MintMatchCredential(ctx context.Context, req *connect.Requ
 	return connect.NewResponse(&clusterv1.MintMatchCredentialResponse{Credential: cred, ExpiresAt: timestamppb.New(exp)}), nil
 }
 
+// AddMatchPlayers puts accounts of the tenant on the roster of a match (see
+// MintMatchCredential): once a match has a roster, or always with
+// Config.RequireRoster, its reports may credit only the accounts on it. It is
+// what the cluster RPC of the same name does; in-process callers may call it
+// directly. Adding an account again does nothing.
+func (s *Server) AddMatchPlayers(ctx context.Context, tenantID, matchID string, accountIDs []string) error {
+	if err := checkTenantID(tenantID); err != nil {
+		return invalidArg(err)
+	}
+	if err := checkMatchID(matchID); err != nil {
+		return invalidArg(err)
+	}
+	if len(accountIDs) == 0 || len(accountIDs) > MaxPlayers {
+		return invalidArg(fmt.Errorf("account_ids must name 1..%d accounts, got %d", MaxPlayers, len(accountIDs)))
+	}
+	seen := make(map[string]bool, len(accountIDs))
+	for i, id := range accountIDs {
+		if err := checkAccountID(fmt.Sprintf("account_ids[%d]", i), id); err != nil {
+			return invalidArg(err)
+		}
+		if seen[id] {
+			return invalidArg(fmt.Errorf("account_ids[%d]: account %s appears twice", i, id))
+		}
+		seen[id] = true
+	}
+	switch err := s.store.AddMatchPlayers(ctx, tenantID, matchID, accountIDs, s.now().UTC()); {
+	case errors.Is(err, store.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound,
+			fmt.Errorf("tenant %q has no match %q, or one of the accounts is not the tenant's: mint the match's credential first", tenantID, matchID))
+	case errors.Is(err, store.ErrMatchEnded):
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("match %q has ended: its final result is stored", matchID))
+	case err != nil:
+		return s.internal(ctx, "add match players", err)
+	}
+	return nil
+}
+
+// AddMatchPlayers implements the cluster RPC (cluster token only: a node
+// credential gets PermissionDenied, or a node could put anyone on a roster).
+func (s *moduleStore) AddMatchPlayers(ctx context.Context, req *connect.Request[clusterv1.AddMatchPlayersRequest]) (*connect.Response[clusterv1.AddMatchPlayersResponse], error) {
+	if _, err := s.cluster(req.Header(), "AddMatchPlayers", clusterOnly); err != nil {
+		return nil, err
+	}
+	if err := s.Server.AddMatchPlayers(ctx, req.Msg.TenantId, req.Msg.MatchId, req.Msg.AccountIds); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&clusterv1.AddMatchPlayersResponse{}), nil
+}
+
+// RosterClient registers the players of matches with the backend
+// (ModuleStoreService.AddMatchPlayers); a gateway makes one.
+type RosterClient struct {
+	client clusterv1connect.ModuleStoreServiceClient
+	token  string
+}
+
+// NewRosterClient returns a client of the backend at baseURL (e.g.
+// "http://127.0.0.1:7100") presenting the cluster token (a node credential
+// may not register players).
+func NewRosterClient(hc connect.HTTPClient, baseURL, clusterToken string) *RosterClient {
+	return &RosterClient{client: clusterv1connect.NewModuleStoreServiceClient(hc, baseURL), token: clusterToken}
+}
+
+// AddPlayers puts accounts of the tenant on the roster of a match, retrying
+// with backoff (50 ms doubling to 10 s) on errors worth retrying until ctx
+// ends: bound ctx by what the caller (a player's JoinGame) may wait.
+// Retrying is safe: adding an account twice does nothing.
+func (c *RosterClient) AddPlayers(ctx context.Context, tenantID, matchID string, accountIDs ...string) error {
+	return retryUnary(ctx, 50*time.Millisecond, func() error {
+		r := connect.NewRequest(&clusterv1.AddMatchPlayersRequest{TenantId: tenantID, MatchId: matchID, AccountIds: accountIDs})
+		r.Header().Set("Authorization", "Bearer "+c.token)
+		_, err := c.client.AddMatchPlayers(ctx, r)
+		return err
+	})
+}
+
 // matchReports implements ludus.v1.MatchReportService.
 type matchReports struct{ *Server }
 
 // matchOf authenticates a match credential for matchID.
 func (s *matchReports) matchOf(ctx context.Context, h http.Header, matchID string) (store.Match, error) {
-	cred, ok := bearer(h)
+	cred, ok := bearer.FromHeader(h)
 	if !ok {
 		return store.Match{}, connect.NewError(connect.CodeUnauthenticated, errors.New(`missing match credential: send "Authorization: Bearer <credential>"`))
 	}
@@ -96,6 +175,34 @@ func (s *matchReports) matchOf(ctx context.Context, h http.Header, matchID strin
 		return store.Match{}, bad
 	}
 	return m, nil
+}
+
+// checkRoster refuses a report of m that credits an account not on m's
+// roster, if m has a roster or Config.RequireRoster is set: a match
+// credential must not credit whoever its holder names. Nothing of a refused
+// report is applied.
+func (s *matchReports) checkRoster(ctx context.Context, m store.Match, players []store.PlayerReport) error {
+	if len(players) == 0 {
+		return nil
+	}
+	roster, err := s.store.MatchRoster(ctx, m.TenantID, m.ID)
+	if err != nil {
+		return s.internal(ctx, "match roster", err)
+	}
+	if len(roster) == 0 && !s.requireRoster {
+		return nil // a match no gateway registered players of (before rosters)
+	}
+	on := make(map[string]bool, len(roster))
+	for _, id := range roster {
+		on[id] = true
+	}
+	for _, p := range players {
+		if !on[p.AccountID] {
+			return connect.NewError(connect.CodePermissionDenied,
+				fmt.Errorf("account %s is not a player of match %q (not on its roster): nothing of this report was applied", p.AccountID, m.ID))
+		}
+	}
+	return nil
 }
 
 func playersOf(ps []*ludusv1.PlayerResult) ([]store.PlayerReport, error) {
@@ -147,6 +254,9 @@ func (s *matchReports) ReportProgress(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, invalidArg(err)
 	}
+	if err := s.checkRoster(ctx, m, players); err != nil {
+		return nil, err
+	}
 	applied, err := s.store.ApplyMatchReport(ctx, store.MatchReport{TenantID: m.TenantID, MatchID: m.ID, Seq: req.Msg.Seq, Players: players, At: s.now().UTC()})
 	if errors.Is(err, store.ErrMatchEnded) {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("the match has ended: its final result is stored"))
@@ -194,6 +304,9 @@ func (s *matchReports) ReportMatchResult(ctx context.Context, req *connect.Reque
 	players, err := playersOf(req.Msg.Players)
 	if err != nil {
 		return nil, invalidArg(err)
+	}
+	if err := s.checkRoster(ctx, m, players); err != nil {
+		return nil, err
 	}
 	now := s.now().UTC()
 	r := store.MatchReport{TenantID: m.TenantID, MatchID: m.ID, Seq: req.Msg.Seq, Final: true, Players: players, At: now}

@@ -8,26 +8,55 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/backend/store"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
+	"ludus.dev/ludus/internal/bearer"
 )
 
 // moduleStore implements ludus.cluster.v1.ModuleStoreService.
 type moduleStore struct{ *Server }
 
-// cluster checks the cluster token of a call.
-func (s *moduleStore) cluster(h http.Header) error {
+// Callers of the cluster service. The cluster token (gateways, fleet control,
+// and sim nodes not yet given a node credential) may call every method; a
+// node credential (package auth/clustercred) only what a sim node needs:
+// fetch modules and archive its games. A node thus cannot mint match
+// credentials or put accounts on a match's roster, i.e. cannot make results
+// credit anyone.
+
+// forNodes says whether a method is open to node credentials.
+type forNodes bool
+
+const (
+	nodesAllowed forNodes = true
+	clusterOnly  forNodes = false
+)
+
+// cluster authenticates a call of method: the cluster token, or a node
+// credential if the method is open to nodes (PermissionDenied otherwise). It
+// returns the calling node's id for a node credential, "" for the cluster
+// token.
+func (s *moduleStore) cluster(h http.Header, method string, nodes forNodes) (node string, err error) {
 	if s.clusterHash == nil {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("module store disabled: the backend has no cluster token configured"))
+		return "", connect.NewError(connect.CodeUnauthenticated, errors.New("module store disabled: the backend has no cluster token configured"))
 	}
-	tok, ok := bearer(h)
+	tok, ok := bearer.FromHeader(h)
 	if !ok {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New(`missing cluster token: send "Authorization: Bearer <token>"`))
+		return "", connect.NewError(connect.CodeUnauthenticated,
+			errors.New(`missing cluster token or node credential: send "Authorization: Bearer <cluster token or node credential>"`))
 	}
-	if !secretMatches(tok, s.clusterHash) {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("wrong cluster token"))
+	if bearer.Matches(tok, s.clusterHash) {
+		return "", nil
 	}
-	return nil
+	node, ok = clustercred.VerifyNode(s.clusterToken, tok)
+	if !ok {
+		return "", connect.NewError(connect.CodeUnauthenticated, errors.New("wrong cluster token or node credential"))
+	}
+	if !nodes {
+		return "", connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("%s needs the cluster token (gateway role); the node credential of sim node %q may only fetch modules and archive games", method, node))
+	}
+	return node, nil
 }
 
 func checkTenantID(id string) error {
@@ -39,7 +68,7 @@ func checkTenantID(id string) error {
 
 // ResolveModule returns the newest module of a tenant under a name.
 func (s *moduleStore) ResolveModule(ctx context.Context, req *connect.Request[clusterv1.ResolveModuleRequest]) (*connect.Response[clusterv1.ResolveModuleResponse], error) {
-	if err := s.cluster(req.Header()); err != nil {
+	if _, err := s.cluster(req.Header(), "ResolveModule", nodesAllowed); err != nil {
 		return nil, err
 	}
 	if err := checkTenantID(req.Msg.TenantId); err != nil {
@@ -60,7 +89,7 @@ func (s *moduleStore) ResolveModule(ctx context.Context, req *connect.Request[cl
 
 // GetModule returns a module's bytes by build id; only the tenant's own builds.
 func (s *moduleStore) GetModule(ctx context.Context, req *connect.Request[clusterv1.GetModuleRequest]) (*connect.Response[clusterv1.GetModuleResponse], error) {
-	if err := s.cluster(req.Header()); err != nil {
+	if _, err := s.cluster(req.Header(), "GetModule", nodesAllowed); err != nil {
 		return nil, err
 	}
 	if err := checkTenantID(req.Msg.TenantId); err != nil {

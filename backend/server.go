@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base32"
 	"encoding/base64"
 	"errors"
@@ -24,6 +23,7 @@ import (
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/internal/bearer"
 	"ludus.dev/ludus/sdk/abi"
 )
 
@@ -38,9 +38,19 @@ type FleetView interface {
 type Config struct {
 	// Store keeps all state. Required. The Server does not close it.
 	Store store.Store
-	// ClusterToken is the shared secret sim nodes and gateways present to
-	// ModuleStoreService. Empty disables that service. At least 16 characters.
+	// ClusterToken is the cluster's root secret: gateways and fleet control
+	// present it to ModuleStoreService and may call all of it. Sim nodes
+	// present their node credential, derived from it (package
+	// auth/clustercred), and may only fetch modules and archive games; a node
+	// still given the cluster token itself is accepted as before, with all
+	// its power. Empty disables that service. At least 16 characters.
 	ClusterToken string
+	// RequireRoster makes match reports credit only accounts on the match's
+	// roster (ModuleStoreService.AddMatchPlayers) even for a match whose
+	// roster is empty. Off, a match without a roster credits any account of
+	// its tenant, as before rosters existed; a match with one is always
+	// checked. Turn it on once every gateway registers rosters.
+	RequireRoster bool
 	// OperatorKey is an API key with power over all tenants (CreateTenant,
 	// ListTenants). Empty disables it. At least 16 characters.
 	OperatorKey string
@@ -103,6 +113,8 @@ type Server struct {
 	issuer         *auth.Issuer
 	operatorHash   *[32]byte // nil: operator key disabled
 	clusterHash    *[32]byte // nil: module store disabled
+	clusterToken   string    // node credentials derive from it
+	requireRoster  bool      // reports credit rostered accounts only, always
 	handler        http.Handler
 	rotateInFlight chan struct{} // serializes key rotations
 	pwParams       PasswordParams
@@ -159,6 +171,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.trusted == nil {
 		s.trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 	}
+	s.requireRoster = cfg.RequireRoster
 	for _, sec := range []struct {
 		name, value string
 		hash        **[32]byte
@@ -172,8 +185,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		if len(sec.value) < minSecretLen {
 			return nil, fmt.Errorf("backend: Config.%s must be at least %d characters", sec.name, minSecretLen)
 		}
-		h := sha256.Sum256([]byte(sec.value))
+		h := bearer.HashOf(sec.value)
 		*sec.hash = &h
+	}
+	if s.clusterHash != nil {
+		s.clusterToken = cfg.ClusterToken
 	}
 	if s.clusterHash == nil {
 		s.log.Warn("backend: no cluster token configured; ModuleStoreService rejects every call")
@@ -278,26 +294,6 @@ func newSecret(prefix string) (secret string, hash []byte) {
 func hashSecret(secret string) []byte {
 	h := sha256.Sum256([]byte(secret))
 	return h[:]
-}
-
-// bearer extracts the credential of an "Authorization: Bearer <x>" header.
-func bearer(h http.Header) (string, bool) {
-	scheme, cred, ok := strings.Cut(h.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	cred = strings.TrimSpace(cred)
-	return cred, cred != ""
-}
-
-// secretMatches compares a presented secret with a configured one's hash in
-// constant time (hashing first hides the length too).
-func secretMatches(presented string, want *[32]byte) bool {
-	if want == nil {
-		return false
-	}
-	h := sha256.Sum256([]byte(presented))
-	return subtle.ConstantTimeCompare(h[:], want[:]) == 1
 }
 
 // EnsureTenant returns the id of the tenant with this slug, creating it (with

@@ -14,6 +14,7 @@ import (
 	"ludus.dev/ludus/auth"
 	"ludus.dev/ludus/backend/store"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/internal/bearer"
 )
 
 // RefreshTTL is how long a refresh token is valid (each use makes a new one).
@@ -317,7 +318,7 @@ func (s *authService) Logout(ctx context.Context, req *connect.Request[ludusv1.L
 
 // player verifies the session ticket of a call.
 func (s *Server) player(ctx context.Context, h http.Header) (*auth.Claims, error) {
-	t, ok := bearer(h)
+	t, ok := bearer.FromHeader(h)
 	if !ok {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New(`missing session ticket: send "Authorization: Bearer <ticket>"`))
 	}

@@ -349,6 +349,17 @@ type Store interface {
 	// result, feeds the leaderboards and queues r.Webhook. ErrNotFound if the
 	// match or a player's account does not exist.
 	ApplyMatchReport(ctx context.Context, r MatchReport) (applied bool, err error)
+	// AddMatchPlayers puts accounts on a match's roster, the accounts its
+	// reports may credit; adding one already on it does nothing. All or
+	// nothing: ErrNotFound if the match or one of the accounts does not exist
+	// in the tenant; ErrMatchEnded if the match's final result is stored.
+	// Roster entries go with the match (and its tenant), not with an account:
+	// a deleted account stays on the rosters it was on (an id, nothing else)
+	// so the match's result still applies to the others.
+	AddMatchPlayers(ctx context.Context, tenantID, matchID string, accountIDs []string, at time.Time) error
+	// MatchRoster returns the account ids on a match's roster, sorted;
+	// empty if none was added (or there is no such match).
+	MatchRoster(ctx context.Context, tenantID, matchID string) ([]string, error)
 	// MatchResult returns a stored final result.
 	MatchResult(ctx context.Context, tenantID, matchID string) (MatchResult, error)
 	// ListMatchResults returns a tenant's final results, newest first;

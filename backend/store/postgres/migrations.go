@@ -211,4 +211,15 @@ var migrations = [][]string{
 			FOREIGN KEY (tenant_id, game_id) REFERENCES game_archives(tenant_id, game_id) ON DELETE CASCADE
 		)`,
 	},
+	// Version 3 (SQLite version 4): match rosters.
+	{
+		`CREATE TABLE match_roster (
+			tenant_id  TEXT   NOT NULL,
+			match_id   TEXT   NOT NULL,
+			account_id TEXT   NOT NULL,
+			added_at   BIGINT NOT NULL,
+			PRIMARY KEY (tenant_id, match_id, account_id),
+			FOREIGN KEY (tenant_id, match_id) REFERENCES matches(tenant_id, id) ON DELETE CASCADE
+		)`,
+	},
 }

@@ -219,4 +219,17 @@ var migrations = [][]string{
 			FOREIGN KEY (tenant_id, game_id) REFERENCES game_archives(tenant_id, game_id) ON DELETE CASCADE
 		) STRICT`,
 	},
+	// Version 4: match rosters, the accounts a match's credential may
+	// credit. No reference to accounts: a deleted account stays on the
+	// rosters it was on, so its match's result still applies to the others.
+	{
+		`CREATE TABLE match_roster (
+			tenant_id  TEXT    NOT NULL,
+			match_id   TEXT    NOT NULL,
+			account_id TEXT    NOT NULL,
+			added_at   INTEGER NOT NULL,
+			PRIMARY KEY (tenant_id, match_id, account_id),
+			FOREIGN KEY (tenant_id, match_id) REFERENCES matches(tenant_id, id) ON DELETE CASCADE
+		) STRICT`,
+	},
 }

@@ -48,6 +48,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ProgressionConcurrent", testProgressionConcurrent},
 		{"MatchReports", testMatchReports},
 		{"MatchReportsConcurrent", testMatchReportsConcurrent},
+		{"MatchRoster", testMatchRoster},
+		{"MatchRosterConcurrent", testMatchRosterConcurrent},
 		{"Leaderboard", testLeaderboard},
 		{"Webhooks", testWebhooks},
 		{"DeleteAccountCascades", testDeleteAccountCascades},

@@ -7,6 +7,7 @@
 package clusterv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -1125,6 +1126,104 @@ func (x *MintMatchCredentialResponse) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+type AddMatchPlayersRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The match id given to MintMatchCredential (the game id).
+	MatchId string `protobuf:"bytes,2,opt,name=match_id,json=matchId,proto3" json:"match_id,omitempty"`
+	// Accounts of the tenant ("a_..."), 1..256 of them, each once.
+	AccountIds    []string `protobuf:"bytes,3,rep,name=account_ids,json=accountIds,proto3" json:"account_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMatchPlayersRequest) Reset() {
+	*x = AddMatchPlayersRequest{}
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMatchPlayersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMatchPlayersRequest) ProtoMessage() {}
+
+func (x *AddMatchPlayersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMatchPlayersRequest.ProtoReflect.Descriptor instead.
+func (*AddMatchPlayersRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *AddMatchPlayersRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *AddMatchPlayersRequest) GetMatchId() string {
+	if x != nil {
+		return x.MatchId
+	}
+	return ""
+}
+
+func (x *AddMatchPlayersRequest) GetAccountIds() []string {
+	if x != nil {
+		return x.AccountIds
+	}
+	return nil
+}
+
+type AddMatchPlayersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMatchPlayersResponse) Reset() {
+	*x = AddMatchPlayersResponse{}
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMatchPlayersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMatchPlayersResponse) ProtoMessage() {}
+
+func (x *AddMatchPlayersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMatchPlayersResponse.ProtoReflect.Descriptor instead.
+func (*AddMatchPlayersResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{19}
+}
+
 type ArchiveGameRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
@@ -1145,7 +1244,7 @@ type ArchiveGameRequest struct {
 
 func (x *ArchiveGameRequest) Reset() {
 	*x = ArchiveGameRequest{}
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[18]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1256,7 @@ func (x *ArchiveGameRequest) String() string {
 func (*ArchiveGameRequest) ProtoMessage() {}
 
 func (x *ArchiveGameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[18]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1269,7 @@ func (x *ArchiveGameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveGameRequest.ProtoReflect.Descriptor instead.
 func (*ArchiveGameRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ArchiveGameRequest) GetTenantId() string {
@@ -1230,7 +1329,7 @@ type ArchiveGameResponse struct {
 
 func (x *ArchiveGameResponse) Reset() {
 	*x = ArchiveGameResponse{}
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[19]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1341,7 @@ func (x *ArchiveGameResponse) String() string {
 func (*ArchiveGameResponse) ProtoMessage() {}
 
 func (x *ArchiveGameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[19]
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,14 +1354,14 @@ func (x *ArchiveGameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveGameResponse.ProtoReflect.Descriptor instead.
 func (*ArchiveGameResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 var File_ludus_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\"\xdb\x01\n" +
+	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\"\xdb\x01\n" +
 	"\x10StartGameRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1f\n" +
@@ -1341,7 +1440,13 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"credential\x18\x01 \x01(\tR\n" +
 	"credential\x129\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xce\x01\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xc1\x01\n" +
+	"\x16AddMatchPlayersRequest\x12&\n" +
+	"\ttenant_id\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\btenantId\x129\n" +
+	"\bmatch_id\x18\x02 \x01(\tB\x1e\xbaH\x1br\x19\x10\x01\x18\x80\x012\x12^[A-Za-z0-9_.:-]+$R\amatchId\x12D\n" +
+	"\vaccount_ids\x18\x03 \x03(\tB#\xbaH \x92\x01\x1d\b\x01\x10\x80\x02\x18\x01\"\x14r\x12\x10\x01\x18@2\f^[a-z0-9_]+$R\n" +
+	"accountIds\"\x19\n" +
+	"\x17AddMatchPlayersResponse\"\xce\x01\n" +
 	"\x12ArchiveGameRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1b\n" +
@@ -1358,11 +1463,12 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\bJoinGame\x12!.ludus.cluster.v1.JoinGameRequest\x1a\".ludus.cluster.v1.JoinGameResponse\x12_\n" +
 	"\fStreamFrames\x12%.ludus.cluster.v1.StreamFramesRequest\x1a&.ludus.cluster.v1.StreamFramesResponse0\x01\x12T\n" +
 	"\tSendInput\x12\".ludus.cluster.v1.SendInputRequest\x1a#.ludus.cluster.v1.SendInputResponse\x12O\n" +
-	"\x06Inputs\x12\x1f.ludus.cluster.v1.InputsRequest\x1a .ludus.cluster.v1.InputsResponse(\x010\x012\x9c\x03\n" +
+	"\x06Inputs\x12\x1f.ludus.cluster.v1.InputsRequest\x1a .ludus.cluster.v1.InputsResponse(\x010\x012\x84\x04\n" +
 	"\x12ModuleStoreService\x12`\n" +
 	"\rResolveModule\x12&.ludus.cluster.v1.ResolveModuleRequest\x1a'.ludus.cluster.v1.ResolveModuleResponse\x12T\n" +
 	"\tGetModule\x12\".ludus.cluster.v1.GetModuleRequest\x1a#.ludus.cluster.v1.GetModuleResponse\x12r\n" +
-	"\x13MintMatchCredential\x12,.ludus.cluster.v1.MintMatchCredentialRequest\x1a-.ludus.cluster.v1.MintMatchCredentialResponse\x12Z\n" +
+	"\x13MintMatchCredential\x12,.ludus.cluster.v1.MintMatchCredentialRequest\x1a-.ludus.cluster.v1.MintMatchCredentialResponse\x12f\n" +
+	"\x0fAddMatchPlayers\x12(.ludus.cluster.v1.AddMatchPlayersRequest\x1a).ludus.cluster.v1.AddMatchPlayersResponse\x12Z\n" +
 	"\vArchiveGame\x12$.ludus.cluster.v1.ArchiveGameRequest\x1a%.ludus.cluster.v1.ArchiveGameResponseB0Z.ludus.dev/ludus/gen/ludus/cluster/v1;clusterv1b\x06proto3"
 
 var (
@@ -1377,7 +1483,7 @@ func file_ludus_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ludus_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ludus_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_ludus_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_ludus_cluster_v1_cluster_proto_goTypes = []any{
 	(*StartGameRequest)(nil),            // 0: ludus.cluster.v1.StartGameRequest
 	(*StartGameResponse)(nil),           // 1: ludus.cluster.v1.StartGameResponse
@@ -1397,25 +1503,27 @@ var file_ludus_cluster_v1_cluster_proto_goTypes = []any{
 	(*GetModuleResponse)(nil),           // 15: ludus.cluster.v1.GetModuleResponse
 	(*MintMatchCredentialRequest)(nil),  // 16: ludus.cluster.v1.MintMatchCredentialRequest
 	(*MintMatchCredentialResponse)(nil), // 17: ludus.cluster.v1.MintMatchCredentialResponse
-	(*ArchiveGameRequest)(nil),          // 18: ludus.cluster.v1.ArchiveGameRequest
-	(*ArchiveGameResponse)(nil),         // 19: ludus.cluster.v1.ArchiveGameResponse
-	(*v1.GameInfo)(nil),                 // 20: ludus.v1.GameInfo
-	(v1.Delivery)(0),                    // 21: ludus.v1.Delivery
-	(*v1.Frame)(nil),                    // 22: ludus.v1.Frame
-	(*v1.Status)(nil),                   // 23: ludus.v1.Status
-	(*v1.Module)(nil),                   // 24: ludus.v1.Module
-	(*timestamppb.Timestamp)(nil),       // 25: google.protobuf.Timestamp
+	(*AddMatchPlayersRequest)(nil),      // 18: ludus.cluster.v1.AddMatchPlayersRequest
+	(*AddMatchPlayersResponse)(nil),     // 19: ludus.cluster.v1.AddMatchPlayersResponse
+	(*ArchiveGameRequest)(nil),          // 20: ludus.cluster.v1.ArchiveGameRequest
+	(*ArchiveGameResponse)(nil),         // 21: ludus.cluster.v1.ArchiveGameResponse
+	(*v1.GameInfo)(nil),                 // 22: ludus.v1.GameInfo
+	(v1.Delivery)(0),                    // 23: ludus.v1.Delivery
+	(*v1.Frame)(nil),                    // 24: ludus.v1.Frame
+	(*v1.Status)(nil),                   // 25: ludus.v1.Status
+	(*v1.Module)(nil),                   // 26: ludus.v1.Module
+	(*timestamppb.Timestamp)(nil),       // 27: google.protobuf.Timestamp
 }
 var file_ludus_cluster_v1_cluster_proto_depIdxs = []int32{
-	20, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
-	20, // 1: ludus.cluster.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
-	20, // 2: ludus.cluster.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
-	21, // 3: ludus.cluster.v1.StreamFramesRequest.delivery:type_name -> ludus.v1.Delivery
-	22, // 4: ludus.cluster.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
-	23, // 5: ludus.cluster.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
-	24, // 6: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
-	24, // 7: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
-	25, // 8: ludus.cluster.v1.MintMatchCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
+	22, // 1: ludus.cluster.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
+	22, // 2: ludus.cluster.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
+	23, // 3: ludus.cluster.v1.StreamFramesRequest.delivery:type_name -> ludus.v1.Delivery
+	24, // 4: ludus.cluster.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
+	25, // 5: ludus.cluster.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
+	26, // 6: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
+	26, // 7: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
+	27, // 8: ludus.cluster.v1.MintMatchCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: ludus.cluster.v1.NodeService.StartGame:input_type -> ludus.cluster.v1.StartGameRequest
 	2,  // 10: ludus.cluster.v1.NodeService.GetGame:input_type -> ludus.cluster.v1.GetGameRequest
 	4,  // 11: ludus.cluster.v1.NodeService.JoinGame:input_type -> ludus.cluster.v1.JoinGameRequest
@@ -1425,19 +1533,21 @@ var file_ludus_cluster_v1_cluster_proto_depIdxs = []int32{
 	12, // 15: ludus.cluster.v1.ModuleStoreService.ResolveModule:input_type -> ludus.cluster.v1.ResolveModuleRequest
 	14, // 16: ludus.cluster.v1.ModuleStoreService.GetModule:input_type -> ludus.cluster.v1.GetModuleRequest
 	16, // 17: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:input_type -> ludus.cluster.v1.MintMatchCredentialRequest
-	18, // 18: ludus.cluster.v1.ModuleStoreService.ArchiveGame:input_type -> ludus.cluster.v1.ArchiveGameRequest
-	1,  // 19: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
-	3,  // 20: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
-	5,  // 21: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
-	7,  // 22: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
-	8,  // 23: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
-	10, // 24: ludus.cluster.v1.NodeService.Inputs:output_type -> ludus.cluster.v1.InputsResponse
-	13, // 25: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
-	15, // 26: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
-	17, // 27: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:output_type -> ludus.cluster.v1.MintMatchCredentialResponse
-	19, // 28: ludus.cluster.v1.ModuleStoreService.ArchiveGame:output_type -> ludus.cluster.v1.ArchiveGameResponse
-	19, // [19:29] is the sub-list for method output_type
-	9,  // [9:19] is the sub-list for method input_type
+	18, // 18: ludus.cluster.v1.ModuleStoreService.AddMatchPlayers:input_type -> ludus.cluster.v1.AddMatchPlayersRequest
+	20, // 19: ludus.cluster.v1.ModuleStoreService.ArchiveGame:input_type -> ludus.cluster.v1.ArchiveGameRequest
+	1,  // 20: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
+	3,  // 21: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
+	5,  // 22: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
+	7,  // 23: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
+	8,  // 24: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
+	10, // 25: ludus.cluster.v1.NodeService.Inputs:output_type -> ludus.cluster.v1.InputsResponse
+	13, // 26: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
+	15, // 27: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
+	17, // 28: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:output_type -> ludus.cluster.v1.MintMatchCredentialResponse
+	19, // 29: ludus.cluster.v1.ModuleStoreService.AddMatchPlayers:output_type -> ludus.cluster.v1.AddMatchPlayersResponse
+	21, // 30: ludus.cluster.v1.ModuleStoreService.ArchiveGame:output_type -> ludus.cluster.v1.ArchiveGameResponse
+	20, // [20:31] is the sub-list for method output_type
+	9,  // [9:20] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name
@@ -1458,7 +1568,7 @@ func file_ludus_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_cluster_v1_cluster_proto_rawDesc), len(file_ludus_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

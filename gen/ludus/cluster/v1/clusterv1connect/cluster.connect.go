@@ -57,6 +57,9 @@ const (
 	// ModuleStoreServiceMintMatchCredentialProcedure is the fully-qualified name of the
 	// ModuleStoreService's MintMatchCredential RPC.
 	ModuleStoreServiceMintMatchCredentialProcedure = "/ludus.cluster.v1.ModuleStoreService/MintMatchCredential"
+	// ModuleStoreServiceAddMatchPlayersProcedure is the fully-qualified name of the
+	// ModuleStoreService's AddMatchPlayers RPC.
+	ModuleStoreServiceAddMatchPlayersProcedure = "/ludus.cluster.v1.ModuleStoreService/AddMatchPlayers"
 	// ModuleStoreServiceArchiveGameProcedure is the fully-qualified name of the ModuleStoreService's
 	// ArchiveGame RPC.
 	ModuleStoreServiceArchiveGameProcedure = "/ludus.cluster.v1.ModuleStoreService/ArchiveGame"
@@ -284,9 +287,17 @@ type ModuleStoreServiceClient interface {
 	GetModule(context.Context, *connect.Request[v1.GetModuleRequest]) (*connect.Response[v1.GetModuleResponse], error)
 	// MintMatchCredential registers a match and returns the credential its sim
 	// node reports results with (ludus.v1.MatchReportService). Call it when the
-	// game is created; the credential reports only that match, until its final
-	// result is stored or it expires.
+	// game is created; the credential reports only that match of that tenant
+	// and game, until its final result is stored or it expires. Cluster token
+	// only.
 	MintMatchCredential(context.Context, *connect.Request[v1.MintMatchCredentialRequest]) (*connect.Response[v1.MintMatchCredentialResponse], error)
+	// AddMatchPlayers puts accounts on a match's roster: call it when a player
+	// joins (before the node's JoinGame). Once a match has a roster, its match
+	// credential can credit only the accounts on it (PermissionDenied naming
+	// the account otherwise). Idempotent. NotFound if the match or an account
+	// is unknown in the tenant (nothing is added); FailedPrecondition once the
+	// match's final result is stored. Cluster token only.
+	AddMatchPlayers(context.Context, *connect.Request[v1.AddMatchPlayersRequest]) (*connect.Response[v1.AddMatchPlayersResponse], error)
 	// ArchiveGame stores an ended game's spec and full input log in the
 	// backend (for replays: ludus ctl game replay). Idempotent: archiving the
 	// same game again replaces the archive. At most 64 MiB of spec and chunks
@@ -323,6 +334,12 @@ func NewModuleStoreServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(moduleStoreServiceMethods.ByName("MintMatchCredential")),
 			connect.WithClientOptions(opts...),
 		),
+		addMatchPlayers: connect.NewClient[v1.AddMatchPlayersRequest, v1.AddMatchPlayersResponse](
+			httpClient,
+			baseURL+ModuleStoreServiceAddMatchPlayersProcedure,
+			connect.WithSchema(moduleStoreServiceMethods.ByName("AddMatchPlayers")),
+			connect.WithClientOptions(opts...),
+		),
 		archiveGame: connect.NewClient[v1.ArchiveGameRequest, v1.ArchiveGameResponse](
 			httpClient,
 			baseURL+ModuleStoreServiceArchiveGameProcedure,
@@ -337,6 +354,7 @@ type moduleStoreServiceClient struct {
 	resolveModule       *connect.Client[v1.ResolveModuleRequest, v1.ResolveModuleResponse]
 	getModule           *connect.Client[v1.GetModuleRequest, v1.GetModuleResponse]
 	mintMatchCredential *connect.Client[v1.MintMatchCredentialRequest, v1.MintMatchCredentialResponse]
+	addMatchPlayers     *connect.Client[v1.AddMatchPlayersRequest, v1.AddMatchPlayersResponse]
 	archiveGame         *connect.Client[v1.ArchiveGameRequest, v1.ArchiveGameResponse]
 }
 
@@ -355,6 +373,11 @@ func (c *moduleStoreServiceClient) MintMatchCredential(ctx context.Context, req 
 	return c.mintMatchCredential.CallUnary(ctx, req)
 }
 
+// AddMatchPlayers calls ludus.cluster.v1.ModuleStoreService.AddMatchPlayers.
+func (c *moduleStoreServiceClient) AddMatchPlayers(ctx context.Context, req *connect.Request[v1.AddMatchPlayersRequest]) (*connect.Response[v1.AddMatchPlayersResponse], error) {
+	return c.addMatchPlayers.CallUnary(ctx, req)
+}
+
 // ArchiveGame calls ludus.cluster.v1.ModuleStoreService.ArchiveGame.
 func (c *moduleStoreServiceClient) ArchiveGame(ctx context.Context, req *connect.Request[v1.ArchiveGameRequest]) (*connect.Response[v1.ArchiveGameResponse], error) {
 	return c.archiveGame.CallUnary(ctx, req)
@@ -369,9 +392,17 @@ type ModuleStoreServiceHandler interface {
 	GetModule(context.Context, *connect.Request[v1.GetModuleRequest]) (*connect.Response[v1.GetModuleResponse], error)
 	// MintMatchCredential registers a match and returns the credential its sim
 	// node reports results with (ludus.v1.MatchReportService). Call it when the
-	// game is created; the credential reports only that match, until its final
-	// result is stored or it expires.
+	// game is created; the credential reports only that match of that tenant
+	// and game, until its final result is stored or it expires. Cluster token
+	// only.
 	MintMatchCredential(context.Context, *connect.Request[v1.MintMatchCredentialRequest]) (*connect.Response[v1.MintMatchCredentialResponse], error)
+	// AddMatchPlayers puts accounts on a match's roster: call it when a player
+	// joins (before the node's JoinGame). Once a match has a roster, its match
+	// credential can credit only the accounts on it (PermissionDenied naming
+	// the account otherwise). Idempotent. NotFound if the match or an account
+	// is unknown in the tenant (nothing is added); FailedPrecondition once the
+	// match's final result is stored. Cluster token only.
+	AddMatchPlayers(context.Context, *connect.Request[v1.AddMatchPlayersRequest]) (*connect.Response[v1.AddMatchPlayersResponse], error)
 	// ArchiveGame stores an ended game's spec and full input log in the
 	// backend (for replays: ludus ctl game replay). Idempotent: archiving the
 	// same game again replaces the archive. At most 64 MiB of spec and chunks
@@ -404,6 +435,12 @@ func NewModuleStoreServiceHandler(svc ModuleStoreServiceHandler, opts ...connect
 		connect.WithSchema(moduleStoreServiceMethods.ByName("MintMatchCredential")),
 		connect.WithHandlerOptions(opts...),
 	)
+	moduleStoreServiceAddMatchPlayersHandler := connect.NewUnaryHandler(
+		ModuleStoreServiceAddMatchPlayersProcedure,
+		svc.AddMatchPlayers,
+		connect.WithSchema(moduleStoreServiceMethods.ByName("AddMatchPlayers")),
+		connect.WithHandlerOptions(opts...),
+	)
 	moduleStoreServiceArchiveGameHandler := connect.NewUnaryHandler(
 		ModuleStoreServiceArchiveGameProcedure,
 		svc.ArchiveGame,
@@ -418,6 +455,8 @@ func NewModuleStoreServiceHandler(svc ModuleStoreServiceHandler, opts ...connect
 			moduleStoreServiceGetModuleHandler.ServeHTTP(w, r)
 		case ModuleStoreServiceMintMatchCredentialProcedure:
 			moduleStoreServiceMintMatchCredentialHandler.ServeHTTP(w, r)
+		case ModuleStoreServiceAddMatchPlayersProcedure:
+			moduleStoreServiceAddMatchPlayersHandler.ServeHTTP(w, r)
 		case ModuleStoreServiceArchiveGameProcedure:
 			moduleStoreServiceArchiveGameHandler.ServeHTTP(w, r)
 		default:
@@ -439,6 +478,10 @@ func (UnimplementedModuleStoreServiceHandler) GetModule(context.Context, *connec
 
 func (UnimplementedModuleStoreServiceHandler) MintMatchCredential(context.Context, *connect.Request[v1.MintMatchCredentialRequest]) (*connect.Response[v1.MintMatchCredentialResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.ModuleStoreService.MintMatchCredential is not implemented"))
+}
+
+func (UnimplementedModuleStoreServiceHandler) AddMatchPlayers(context.Context, *connect.Request[v1.AddMatchPlayersRequest]) (*connect.Response[v1.AddMatchPlayersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.ModuleStoreService.AddMatchPlayers is not implemented"))
 }
 
 func (UnimplementedModuleStoreServiceHandler) ArchiveGame(context.Context, *connect.Request[v1.ArchiveGameRequest]) (*connect.Response[v1.ArchiveGameResponse], error) {

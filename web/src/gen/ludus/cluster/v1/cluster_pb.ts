@@ -4,6 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_buf_validate_validate } from "../../../buf/validate/validate_pb";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Module } from "../../v1/admin_pb";
@@ -16,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/cluster/v1/cluster.proto.
  */
 export const file_ludus_cluster_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NsdXN0ZXIucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEilQEKEFN0YXJ0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEwoLbW9kdWxlX25hbWUYAyABKAkSEAoIYnVpbGRfaWQYBCABKAkSDAoEc2VlZBgFIAEoBBIOCgZjb25maWcYBiABKAwSGAoQbWF0Y2hfY3JlZGVudGlhbBgHIAEoCSI1ChFTdGFydEdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8iNAoOR2V0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkiMwoPR2V0R2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJfCg9Kb2luR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRIUCgxkaXNwbGF5X25hbWUYBCABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSKGAQoTU3RyZWFtRnJhbWVzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEhEKCXNwZWN0YXRvchgEIAEoCBIkCghkZWxpdmVyeRgFIAEoDjISLmx1ZHVzLnYxLkRlbGl2ZXJ5ImMKFFN0cmVhbUZyYW1lc1Jlc3BvbnNlEiAKBWZyYW1lGAEgASgLMg8ubHVkdXMudjEuRnJhbWVIABIiCgZzdGF0dXMYAiABKAsyEC5sdWR1cy52MS5TdGF0dXNIAEIFCgNtc2ciTwoRU2VuZElucHV0UmVzcG9uc2USEQoJYWNrZWRfc2VxGAEgASgEEgwKBHRpY2sYAiABKAMSGQoRc3VwZXJzZWRlZF9ieV9zZXEYAyABKAQiZQoNSW5wdXRzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEgsKA3NlcRgEIAEoBBIPCgdwYXlsb2FkGAUgASgMIkwKDklucHV0c1Jlc3BvbnNlEhEKCWFja2VkX3NlcRgBIAEoBBIMCgR0aWNrGAIgASgDEhkKEXN1cGVyc2VkZWRfYnlfc2VxGAMgASgEImgKEFNlbmRJbnB1dFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRILCgNzZXEYBCABKAQSDwoHcGF5bG9hZBgFIAEoDCI3ChRSZXNvbHZlTW9kdWxlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEbmFtZRgCIAEoCSI5ChVSZXNvbHZlTW9kdWxlUmVzcG9uc2USIAoGbW9kdWxlGAEgASgLMhAubHVkdXMudjEuTW9kdWxlIjcKEEdldE1vZHVsZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCGJ1aWxkX2lkGAIgASgJIkMKEUdldE1vZHVsZVJlc3BvbnNlEiAKBm1vZHVsZRgBIAEoCzIQLmx1ZHVzLnYxLk1vZHVsZRIMCgR3YXNtGAIgASgMIk8KGk1pbnRNYXRjaENyZWRlbnRpYWxSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIQCghtYXRjaF9pZBgCIAEoCRIMCgRnYW1lGAMgASgJImEKG01pbnRNYXRjaENyZWRlbnRpYWxSZXNwb25zZRISCgpjcmVkZW50aWFsGAEgASgJEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIo8BChJBcmNoaXZlR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEQoJc3BlY19qc29uGAMgASgMEg4KBmNodW5rcxgEIAMoDBINCgVzdGF0ZRgFIAEoCRIPCgdtZXNzYWdlGAYgASgJEhIKCmZpbmFsX3RpY2sYByABKAMiFQoTQXJjaGl2ZUdhbWVSZXNwb25zZTKOBAoLTm9kZVNlcnZpY2USVAoJU3RhcnRHYW1lEiIubHVkdXMuY2x1c3Rlci52MS5TdGFydEdhbWVSZXF1ZXN0GiMubHVkdXMuY2x1c3Rlci52MS5TdGFydEdhbWVSZXNwb25zZRJOCgdHZXRHYW1lEiAubHVkdXMuY2x1c3Rlci52MS5HZXRHYW1lUmVxdWVzdBohLmx1ZHVzLmNsdXN0ZXIudjEuR2V0R2FtZVJlc3BvbnNlElEKCEpvaW5HYW1lEiEubHVkdXMuY2x1c3Rlci52MS5Kb2luR2FtZVJlcXVlc3QaIi5sdWR1cy5jbHVzdGVyLnYxLkpvaW5HYW1lUmVzcG9uc2USXwoMU3RyZWFtRnJhbWVzEiUubHVkdXMuY2x1c3Rlci52MS5TdHJlYW1GcmFtZXNSZXF1ZXN0GiYubHVkdXMuY2x1c3Rlci52MS5TdHJlYW1GcmFtZXNSZXNwb25zZTABElQKCVNlbmRJbnB1dBIiLmx1ZHVzLmNsdXN0ZXIudjEuU2VuZElucHV0UmVxdWVzdBojLmx1ZHVzLmNsdXN0ZXIudjEuU2VuZElucHV0UmVzcG9uc2USTwoGSW5wdXRzEh8ubHVkdXMuY2x1c3Rlci52MS5JbnB1dHNSZXF1ZXN0GiAubHVkdXMuY2x1c3Rlci52MS5JbnB1dHNSZXNwb25zZSgBMAEynAMKEk1vZHVsZVN0b3JlU2VydmljZRJgCg1SZXNvbHZlTW9kdWxlEiYubHVkdXMuY2x1c3Rlci52MS5SZXNvbHZlTW9kdWxlUmVxdWVzdBonLmx1ZHVzLmNsdXN0ZXIudjEuUmVzb2x2ZU1vZHVsZVJlc3BvbnNlElQKCUdldE1vZHVsZRIiLmx1ZHVzLmNsdXN0ZXIudjEuR2V0TW9kdWxlUmVxdWVzdBojLmx1ZHVzLmNsdXN0ZXIudjEuR2V0TW9kdWxlUmVzcG9uc2UScgoTTWludE1hdGNoQ3JlZGVudGlhbBIsLmx1ZHVzLmNsdXN0ZXIudjEuTWludE1hdGNoQ3JlZGVudGlhbFJlcXVlc3QaLS5sdWR1cy5jbHVzdGVyLnYxLk1pbnRNYXRjaENyZWRlbnRpYWxSZXNwb25zZRJaCgtBcmNoaXZlR2FtZRIkLmx1ZHVzLmNsdXN0ZXIudjEuQXJjaGl2ZUdhbWVSZXF1ZXN0GiUubHVkdXMuY2x1c3Rlci52MS5BcmNoaXZlR2FtZVJlc3BvbnNlQjBaLmx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvY2x1c3Rlci92MTtjbHVzdGVydjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_ludus_v1_admin, file_ludus_v1_game]);
+  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NsdXN0ZXIucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEilQEKEFN0YXJ0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEwoLbW9kdWxlX25hbWUYAyABKAkSEAoIYnVpbGRfaWQYBCABKAkSDAoEc2VlZBgFIAEoBBIOCgZjb25maWcYBiABKAwSGAoQbWF0Y2hfY3JlZGVudGlhbBgHIAEoCSI1ChFTdGFydEdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8iNAoOR2V0R2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkiMwoPR2V0R2FtZVJlc3BvbnNlEiAKBGdhbWUYASABKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJfCg9Kb2luR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRIUCgxkaXNwbGF5X25hbWUYBCABKAkiQgoQSm9pbkdhbWVSZXNwb25zZRIgCgRnYW1lGAEgASgLMhIubHVkdXMudjEuR2FtZUluZm8SDAoEc2xvdBgCIAEoBSKGAQoTU3RyZWFtRnJhbWVzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEhEKCXNwZWN0YXRvchgEIAEoCBIkCghkZWxpdmVyeRgFIAEoDjISLmx1ZHVzLnYxLkRlbGl2ZXJ5ImMKFFN0cmVhbUZyYW1lc1Jlc3BvbnNlEiAKBWZyYW1lGAEgASgLMg8ubHVkdXMudjEuRnJhbWVIABIiCgZzdGF0dXMYAiABKAsyEC5sdWR1cy52MS5TdGF0dXNIAEIFCgNtc2ciTwoRU2VuZElucHV0UmVzcG9uc2USEQoJYWNrZWRfc2VxGAEgASgEEgwKBHRpY2sYAiABKAMSGQoRc3VwZXJzZWRlZF9ieV9zZXEYAyABKAQiZQoNSW5wdXRzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEgsKA3NlcRgEIAEoBBIPCgdwYXlsb2FkGAUgASgMIkwKDklucHV0c1Jlc3BvbnNlEhEKCWFja2VkX3NlcRgBIAEoBBIMCgR0aWNrGAIgASgDEhkKEXN1cGVyc2VkZWRfYnlfc2VxGAMgASgEImgKEFNlbmRJbnB1dFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRILCgNzZXEYBCABKAQSDwoHcGF5bG9hZBgFIAEoDCI3ChRSZXNvbHZlTW9kdWxlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEbmFtZRgCIAEoCSI5ChVSZXNvbHZlTW9kdWxlUmVzcG9uc2USIAoGbW9kdWxlGAEgASgLMhAubHVkdXMudjEuTW9kdWxlIjcKEEdldE1vZHVsZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCGJ1aWxkX2lkGAIgASgJIkMKEUdldE1vZHVsZVJlc3BvbnNlEiAKBm1vZHVsZRgBIAEoCzIQLmx1ZHVzLnYxLk1vZHVsZRIMCgR3YXNtGAIgASgMIk8KGk1pbnRNYXRjaENyZWRlbnRpYWxSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIQCghtYXRjaF9pZBgCIAEoCRIMCgRnYW1lGAMgASgJImEKG01pbnRNYXRjaENyZWRlbnRpYWxSZXNwb25zZRISCgpjcmVkZW50aWFsGAEgASgJEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqIBChZBZGRNYXRjaFBsYXllcnNSZXF1ZXN0EhwKCXRlbmFudF9pZBgBIAEoCUIJukgGcgQQARhAEjAKCG1hdGNoX2lkGAIgASgJQh66SBtyGRABGIABMhJeW0EtWmEtejAtOV8uOi1dKyQSOAoLYWNjb3VudF9pZHMYAyADKAlCI7pIIJIBHQgBEIACGAEiFHISEAEYQDIMXlthLXowLTlfXSskIhkKF0FkZE1hdGNoUGxheWVyc1Jlc3BvbnNlIo8BChJBcmNoaXZlR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEQoJc3BlY19qc29uGAMgASgMEg4KBmNodW5rcxgEIAMoDBINCgVzdGF0ZRgFIAEoCRIPCgdtZXNzYWdlGAYgASgJEhIKCmZpbmFsX3RpY2sYByABKAMiFQoTQXJjaGl2ZUdhbWVSZXNwb25zZTKOBAoLTm9kZVNlcnZpY2USVAoJU3RhcnRHYW1lEiIubHVkdXMuY2x1c3Rlci52MS5TdGFydEdhbWVSZXF1ZXN0GiMubHVkdXMuY2x1c3Rlci52MS5TdGFydEdhbWVSZXNwb25zZRJOCgdHZXRHYW1lEiAubHVkdXMuY2x1c3Rlci52MS5HZXRHYW1lUmVxdWVzdBohLmx1ZHVzLmNsdXN0ZXIudjEuR2V0R2FtZVJlc3BvbnNlElEKCEpvaW5HYW1lEiEubHVkdXMuY2x1c3Rlci52MS5Kb2luR2FtZVJlcXVlc3QaIi5sdWR1cy5jbHVzdGVyLnYxLkpvaW5HYW1lUmVzcG9uc2USXwoMU3RyZWFtRnJhbWVzEiUubHVkdXMuY2x1c3Rlci52MS5TdHJlYW1GcmFtZXNSZXF1ZXN0GiYubHVkdXMuY2x1c3Rlci52MS5TdHJlYW1GcmFtZXNSZXNwb25zZTABElQKCVNlbmRJbnB1dBIiLmx1ZHVzLmNsdXN0ZXIudjEuU2VuZElucHV0UmVxdWVzdBojLmx1ZHVzLmNsdXN0ZXIudjEuU2VuZElucHV0UmVzcG9uc2USTwoGSW5wdXRzEh8ubHVkdXMuY2x1c3Rlci52MS5JbnB1dHNSZXF1ZXN0GiAubHVkdXMuY2x1c3Rlci52MS5JbnB1dHNSZXNwb25zZSgBMAEyhAQKEk1vZHVsZVN0b3JlU2VydmljZRJgCg1SZXNvbHZlTW9kdWxlEiYubHVkdXMuY2x1c3Rlci52MS5SZXNvbHZlTW9kdWxlUmVxdWVzdBonLmx1ZHVzLmNsdXN0ZXIudjEuUmVzb2x2ZU1vZHVsZVJlc3BvbnNlElQKCUdldE1vZHVsZRIiLmx1ZHVzLmNsdXN0ZXIudjEuR2V0TW9kdWxlUmVxdWVzdBojLmx1ZHVzLmNsdXN0ZXIudjEuR2V0TW9kdWxlUmVzcG9uc2UScgoTTWludE1hdGNoQ3JlZGVudGlhbBIsLmx1ZHVzLmNsdXN0ZXIudjEuTWludE1hdGNoQ3JlZGVudGlhbFJlcXVlc3QaLS5sdWR1cy5jbHVzdGVyLnYxLk1pbnRNYXRjaENyZWRlbnRpYWxSZXNwb25zZRJmCg9BZGRNYXRjaFBsYXllcnMSKC5sdWR1cy5jbHVzdGVyLnYxLkFkZE1hdGNoUGxheWVyc1JlcXVlc3QaKS5sdWR1cy5jbHVzdGVyLnYxLkFkZE1hdGNoUGxheWVyc1Jlc3BvbnNlEloKC0FyY2hpdmVHYW1lEiQubHVkdXMuY2x1c3Rlci52MS5BcmNoaXZlR2FtZVJlcXVlc3QaJS5sdWR1cy5jbHVzdGVyLnYxLkFyY2hpdmVHYW1lUmVzcG9uc2VCMFoubHVkdXMuZGV2L2x1ZHVzL2dlbi9sdWR1cy9jbHVzdGVyL3YxO2NsdXN0ZXJ2MWIGcHJvdG8z", [file_buf_validate_validate, file_google_protobuf_timestamp, file_ludus_v1_admin, file_ludus_v1_game]);
 
 /**
  * @generated from message ludus.cluster.v1.StartGameRequest
@@ -516,6 +517,50 @@ export const MintMatchCredentialResponseSchema: GenMessage<MintMatchCredentialRe
   messageDesc(file_ludus_cluster_v1_cluster, 17);
 
 /**
+ * @generated from message ludus.cluster.v1.AddMatchPlayersRequest
+ */
+export type AddMatchPlayersRequest = Message<"ludus.cluster.v1.AddMatchPlayersRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * The match id given to MintMatchCredential (the game id).
+   *
+   * @generated from field: string match_id = 2;
+   */
+  matchId: string;
+
+  /**
+   * Accounts of the tenant ("a_..."), 1..256 of them, each once.
+   *
+   * @generated from field: repeated string account_ids = 3;
+   */
+  accountIds: string[];
+};
+
+/**
+ * Describes the message ludus.cluster.v1.AddMatchPlayersRequest.
+ * Use `create(AddMatchPlayersRequestSchema)` to create a new message.
+ */
+export const AddMatchPlayersRequestSchema: GenMessage<AddMatchPlayersRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_cluster, 18);
+
+/**
+ * @generated from message ludus.cluster.v1.AddMatchPlayersResponse
+ */
+export type AddMatchPlayersResponse = Message<"ludus.cluster.v1.AddMatchPlayersResponse"> & {
+};
+
+/**
+ * Describes the message ludus.cluster.v1.AddMatchPlayersResponse.
+ * Use `create(AddMatchPlayersResponseSchema)` to create a new message.
+ */
+export const AddMatchPlayersResponseSchema: GenMessage<AddMatchPlayersResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_cluster, 19);
+
+/**
  * @generated from message ludus.cluster.v1.ArchiveGameRequest
  */
 export type ArchiveGameRequest = Message<"ludus.cluster.v1.ArchiveGameRequest"> & {
@@ -570,7 +615,7 @@ export type ArchiveGameRequest = Message<"ludus.cluster.v1.ArchiveGameRequest"> 
  * Use `create(ArchiveGameRequestSchema)` to create a new message.
  */
 export const ArchiveGameRequestSchema: GenMessage<ArchiveGameRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_cluster, 18);
+  messageDesc(file_ludus_cluster_v1_cluster, 20);
 
 /**
  * @generated from message ludus.cluster.v1.ArchiveGameResponse
@@ -583,7 +628,7 @@ export type ArchiveGameResponse = Message<"ludus.cluster.v1.ArchiveGameResponse"
  * Use `create(ArchiveGameResponseSchema)` to create a new message.
  */
 export const ArchiveGameResponseSchema: GenMessage<ArchiveGameResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_cluster, 19);
+  messageDesc(file_ludus_cluster_v1_cluster, 21);
 
 /**
  * NodeService is served by each sim node to the gateways. Calls carry the cluster
@@ -658,8 +703,11 @@ export const NodeService: GenService<{
   serviceDesc(file_ludus_cluster_v1_cluster, 0);
 
 /**
- * ModuleStoreService is served by the backend to sim nodes and gateways (cluster
- * token): modules are too big for etcd, so nodes fetch them by build id.
+ * ModuleStoreService is served by the backend to sim nodes and gateways:
+ * modules are too big for etcd, so nodes fetch them by build id. Calls carry
+ * "Bearer <credential>": the cluster token (gateways, fleet control: every
+ * method) or a sim node's own node credential (package auth/clustercred:
+ * ResolveModule, GetModule and ArchiveGame only; PermissionDenied otherwise).
  *
  * @generated from service ludus.cluster.v1.ModuleStoreService
  */
@@ -687,8 +735,9 @@ export const ModuleStoreService: GenService<{
   /**
    * MintMatchCredential registers a match and returns the credential its sim
    * node reports results with (ludus.v1.MatchReportService). Call it when the
-   * game is created; the credential reports only that match, until its final
-   * result is stored or it expires.
+   * game is created; the credential reports only that match of that tenant
+   * and game, until its final result is stored or it expires. Cluster token
+   * only.
    *
    * @generated from rpc ludus.cluster.v1.ModuleStoreService.MintMatchCredential
    */
@@ -696,6 +745,21 @@ export const ModuleStoreService: GenService<{
     methodKind: "unary";
     input: typeof MintMatchCredentialRequestSchema;
     output: typeof MintMatchCredentialResponseSchema;
+  },
+  /**
+   * AddMatchPlayers puts accounts on a match's roster: call it when a player
+   * joins (before the node's JoinGame). Once a match has a roster, its match
+   * credential can credit only the accounts on it (PermissionDenied naming
+   * the account otherwise). Idempotent. NotFound if the match or an account
+   * is unknown in the tenant (nothing is added); FailedPrecondition once the
+   * match's final result is stored. Cluster token only.
+   *
+   * @generated from rpc ludus.cluster.v1.ModuleStoreService.AddMatchPlayers
+   */
+  addMatchPlayers: {
+    methodKind: "unary";
+    input: typeof AddMatchPlayersRequestSchema;
+    output: typeof AddMatchPlayersResponseSchema;
   },
   /**
    * ArchiveGame stores an ended game's spec and full input log in the
