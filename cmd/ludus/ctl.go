@@ -32,13 +32,17 @@ const ctlUsage = `ludus ctl [--url URL] [--key-file PATH] COMMAND
   tenant create SLUG [NAME]    create a tenant; prints its admin key once (operator key)
   modules                      list the tenant's modules
   module upload NAME FILE      upload a game module (.wasm)
-  games                        list the tenant's games
+  module check FILE [--players N] [--ticks N] [--seed N] [--config JSON] [--checkpoint-every N]
+                               check a module's determinism locally, no server needed: views,
+                               renders and checkpoint round trips must not change any state hash
+  games [--ended]              list the tenant's running games, or its ended games with their results
   nodes                        list sim nodes and their addresses (operator key)
   node drain NODE [--wait]     hand every game off NODE; it exits when empty (operator key)
   game replay GAME [--wasm FILE]
                                re-run an archived game locally from its log (shows a crash's trap and tick)
   game handoff TENANT GAME [NODE]
-                               move a running game to NODE or one the fleet picks (operator key)
+                               move a running game to NODE or one the fleet picks (operator key);
+                               TENANT is the tenant's slug (as "ludus ctl tenants" lists) or id
 
 The API key (the operator key, or a tenant's API key) comes from --key-file PATH
 (a file holding it, e.g. ludus-data/operator.key; default $LUDUS_KEY_FILE) or the
@@ -139,6 +143,8 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 		for _, m := range resp.Msg.Modules {
 			fmt.Fprintf(tw, "%s\t%.12s\t%d\t%d\t%d\n", m.Name, m.BuildId, m.TickRate, m.MaxPlayers, m.SizeBytes)
 		}
+	case rest[0] == "module" && len(rest) >= 2 && rest[1] == "check":
+		return runModuleCheck(ctx, rest[2:], out)
 	case rest[0] == "module" && len(rest) == 4 && rest[1] == "upload":
 		wasm, err := os.ReadFile(rest[3])
 		if err != nil {
@@ -150,6 +156,9 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 		}
 		m := resp.Msg.Module
 		fmt.Fprintf(tw, "uploaded %s: build %s, %d ticks/s, up to %d players\n", m.Name, m.BuildId, m.TickRate, m.MaxPlayers)
+	case rest[0] == "games" && len(rest) == 2 && rest[1] == "--ended":
+		tw.Flush()
+		return listEndedGames(ctx, admin, out)
 	case rest[0] == "games":
 		resp, err := admin.ListGames(ctx, connect.NewRequest(&ludusv1.AdminServiceListGamesRequest{}))
 		if err != nil {
@@ -190,7 +199,11 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 		if len(rest) > 4 {
 			target = rest[4]
 		}
-		resp, err := fleetc.HandoffGame(ctx, connect.NewRequest(&ludusv1.HandoffGameRequest{TenantId: rest[2], GameId: rest[3], TargetNodeId: target}))
+		tenantID, err := resolveTenant(ctx, admin, rest[2])
+		if err != nil {
+			return err
+		}
+		resp, err := fleetc.HandoffGame(ctx, connect.NewRequest(&ludusv1.HandoffGameRequest{TenantId: tenantID, GameId: rest[3], TargetNodeId: target}))
 		if err != nil {
 			return err
 		}

@@ -18,7 +18,8 @@ import (
 const usage = `ludus — a backend for authoritative multiplayer games
 
 usage:
-  ludus dev      [--http 127.0.0.1:8080] [--data ./ludus-data] [--nodes 2]
+  ludus dev      [--http 127.0.0.1:8080] [--data ./ludus-data] [--nodes 2] [--watch DIR]
+  ludus new      NAME [--lang go|c] [--dir DIR]         write a working game module project
   ludus backend  --etcd URLS --listen ADDR --data DIR
   ludus gateway  --etcd URLS --listen ADDR --backend URL [--metrics-addr ADDR]
   ludus simnode  --etcd URLS --listen ADDR --advertise URL --backend URL --id ID
@@ -58,6 +59,8 @@ func main() {
 		err = runEtcd(ctx, args, logger)
 	case "bench":
 		err = runBench(ctx, args, os.Stdout)
+	case "new":
+		err = runNew(args, os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return
