@@ -1,13 +1,22 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
+
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
 )
 
 // TestBrowserPlays drives the real web client in headless Chromium (Debian's
@@ -15,29 +24,8 @@ import (
 // the canvas change, open the spectator view. The screenshot is kept in
 // artifacts/ at the repository root.
 func TestBrowserPlays(t *testing.T) {
-	chromium := os.Getenv("CHROMIUM")
-	if chromium == "" {
-		chromium = "/usr/bin/chromium"
-	}
+	chromium, artifacts := browserSetup(t)
 	script, _ := filepath.Abs("../web/e2e/play.mjs")
-	missing := ""
-	if _, err := os.Stat(chromium); err != nil {
-		missing = "chromium (apt-get install chromium)"
-	} else if _, err := os.Stat("../web/node_modules/playwright-core"); err != nil {
-		missing = "playwright-core (cd web && npm ci)"
-	} else if _, err := exec.LookPath("node"); err != nil {
-		missing = "node"
-	}
-	if missing != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("browser test needs %s; .ci/run installs it", missing)
-		}
-		t.Skipf("browser test needs %s", missing)
-	}
-	artifacts, _ := filepath.Abs("../artifacts")
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// Both delivery modes over Connect (the module's own renderer in a Web
 	// Worker, and frames rendered on the node), and the page's own choice
 	// over gRPC-Web. play.mjs checks the status bar shows the forced mode,
@@ -75,6 +63,90 @@ func TestBrowserPlays(t *testing.T) {
 				t.Fatalf("no screenshot at %s", out)
 			}
 			t.Logf("screenshot: %s", out)
+		})
+	}
+}
+
+// browserSetup returns the Chromium to use and the artifacts directory, or skips
+// (fails in CI) when Chromium, node or playwright-core is missing.
+func browserSetup(t *testing.T) (chromium, artifacts string) {
+	t.Helper()
+	chromium = os.Getenv("CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	missing := ""
+	if _, err := os.Stat(chromium); err != nil {
+		missing = "chromium (apt-get install chromium)"
+	} else if _, err := os.Stat("../web/node_modules/playwright-core"); err != nil {
+		missing = "playwright-core (cd web && npm ci)"
+	} else if _, err := exec.LookPath("node"); err != nil {
+		missing = "node"
+	}
+	if missing != "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("browser test needs %s; .ci/run installs it", missing)
+		}
+		t.Skipf("browser test needs %s", missing)
+	}
+	artifacts, _ = filepath.Abs("../artifacts")
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return chromium, artifacts
+}
+
+// TestBrowserSite drives the player site's flows in headless Chromium
+// (web/e2e/site.mjs, one flow per subtest): the page presented from the
+// module's metadata, per-tab sessions and history navigation, the status bar
+// (including a real handoff to another node), errors in words with bounded
+// retries and the 404 page, and a phone: touch controls, sharing, full screen
+// and the games table at 360 px. Screenshots go to artifacts/web-*.png.
+func TestBrowserSite(t *testing.T) {
+	chromium, artifacts := browserSetup(t)
+	script, _ := filepath.Abs("../web/e2e/site.mjs")
+	for _, flow := range []string{"meta", "session", "status", "errors", "phone"} {
+		t.Run(flow, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "node", script, stack.GatewayURL+"/", artifacts, flow)
+			cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(stdout)
+			var out []string
+			for sc.Scan() {
+				line := sc.Text()
+				out = append(out, line)
+				// The status flow asks for its game to be moved to another node.
+				if id, ok := strings.CutPrefix(line, "GAME "); ok {
+					fleetc := ludusv1connect.NewFleetServiceClient(http.DefaultClient, stack.GatewayURL, connect.WithInterceptors(withTicket(&stack.OperatorKey)))
+					moved, err := fleetc.HandoffGame(ctx, connect.NewRequest(&ludusv1.HandoffGameRequest{TenantId: stack.TenantID, GameId: id}))
+					if err != nil {
+						fmt.Fprintf(stdin, "failed %v\n", err)
+						t.Errorf("handoff of %s: %v", id, err)
+						continue
+					}
+					t.Logf("moved %s from %s to %s", id, moved.Msg.FromNodeId, moved.Msg.ToNodeId)
+					fmt.Fprintln(stdin, "moved")
+				}
+			}
+			err = cmd.Wait()
+			t.Logf("%s%s", strings.Join(out, "\n"), stderr.String())
+			if err != nil {
+				t.Fatalf("site e2e %s failed: %v", flow, err)
+			}
 		})
 	}
 }

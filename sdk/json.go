@@ -35,6 +35,43 @@ func AppendMetaJSON(dst []byte, m abi.Meta) []byte {
 		dst = append(dst, `,"snapshot_format":`...)
 		dst = appendJSONString(dst, m.SnapshotFormat)
 	}
+	if m.Title != "" {
+		dst = append(dst, `,"title":`...)
+		dst = appendJSONString(dst, m.Title)
+	}
+	if m.Hint != "" {
+		dst = append(dst, `,"hint":`...)
+		dst = appendJSONString(dst, m.Hint)
+	}
+	if len(m.Controls) > 0 {
+		dst = append(dst, `,"controls":[`...)
+		for i, c := range m.Controls {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"keys":`...)
+			if c.Keys == nil {
+				dst = append(dst, "null"...)
+			} else {
+				dst = append(dst, '[')
+				for j, k := range c.Keys {
+					if j > 0 {
+						dst = append(dst, ',')
+					}
+					dst = appendJSONString(dst, k)
+				}
+				dst = append(dst, ']')
+			}
+			dst = append(dst, `,"label":`...)
+			dst = appendJSONString(dst, c.Label)
+			dst = appendIntField(dst, `,"bit":`, int64(c.Bit))
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
+	}
+	if m.Bots {
+		dst = append(dst, `,"bots":true`...)
+	}
 	return append(dst, '}')
 }
 

@@ -30,6 +30,6 @@ await build({ ...common, entryPoints: ["src/main.ts"], outfile: join(dist, "app.
 // A classic (not module) worker script: every browser with OffscreenCanvas runs it.
 await build({ ...common, entryPoints: ["src/renderworker.ts"], outfile: join(dist, "render-worker.js"), format: "iife" });
 
-for (const file of ["index.html", "style.css"]) {
+for (const file of ["index.html", "404.html", "style.css"]) {
   await copyFile(join(root, "static", file), join(dist, file));
 }

@@ -15,7 +15,8 @@ import (
 	"time"
 )
 
-// Dist is the built client: dist/index.html, dist/app.js and dist/style.css.
+// Dist is the built client: dist/index.html, dist/404.html, dist/app.js,
+// dist/render-worker.js and dist/style.css.
 //
 //go:embed all:dist
 var Dist embed.FS
@@ -35,7 +36,8 @@ type asset struct {
 }
 
 // Handler serves the built client at "/": index.html for "/" and each file of dist by
-// its name; anything else is 404. Only GET and HEAD are allowed.
+// its name. Any other path is a 404 with dist/404.html, a page in the site's style
+// with a link to the lobby. Only GET and HEAD are allowed.
 //
 // Every response carries "Cache-Control: no-cache" and a strong ETag of the content,
 // so browsers revalidate (a cheap 304) and never run a stale app.js after an upgrade.
@@ -67,19 +69,24 @@ func Handler() http.Handler {
 	if err != nil {
 		panic("web: reading embedded dist: " + err.Error()) // cannot happen with embed.FS
 	}
+	page404 := assets["/404.html"].body
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.URL.Path
 		if name == "/" {
 			name = "/index.html"
 		}
 		a, ok := assets[name]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if !ok {
+			notFound(w, r, page404)
 			return
 		}
 		h := w.Header()
@@ -89,4 +96,21 @@ func Handler() http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(a.body))
 	})
+}
+
+// notFound answers 404 with the site's "page not found" page (plain text if the
+// build has none).
+func notFound(w http.ResponseWriter, r *http.Request, page []byte) {
+	if len(page) == 0 {
+		http.NotFound(w, r)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", contentTypes[".html"])
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusNotFound)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(page)
+	}
 }

@@ -43,12 +43,28 @@ func TestHandler(t *testing.T) {
 		}
 	}
 
-	for _, p := range []string{"/nope", "/dist/app.js", "/../go.mod"} {
+	for _, p := range []string{"/nope", "/dist/app.js", "/../go.mod", "/games/42/x"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
 		if rec.Code != http.StatusNotFound {
 			t.Errorf("GET %s: status %d, want 404", p, rec.Code)
 		}
+		// The site's own page: its style sheet (by an absolute path, as the
+		// unknown path may be deep) and a link home.
+		body := rec.Body.String()
+		for _, want := range []string{"Page not found", `href="/style.css"`, `href="/"`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("GET %s: 404 page lacks %q", p, want)
+			}
+		}
+		if got := rec.Header().Get("Content-Type"); got != "text/html; charset=utf-8" {
+			t.Errorf("GET %s: 404 Content-Type %q", p, got)
+		}
+	}
+	rec404 := httptest.NewRecorder()
+	h.ServeHTTP(rec404, httptest.NewRequest(http.MethodHead, "/nope", nil))
+	if rec404.Code != http.StatusNotFound || rec404.Body.Len() != 0 {
+		t.Errorf("HEAD /nope: status %d with %d bytes, want 404 and no body", rec404.Code, rec404.Body.Len())
 	}
 
 	rec := httptest.NewRecorder()

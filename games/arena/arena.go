@@ -81,7 +81,30 @@ func (g *Game) Meta() abi.Meta {
 		// Inputs are the held buttons: the latest replaces the previous one.
 		InputKind:      abi.InputState,
 		SnapshotFormat: SnapshotFormat,
+		// What a page needs to present the arena: its keys are data, not code.
+		Title:    Title,
+		Hint:     Hint,
+		Controls: controls, // shared, so Meta does not allocate (sdk.ApplyEvents calls it)
+		Bots:     true,
 	}
+}
+
+// Page metadata (docs/ABI.md, "Metadata for pages").
+const (
+	Title = "Arena"
+	Hint  = "Shoot the others, dodge their shots. A kill scores a point."
+)
+
+// controls are the arena's buttons as page controls: bit i of the input byte is
+// the button 1<<i (BtnForward ... BtnFire). Callers of Meta must not modify them.
+var controls = []abi.Control{
+	{Keys: []string{"KeyW", "ArrowUp"}, Label: "forward", Bit: 0},
+	{Keys: []string{"KeyS", "ArrowDown"}, Label: "back", Bit: 1},
+	{Keys: []string{"KeyA", "ArrowLeft"}, Label: "turn left", Bit: 2},
+	{Keys: []string{"KeyD", "ArrowRight"}, Label: "turn right", Bit: 3},
+	{Keys: []string{"KeyQ"}, Label: "strafe left", Bit: 4},
+	{Keys: []string{"KeyE"}, Label: "strafe right", Bit: 5},
+	{Keys: []string{"Space"}, Label: "fire", Bit: 6},
 }
 
 // Init starts a new match from seed and a JSON config (see Config). Invalid JSON

@@ -3,6 +3,7 @@ package arena
 import (
 	"bytes"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"ludus.dev/ludus/sdk"
@@ -15,9 +16,22 @@ func TestMeta(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := abi.Meta{Name: "arena", TickRate: 35, MaxPlayers: 8, FrameDivisor: 2, ViewFormat: "indexed8", ViewWidth: 320, ViewHeight: 200,
-		InputKind: "state", SnapshotFormat: "arena-snap-v1"}
-	if m != want {
+		InputKind: "state", SnapshotFormat: "arena-snap-v1", Title: Title, Hint: Hint, Controls: controls, Bots: true}
+	if !reflect.DeepEqual(m, want) {
 		t.Fatalf("Meta() = %+v, want %+v", m, want)
+	}
+	// The controls are the input bits the game reads, one control per button.
+	buttons := []uint8{BtnForward, BtnBack, BtnTurnLeft, BtnTurnRight, BtnStrafeLeft, BtnStrafeRight, BtnFire}
+	if len(m.Controls) != len(buttons) {
+		t.Fatalf("%d controls for %d buttons", len(m.Controls), len(buttons))
+	}
+	for i, c := range m.Controls {
+		if 1<<c.Bit != int(buttons[i]) || c.Bit > 7 || len(c.Keys) == 0 {
+			t.Errorf("control %q: bit %d, want the button %#x", c.Label, c.Bit, buttons[i])
+		}
+	}
+	if abi.InputBytes(m.Controls) != 1 {
+		t.Error("the arena's input is one byte")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -29,7 +30,7 @@ func TestArenaWasmMatchesNative(t *testing.T) {
 		t.Fatalf("ludus_abi_version = %d", v)
 	}
 	meta, err := abi.ParseMeta(w.slice(w.call(abi.ExportMeta)))
-	if err != nil || meta != arena.New().Meta() {
+	if err != nil || !reflect.DeepEqual(meta, arena.New().Meta()) {
 		t.Fatalf("ludus_meta = %+v, %v", meta, err)
 	}
 	if rc := w.call(abi.ExportInit, seed, w.put([]byte(`{"bots":`))); rc == 0 {

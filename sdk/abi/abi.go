@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Version is the ABI version this package describes; ludus_abi_version returns it.
@@ -144,7 +145,47 @@ type Meta struct {
 	// snapshot that the module's ludus_render draws as an indexed8 frame of
 	// ViewWidth x ViewHeight (docs/ABI.md, "Snapshots").
 	SnapshotFormat string `json:"snapshot_format,omitempty"`
+
+	// The fields below are for pages that present any game (docs/ABI.md,
+	// "Metadata for pages"); the platform only checks their sizes.
+
+	// Title is the game's name as players read it (at most 64 bytes).
+	Title string `json:"title,omitempty"`
+	// Hint is one line telling a player what to do (at most 200 bytes).
+	Hint string `json:"hint,omitempty"`
+	// Controls say how a page turns held keys and touch buttons into the input
+	// payload: a little-endian mask of held buttons (see Control).
+	Controls []Control `json:"controls,omitempty"`
+	// Bots says the module reads a bots count from CreateGame (it fills empty
+	// slots with computer players), so a page may offer one.
+	Bots bool `json:"bots,omitempty"`
 }
+
+// Control is one button of a module's input: while any of its keys (or its
+// on-screen button) is held, bit Bit of the input payload is set. The payload a
+// page sends is the mask of held bits, little-endian, in as many bytes as the
+// highest declared bit needs (one byte for bits 0..7), sent each time it changes.
+type Control struct {
+	// Keys are KeyboardEvent.code names (physical keys, the same on every
+	// layout): "ArrowUp", "KeyW", "Space", "Digit1", ... At most MaxControlKeys.
+	Keys []string `json:"keys"`
+	// Label names the action in key hints and on the touch button, e.g. "fire".
+	Label string `json:"label"`
+	// Bit is the bit of the payload this control sets, 0..MaxControlBit.
+	Bit int `json:"bit"`
+}
+
+// Limits of the page metadata (Meta.Title, Hint and Controls).
+const (
+	MaxTitle       = 64
+	MaxHint        = 200
+	MaxControls    = 32
+	MaxControlKeys = 4
+	MaxLabel       = 24
+	MaxControlBit  = 31
+	// MaxKeyName bounds a key name; names match [A-Z][A-Za-z0-9]*.
+	MaxKeyName = 24
+)
 
 // Inputs returns the module's input kind, InputEvent when undeclared.
 func (m Meta) Inputs() string {
@@ -184,8 +225,66 @@ func (m Meta) Validate() error {
 		return fmt.Errorf("ludus_meta: a module with snapshot_format must render %q views, got view_format %q", Indexed8Format, m.ViewFormat)
 	case m.SnapshotFormat != "" && (m.ViewWidth < 1 || m.ViewHeight < 1 || m.ViewWidth > 4096 || m.ViewHeight > 4096):
 		return fmt.Errorf("ludus_meta: a module with snapshot_format must declare view_width and view_height (1..4096), got %dx%d", m.ViewWidth, m.ViewHeight)
+	case m.ViewWidth < 0 || m.ViewHeight < 0 || m.ViewWidth > 4096 || m.ViewHeight > 4096:
+		return fmt.Errorf("ludus_meta: view_width and view_height must be 0..4096, got %dx%d", m.ViewWidth, m.ViewHeight)
+	case len(m.Title) > MaxTitle || !utf8.ValidString(m.Title):
+		return fmt.Errorf("ludus_meta: title must be valid UTF-8 of at most %d bytes, got %q", MaxTitle, m.Title)
+	case len(m.Hint) > MaxHint || !utf8.ValidString(m.Hint):
+		return fmt.Errorf("ludus_meta: hint must be valid UTF-8 of at most %d bytes, got %d bytes", MaxHint, len(m.Hint))
+	case len(m.Controls) > MaxControls:
+		return fmt.Errorf("ludus_meta: at most %d controls, got %d", MaxControls, len(m.Controls))
+	}
+	return validateControls(m.Controls)
+}
+
+// validateControls checks each control and that no key belongs to two.
+func validateControls(cs []Control) error {
+	seen := map[string]int{}
+	for i, c := range cs {
+		switch {
+		case len(c.Keys) > MaxControlKeys:
+			return fmt.Errorf("ludus_meta: controls[%d] has %d keys, at most %d", i, len(c.Keys), MaxControlKeys)
+		case c.Label == "" || len(c.Label) > MaxLabel || !utf8.ValidString(c.Label):
+			return fmt.Errorf("ludus_meta: controls[%d].label must be valid UTF-8 of 1..%d bytes, got %q", i, MaxLabel, c.Label)
+		case c.Bit < 0 || c.Bit > MaxControlBit:
+			return fmt.Errorf("ludus_meta: controls[%d].bit must be 0..%d, got %d", i, MaxControlBit, c.Bit)
+		}
+		for _, k := range c.Keys {
+			if !ValidKeyName(k) {
+				return fmt.Errorf("ludus_meta: controls[%d] key %q is not a KeyboardEvent.code name ([A-Z][A-Za-z0-9]*, at most %d bytes)", i, k, MaxKeyName)
+			}
+			if j, dup := seen[k]; dup {
+				return fmt.Errorf("ludus_meta: key %q belongs to controls[%d] and controls[%d]", k, j, i)
+			}
+			seen[k] = i
+		}
 	}
 	return nil
+}
+
+// ValidKeyName reports whether k looks like a KeyboardEvent.code name:
+// an upper-case ASCII letter, then letters and digits, at most MaxKeyName bytes.
+func ValidKeyName(k string) bool {
+	if k == "" || len(k) > MaxKeyName || k[0] < 'A' || k[0] > 'Z' {
+		return false
+	}
+	for i := 1; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// InputBytes is the length of the payload a page builds from the controls:
+// enough little-endian bytes for the highest bit declared (0 without controls).
+func InputBytes(cs []Control) int {
+	n := 0
+	for _, c := range cs {
+		n = max(n, c.Bit/8+1)
+	}
+	return n
 }
 
 // PlayerResult is one player's line in a match result.

@@ -10,7 +10,7 @@ export type GameClient = Client<typeof GameService>;
 
 /** Settings read from the page URL's query string. */
 export interface Config {
-  /** Tenant slug (`?tenant=`, default "demo"). */
+  /** Tenant slug (`?tenant=` or the lobby's tenant field, default "demo"). */
   tenant: string;
   /** Wire protocol (`?protocol=grpcweb`, default Connect with binary messages). */
   protocol: "connect" | "grpcweb";
@@ -20,7 +20,7 @@ export interface Config {
   bots: number;
   /**
    * Identity profile (`?player=`): each profile has its own device id, hence its own
-   * guest account, so two tabs of one browser can be two players.
+   * guest account. Tabs have their own identities anyway (TabIdentity).
    */
   profile: string;
 }
@@ -49,7 +49,7 @@ export function randomId(n: number): string {
 
 function storageGet(key: string): string | null {
   try {
-    return localStorage.getItem(key);
+    return sessionStorage.getItem(key);
   } catch {
     return null; // storage disabled: fall back to a per-page identity
   }
@@ -57,27 +57,75 @@ function storageGet(key: string): string | null {
 
 function storageSet(key: string, value: string): void {
   try {
-    localStorage.setItem(key, value);
+    sessionStorage.setItem(key, value);
   } catch {
     // ignore: see storageGet
   }
 }
 
-/** The device id of a profile, created on first use and kept in localStorage. */
-export function deviceId(profile: string): string {
-  const key = profile ? `ludus.device.${profile}` : "ludus.device";
-  let id = storageGet(key);
-  if (!id || !/^[A-Za-z0-9_-]{16,128}$/.test(id)) {
-    id = randomId(32);
-    storageSet(key, id);
-  }
-  return id;
-}
+/**
+ * The tab's identity: its guest device id (hence its account), the name typed in it
+ * and whether it signed in, kept in sessionStorage: per tab, kept across reloads and
+ * history navigation, never shared with other tabs, so an invite link opened in this
+ * browser is a second player with an empty name field. A tab duplicated by the
+ * browser starts with a copy of the sessionStorage; claimIdentity notices the copy
+ * (another live tab answers for the same id) and takes a new id.
+ */
+export class TabIdentity {
+  private readonly key: string;
+  private id: string;
+  private channel: BroadcastChannel | null = null;
 
-export const savedName = {
-  get: (): string => storageGet("ludus.name") ?? "",
-  set: (name: string): void => storageSet("ludus.name", name),
-};
+  constructor(profile: string) {
+    this.key = profile ? `ludus.device.${profile}` : "ludus.device";
+    let id = storageGet(this.key);
+    if (!id || !/^[A-Za-z0-9_-]{16,128}$/.test(id)) {
+      id = randomId(32);
+      storageSet(this.key, id);
+    }
+    this.id = id;
+  }
+
+  get name(): string {
+    return storageGet(`${this.key}.name`) ?? "";
+  }
+
+  set name(v: string) {
+    storageSet(`${this.key}.name`, v);
+  }
+
+  /** Whether this tab signed in before (a reload or Forward re-joins at once). */
+  get signedIn(): boolean {
+    return storageGet(`${this.key}.signed`) === "1";
+  }
+
+  set signedIn(v: boolean) {
+    storageSet(`${this.key}.signed`, v ? "1" : "");
+  }
+
+  /** The device id, after making sure no other open tab uses it (waits up to `ms`). */
+  async claim(ms = 150): Promise<string> {
+    if (this.channel || typeof BroadcastChannel === "undefined") return this.id;
+    const ch = new BroadcastChannel("ludus.identity");
+    this.channel = ch;
+    let taken = false;
+    const asked = this.id;
+    ch.onmessage = (e: MessageEvent<{ q?: string; taken?: string }>) => {
+      if (e.data.q === this.id) ch.postMessage({ taken: this.id });
+      if (e.data.taken === asked) taken = true;
+    };
+    ch.postMessage({ q: asked });
+    await new Promise((r) => setTimeout(r, ms));
+    if (taken) {
+      // A duplicated tab: the other one keeps the identity and the name.
+      this.id = randomId(32);
+      storageSet(this.key, this.id);
+      this.signedIn = false;
+      this.name = "";
+    }
+    return this.id;
+  }
+}
 
 /** Renew the ticket this long before it expires. */
 const RENEW_BEFORE_MS = 30_000;
@@ -98,7 +146,7 @@ export class Session {
   onChange: (err?: unknown) => void = () => {};
 
   private readonly auth: Client<typeof AuthService>;
-  private readonly device: string;
+  readonly identity: TabIdentity;
   private renewTimer = 0;
   private pending: Promise<void> | null = null;
   private pendingName = "";
@@ -126,7 +174,22 @@ export class Session {
         : createConnectTransport({ ...opts, useBinaryFormat: true });
     this.auth = createClient(AuthService, transport);
     this.game = createClient(GameService, transport);
-    this.device = deviceId(cfg.profile);
+    this.identity = new TabIdentity(cfg.profile);
+  }
+
+  get tenant(): string {
+    return this.cfg.tenant;
+  }
+
+  /** Signs out of the current tenant when `tenant` differs; the next login uses it. */
+  setTenant(tenant: string): void {
+    if (tenant === this.cfg.tenant) return;
+    this.cfg.tenant = tenant;
+    clearTimeout(this.renewTimer);
+    this.ticket = "";
+    this.accountId = "";
+    this.displayName = "";
+    this.onChange();
   }
 
   get loggedIn(): boolean {
@@ -137,7 +200,7 @@ export class Session {
    * Signs in as the guest of this device (same account every time, fresh ticket) and
    * schedules the renewal. Concurrent calls with the same name share one request.
    */
-  login(displayName = savedName.get()): Promise<void> {
+  login(displayName = this.identity.name): Promise<void> {
     if (this.pending && this.pendingName === displayName) return this.pending;
     const p = (this.pending ?? Promise.resolve())
       .catch(() => {})
@@ -153,12 +216,15 @@ export class Session {
 
   private async doLogin(displayName: string): Promise<void> {
     clearTimeout(this.renewTimer);
+    const tenant = this.cfg.tenant;
     try {
+      const deviceId = await this.identity.claim();
       const res = await this.auth.guestLogin({
-        tenant: this.cfg.tenant,
-        deviceId: this.device,
+        tenant,
+        deviceId,
         displayName: displayName.trim().slice(0, 32),
       });
+      if (tenant !== this.cfg.tenant) return; // the tenant changed meanwhile
       this.ticket = res.ticket;
       this.accountId = res.accountId;
       this.displayName = res.displayName;
@@ -184,6 +250,49 @@ export function codeName(code: Code): string {
 export function describeError(err: unknown): string {
   const ce = ConnectError.from(err);
   return `${codeName(ce.code)}: ${ce.rawMessage || "(no message)"}`;
+}
+
+/** A user-facing error: what happened in words, whether trying again may help. */
+export interface Trouble {
+  text: string;
+  /** Trying again later may work (the server was unreachable, busy, slow). */
+  retry: boolean;
+  /** The game does not exist (any more): offer no links to it. */
+  gone: boolean;
+  /** "code: message", for the details. */
+  raw: string;
+}
+
+/** Words for an RPC error, instead of its code ("not_found: …"). */
+export function trouble(err: unknown, subject: "game" | "tenant" = "game"): Trouble {
+  const ce = ConnectError.from(err);
+  const raw = describeError(err);
+  const t = (text: string, retry = false, gone = false): Trouble => ({ text, retry, gone, raw });
+  switch (ce.code) {
+    case Code.NotFound:
+      return subject === "tenant" ? t("There is no tenant by that name.") : t("This game has ended or never existed.", false, true);
+    case Code.Unavailable:
+    case Code.Unknown:
+      return t("The server cannot be reached right now.", true);
+    case Code.DeadlineExceeded:
+      return t("The server took too long to answer.", true);
+    case Code.ResourceExhausted:
+      return t(/full/i.test(ce.rawMessage) ? "This game is full." : "The server is busy; try again in a moment.", true);
+    case Code.PermissionDenied:
+      return t("You are not allowed to do that in this tenant.");
+    case Code.Unauthenticated:
+      return t("Your session expired; signing in again.", true);
+    case Code.InvalidArgument:
+      return t(`The server refused the request: ${ce.rawMessage || "invalid argument"}.`);
+    case Code.FailedPrecondition:
+      return t(ce.rawMessage ? `${ce.rawMessage.charAt(0).toUpperCase()}${ce.rawMessage.slice(1)}.` : "Not possible right now.", true);
+    case Code.Aborted:
+      return t("The request was interrupted.", true);
+    case Code.Canceled:
+      return t("Cancelled.");
+    default:
+      return t("Something went wrong on the server.", true);
+  }
 }
 
 export function isCanceled(err: unknown): boolean {

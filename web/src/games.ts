@@ -1,6 +1,6 @@
 // The list of the tenant's running games, refreshed every few seconds.
 
-import { describeError, type Session } from "./api";
+import { trouble, type Session } from "./api";
 import type { GameInfo } from "./gen/ludus/v1/game_pb";
 
 const REFRESH_MS = 3000;
@@ -28,12 +28,19 @@ export class GameList {
   async refresh(): Promise<void> {
     if (this.busy) return;
     this.busy = true;
+    let signingIn = false;
     try {
-      if (!this.session.loggedIn) await this.session.login();
+      if (!this.session.loggedIn) {
+        signingIn = true;
+        await this.session.login();
+        signingIn = false;
+      }
       const res = await this.session.game.listGames({});
       this.render(res.games);
     } catch (err) {
-      this.note.textContent = `Could not list games: ${describeError(err)}`;
+      const t = trouble(err, signingIn ? "tenant" : "game");
+      this.note.textContent = `Could not list the games: ${t.text}`;
+      this.note.title = t.raw;
     } finally {
       this.busy = false;
     }
@@ -52,11 +59,17 @@ export class GameList {
     id.className = "id";
     cell(tr, g.moduleName);
     cell(tr, `${g.players}/${g.maxPlayers}`);
-    cell(tr, String(g.tick));
-    cell(tr, g.state);
-    cell(tr, g.nodeId);
+    cell(tr, String(g.tick)).className = "opt";
+    cell(tr, g.state).className = "opt";
+    cell(tr, g.nodeId).className = "opt";
     const actions = cell(tr, "");
-    actions.append(link("Join", `#game=${encodeURIComponent(g.gameId)}`), " ", link("Spectate", `#spectate=${encodeURIComponent(g.gameId)}`));
+    // Only games that are still running are offered: an ended game has nothing to join.
+    if (g.state === "running" || g.state === "") {
+      const id = encodeURIComponent(g.gameId);
+      actions.append(link("Join", `#game=${id}`), " ", link("Watch", `#spectate=${id}`));
+    } else {
+      actions.textContent = g.state;
+    }
     return tr;
   }
 }

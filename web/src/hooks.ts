@@ -2,6 +2,8 @@
 // people read: window.ludus in the page, mirrored on the canvas as data-mode,
 // data-frames and data-render-ms.
 
+import type { ModuleMeta } from "./meta";
+
 export type Mode = "snapshots" | "pixels";
 
 /** The SHA-256 of the indexed8 frame last drawn, and its tick. */
@@ -34,6 +36,23 @@ export interface Hooks {
   moduleMsMedian: number | null;
   /** The hash of the frame last drawn (null before one is). */
   lastFrame: () => Promise<FrameHash | null>;
+  /** The module metadata the page presents the match with (null before the first Status). */
+  meta: ModuleMeta | null;
+  /**
+   * Presents the open match as if its stream's Status carried this module_meta JSON
+   * (tests of modules other than the arena, and of servers that send none); false
+   * when no match is open or the JSON is not an object.
+   */
+  applyMeta: (json: string) => boolean;
+  /** The last round trip to the gateway (Ping), in milliseconds. */
+  rttMs: number | null;
+  /** Migrations seen by the open match, and how long the last one took. */
+  migrations: number;
+  lastMigrationMs: number | null;
+  /** Current input payload mask (held controls). */
+  inputMask: number;
+  /** The view shown: "lobby", "play:ID", "spectate:ID" ("" before the first). */
+  route: () => string;
 }
 
 export const hooks: Hooks = {
@@ -44,6 +63,13 @@ export const hooks: Hooks = {
   renderSamples: 0,
   moduleMsMedian: null,
   lastFrame: () => Promise.resolve(null),
+  meta: null,
+  applyMeta: () => false,
+  rttMs: null,
+  migrations: 0,
+  lastMigrationMs: null,
+  inputMask: 0,
+  route: () => "",
 };
 
 (globalThis as unknown as { ludus: Hooks }).ludus = hooks;

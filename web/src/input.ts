@@ -1,44 +1,44 @@
-// Keyboard to arena button mask, and sending masks as inputs.
+// Keys and touch buttons to the module's input (its declared controls, meta.ts),
+// and sending the held-buttons payload as inputs.
 
-/** Arena input bits (docs/ABI.md, "Arena input payload"). */
-export const Button = {
-  forward: 1 << 0,
-  back: 1 << 1,
-  turnLeft: 1 << 2,
-  turnRight: 1 << 3,
-  strafeLeft: 1 << 4,
-  strafeRight: 1 << 5,
-  fire: 1 << 6,
-} as const;
-
-/** Physical key (KeyboardEvent.code, so WASD works on any layout) to button. */
-const KEYS: Readonly<Record<string, number>> = {
-  ArrowUp: Button.forward,
-  KeyW: Button.forward,
-  ArrowDown: Button.back,
-  KeyS: Button.back,
-  ArrowLeft: Button.turnLeft,
-  KeyA: Button.turnLeft,
-  ArrowRight: Button.turnRight,
-  KeyD: Button.turnRight,
-  KeyQ: Button.strafeLeft,
-  KeyE: Button.strafeRight,
-  Space: Button.fire,
-};
+import { inputBytes, payloadOf, type Control } from "./meta";
 
 /**
- * Keyboard tracks the held game keys on `window` and reports the button mask each time
- * it changes. Losing focus releases every key.
+ * HeldControls turns the module's controls into a held-bits mask: keys held on
+ * `window` (KeyboardEvent.code, so WASD works on any layout) and on-screen buttons
+ * held with any pointer (touch, pen, mouse). It reports the payload each time the
+ * mask changes. Losing focus or hiding the page releases everything.
  */
-export class Keyboard {
-  private readonly held = new Set<string>();
+export class HeldControls {
+  private keyBits = new Map<string, number>();
+  private readonly keys = new Set<string>();
+  /** Pointer id → bit held through an on-screen button. */
+  private readonly pointers = new Map<number, number>();
   private mask = 0;
+  private bytes = 0;
+  private pad: HTMLElement | null = null;
 
-  constructor(private readonly onChange: (mask: number) => void) {
+  constructor(private readonly onChange: (payload: Uint8Array, mask: number) => void) {
     window.addEventListener("keydown", this.down);
     window.addEventListener("keyup", this.up);
     window.addEventListener("blur", this.release);
     document.addEventListener("visibilitychange", this.hidden);
+  }
+
+  /** Uses these controls from now on (held keys of the old ones are released). */
+  setControls(controls: readonly Control[]): void {
+    this.keyBits = new Map();
+    for (const c of controls) for (const k of c.keys) this.keyBits.set(k, c.bit);
+    this.bytes = inputBytes(controls);
+    this.keys.clear();
+    this.pointers.clear();
+    this.renderPad(controls);
+    this.update();
+  }
+
+  /** On-screen buttons, one per control, go into `el` (touch screens). */
+  attachPad(el: HTMLElement): void {
+    this.pad = el;
   }
 
   dispose(): void {
@@ -46,25 +46,65 @@ export class Keyboard {
     window.removeEventListener("keyup", this.up);
     window.removeEventListener("blur", this.release);
     document.removeEventListener("visibilitychange", this.hidden);
-    this.held.clear();
+    this.keys.clear();
+    this.pointers.clear();
+    this.pad?.replaceChildren();
+  }
+
+  private renderPad(controls: readonly Control[]): void {
+    const pad = this.pad;
+    if (!pad) return;
+    pad.replaceChildren(
+      ...controls.map((c) => {
+        const b = document.createElement("button");
+        b.type = "button";
+        b.textContent = c.label;
+        b.dataset["bit"] = String(c.bit);
+        b.setAttribute("aria-label", `hold to ${c.label}`);
+        b.addEventListener("pointerdown", (e) => {
+          e.preventDefault();
+          try {
+            b.setPointerCapture(e.pointerId);
+          } catch {
+            // synthetic events have no active pointer to capture
+          }
+          this.pointers.set(e.pointerId, c.bit);
+          b.classList.add("held");
+          this.update();
+        });
+        const lift = (e: PointerEvent): void => {
+          if (this.pointers.get(e.pointerId) !== c.bit) return;
+          this.pointers.delete(e.pointerId);
+          if (![...this.pointers.values()].includes(c.bit)) b.classList.remove("held");
+          this.update();
+        };
+        b.addEventListener("pointerup", lift);
+        b.addEventListener("pointercancel", lift);
+        b.addEventListener("lostpointercapture", lift);
+        b.addEventListener("contextmenu", (e) => e.preventDefault());
+        return b;
+      }),
+    );
   }
 
   private readonly down = (e: KeyboardEvent): void => {
-    if (!(e.code in KEYS) || e.ctrlKey || e.metaKey || e.altKey || isTyping(e.target)) return;
+    if (!this.keyBits.has(e.code) || e.ctrlKey || e.metaKey || e.altKey || isTyping(e.target)) return;
     e.preventDefault();
-    this.held.add(e.code);
+    this.keys.add(e.code);
     this.update();
   };
 
   private readonly up = (e: KeyboardEvent): void => {
-    if (!(e.code in KEYS)) return;
+    if (!this.keyBits.has(e.code)) return;
     if (!isTyping(e.target)) e.preventDefault();
-    this.held.delete(e.code);
+    this.keys.delete(e.code);
     this.update();
   };
 
   private readonly release = (): void => {
-    this.held.clear();
+    this.keys.clear();
+    this.pointers.clear();
+    this.pad?.querySelectorAll(".held").forEach((b) => b.classList.remove("held"));
     this.update();
   };
 
@@ -74,11 +114,12 @@ export class Keyboard {
 
   private update(): void {
     let mask = 0;
-    for (const code of this.held) mask |= KEYS[code] ?? 0;
-    if (mask !== this.mask) {
-      this.mask = mask;
-      this.onChange(mask);
-    }
+    for (const code of this.keys) mask |= 1 << (this.keyBits.get(code) ?? 0);
+    for (const bit of this.pointers.values()) mask |= 1 << bit;
+    mask >>>= 0;
+    if (this.bytes === 0 || mask === this.mask) return;
+    this.mask = mask;
+    this.onChange(payloadOf(mask, this.bytes), mask);
   }
 }
 
@@ -103,7 +144,7 @@ const MAX_IN_FLIGHT = 3;
 const RETRY_MS = 1000;
 
 /**
- * InputSender sends a button mask each time it changes, one sequence number per input.
+ * InputSender sends the held-buttons payload each time it changes, one sequence number per input.
  * Sends are not serialised: up to MAX_IN_FLIGHT run at once, and when that many are
  * pending the newest mask waits and is sent as soon as one returns (intermediate masks
  * are skipped). A failed send is retried with the newest mask after RETRY_MS.
@@ -113,9 +154,9 @@ const RETRY_MS = 1000;
  * of being taken for duplicates; an ack above anything this page sent moves it past.
  */
 export class InputSender {
-  private desired = 0;
-  /** The mask last handed to the network, or -1 when the newest must be (re)sent. */
-  private sent = -1;
+  private desired: Uint8Array = new Uint8Array(0);
+  /** The payload last handed to the network, or null when the newest must be (re)sent. */
+  private sent: Uint8Array | null = null;
   private nextSeq = BigInt(Date.now());
   private inFlight = 0;
   private blockedUntil = 0;
@@ -126,9 +167,9 @@ export class InputSender {
 
   constructor(private readonly send: SendFn) {}
 
-  /** Sets the held buttons; sent if they differ from the last mask sent. */
-  set(mask: number): void {
-    this.desired = mask & 0xff;
+  /** Sets the held buttons' payload; sent if it differs from the last one sent. */
+  set(payload: Uint8Array): void {
+    this.desired = payload;
     this.pump();
   }
 
@@ -139,19 +180,19 @@ export class InputSender {
 
   private pump(): void {
     const signal = this.abort.signal;
-    while (!signal.aborted && this.inFlight < MAX_IN_FLIGHT && this.desired !== this.sent) {
+    while (!signal.aborted && this.inFlight < MAX_IN_FLIGHT && !same(this.desired, this.sent)) {
       const wait = this.blockedUntil - performance.now();
       if (wait > 0) {
         clearTimeout(this.retryTimer);
         this.retryTimer = window.setTimeout(() => this.pump(), wait);
         return;
       }
-      const mask = this.desired;
+      const payload = this.desired;
       const seq = this.nextSeq++;
-      this.sent = mask;
+      this.sent = payload;
       this.inFlight++;
       const t0 = performance.now();
-      this.send(seq, Uint8Array.of(mask), signal).then(
+      this.send(seq, payload, signal).then(
         (res) => {
           this.inFlight--;
           if (signal.aborted) return;
@@ -162,7 +203,7 @@ export class InputSender {
           // are stale: continue above it and send the current mask again.
           if (res.supersededBySeq >= this.nextSeq) {
             this.nextSeq = res.supersededBySeq + 1n;
-            this.sent = -1;
+            this.sent = null;
           }
           this.pump();
         },
@@ -170,11 +211,15 @@ export class InputSender {
           this.inFlight--;
           if (signal.aborted) return;
           this.onError(err);
-          this.sent = -1;
+          this.sent = null;
           this.blockedUntil = performance.now() + RETRY_MS;
           this.pump();
         },
       );
     }
   }
+}
+
+function same(a: Uint8Array, b: Uint8Array | null): boolean {
+  return b !== null && a.length === b.length && a.every((v, i) => v === b[i]);
 }

@@ -1,12 +1,17 @@
 // Ludus browser client: lobby, play and spectate views.
 //
 // URL: ?tenant=&protocol=grpcweb&player=&module=&bots=&delivery=pixels|snapshots
-// (all optional), then #game=ID (join that game after "Play as guest") or
-// #spectate=ID / ?spectate=ID.
+// (all optional), then #game=ID (join that game) or #spectate=ID / ?spectate=ID.
+// Views are history entries: Back from a match returns to the lobby, Forward goes
+// back into the match (this tab re-joins it at once: its identity is kept in
+// sessionStorage, see api.ts TabIdentity).
 
-import { describeError, randomId, readConfig, savedName, Session } from "./api";
+import { readConfig, Session, trouble, type Trouble } from "./api";
 import { GameList } from "./games";
+import { hooks } from "./hooks";
 import { Match } from "./match";
+import { keyHints, type ModuleMeta } from "./meta";
+import { Share } from "./share";
 import { StatusBar } from "./status";
 
 function byId<T extends HTMLElement>(id: string): T {
@@ -21,16 +26,27 @@ const ui = {
   lobby: byId("lobby"),
   login: byId<HTMLFormElement>("login"),
   name: byId<HTMLInputElement>("name"),
+  tenant: byId<HTMLInputElement>("tenant"),
+  module: byId<HTMLInputElement>("module"),
+  bots: byId<HTMLInputElement>("bots"),
+  newGameFields: byId("new-game-fields"),
   play: byId<HTMLButtonElement>("play"),
   lobbyNote: byId("lobby-note"),
   match: byId("match"),
   title: byId("match-title"),
+  hint: byId("hint"),
+  stage: byId("stage"),
+  screen: byId("screen"),
   canvas: byId<HTMLCanvasElement>("view"),
   overlay: byId("overlay"),
+  touch: byId("touch"),
   invite: byId<HTMLAnchorElement>("invite"),
+  shareInvite: byId("share-invite"),
   spectateLink: byId<HTMLAnchorElement>("spectate-link"),
+  shareSpectate: byId("share-spectate"),
   joinLink: byId<HTMLAnchorElement>("join-link"),
   lobbyLink: byId<HTMLAnchorElement>("lobby-link"),
+  fullscreen: byId<HTMLButtonElement>("fullscreen"),
   keys: byId("keys"),
   games: byId<HTMLTableSectionElement>("games"),
   gamesNote: byId("games-note"),
@@ -40,6 +56,7 @@ const cfg = readConfig(new URL(location.href));
 const session = new Session(cfg);
 const status = new StatusBar(byId("status"));
 const list = new GameList(session, ui.games, ui.gamesNote);
+const share = new Share(byId("qr"), byId("qr-code"), byId("qr-caption"));
 
 type Route = { kind: "lobby" } | { kind: "play"; id: string } | { kind: "spectate"; id: string };
 
@@ -55,7 +72,7 @@ function routeOf(loc: Location): Route {
   return { kind: "lobby" };
 }
 
-/** This page's URL without ?spectate, with the given hash and query changes. */
+/** This page's URL without ?spectate and ?player, with the given hash and query changes. */
 function pageUrl(hash: string, params: Record<string, string> = {}): string {
   const u = new URL(location.href);
   u.searchParams.delete("spectate");
@@ -64,26 +81,54 @@ function pageUrl(hash: string, params: Record<string, string> = {}): string {
   return u.href;
 }
 
-let shown: Route = { kind: "lobby" };
+/**
+ * A link for someone else: without what only matters to this tab (?player=, which
+ * tabs no longer need as they have identities of their own, and the new-game
+ * settings ?module= and ?bots=).
+ */
+function shareUrl(hash: string): string {
+  const u = new URL(pageUrl(hash));
+  for (const k of ["player", "module", "bots"]) u.searchParams.delete(k);
+  return u.href;
+}
+
+/** A new history entry (Back returns to the current one), then shows it. */
+function navigate(url: string): void {
+  if (url !== location.href) history.pushState(null, "", url);
+  route();
+}
+
+/** The view on screen; null before the first. */
+let shown: Route | null = null;
 let match: Match | null = null;
 /** Bumped by each view change, so a slow start of an older view gives up. */
 let generation = 0;
+/** The metadata the open match is presented with (aspect ratio, title). */
+let meta: ModuleMeta | null = null;
 
 function leaveView(): number {
   match?.close();
   match = null;
+  meta = null;
+  share.hide();
+  if (document.fullscreenElement) void document.exitFullscreen().catch(() => {});
   return ++generation;
 }
+
+const backToLobby = (): void => navigate(pageUrl(""));
 
 function showLobby(gameId = ""): void {
   leaveView();
   shown = gameId ? { kind: "play", id: gameId } : { kind: "lobby" };
   list.current = gameId;
-  document.title = "Ludus";
+  document.title = gameId ? `Join game ${gameId} — Ludus` : "Lobby — Ludus";
   ui.lobby.hidden = false;
   ui.match.hidden = true;
-  ui.lobbyNote.textContent = gameId ? `You will join game ${gameId}.` : "Starts a new arena match with 3 bots.";
-  ui.name.value = savedName.get();
+  ui.newGameFields.hidden = gameId !== "";
+  ui.lobbyNote.textContent = gameId
+    ? `You will join game ${gameId}.`
+    : `Starts a new game of “${ui.module.value || cfg.module}”; bots fill empty places if the game has them.`;
+  ui.name.value = session.identity.name;
   ui.play.disabled = false;
   ui.play.focus();
 }
@@ -92,20 +137,131 @@ function showMatch(route: Route & { kind: "play" | "spectate" }): void {
   shown = route;
   list.current = route.id;
   const spectate = route.kind === "spectate";
-  document.title = spectate ? `Ludus — spectating ${route.id}` : `Ludus — game ${route.id}`;
-  ui.title.textContent = route.id ? (spectate ? `Spectating ${route.id}` : `Game ${route.id}`) : "New game";
   ui.lobby.hidden = true;
   ui.match.hidden = false;
   ui.keys.hidden = spectate;
-  ui.invite.hidden = spectate || !route.id;
-  ui.spectateLink.hidden = spectate || !route.id;
-  ui.joinLink.hidden = !spectate;
-  if (route.id) {
-    const hashId = encodeURIComponent(route.id);
-    ui.invite.href = pageUrl(`game=${hashId}`, { player: randomId(6) });
-    ui.spectateLink.href = pageUrl(`spectate=${hashId}`);
-    ui.joinLink.href = pageUrl(`game=${hashId}`);
+  ui.touch.hidden = true;
+  ui.hint.textContent = "";
+  ui.keys.textContent = "";
+  showLinks(route.id, spectate);
+  present(null);
+}
+
+/** The match's links: invite and spectate (with copy and QR) while playing, join while spectating. */
+function showLinks(id: string, spectate: boolean): void {
+  ui.shareInvite.hidden = spectate || !id;
+  ui.shareSpectate.hidden = spectate || !id;
+  ui.joinLink.hidden = !spectate || !id;
+  if (!id) return;
+  const hashId = encodeURIComponent(id);
+  ui.invite.href = shareUrl(`game=${hashId}`);
+  ui.spectateLink.href = shareUrl(`spectate=${hashId}`);
+  ui.joinLink.href = pageUrl(`game=${hashId}`);
+}
+
+/** The game no longer exists: offer nothing that leads to it. */
+function gone(): void {
+  ui.shareInvite.hidden = ui.shareSpectate.hidden = ui.joinLink.hidden = true;
+  share.hide();
+  ui.touch.hidden = true;
+}
+
+/** Title, hint, keys, touch buttons and screen size from the module's metadata. */
+function present(m: ModuleMeta | null): void {
+  meta = m;
+  const id = !shown || shown.kind === "lobby" ? "" : shown.id;
+  const spectate = shown?.kind === "spectate";
+  const name = m?.title || "Game";
+  ui.title.textContent = spectate ? `${name} — spectating ${id}` : id ? `${name} — game ${id}` : `${name} — new game`;
+  document.title = spectate ? `Spectating ${name} ${id} — Ludus` : `${name} ${id} — Ludus`;
+  if (m) {
+    ui.hint.textContent = m.hint;
+    const hints = keyHints(m.controls);
+    ui.keys.textContent = m.controls.length ? (hints ? `Keys: ${hints}` : "") : "This game declares no controls for this page.";
+    ui.touch.hidden = spectate || !touchScreen() || m.controls.length === 0;
   }
+  fitScreen();
+}
+
+function touchScreen(): boolean {
+  return matchMedia("(pointer: coarse)").matches || navigator.maxTouchPoints > 0;
+}
+
+/**
+ * Sizes the screen to the view's aspect ratio (the module's view_width × view_height,
+ * else the canvas's): whole multiples of the view when it fits at least once, so
+ * pixels stay square and crisp; smaller screens scale down.
+ */
+function fitScreen(): void {
+  if (ui.match.hidden) return;
+  const w = meta?.viewWidth || ui.canvas.width;
+  const h = meta?.viewHeight || ui.canvas.height;
+  const full = document.fullscreenElement === ui.stage;
+  const pad = (ui.touch.hidden ? 0 : ui.touch.offsetHeight + 8) + (full ? ui.fullscreen.offsetHeight + 8 : 0);
+  const availW = full ? window.innerWidth : Math.min(960, document.documentElement.clientWidth - 32);
+  const reserve = full ? 0 : 230;
+  const availH = Math.max(120, window.innerHeight - reserve - pad);
+  let s = Math.min(availW / w, availH / h);
+  if (s >= 1) s = Math.floor(s);
+  ui.screen.style.width = `${Math.max(1, Math.floor(w * s))}px`;
+  ui.screen.style.height = `${Math.max(1, Math.floor(h * s))}px`;
+  ui.screen.dataset["aspect"] = `${w}x${h}`;
+}
+window.addEventListener("resize", fitScreen);
+document.addEventListener("fullscreenchange", () => {
+  ui.fullscreen.textContent = document.fullscreenElement ? "Exit full screen" : "Full screen";
+  fitScreen();
+});
+new MutationObserver(fitScreen).observe(ui.canvas, { attributes: true, attributeFilter: ["width", "height"] });
+ui.fullscreen.hidden = !document.fullscreenEnabled;
+ui.fullscreen.addEventListener("click", () => {
+  if (document.fullscreenElement) void document.exitFullscreen().catch(() => {});
+  else void ui.stage.requestFullscreen().catch(() => {});
+  ui.canvas.focus();
+});
+
+/** Says what went wrong, with Retry (when it may help) and Back to lobby. */
+function fail(what: string, t: Trouble, retry: () => void): void {
+  status.set({ conn: "error" });
+  if (t.gone) gone();
+  const actions = t.gone || !t.retry ? [] : [{ label: "Retry", run: retry }];
+  actions.push({ label: "Back to lobby", run: backToLobby });
+  status.say(`${what}: ${t.text}`, "error", actions, t.raw);
+}
+
+/** Tries fn a few times with backoff while the errors are worth retrying. */
+async function withRetries<T>(gen: number, fn: () => Promise<T>, tries = 3): Promise<T> {
+  let delay = 1000;
+  for (let i = 1; ; i++) {
+    try {
+      return await fn();
+    } catch (err) {
+      const t = trouble(err);
+      if (i >= tries || !t.retry || gen !== generation) throw err;
+      status.say(`${t.text} Trying again (${i}/${tries - 1})…`, "error", [], t.raw);
+      await new Promise((r) => setTimeout(r, delay));
+      delay *= 2;
+      if (gen !== generation) throw err;
+    }
+  }
+}
+
+function openMatch(gameId: string, spectate: boolean, info: {
+  viewFormat?: string; slot?: number; snapshotFormat?: string; buildId?: string;
+}): Match {
+  return new Match({
+    session,
+    gameId,
+    spectate,
+    canvas: ui.canvas,
+    overlay: ui.overlay,
+    status,
+    pad: ui.touch,
+    onMeta: (m) => present(m),
+    onGone: gone,
+    onLeave: backToLobby,
+    ...info,
+  });
 }
 
 async function play(gameId: string): Promise<void> {
@@ -113,26 +269,33 @@ async function play(gameId: string): Promise<void> {
   showMatch({ kind: "play", id: gameId });
   status.set({ conn: "joining", game: gameId });
   status.say(gameId ? "Joining…" : "Creating a game…");
+  const creating = !gameId;
   try {
+    if (!session.loggedIn) await withRetries(gen, () => session.login());
+  } catch (err) {
+    if (gen === generation) fail("Could not sign in", trouble(err, "tenant"), () => void play(gameId));
+    return;
+  }
+  try {
+    if (gen !== generation) return;
+    session.identity.signedIn = true;
     if (!gameId) {
-      const created = await session.game.createGame({ moduleName: cfg.module, bots: cfg.bots });
+      const bots = Number.parseInt(ui.bots.value, 10);
+      const created = await withRetries(gen, () =>
+        session.game.createGame({ moduleName: ui.module.value.trim() || cfg.module, bots: Number.isFinite(bots) && bots >= 0 ? bots : cfg.bots }),
+      );
       if (gen !== generation) return;
       gameId = created.game?.gameId ?? "";
       if (!gameId) throw new Error("CreateGame returned no game");
-      // Put the game in the URL (no hashchange event) so the URL can be shared.
-      history.replaceState(null, "", pageUrl(`game=${encodeURIComponent(gameId)}`));
+      // A new history entry: Back returns to the lobby, Forward comes back here.
+      history.pushState(null, "", pageUrl(`game=${encodeURIComponent(gameId)}`));
       showMatch({ kind: "play", id: gameId });
       void list.refresh();
     }
-    const joined = await session.game.joinGame({ gameId });
+    const id = gameId;
+    const joined = await withRetries(gen, () => session.game.joinGame({ gameId: id }));
     if (gen !== generation) return;
-    match = new Match({
-      session,
-      gameId,
-      spectate: false,
-      canvas: ui.canvas,
-      overlay: ui.overlay,
-      status,
+    match = openMatch(gameId, false, {
       viewFormat: joined.game?.viewFormat ?? "",
       slot: joined.slot,
       snapshotFormat: joined.game?.snapshotFormat ?? "",
@@ -141,8 +304,10 @@ async function play(gameId: string): Promise<void> {
     ui.canvas.focus();
   } catch (err) {
     if (gen !== generation) return;
-    status.set({ conn: "error" });
-    status.say(`Could not ${gameId ? "join the game" : "create a game"}: ${describeError(err)}`, "error");
+    const what = creating && !gameId ? "Could not start a game" : "Could not join the game";
+    const t = trouble(err);
+    if (creating && !gameId && t.gone) t.text = `There is no game called “${ui.module.value.trim() || cfg.module}” in this tenant.`;
+    fail(what, t, () => void play(gameId));
   }
 }
 
@@ -152,11 +317,10 @@ async function spectate(gameId: string): Promise<void> {
   status.set({ conn: "signing in", game: gameId });
   status.say("");
   try {
-    if (!session.loggedIn) await session.login();
+    if (!session.loggedIn) await withRetries(gen, () => session.login());
   } catch (err) {
     if (gen !== generation) return;
-    status.set({ conn: "error" });
-    status.say(`Could not sign in: ${describeError(err)}`, "error");
+    fail("Could not sign in", trouble(err, "tenant"), () => void spectate(gameId));
     return;
   }
   if (gen !== generation) return;
@@ -167,13 +331,7 @@ async function spectate(gameId: string): Promise<void> {
     () => undefined,
   );
   if (gen !== generation) return;
-  match = new Match({
-    session,
-    gameId,
-    spectate: true,
-    canvas: ui.canvas,
-    overlay: ui.overlay,
-    status,
+  match = openMatch(gameId, true, {
     viewFormat: info?.viewFormat,
     snapshotFormat: info?.snapshotFormat,
     buildId: info?.buildId,
@@ -182,40 +340,79 @@ async function spectate(gameId: string): Promise<void> {
 
 function route(): void {
   const r = routeOf(location);
-  if (r.kind === shown.kind && (r.kind === "lobby" || (shown.kind !== "lobby" && r.id === shown.id))) return;
+  if (shown && r.kind === shown.kind && (r.kind === "lobby" || (shown.kind !== "lobby" && r.id === shown.id))) {
+    // Same view; a play route shown as the lobby ("Play as guest") stays as it is.
+    return;
+  }
   if (r.kind === "spectate") void spectate(r.id);
-  else if (r.kind === "play" && session.loggedIn) void play(r.id);
+  else if (r.kind === "play" && (session.loggedIn || session.identity.signedIn)) void play(r.id);
   else showLobby(r.kind === "play" ? r.id : "");
 }
 
 session.onChange = (err) => {
   const profile = cfg.profile ? ` · player ${cfg.profile}` : "";
   ui.who.textContent = err && !session.loggedIn
-    ? `Sign-in failed: ${describeError(err)}`
-    : `${session.displayName || "guest"} · ${cfg.tenant}${profile}`;
+    ? `Could not sign in: ${trouble(err, "tenant").text}`
+    : `${session.displayName || "guest"} · ${session.tenant}${profile}`;
 };
+
+/** Applies the tenant field: a new sign-in, the games of that tenant, ?tenant= in the URL. */
+function applyTenant(): boolean {
+  const t = ui.tenant.value.trim();
+  if (!ui.tenant.checkValidity() || !t) {
+    ui.tenant.reportValidity();
+    return false;
+  }
+  if (t === session.tenant) return true;
+  session.setTenant(t);
+  history.replaceState(history.state, "", pageUrl(location.hash.slice(1), { tenant: t }));
+  ui.home.href = ui.lobbyLink.href = pageUrl("");
+  void list.refresh();
+  return true;
+}
+
+ui.tenant.value = cfg.tenant;
+ui.module.value = cfg.module;
+ui.bots.value = String(cfg.bots);
+ui.tenant.addEventListener("change", () => void applyTenant());
+ui.module.addEventListener("input", () => {
+  if (shown?.kind === "lobby") ui.lobbyNote.textContent = `Starts a new game of “${ui.module.value.trim() || cfg.module}”; bots fill empty places if the game has them.`;
+});
 
 ui.login.addEventListener("submit", (e) => {
   e.preventDefault();
+  if (!applyTenant()) return;
   const name = ui.name.value.trim();
-  savedName.set(name);
+  session.identity.name = name;
   ui.play.disabled = true;
   ui.lobbyNote.textContent = "Signing in…";
   const r = routeOf(location);
   session.login(name).then(
-    () => void play(r.kind === "play" ? r.id : ""),
+    () => {
+      session.identity.signedIn = true;
+      void play(r.kind === "play" ? r.id : "");
+    },
     (err: unknown) => {
       ui.play.disabled = false;
-      ui.lobbyNote.textContent = `Could not sign in: ${describeError(err)}`;
+      ui.lobbyNote.textContent = `Could not sign in: ${trouble(err, "tenant").text}`;
     },
   );
 });
 
+for (const a of [ui.home, ui.lobbyLink]) {
+  a.addEventListener("click", (e) => {
+    if (e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) return; // new tab: let the browser
+    e.preventDefault();
+    backToLobby();
+  });
+}
+share.bind(document.querySelector("nav.links")!);
+
 ui.home.href = ui.lobbyLink.href = pageUrl("");
+window.addEventListener("popstate", route);
 window.addEventListener("hashchange", route);
 
-const initial = routeOf(location);
-if (initial.kind === "spectate") void spectate(initial.id);
-else showLobby(initial.kind === "play" ? initial.id : "");
-// Signs in in the background (same guest account every time) to list the games.
+hooks.route = () => (!shown ? "" : shown.kind === "lobby" ? "lobby" : `${shown.kind}:${shown.id}`);
+route();
+// Signs in in the background (this tab's guest account) to list the games.
 list.start();

@@ -10,12 +10,13 @@
 // with pixels and the status bar says why.
 
 import { Code, ConnectError } from "@connectrpc/connect";
-import { describeError, type Session } from "./api";
+import { describeError, trouble, type Session } from "./api";
 import { deltaDeflateSupported, FrameDecoder } from "./codec";
 import { Delivery, FrameEncoding, type Frame, type Status } from "./gen/ludus/v1/game_pb";
 import { sha256Hex } from "./hash";
 import { hooks, RenderTimes, type FrameHash, type Mode } from "./hooks";
-import { InputSender, Keyboard } from "./input";
+import { HeldControls, InputSender } from "./input";
+import { FALLBACK_META, parseMeta, type ModuleMeta } from "./meta";
 import { INDEXED8, Renderer } from "./render";
 import { SnapshotRenderer, snapshotSupport } from "./snapshots";
 import { StatusBar } from "./status";
@@ -39,6 +40,14 @@ export interface MatchOptions {
   snapshotFormat?: string;
   /** GameInfo.build_id, used when the stream's Status names none. */
   buildId?: string;
+  /** Where on-screen (touch) buttons for the module's controls go. */
+  pad?: HTMLElement;
+  /** The module metadata to present the match with: from the first Status, or the fallback. */
+  onMeta?: (meta: ModuleMeta) => void;
+  /** The game does not exist (any more): the page should stop offering links to it. */
+  onGone?: () => void;
+  /** Leaves the match view (the "Back to lobby" action after errors). */
+  onLeave?: () => void;
 }
 
 /**
@@ -69,19 +78,29 @@ function chooseDelivery(snapshotFormat: string | undefined): { mode: Mode; why: 
 
 const BACKOFF_MIN_MS = 500;
 const BACKOFF_MAX_MS = 10_000;
+/** Failed connections in a row (no frame between) before the page stops and offers Retry. */
+const MAX_FAILURES = 6;
+const PING_MS = 5_000;
 
 export class Match {
   private readonly abort = new AbortController();
   private readonly renderer: Renderer;
   private readonly status: StatusBar;
-  private keyboard: Keyboard | null = null;
+  private controls: HeldControls | null = null;
   private sender: InputSender | null = null;
   private viewFormat = "";
   private reconnecting = false;
   private inputFailed = false;
   private finished = false;
   private frames = 0;
+  private framesTotal = 0;
+  private bytes = 0;
   private readonly fpsTimer: number;
+  private readonly pingTimer: number;
+  private metaJson: string | null = null;
+  private migrations = 0;
+  /** Resolves the wait after MAX_FAILURES (the Retry button). */
+  private retry: (() => void) | null = null;
 
   /** The delivery the next stream asks for, and why pixels if pixels. */
   private want: Mode;
@@ -120,14 +139,26 @@ export class Match {
       tick: "",
       state: "",
       render: "",
+      rtt: "",
+      kbps: "",
+      migrations: 0,
     });
+    hooks.meta = null;
+    hooks.rttMs = null;
+    hooks.migrations = 0;
+    hooks.lastMigrationMs = null;
+    hooks.inputMask = 0;
+    hooks.applyMeta = (json) => this.applyMeta(json, true);
     this.status.say("");
     this.showMode();
     this.fpsTimer = window.setInterval(() => {
-      this.status.set({ fps: this.frames });
+      this.status.set({ fps: this.frames, kbps: Math.round((this.bytes * 8) / 1000) });
       this.frames = 0;
+      this.bytes = 0;
       this.publishTimes();
     }, 1000);
+    this.pingTimer = window.setInterval(() => void this.ping(), PING_MS);
+    void this.ping();
     if (!o.spectate) {
       const sender = new InputSender((seq, payload, signal) =>
         o.session.game.sendInput({ gameId: o.gameId, seq, payload }, { signal }),
@@ -141,10 +172,16 @@ export class Match {
       };
       sender.onError = (err) => {
         this.inputFailed = true;
-        this.status.say(`Input not delivered: ${describeError(err)}`, "error");
+        const t = trouble(err);
+        this.status.say(`Your input did not get through: ${t.text}`, "error", [], t.raw);
       };
       this.sender = sender;
-      this.keyboard = new Keyboard((mask) => sender.set(mask));
+      const controls = new HeldControls((payload, mask) => {
+        hooks.inputMask = mask;
+        sender.set(payload);
+      });
+      if (o.pad) controls.attachPad(o.pad);
+      this.controls = controls;
     }
     void this.run();
   }
@@ -152,18 +189,50 @@ export class Match {
   close(): void {
     this.abort.abort();
     clearInterval(this.fpsTimer);
+    clearInterval(this.pingTimer);
+    this.retry?.();
     this.stopInput();
     this.renderer.stop();
     this.snap?.close();
     this.snap = null;
     hooks.mode = "";
     hooks.lastFrame = () => Promise.resolve(null);
+    hooks.applyMeta = () => false;
+  }
+
+  /** Measures the round trip to the gateway with Ping (not while the page is hidden). */
+  private async ping(): Promise<void> {
+    if (document.hidden || this.abort.signal.aborted || !this.o.session.loggedIn) return;
+    const t0 = performance.now();
+    try {
+      await this.o.session.game.ping({ clientUnixNanos: BigInt(Date.now()) * 1_000_000n }, { signal: this.abort.signal, timeoutMs: PING_MS });
+    } catch {
+      return; // the stream reports trouble; an unanswered ping only leaves the old figure
+    }
+    const ms = performance.now() - t0;
+    hooks.rttMs = ms;
+    this.status.set({ rtt: `${Math.round(ms)} ms` });
+  }
+
+  /**
+   * Presents the match with a module's metadata (a Status's module_meta, or the
+   * fallback when it has none): the page's title and hints, and the controls.
+   */
+  private applyMeta(json: string, force = false): boolean {
+    if (json === this.metaJson && !force) return true;
+    const meta = json ? parseMeta(json) : FALLBACK_META;
+    if (!meta) return false;
+    this.metaJson = json;
+    hooks.meta = meta;
+    this.controls?.setControls(meta.controls);
+    this.o.onMeta?.(meta);
+    return true;
   }
 
   private stopInput(): void {
-    this.keyboard?.dispose();
+    this.controls?.dispose();
     this.sender?.stop();
-    this.keyboard = null;
+    this.controls = null;
     this.sender = null;
   }
 
@@ -173,8 +242,12 @@ export class Match {
     const signal = this.abort.signal;
     let backoff = BACKOFF_MIN_MS;
     let relogged = false; // signed in again since the last frame
+    let failures = 0; // connections in a row that ended without a frame
     while (!signal.aborted && !this.finished) {
       let why = "stream closed";
+      let said = "The connection to the game closed.";
+      let raw = "";
+      const framesBefore = this.framesTotal;
       let now = false;
       this.switching = false; // a fallback between streams applies to this one already
       const mode = this.want;
@@ -212,7 +285,16 @@ export class Match {
       } catch (err) {
         if (signal.aborted) return;
         why = describeError(err);
+        const t = trouble(err);
+        said = t.text;
+        raw = t.raw;
         const code = ConnectError.from(err).code;
+        if (t.gone) {
+          // The game is over or never was: nothing to retry, nothing to share.
+          this.o.onGone?.();
+          this.finish(t.text, "error", t.raw);
+          break;
+        }
         if (this.switching) {
           // fallback() ended the stream: re-open it with pixels below.
         } else if (mode === "snapshots" && code === Code.FailedPrecondition && why.includes("DELIVERY_PIXELS")) {
@@ -236,17 +318,54 @@ export class Match {
         continue;
       }
       if (now) continue;
+      failures = this.framesTotal > framesBefore ? 1 : failures + 1;
+      if (failures >= MAX_FAILURES) {
+        // Bounded: stop and let the player decide.
+        this.status.set({ conn: "stopped" });
+        this.status.say(`${said} Stopped after ${failures} tries.`, "error", this.troubleActions(), raw || why);
+        await this.wait(Infinity);
+        failures = 0;
+        backoff = BACKOFF_MIN_MS;
+        this.status.say("Connecting…");
+        continue;
+      }
       const delay = backoff * (0.75 + Math.random() / 2);
       backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
       this.status.set({ conn: "retrying" });
-      this.status.say(`${why}; retrying in ${(delay / 1000).toFixed(1)} s`, "error");
-      await sleep(delay, signal);
+      this.status.say(`${said} Trying again in ${Math.ceil(delay / 1000)} s (${failures}/${MAX_FAILURES}).`, "error", this.troubleActions(), raw || why);
+      await this.wait(delay);
     }
     if (this.finished) this.status.set({ conn: "closed" });
   }
 
+  /** Waits `ms` (Infinity: until Retry), or less when the view closes or Retry is pressed. */
+  private wait(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const signal = this.abort.signal;
+      const done = (): void => {
+        clearTimeout(t);
+        signal.removeEventListener("abort", done);
+        if (this.retry === done) this.retry = null;
+        resolve();
+      };
+      const t = Number.isFinite(ms) ? setTimeout(done, ms) : 0;
+      signal.addEventListener("abort", done, { once: true });
+      this.retry = done;
+      if (signal.aborted) done();
+    });
+  }
+
+  /** Retry (now) and Back to lobby, offered with connection trouble. */
+  private troubleActions(): { label: string; run: () => void }[] {
+    const actions = [{ label: "Retry", run: () => this.retry?.() }];
+    if (this.o.onLeave) actions.push({ label: "Back to lobby", run: this.o.onLeave });
+    return actions;
+  }
+
   private onFrame(frame: Frame, view: Uint8Array, asked: Mode): void {
     this.frames++;
+    this.framesTotal++;
+    this.bytes += frame.view.byteLength;
     this.status.set({ conn: "streaming", tick: frame.tick });
     if (this.reconnecting) {
       this.reconnecting = false;
@@ -266,16 +385,32 @@ export class Match {
 
   private onStatus(s: Status, asked: Mode): void {
     if (s.viewFormat) this.setFormat(s.viewFormat);
+    // The first Status of every stream carries the module's metadata; none
+    // (an older server): present the game as the arena, as this page always did.
+    if (s.moduleMeta || this.metaJson === null) this.applyMeta(s.moduleMeta);
+    if (s.migrationMs > 0n) {
+      this.migrations++;
+      hooks.migrations = this.migrations;
+      hooks.lastMigrationMs = Number(s.migrationMs);
+      const from = s.previousNodeId ? ` from ${s.previousNodeId}` : "";
+      this.status.set({ migrations: `${this.migrations} (last ${s.migrationMs} ms)` });
+      this.status.explain("migrations", `last move${from} took ${s.migrationMs} ms`);
+    }
     if (this.streamMode === null) this.startDelivery(s, asked);
     else if (this.streamMode === "snapshots" && s.buildId && this.snap && s.buildId !== this.snap.module) this.snap.load(s.buildId);
     this.status.set({ node: s.nodeId, region: s.region, tick: s.tick, state: s.state });
     if (!this.o.spectate && s.slot >= 0) this.status.set({ slot: s.slot });
     switch (s.state) {
       case "ended":
-        this.finish(s.message ? `Match ended: ${s.message}` : "Match ended", "ok");
+        this.o.onGone?.();
+        this.finish(s.message ? `Match over: ${s.message}` : "Match over.", "ok");
         break;
       case "failed":
-        this.finish(`Match failed: ${s.message || "unknown error"}`, "error");
+        this.o.onGone?.();
+        this.finish("The game stopped because of an error on the server.", "error", s.message);
+        break;
+      case "migrating":
+        this.status.say("Moving the game to another server…");
         break;
       default:
         this.status.say(s.message);
@@ -330,7 +465,7 @@ export class Match {
     this.times.reset();
     this.moduleTimes.reset();
     this.showMode();
-    this.status.say(`Rendering on the server instead: ${reason}`, "error");
+    this.status.say("Drawing on the server instead (this browser could not run the game's renderer).", "", [], reason);
     this.switching = true;
     this.streamAbort?.abort();
   }
@@ -343,7 +478,9 @@ export class Match {
     } else {
       text = this.why ? `pixels (rendered on the server: ${this.why})` : "pixels (rendered on the server)";
     }
-    this.status.set({ mode: text });
+    // The one-line bar says the mode; the reason is in the details and the hover text.
+    this.status.set({ mode, why: text });
+    this.status.explain("mode", text);
     hooks.mode = mode;
     hooks.why = mode === "pixels" ? this.why : "";
     this.o.canvas.dataset["mode"] = mode;
@@ -371,10 +508,11 @@ export class Match {
     return { mode: "pixels", tick: String(this.renderer.lastTick), sha256: await sha256Hex(view), size: view.length };
   }
 
-  private finish(message: string, kind: "ok" | "error"): void {
+  private finish(message: string, kind: "ok" | "error", detail = ""): void {
     this.finished = true;
     this.stopInput();
-    this.status.say(message, kind);
+    const back = this.o.onLeave ? [{ label: "Back to lobby", run: this.o.onLeave }] : [];
+    this.status.say(message, kind, back, detail);
   }
 
   private showOverlay(text: string): void {
@@ -396,14 +534,3 @@ function unsupported(format: string): string {
   return `This game's view format "${format}" is not supported by the web client.`;
 }
 
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-    function done(): void {
-      clearTimeout(t);
-      signal.removeEventListener("abort", done);
-      resolve();
-    }
-  });
-}
