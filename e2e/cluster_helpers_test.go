@@ -13,7 +13,7 @@ import (
 	"ludus.dev/ludus/games/builtin"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
-	"ludus.dev/ludus/ops/localcluster"
+	"ludus.dev/ludus/internal/localcluster"
 	"ludus.dev/ludus/simnode"
 	"ludus.dev/ludus/simnode/engine"
 )

@@ -18,7 +18,7 @@ import (
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
-	"ludus.dev/ludus/ops/localcluster"
+	"ludus.dev/ludus/internal/localcluster"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -197,7 +197,7 @@ func TestStoppedOwnerFencesItself(t *testing.T) {
 	}
 	logs := map[string]int{}
 	for _, id := range byNode[victim] {
-		resp, err := c.Etcd.Get(ctx, "/ludus/logs/"+c.TenantID+"/"+id+"/", clientv3WithPrefix()...)
+		resp, err := c.Etcd.Raw().Get(ctx, "/ludus/logs/"+c.TenantID+"/"+id+"/", clientv3WithPrefix()...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,12 +8,12 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/games/builtin"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -40,7 +40,7 @@ func TestEtcdClusterFaults(t *testing.T) {
 		}
 		owners[g.Msg.Game.GameId] = g.Msg.Game.NodeId
 	}
-	view := &fleet.View{Client: c.Etcd}
+	view := c.Etcd.View()
 	ownersNow := func() map[string]string {
 		out := map[string]string{}
 		for id := range owners {
@@ -56,7 +56,7 @@ func TestEtcdClusterFaults(t *testing.T) {
 	// with etcd's default 1 s election timeout can outlast 2/3 of a 2 s lease).
 	victim := ""
 	for i, ep := range c.EtcdEndpoints {
-		st, err := c.Etcd.Status(ctx, ep)
+		st, err := c.Etcd.Raw().Status(ctx, ep)
 		if err == nil && st.Leader != st.Header.MemberId {
 			victim = []string{"etcd-0", "etcd-1", "etcd-2"}[i]
 			break
@@ -115,7 +115,7 @@ func TestEtcdClusterFaults(t *testing.T) {
 	for id := range owners {
 		for {
 			g, err := view.Game(ctx, c.TenantID, id)
-			if err == nil && g.Owner != "" && g.Status.State == fleet.StateRunning {
+			if err == nil && g.Owner != "" && g.Status.State == clusterstate.StateRunning {
 				cctx, ccancel := context.WithTimeout(ctx, time.Second)
 				_, err = nodeClient(g.Owner).GetGame(cctx, connect.NewRequest(&clusterv1.GetGameRequest{TenantId: c.TenantID, GameId: id}))
 				ccancel()
@@ -137,7 +137,7 @@ func TestEtcdClusterFaults(t *testing.T) {
 	// longer than a lease TTL.
 	claims := map[string]string{}
 	for id := range owners {
-		resp, err := c.Etcd.Get(ctx, fleet.OwnerKey(c.TenantID, id))
+		resp, err := c.Etcd.Raw().Get(ctx, clusterstate.OwnerKey(c.TenantID, id))
 		if err != nil || len(resp.Kvs) == 0 {
 			t.Fatalf("game %s: no owner key after resuming: %v", id, err)
 		}
@@ -145,7 +145,7 @@ func TestEtcdClusterFaults(t *testing.T) {
 	}
 	time.Sleep(2*2*time.Second + time.Second)
 	for id, claim := range claims {
-		resp, err := c.Etcd.Get(ctx, fleet.OwnerKey(c.TenantID, id))
+		resp, err := c.Etcd.Raw().Get(ctx, clusterstate.OwnerKey(c.TenantID, id))
 		if err != nil || len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) != claim {
 			got := "none"
 			if err == nil && len(resp.Kvs) > 0 {

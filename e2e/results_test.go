@@ -102,7 +102,7 @@ func TestMatchResultReachesBackend(t *testing.T) {
 		}
 	}
 	for {
-		resp, err := stack.Etcd.Get(ctx, "/ludus/logs/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := stack.Etcd.Raw().Get(ctx, "/ludus/logs/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,256 +2,45 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"strings"
-	"sync"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/clusterstate"
 )
 
 // errOwnerChanged cancels calls to a node that no longer owns their game.
-var errOwnerChanged = errors.New("the game's owner changed")
+var errOwnerChanged = clusterstate.ErrOwnerChanged
 
-// directory is the gateway's in-memory view of where games run: every sim
-// node's record and every running game's owner, read once and then kept
-// current by a watch of the node and owner keys. Routing a call or attaching
-// a stream reads it, not etcd, so the steady-state hot path costs no etcd
-// round trip (ludus_gateway_etcd_reads_total counts the reads that remain:
-// listings, and lookups of games the directory does not know — which do not
-// exist, are over, or are moving). A stale entry corrects itself: a node that
-// no longer has the game answers NotFound/Unavailable, the caller retries and
-// by then the watch has moved the entry. The same watch abandons calls in
-// flight to a node that stops owning their game (track), and wakes streams
+// directory is the gateway's in-memory view of where games run: a
+// clusterstate.Directory (every sim node's record and every running game's
+// owner, read once and kept current by a watch), so routing a call or
+// attaching a stream costs no etcd round trip. Its loads count in
+// ludus_gateway_etcd_reads_total, as do the gateway's own fallbacks to a
+// View (listings, and lookups of games the directory does not know — which
+// do not exist, are over, or are moving). The watch also abandons calls in
+// flight to a node that stops owning their game (track) and wakes streams
 // waiting for a moving game's new owner (changed).
-type directory struct {
-	cli   *clientv3.Client
-	reads prometheus.Counter
+type directory struct{ d *clusterstate.Directory }
 
-	mu      sync.RWMutex
-	synced  bool  // loaded, and the watch is current
-	rev     int64 // etcd revision the directory reflects
-	nodes   map[string]fleet.NodeInfo
-	owners  map[string]string // tenant/game -> node id
-	changes chan struct{}     // closed and replaced on every change
-	calls   map[string]map[*ownerCall]struct{}
-}
-
-// ownerCall is one call in flight to the node named node.
-type ownerCall struct {
-	node   string
-	cancel context.CancelCauseFunc
-}
-
-func newDirectory(cli *clientv3.Client, reads prometheus.Counter) *directory {
-	d := &directory{cli: cli, reads: reads, changes: make(chan struct{}),
-		nodes: map[string]fleet.NodeInfo{}, owners: map[string]string{}, calls: map[string]map[*ownerCall]struct{}{}}
-	go d.run()
-	return d
-}
-
-// run loads and watches until the etcd client closes; after a watch error
-// (a compaction, a partition) it loads again.
-func (d *directory) run() {
-	ctx := d.cli.Ctx()
-	for ctx.Err() == nil {
-		rev, err := d.load(ctx)
-		if err == nil {
-			d.watch(ctx, rev)
-		}
-		d.mu.Lock()
-		d.synced = false
-		d.mu.Unlock()
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// load reads every node and owner at one revision.
-func (d *directory) load(ctx context.Context) (int64, error) {
-	d.reads.Inc()
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	resp, err := d.cli.Txn(lctx).Then(
-		clientv3.OpGet(fleet.NodesPrefix(), clientv3.WithPrefix()),
-		clientv3.OpGet(fleet.OwnersPrefix(), clientv3.WithPrefix()),
-	).Commit()
-	if err != nil {
-		return 0, err
-	}
-	nodes := map[string]fleet.NodeInfo{}
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		var n fleet.NodeInfo
-		if json.Unmarshal(kv.Value, &n) == nil {
-			nodes[n.ID] = n
-		}
-	}
-	owners := map[string]string{}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		node, _ := fleet.ParseOwner(string(kv.Value))
-		owners[strings.TrimPrefix(string(kv.Key), fleet.OwnersPrefix())] = node
-	}
-	d.mu.Lock()
-	old := d.owners
-	d.nodes, d.owners, d.rev, d.synced = nodes, owners, resp.Header.Revision, true
-	d.broadcastLocked()
-	d.mu.Unlock()
-	// Calls to owners that changed while the watch was down.
-	for game, node := range old {
-		if owners[game] != node {
-			d.cancelCalls(game, owners[game])
-		}
-	}
-	return resp.Header.Revision, nil
-}
-
-// watch applies changes after rev until the watch fails.
-func (d *directory) watch(ctx context.Context, rev int64) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	nodes := d.cli.Watch(wctx, fleet.NodesPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	owners := d.cli.Watch(wctx, fleet.OwnersPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for {
-		var resp clientv3.WatchResponse
-		var ok bool
-		select {
-		case resp, ok = <-nodes:
-		case resp, ok = <-owners:
-		}
-		if !ok || resp.Err() != nil || resp.Canceled {
-			return
-		}
-		for _, ev := range resp.Events {
-			d.apply(ev, resp.Header.Revision)
-		}
-	}
-}
-
-// apply records one change of a node or owner key.
-func (d *directory) apply(ev *clientv3.Event, rev int64) {
-	key := string(ev.Kv.Key)
-	d.mu.Lock()
-	if rev > d.rev {
-		d.rev = rev
-	}
-	if id, ok := strings.CutPrefix(key, fleet.NodesPrefix()); ok {
-		if ev.Type == mvccpb.PUT {
-			var n fleet.NodeInfo
-			if json.Unmarshal(ev.Kv.Value, &n) == nil {
-				d.nodes[n.ID] = n
-			}
-		} else {
-			delete(d.nodes, id)
-		}
-		d.broadcastLocked()
-		d.mu.Unlock()
-		return
-	}
-	game := strings.TrimPrefix(key, fleet.OwnersPrefix())
-	node := ""
-	if ev.Type == mvccpb.PUT {
-		node, _ = fleet.ParseOwner(string(ev.Kv.Value))
-		d.owners[game] = node
-	} else {
-		delete(d.owners, game)
-	}
-	d.broadcastLocked()
-	d.mu.Unlock()
-	d.cancelCalls(game, node)
-}
-
-func (d *directory) broadcastLocked() {
-	close(d.changes)
-	d.changes = make(chan struct{})
+func newDirectory(c *clusterstate.Client, reads clusterstate.Counter) *directory {
+	return &directory{d: clusterstate.NewDirectory(c, reads)}
 }
 
 // owner returns the node running a game, when the directory knows it.
-func (d *directory) owner(tenant, game string) (fleet.NodeInfo, bool) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if !d.synced {
-		return fleet.NodeInfo{}, false
-	}
-	id, ok := d.owners[tenant+"/"+game]
-	if !ok {
-		return fleet.NodeInfo{}, false
-	}
-	n, ok := d.nodes[id]
-	return n, ok && n.Addr != ""
+func (d *directory) owner(tenant, game string) (clusterstate.NodeInfo, bool) {
+	return d.d.Owner(tenant, game)
 }
 
 // nodeRecord returns one node's record, when the directory knows it.
-func (d *directory) nodeRecord(id string) (fleet.NodeInfo, bool) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	n, ok := d.nodes[id]
-	return n, d.synced && ok && n.Addr != ""
-}
+func (d *directory) nodeRecord(id string) (clusterstate.NodeInfo, bool) { return d.d.Node(id) }
 
 // nodeList returns every node's record, when the directory is current.
-func (d *directory) nodeList() ([]fleet.NodeInfo, bool) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if !d.synced {
-		return nil, false
-	}
-	out := make([]fleet.NodeInfo, 0, len(d.nodes))
-	for _, n := range d.nodes {
-		out = append(out, n)
-	}
-	return out, true
-}
+func (d *directory) nodeList() ([]clusterstate.NodeInfo, bool) { return d.d.Nodes() }
 
 // changed returns a channel closed at the directory's next change.
-func (d *directory) changed() <-chan struct{} {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return d.changes
-}
-
-// cancelCalls cancels the game's calls to any node but its new owner.
-func (d *directory) cancelCalls(game, node string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for c := range d.calls[game] {
-		if c.node != node {
-			c.cancel(errOwnerChanged)
-		}
-	}
-}
+func (d *directory) changed() <-chan struct{} { return d.d.Changed() }
 
 // track returns a context for a call to node about tenant/game that is
-// cancelled when the game's owner becomes another node (or none); call done
-// after.
+// cancelled (cause errOwnerChanged) when the game's owner becomes another node
+// (or none); call done after.
 func (d *directory) track(ctx context.Context, tenant, game, node string) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	key := tenant + "/" + game
-	c := &ownerCall{node: node, cancel: cancel}
-	d.mu.Lock()
-	if d.synced && d.owners[key] != node {
-		// The directory already knows the game has another owner (or none):
-		// a call to node would wait on a node that lost it, maybe frozen.
-		cancel(errOwnerChanged)
-	}
-	if d.calls[key] == nil {
-		d.calls[key] = map[*ownerCall]struct{}{}
-	}
-	d.calls[key][c] = struct{}{}
-	d.mu.Unlock()
-	return ctx, func() {
-		d.mu.Lock()
-		delete(d.calls[key], c)
-		if len(d.calls[key]) == 0 {
-			delete(d.calls, key)
-		}
-		d.mu.Unlock()
-		cancel(nil)
-	}
+	return d.d.Track(ctx, tenant, game, node)
 }

@@ -31,12 +31,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
 	"ludus.dev/ludus/internal/bearer"
-	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/ops/etcdserver"
 )
 
 // The documented timings (docs/API.md "Error codes", docs/ARCHITECTURE.md
@@ -264,7 +265,7 @@ func (n *fakeNode) StartGame(ctx context.Context, req *connect.Request[clusterv1
 	n.starts = append(n.starts, req.Msg.GameId)
 	n.owned[req.Msg.TenantId+"/"+req.Msg.GameId] = true
 	return connect.NewResponse(&clusterv1.StartGameResponse{Game: &ludusv1.GameInfo{
-		GameId: req.Msg.GameId, ModuleName: req.Msg.ModuleName, BuildId: req.Msg.BuildId, NodeId: n.id, State: fleet.StateRunning}}), nil
+		GameId: req.Msg.GameId, ModuleName: req.Msg.ModuleName, BuildId: req.Msg.BuildId, NodeId: n.id, State: clusterstate.StateRunning}}), nil
 }
 
 func (n *fakeNode) GetGame(ctx context.Context, req *connect.Request[clusterv1.GetGameRequest]) (*connect.Response[clusterv1.GetGameResponse], error) {
@@ -274,7 +275,7 @@ func (n *fakeNode) GetGame(ctx context.Context, req *connect.Request[clusterv1.G
 	if err := n.notHere(req.Msg.TenantId, req.Msg.GameId); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&clusterv1.GetGameResponse{Game: &ludusv1.GameInfo{GameId: req.Msg.GameId, NodeId: n.id, State: fleet.StateRunning}}), nil
+	return connect.NewResponse(&clusterv1.GetGameResponse{Game: &ludusv1.GameInfo{GameId: req.Msg.GameId, NodeId: n.id, State: clusterstate.StateRunning}}), nil
 }
 
 func (n *fakeNode) JoinGame(ctx context.Context, req *connect.Request[clusterv1.JoinGameRequest]) (*connect.Response[clusterv1.JoinGameResponse], error) {
@@ -284,7 +285,7 @@ func (n *fakeNode) JoinGame(ctx context.Context, req *connect.Request[clusterv1.
 	if err := n.notHere(req.Msg.TenantId, req.Msg.GameId); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&clusterv1.JoinGameResponse{Slot: 1, Game: &ludusv1.GameInfo{GameId: req.Msg.GameId, NodeId: n.id, State: fleet.StateRunning}}), nil
+	return connect.NewResponse(&clusterv1.JoinGameResponse{Slot: 1, Game: &ludusv1.GameInfo{GameId: req.Msg.GameId, NodeId: n.id, State: clusterstate.StateRunning}}), nil
 }
 
 func (n *fakeNode) SendInput(ctx context.Context, req *connect.Request[clusterv1.SendInputRequest]) (*connect.Response[clusterv1.SendInputResponse], error) {
@@ -322,7 +323,7 @@ func (n *fakeNode) StreamFrames(ctx context.Context, req *connect.Request[cluste
 	n.frameStreams++
 	n.mu.Unlock()
 	if err := stream.Send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
-		NodeId: n.id, State: fleet.StateRunning, Tick: n.tick(), TickRate: 1000, ViewFormat: "fake"}}}); err != nil {
+		NodeId: n.id, State: clusterstate.StateRunning, Tick: n.tick(), TickRate: 1000, ViewFormat: "fake"}}}); err != nil {
 		return err
 	}
 	tk := time.NewTicker(10 * time.Millisecond)
@@ -491,7 +492,7 @@ func newFakeCluster(t *testing.T, limits Limits) *fakeCluster {
 	})
 	backendSrv := serveH2C(t, mux)
 	gw, err := New(Config{
-		Etcd: c.cli, Verifier: newFakeVerifier(), BackendURL: backendSrv.URL, ClusterToken: fakeClusterToken,
+		Etcd: clusterstate.New(c.cli), Verifier: newFakeVerifier(), BackendURL: backendSrv.URL, ClusterToken: fakeClusterToken,
 		Limits: limits, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -513,7 +514,7 @@ func newFakeCluster(t *testing.T, limits Limits) *fakeCluster {
 }
 
 // addNode starts a fake node and registers it in etcd.
-func (c *fakeCluster) addNode(info fleet.NodeInfo) *fakeNode {
+func (c *fakeCluster) addNode(info clusterstate.NodeInfo) *fakeNode {
 	c.t.Helper()
 	n := &fakeNode{id: info.ID, clock: c.clock, owned: map[string]bool{}, streamEnd: make(chan struct{})}
 	mux := http.NewServeMux()
@@ -524,7 +525,7 @@ func (c *fakeCluster) addNode(info fleet.NodeInfo) *fakeNode {
 		info.Capacity = 100
 	}
 	info.Addr = n.url
-	c.put(fleet.NodeKey(info.ID), info)
+	c.put(clusterstate.NodeKey(info.ID), info)
 	c.nodes[info.ID] = n
 	return n
 }
@@ -561,9 +562,9 @@ func (c *fakeCluster) del(key string) {
 // that node its owner.
 func (c *fakeCluster) addGame(tenant, game, owner string) {
 	c.t.Helper()
-	c.put(fleet.GameKey(tenant, game), fleet.GameSpec{TenantID: tenant, GameID: game, ModuleName: "arena", BuildID: fakeBuildID,
+	c.put(clusterstate.GameKey(tenant, game), clusterstate.GameSpec{TenantID: tenant, GameID: game, ModuleName: "arena", BuildID: fakeBuildID,
 		CreatedAt: time.Now(), TickRate: 100, MaxPlayers: 8, FrameDivisor: 1, ViewFormat: "fake"})
-	c.put(fleet.StatusKey(tenant, game), fleet.GameStatus{State: fleet.StateRunning, NodeID: owner})
+	c.put(clusterstate.StatusKey(tenant, game), clusterstate.GameStatus{State: clusterstate.StateRunning, NodeID: owner})
 	if owner != "" {
 		c.setOwner(tenant, game, owner)
 	}
@@ -574,7 +575,7 @@ func (c *fakeCluster) addGame(tenant, game, owner string) {
 func (c *fakeCluster) setOwner(tenant, game, node string) {
 	c.t.Helper()
 	c.nodes[node].own(tenant, game)
-	c.put(fleet.OwnerKey(tenant, game), fleet.OwnerValue(node, fmt.Sprintf("claim-%d", c.claims.Add(1))))
+	c.put(clusterstate.OwnerKey(tenant, game), clusterstate.OwnerValue(node, fmt.Sprintf("claim-%d", c.claims.Add(1))))
 }
 
 // moveOwner moves a game from one node to another: the old node stops
@@ -706,5 +707,31 @@ func within(t *testing.T, what string, d, lo, hi time.Duration) {
 	t.Helper()
 	if d < lo || d > hi {
 		t.Fatalf("%s took %v; want between %v and %v", what, d, lo, hi)
+	}
+}
+
+// testEtcd starts an embedded etcd for one test and returns a raw client to
+// it (tests write keys behind the gateway's back).
+func testEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	es, err := etcdserver.Start(context.Background(), etcdserver.Config{Dir: t.TempDir(), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := es.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close(); es.Close() })
+	return cli
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -28,12 +28,11 @@ import (
 	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/cors"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
-	"ludus.dev/ludus/ops/fleet"
 )
 
 // Verifier checks session tickets (auth.Verifier).
@@ -43,7 +42,10 @@ type Verifier interface {
 
 // Config configures a Gateway.
 type Config struct {
-	Etcd *clientv3.Client
+	// Etcd is the cluster state (clusterstate.Dial): the gateway watches it
+	// for nodes and owners and reads it only to list games or look up one it
+	// does not know.
+	Etcd *clusterstate.Client
 	// Verifier checks tickets; typically auth.NewVerifier over a JWKSClient.
 	Verifier Verifier
 	// BackendURL is the backend's base URL (h2c or HTTP/1.1).
@@ -69,7 +71,7 @@ type Config struct {
 type Gateway struct {
 	cfg   Config
 	log   *slog.Logger
-	fleet *fleet.View
+	fleet *clusterstate.View
 	// dir is where games run, from a watch of etcd (directory.go).
 	dir *directory
 	// moduleBytes caches modules served to players (modules.go).
@@ -141,7 +143,7 @@ func New(cfg Config) (*Gateway, error) {
 		valid:       valid,
 		cfg:         cfg,
 		log:         cfg.Logger.With("role", "gateway"),
-		fleet:       &fleet.View{Client: cfg.Etcd},
+		fleet:       cfg.Etcd.View(),
 		moduleBytes: newModuleCache(),
 		h2c:         &http.Client{Transport: nodeTransport()},
 		nodes:       map[string]clusterv1connect.NodeServiceClient{},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -53,39 +52,5 @@ func TestPlayerError(t *testing.T) {
 	var ce *connect.Error
 	if !errors.As(playerError("g1", gap), &ce) || len(ce.Details()) != 1 {
 		t.Fatal("the InputGap detail did not reach the player")
-	}
-}
-
-// The directory cancels calls to a node as soon as the game's owner becomes
-// another node (or none), and leaves calls to the new owner alone.
-func TestDirectoryCancelsCallsToFormerOwner(t *testing.T) {
-	w := &directory{calls: map[string]map[*ownerCall]struct{}{}}
-	toOld, doneOld := w.track(context.Background(), "t", "g", "node-1")
-	defer doneOld()
-	toNew, doneNew := w.track(context.Background(), "t", "g", "node-2")
-	defer doneNew()
-	other, doneOther := w.track(context.Background(), "t", "h", "node-1")
-	defer doneOther()
-	w.cancelCalls("t/g", "node-2")
-	select {
-	case <-toOld.Done():
-		if !errors.Is(context.Cause(toOld), errOwnerChanged) {
-			t.Fatalf("cause %v", context.Cause(toOld))
-		}
-	case <-time.After(time.Second):
-		t.Fatal("a call to the former owner was not cancelled")
-	}
-	if toNew.Err() != nil || other.Err() != nil {
-		t.Fatal("calls to the new owner, or of another game, were cancelled")
-	}
-	w.cancelCalls("t/g", "") // the owner key was deleted: no owner at all
-	if toNew.Err() == nil {
-		t.Fatal("a call to a node whose claim vanished was not cancelled")
-	}
-	doneOld()
-	doneNew()
-	doneOther()
-	if len(w.calls) != 0 {
-		t.Fatalf("finished calls are still tracked: %v", w.calls)
 	}
 }

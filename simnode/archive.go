@@ -2,17 +2,16 @@ package simnode
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode/inputlog"
 )
 
@@ -40,9 +39,9 @@ func finalMessage(s string) string {
 // message, which flushTo's status does not carry; keep the two in step.
 func (g *game) flushFinal(state, message string) {
 	c := g.pending
-	c.Ended = state == fleet.StateEnded
+	c.Ended = state == clusterstate.StateEnded
 	g.logSeq++
-	st := fleet.GameStatus{State: state, Tick: g.inst.Tick(), Players: g.players, NodeID: g.n.cfg.ID, Message: message}
+	st := clusterstate.GameStatus{State: state, Tick: g.inst.Tick(), Players: g.players, NodeID: g.n.cfg.ID, Message: message}
 	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: true})
 	g.acks = nil
 	g.pending = &inputlog.Chunk{From: c.To, To: c.To}
@@ -99,33 +98,24 @@ func (n *Node) archive(tenant, game string) {
 func (n *Node) archiveOnce(a Archiver, tenant, game string) error {
 	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
 	defer cancel()
-	resp, err := n.cfg.Etcd.Txn(ctx).Then(
-		clientv3.OpGet(fleet.GameKey(tenant, game)),
-		clientv3.OpGet(fleet.StatusKey(tenant, game)),
-		clientv3.OpGet(fleet.OwnerKey(tenant, game)),
-		clientv3.OpGet(fleet.LogPrefix(tenant, game), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
-	).Commit()
+	l, err := n.cfg.Etcd.ReadLog(ctx, tenant, game)
+	if errors.Is(err, clusterstate.ErrGameNotFound) {
+		return nil // already archived and removed
+	}
 	if err != nil {
 		return err
 	}
-	specKV := resp.Responses[0].GetResponseRange().Kvs
-	if len(specKV) == 0 {
-		return nil // already archived and removed
-	}
-	if len(resp.Responses[2].GetResponseRange().Kvs) > 0 {
+	if l.Owner != "" {
 		return fmt.Errorf("game %s still has an owner", game)
 	}
-	var st fleet.GameStatus
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		_ = json.Unmarshal(kvs[0].Value, &st)
-	}
-	if st.State != fleet.StateEnded && st.State != fleet.StateFailed {
+	st := l.Status
+	if !st.Finished() {
 		return fmt.Errorf("game %s is %q, not finished", game, st.State)
 	}
-	req := &clusterv1.ArchiveGameRequest{TenantId: tenant, GameId: game, SpecJson: specKV[0].Value, // the backend strips the match credential
+	req := &clusterv1.ArchiveGameRequest{TenantId: tenant, GameId: game, SpecJson: l.SpecJSON, // the backend strips the match credential
 		State: st.State, Message: st.Message, FinalTick: st.Tick}
-	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
-		req.Chunks = append(req.Chunks, kv.Value)
+	for _, c := range l.Chunks {
+		req.Chunks = append(req.Chunks, c.Data)
 	}
 	if req.FinalTick == 0 && len(req.Chunks) > 0 {
 		// A status written without the tick (a game failed on takeover): the
@@ -138,15 +128,7 @@ func (n *Node) archiveOnce(a Archiver, tenant, game string) error {
 		return err
 	}
 	// Delete only what was archived: the spec's create revision must be unchanged.
-	_, err = n.cfg.Etcd.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(fleet.GameKey(tenant, game)), "=", specKV[0].CreateRevision),
-		clientv3.Compare(clientv3.CreateRevision(fleet.OwnerKey(tenant, game)), "=", 0),
-	).Then(
-		clientv3.OpDelete(fleet.LogPrefix(tenant, game), clientv3.WithPrefix()),
-		clientv3.OpDelete(checkpointKey(tenant, game)),
-		clientv3.OpDelete(fleet.StatusKey(tenant, game)),
-		clientv3.OpDelete(fleet.GameKey(tenant, game)),
-	).Commit()
+	_, err = n.cfg.Etcd.RemoveGame(ctx, tenant, game, l.SpecRevision)
 	if err == nil {
 		n.log.Info("game log archived and removed from etcd", "tenant", tenant, "game", game, "chunks", len(req.Chunks), "state", st.State)
 	}

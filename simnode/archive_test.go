@@ -16,9 +16,9 @@ import (
 
 	"ludus.dev/ludus/backend"
 	"ludus.dev/ludus/backend/store/sqlite"
+	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -82,7 +82,7 @@ func TestArchiveKeepsReason(t *testing.T) {
 		t.Fatalf("build ids differ: %s", builds["runaway"])
 	}
 
-	n, err := New(Config{ID: "n-archive", Etcd: etcdCli, Engine: testEng, Modules: NewModuleStore(hs.Client(), hs.URL, token),
+	n, err := New(Config{ID: "n-archive", Etcd: state, Engine: testEng, Modules: NewModuleStore(hs.Client(), hs.URL, token),
 		LeaseTTL: 3 * time.Second, FlushInterval: 100 * time.Millisecond, CallDeadline: 50 * time.Millisecond, ClusterToken: testToken,
 		Logger: quiet})
 	if err != nil {
@@ -97,7 +97,7 @@ func TestArchiveKeepsReason(t *testing.T) {
 	games := map[string]string{} // name -> game id
 	for _, name := range []string{"runaway", "ending"} {
 		id := name + "-" + suffix
-		if _, err := n.StartGame(ctx, fleet.GameSpec{TenantID: tenantID, GameID: id, BuildID: builds[name], Seed: 1}); err != nil {
+		if _, err := n.StartGame(ctx, clusterstate.GameSpec{TenantID: tenantID, GameID: id, BuildID: builds[name], Seed: 1}); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		games[name] = id
@@ -107,8 +107,8 @@ func TestArchiveKeepsReason(t *testing.T) {
 		name, state string
 		want        []string // in the message
 	}{
-		{"runaway", fleet.StateFailed, []string{"match failed: the game module exceeded its CPU deadline at tick 0", "(build " + builds["runaway"][:12]}},
-		{"ending", fleet.StateEnded, []string{"match ended after 1 ticks", "(build " + builds["ending"][:12]}},
+		{"runaway", clusterstate.StateFailed, []string{"match failed: the game module exceeded its CPU deadline at tick 0", "(build " + builds["runaway"][:12]}},
+		{"ending", clusterstate.StateEnded, []string{"match ended after 1 ticks", "(build " + builds["ending"][:12]}},
 	}
 	for _, c := range cases {
 		id := games[c.name]
@@ -129,7 +129,7 @@ func TestArchiveKeepsReason(t *testing.T) {
 		if lg.State != c.state || lg.FinalTick < 0 || len(lg.Chunks) == 0 {
 			t.Errorf("%s: archived state %q, final tick %d, %d chunks", c.name, lg.State, lg.FinalTick, len(lg.Chunks))
 		}
-		if c.state == fleet.StateEnded && lg.FinalTick != 1 {
+		if c.state == clusterstate.StateEnded && lg.FinalTick != 1 {
 			t.Errorf("%s: final tick %d, want 1", c.name, lg.FinalTick)
 		}
 		for _, w := range c.want {
@@ -137,7 +137,7 @@ func TestArchiveKeepsReason(t *testing.T) {
 				t.Errorf("%s: GetGameLog message %q lacks %q", c.name, lg.Message, w)
 			}
 		}
-		var spec fleet.GameSpec
+		var spec clusterstate.GameSpec
 		if err := json.Unmarshal(lg.SpecJson, &spec); err != nil || spec.BuildID != builds[c.name] || spec.GameID != id {
 			t.Errorf("%s: archived spec %s: %v", c.name, lg.SpecJson, err)
 		}

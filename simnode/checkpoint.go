@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"time"
 
-	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/simnode/engine"
 	"ludus.dev/ludus/simnode/inputlog"
 )
@@ -33,10 +33,6 @@ const checkpointMagic = "LCK1"
 
 // maxCheckpointBytes keeps a checkpoint well inside etcd's request limit.
 const maxCheckpointBytes = 512 << 10
-
-func checkpointKey(tenant, game string) string {
-	return fleet.Prefix + "checkpoints/" + tenant + "/" + game
-}
 
 func (c *checkpoint) encode() []byte {
 	b := make([]byte, 0, 28+len(c.State))
@@ -114,7 +110,7 @@ func (g *game) maybeCheckpoint(ctx context.Context) *checkpoint {
 // replayFrom rebuilds a game from a verified checkpoint plus the chunks after
 // it, or from the seed when there is no usable checkpoint. It reports whether
 // the checkpoint was used.
-func replayFrom(ctx context.Context, m *engine.Module, spec fleet.GameSpec, chunks []*inputlog.Chunk, seqs []uint64, ck *checkpoint, log *slog.Logger) (*engine.Instance, []inputlog.Hash, bool, error) {
+func replayFrom(ctx context.Context, m *engine.Module, spec clusterstate.GameSpec, chunks []*inputlog.Chunk, seqs []uint64, ck *checkpoint, log *slog.Logger) (*engine.Instance, []inputlog.Hash, bool, error) {
 	if ck != nil {
 		if err := ck.fits(chunks, seqs); err != nil {
 			log.Warn("checkpoint does not fit the log; replaying the whole log", "tick", ck.Tick, "err", err)

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"testing"
 
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/games/builtin"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode/engine"
 	"ludus.dev/ludus/simnode/inputlog"
 )
@@ -107,7 +107,7 @@ func TestCheckpointMustFitTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := fleet.GameSpec{TenantID: "t", GameID: "g", BuildID: engine.BuildID(builtin.Pong), Seed: 5, TickRate: 60}
+	spec := clusterstate.GameSpec{TenantID: "t", GameID: "g", BuildID: engine.BuildID(builtin.Pong), Seed: 5, TickRate: 60}
 	ck := realCheckpoint(t, builtin.Pong, "", 100, 1) // a real state, at tick 100
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tc := range []struct {

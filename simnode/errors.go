@@ -6,11 +6,14 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/clusterstate"
 )
 
-// Domain errors of a sim node. Node methods return these (wrapped with a
-// message that says what to do, see nodeErrorf); connectError, the one place
-// where they become Connect codes, is applied at the service edge.
+// Domain errors of a sim node. Node methods return these, or clusterstate's
+// sentinel errors, wrapped with a message that says what to do (see
+// nodeErrorf); connectError, the one place where they become Connect codes, is
+// applied at the service edge.
 var (
 	errGameFull    = errors.New("the game is full")
 	errNotJoined   = errors.New("join the game before sending input or streaming its frames")
@@ -24,7 +27,6 @@ var (
 	errModuleUnusable = errors.New("module unusable")
 	errModuleMismatch = errors.New("module bytes do not match their build id")
 	errClusterState   = errors.New("cluster state unreachable")
-	errGameExists     = errors.New("game exists")
 	errNotHere        = errors.New("game not on this node")
 	errResuming       = errors.New("game resuming")
 	errNoSuchGame     = errors.New("no such game")
@@ -62,17 +64,20 @@ func connectError(err error) error {
 		errors.Is(err, errNoRenderer), errors.Is(err, errNoRoom):
 		code = connect.CodeFailedPrecondition
 	case errors.Is(err, errGameStopped), errors.Is(err, errDraining), errors.Is(err, errFenced),
-		errors.Is(err, errClusterState), errors.Is(err, errResuming):
+		errors.Is(err, errClusterState), errors.Is(err, errResuming),
+		errors.Is(err, clusterstate.ErrClaimLost), errors.Is(err, clusterstate.ErrClaimed),
+		errors.Is(err, clusterstate.ErrNoOwner), errors.Is(err, clusterstate.ErrSessionFenced):
 		code = connect.CodeUnavailable
 	case errors.Is(err, errInputGap):
 		return inputGapDetail(err)
 	case errors.Is(err, errBadConfig), errors.Is(err, errSameNode):
 		code = connect.CodeInvalidArgument
-	case errors.Is(err, errGameExists):
+	case errors.Is(err, clusterstate.ErrGameExists):
 		code = connect.CodeAlreadyExists
 	case errors.Is(err, errModuleMismatch):
 		code = connect.CodeDataLoss
-	case errors.Is(err, errNotHere), errors.Is(err, errNoSuchGame), errors.Is(err, errNoSuchNode):
+	case errors.Is(err, errNotHere), errors.Is(err, errNoSuchGame), errors.Is(err, errNoSuchNode),
+		errors.Is(err, clusterstate.ErrGameNotFound), errors.Is(err, clusterstate.ErrNodeNotFound):
 		code = connect.CodeNotFound
 	case errors.Is(err, context.Canceled):
 		code = connect.CodeCanceled

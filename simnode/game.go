@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/sdk/abi"
 	"ludus.dev/ludus/simnode/engine"
 	"ludus.dev/ludus/simnode/inputlog"
@@ -58,11 +58,10 @@ type slot struct {
 // below; everything else talks to it through inbox and reads its cells.
 type game struct {
 	n     *Node
-	sess  *session // the lease the game was claimed under
-	spec  fleet.GameSpec
+	sess  *clusterstate.Session // the lease the game was claimed under
+	spec  clusterstate.GameSpec
 	inst  *engine.Instance
-	fence int64  // create revision of the owner key
-	owner string // value of the owner key for this claim (node/claim)
+	claim clusterstate.Claim // owner key value and create revision (the fence)
 	log   *slog.Logger
 
 	inbox chan any
@@ -161,7 +160,7 @@ func (a ackWaiter) answer(err error) {
 }
 
 type handoffReq struct {
-	target fleet.NodeInfo
+	target clusterstate.NodeInfo
 	reply  chan error
 }
 
@@ -170,7 +169,7 @@ type slotReq struct {
 	reply   chan int
 }
 
-func newGame(n *Node, sess *session, spec fleet.GameSpec, mod *engine.Module, inst *engine.Instance, fence int64, owner string) *game {
+func newGame(n *Node, sess *clusterstate.Session, spec clusterstate.GameSpec, mod *engine.Module, inst *engine.Instance, claim clusterstate.Claim) *game {
 	// Specs written before a field existed take it from the build's metadata.
 	if spec.SnapshotFormat == "" && mod.HasRenderer {
 		spec.SnapshotFormat, spec.ViewWidth, spec.ViewHeight = mod.Meta.SnapshotFormat, mod.Meta.ViewWidth, mod.Meta.ViewHeight
@@ -179,14 +178,14 @@ func newGame(n *Node, sess *session, spec fleet.GameSpec, mod *engine.Module, in
 		spec.InputKind = mod.Meta.Inputs()
 	}
 	g := &game{
-		n: n, sess: sess, spec: spec, inst: inst, fence: fence, owner: owner,
+		n: n, sess: sess, spec: spec, inst: inst, claim: claim,
 		log:      n.log.With("tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID),
 		inbox:    make(chan any, 1024),
 		quit:     make(chan string, 1),
 		done:     make(chan struct{}),
 		accounts: map[string]int{},
 		specView: newFeed(),
-		status:   newCell(Status{State: fleet.StateRunning, Tick: inst.Tick()}),
+		status:   newCell(Status{State: clusterstate.StateRunning, Tick: inst.Tick()}),
 		pending:  &inputlog.Chunk{},
 	}
 	g.slots = make([]*slot, spec.MaxPlayers)
@@ -254,9 +253,9 @@ func (g *game) run() {
 			}
 			g.handle(msg)
 		case reason := <-g.quit:
-			g.finish(ctx, fleet.StateFailed, reason, false)
+			g.finish(ctx, clusterstate.StateFailed, reason, false)
 			return
-		case <-g.sess.fenced:
+		case <-g.sess.Done():
 			// Nothing more may be written: another node may own the game soon.
 			g.failWaiters(errGameStopped)
 			g.status.publish(Status{State: StateMoved, Tick: g.inst.Tick(), Message: "node lost its lease; another node resumes the game"})
@@ -292,11 +291,11 @@ func (g *game) run() {
 				cause := failCause(err)
 				g.n.metrics.failed.WithLabelValues(cause).Inc()
 				g.log.Error("game failed", "tick", g.inst.Tick(), "cause", cause, "err", err, "guest_output", g.inst.Output())
-				g.finish(ctx, fleet.StateFailed, failMessage(err, g.inst.Tick(), g.spec.BuildID), false)
+				g.finish(ctx, clusterstate.StateFailed, failMessage(err, g.inst.Tick(), g.spec.BuildID), false)
 				return
 			}
 			if ended {
-				g.finish(ctx, fleet.StateEnded, "match ended", true)
+				g.finish(ctx, clusterstate.StateEnded, "match ended", true)
 				return
 			}
 			due = start.Add(time.Duration(g.inst.Tick()-startTick+1) * period)
@@ -428,7 +427,7 @@ func (g *game) tick(ctx context.Context, late time.Duration) (bool, error) {
 	}
 	if time.Since(g.lastFlush) >= g.n.cfg.FlushInterval {
 		g.flush(false, "")
-		g.status.publish(Status{State: fleet.StateRunning, Tick: g.inst.Tick(), Players: g.players})
+		g.status.publish(Status{State: clusterstate.StateRunning, Tick: g.inst.Tick(), Players: g.players})
 	}
 	if !ended {
 		g.maybeReportProgress(ctx)
@@ -477,16 +476,16 @@ func (g *game) flush(final bool, state string) {
 }
 
 // flushTo is flush that can also move ownership (handoff) and report the outcome.
-func (g *game) flushTo(final bool, state string, handoff *handoffTarget, done chan error) {
+func (g *game) flushTo(final bool, state string, handoff *clusterstate.Handoff, done chan error) {
 	c := g.pending
-	c.Ended = final && state == fleet.StateEnded
+	c.Ended = final && state == clusterstate.StateEnded
 	g.logSeq++
-	st := fleet.GameStatus{State: fleet.StateRunning, Tick: g.inst.Tick(), Players: g.players, NodeID: g.n.cfg.ID}
+	st := clusterstate.GameStatus{State: clusterstate.StateRunning, Tick: g.inst.Tick(), Players: g.players, NodeID: g.n.cfg.ID}
 	if final {
 		st.State = state
 	}
 	if handoff != nil {
-		st.NodeID = handoff.node.ID
+		st.NodeID = handoff.To.ID
 	}
 	var ck *checkpoint
 	if !final && handoff == nil {

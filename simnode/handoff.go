@@ -2,25 +2,16 @@ package simnode
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/ops/fleet"
 )
-
-func newClaimID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
-}
 
 // Handoff moves a running game to another node: the actor stops between two
 // ticks, and one transaction writes the log's tail and gives the owner key to the
@@ -32,11 +23,11 @@ func (n *Node) Handoff(ctx context.Context, tenant, gameID, target string) (stri
 	if !ok {
 		return "", nodeErrorf(errNotHere, "game %q is not running on node %s", gameID, n.cfg.ID)
 	}
-	nodes, err := (&fleet.View{Client: n.cfg.Etcd}).Nodes(ctx)
+	nodes, err := n.cfg.Etcd.View().Nodes(ctx)
 	if err != nil {
 		return "", nodeErrorf(errClusterState, "the fleet cannot be read: %v", err)
 	}
-	var to *fleet.NodeInfo
+	var to *clusterstate.NodeInfo
 	if target == "" {
 		ranked := fleet.Rank(nodes, gameID, fleet.RankOptions{Exclude: n.cfg.ID})
 		if len(ranked) > 0 {
@@ -83,9 +74,8 @@ func (g *game) handoff(h handoffReq) bool {
 	// Events queued for the next tick are not in the log; their senders retry on
 	// the new owner (inputs are acknowledged only once durable).
 	g.dropQueued(errGameStopped)
-	owner := fleet.OwnerValue(h.target.ID, newClaimID())
 	done := make(chan error, 1)
-	g.flushTo(false, "", &handoffTarget{node: h.target, owner: owner}, done)
+	g.flushTo(false, "", clusterstate.NewHandoff(h.target), done)
 	err := <-done
 	if err != nil {
 		h.reply <- err
@@ -106,8 +96,7 @@ func (g *game) handoff(h handoffReq) bool {
 func (n *Node) release(g *game) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
 	defer cancel()
-	k := fleet.OwnerKey(g.spec.TenantID, g.spec.GameID)
-	_, _ = n.cfg.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "=", g.owner)).Then(clientv3.OpDelete(k)).Commit()
+	_ = n.cfg.Etcd.Release(ctx, g.claim)
 }
 
 // Drain stops new placements on the node and hands every game to other nodes.
@@ -152,26 +141,8 @@ func (n *Node) Draining() bool { return n.draining.Load() }
 // (`ludus ctl node drain NODE`), then reports it drained via Drained.
 func (n *Node) watchDrain() {
 	defer n.wg.Done()
-	key := fleet.DrainKey(n.cfg.ID)
-	for n.ctx.Err() == nil {
-		resp, err := n.cfg.Etcd.Get(n.ctx, key)
-		if err == nil && len(resp.Kvs) > 0 {
-			n.runDrain()
-			return
-		}
-		rev := int64(0)
-		if err == nil {
-			rev = resp.Header.Revision + 1
-		}
-		wch := n.cfg.Etcd.Watch(n.ctx, key, clientv3.WithRev(rev))
-		for resp := range wch {
-			for _, ev := range resp.Events {
-				if ev.Type == clientv3.EventTypePut {
-					n.runDrain()
-					return
-				}
-			}
-		}
+	if n.cfg.Etcd.AwaitDrain(n.ctx, n.cfg.ID) == nil {
+		n.runDrain()
 	}
 }
 

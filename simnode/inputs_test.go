@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
@@ -68,7 +69,7 @@ func sendOrdered(t *testing.T, c clusterv1connect.NodeServiceClient, tenant, gam
 // loggedSeqs returns the input seqs in the game's log, in log order.
 func loggedSeqs(t *testing.T, tenant, game string) []uint64 {
 	t.Helper()
-	_, chunks, err := ReadLog(context.Background(), etcdCli, tenant, game)
+	_, chunks, err := ReadLog(context.Background(), state, tenant, game)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ func TestSpeculationIsBounded(t *testing.T) {
 	}
 	defer cli.Close()
 	// The node fences itself 2 s after etcd goes; the test looks before that.
-	n, c := startNodeOn(t, "n-speculate", cli, 3*time.Second)
+	n, c := startNodeOn(t, "n-speculate", clusterstate.New(cli), 3*time.Second)
 	id := createGame(t, c, "tenant-spec", 2)
 	g, _ := n.game("tenant-spec", id)
 	time.Sleep(500 * time.Millisecond)

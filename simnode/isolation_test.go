@@ -14,8 +14,8 @@ import (
 	"connectrpc.com/connect"
 	dto "github.com/prometheus/client_model/go"
 
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/games/builtin"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -52,7 +52,7 @@ func TestIsolation(t *testing.T) {
 	for _, c := range cases {
 		mods[engine.BuildID(c.wasm)] = c.wasm
 	}
-	n, err := New(Config{ID: "n-isolation", Etcd: etcdCli, Engine: testEng, Modules: mods, LeaseTTL: 3 * time.Second,
+	n, err := New(Config{ID: "n-isolation", Etcd: state, Engine: testEng, Modules: mods, LeaseTTL: 3 * time.Second,
 		FlushInterval: 100 * time.Millisecond, CallDeadline: 50 * time.Millisecond, MemoryLimitPages: 256, Workers: 2,
 		ClusterToken: testToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -67,7 +67,7 @@ func TestIsolation(t *testing.T) {
 
 	var arenas []*game
 	for i := range 2 {
-		g, err := n.StartGame(ctx, fleet.GameSpec{TenantID: "good", GameID: fmt.Sprintf("arena%d-%s", i, suffix), BuildID: arenaID, Seed: uint64(i + 1), Config: []byte(`{"bots":4}`)})
+		g, err := n.StartGame(ctx, clusterstate.GameSpec{TenantID: "good", GameID: fmt.Sprintf("arena%d-%s", i, suffix), BuildID: arenaID, Seed: uint64(i + 1), Config: []byte(`{"bots":4}`)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestIsolation(t *testing.T) {
 	// the scheduler lets one tenant hold only one while another has games.
 	var wg sync.WaitGroup
 	for i, c := range cases {
-		g, err := n.StartGame(ctx, fleet.GameSpec{TenantID: "evil", GameID: fmt.Sprintf("h%d-%s", i, suffix), BuildID: engine.BuildID(c.wasm), Seed: 1})
+		g, err := n.StartGame(ctx, clusterstate.GameSpec{TenantID: "evil", GameID: fmt.Sprintf("h%d-%s", i, suffix), BuildID: engine.BuildID(c.wasm), Seed: 1})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -101,7 +101,7 @@ func TestIsolation(t *testing.T) {
 				return
 			}
 			st := g.status.load().v
-			if st.State != fleet.StateFailed || !strings.HasPrefix(st.Message, "match failed: ") || !strings.Contains(st.Message, c.want) ||
+			if st.State != clusterstate.StateFailed || !strings.HasPrefix(st.Message, "match failed: ") || !strings.Contains(st.Message, c.want) ||
 				!strings.Contains(st.Message, "(build "+g.spec.BuildID[:12]) {
 				t.Errorf("%s: status %s %q; want failed with %q", c.name, st.State, st.Message, c.want)
 			}
@@ -118,7 +118,7 @@ func TestIsolation(t *testing.T) {
 		st := g.status.load().v
 		got := st.Tick - ticks0[i]
 		t.Logf("arena %d: %d ticks in %v (%.0f expected; %d ticks held back waiting for the log)", i, got, elapsed.Round(time.Millisecond), want, g.stalls.Load())
-		if st.State != fleet.StateRunning {
+		if st.State != clusterstate.StateRunning {
 			t.Errorf("arena %d: %s %q", i, st.State, st.Message)
 		}
 		// Status ticks are published at each flush (100 ms = 3.5 ticks). The

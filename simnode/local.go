@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/clusterstate"
 )
 
 // In-process access to a node's games, for embedders and benchmarks (`ludus
@@ -98,7 +98,7 @@ func (n *Node) WatchMode(ctx context.Context, tenant, gameID, account string, sn
 		case <-ctx.Done():
 			return nil
 		case <-g.done:
-			if st := g.status.load().v; st.State != fleet.StateRunning {
+			if st := g.status.load().v; st.State != clusterstate.StateRunning {
 				return errors.New(st.Message)
 			}
 			return errGameStopped

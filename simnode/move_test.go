@@ -7,9 +7,9 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/sdk/abi"
 	"ludus.dev/ludus/simnode/engine"
 )
@@ -17,15 +17,15 @@ import (
 // crash stops a node the way kill -9 would, as far as the fleet can tell: no
 // more renewals (its lease expires after the TTL), no more appends, no clean-up.
 func crash(n *Node) {
-	n.sess.Load().fence()
+	n.sess.Load().Fence("crash")
 	n.cancel()
 }
 
-func waitOwner(t *testing.T, tenant, game, node string) fleet.Game {
+func waitOwner(t *testing.T, tenant, game, node string) clusterstate.Game {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		g, err := (&fleet.View{Client: etcdCli}).Game(context.Background(), tenant, game)
+		g, err := state.View().Game(context.Background(), tenant, game)
 		if err == nil && g.Owner == node {
 			return g
 		}
@@ -79,7 +79,7 @@ func sendInputs(c clusterv1connect.NodeServiceClient, tenant, game, account stri
 func checkLog(t *testing.T, tenant, game string, acked []uint64) {
 	t.Helper()
 	ctx := context.Background()
-	spec, chunks, err := ReadLog(ctx, etcdCli, tenant, game)
+	spec, chunks, err := ReadLog(ctx, state, tenant, game)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestHandoff(t *testing.T) {
 	// What would the old owner have shown at that tick? Replay the log to it.
 	tick := first.GetFrame().Tick
 	time.Sleep(400 * time.Millisecond) // let the new owner's log cover the tick
-	spec, chunks, err := ReadLog(ctx, etcdCli, tenant, id)
+	spec, chunks, err := ReadLog(ctx, state, tenant, id)
 	if err != nil {
 		t.Fatal(err)
 	}

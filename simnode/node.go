@@ -1,7 +1,8 @@
 // Package simnode runs matches: it hosts game modules (package engine), runs each
-// game as an actor owned by one goroutine, claims games through an etcd lease,
-// appends every game's input log to etcd in fenced group commits, and serves the
-// gateways through the internal NodeService.
+// game as an actor owned by one goroutine, claims games under a lease session,
+// appends every game's input log to etcd in fenced group commits (all of it
+// through package clusterstate), and serves the gateways through the internal
+// NodeService.
 //
 // Reads are lock-free: frames and status are published through atomic pointer
 // swaps (see cell); everything that changes a game is a message to its actor.
@@ -10,7 +11,6 @@ package simnode
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,10 +23,9 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -43,7 +42,8 @@ type Config struct {
 	Addr string
 	// Capacity is how many games the node accepts. Default 64.
 	Capacity int
-	Etcd     *clientv3.Client
+	// Etcd is the cluster state (clusterstate.Dial, or New over ops/etcdserver).
+	Etcd *clusterstate.Client
 	// LeaseTTL is the node lease's time to live. Default 2 s.
 	LeaseTTL time.Duration
 	// FlushInterval is the longest an input waits before its log chunk is written.
@@ -124,7 +124,7 @@ type Node struct {
 
 	// sess is the current lease. When a lease is lost every game claimed under
 	// it stops, and the node registers again under a fresh lease.
-	sess atomic.Pointer[session]
+	sess atomic.Pointer[clusterstate.Session]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -190,31 +190,6 @@ func New(cfg Config) (*Node, error) {
 // ID returns the node id.
 func (n *Node) ID() string { return n.cfg.ID }
 
-// session is one lease of the node and the games claimed under it.
-type session struct {
-	lease  clientv3.LeaseID
-	ka     <-chan *clientv3.LeaseKeepAliveResponse
-	start  time.Time
-	ttl    time.Duration
-	fenced chan struct{} // closed when the node stops trusting this lease
-	once   sync.Once
-}
-
-func (s *session) fence() bool {
-	fenced := false
-	s.once.Do(func() { close(s.fenced); fenced = true })
-	return fenced
-}
-
-func (s *session) isFenced() bool {
-	select {
-	case <-s.fenced:
-		return true
-	default:
-		return false
-	}
-}
-
 // Start grants the node's lease, registers the node and starts the lease
 // watchdog, the heartbeat and the log writer.
 func (n *Node) Start(ctx context.Context) error {
@@ -229,23 +204,15 @@ func (n *Node) Start(ctx context.Context) error {
 	go n.heartbeat()
 	go n.watchOwners()
 	go n.watchDrain()
-	n.log.Info("sim node registered", "addr", n.cfg.Addr, "lease_ttl_s", sess.ttl.Seconds())
+	n.log.Info("sim node registered", "addr", n.cfg.Addr, "lease_ttl_s", sess.TTL().Seconds())
 	return nil
 }
 
-func (n *Node) newSession(ctx context.Context) (*session, error) {
-	ttl := int64(n.cfg.LeaseTTL / time.Second)
-	if ttl < 1 {
-		ttl = 1
-	}
-	grant, err := n.cfg.Etcd.Grant(ctx, ttl)
+func (n *Node) newSession(ctx context.Context) (*clusterstate.Session, error) {
+	// The keep-alive and the watchdog live as long as the node (n.ctx).
+	s, err := n.cfg.Etcd.NewSession(ctx, n.ctx, n.cfg.LeaseTTL)
 	if err != nil {
-		return nil, fmt.Errorf("simnode: grant lease: %w", err)
-	}
-	s := &session{lease: grant.ID, start: time.Now(), ttl: time.Duration(ttl) * time.Second, fenced: make(chan struct{})}
-	s.ka, err = n.cfg.Etcd.KeepAlive(n.ctx, s.lease)
-	if err != nil {
-		return nil, fmt.Errorf("simnode: keep lease alive: %w", err)
+		return nil, err
 	}
 	if err := n.publishNode(ctx, s); err != nil {
 		return nil, err
@@ -253,20 +220,20 @@ func (n *Node) newSession(ctx context.Context) (*session, error) {
 	return s, nil
 }
 
-// maintain watches the current lease and, once it is lost, registers the node
-// again under a new one. Games of the lost lease stay stopped: they belong to
-// whoever claims them next.
+// maintain waits for the current session to be fenced (its watchdog saw no
+// lease renewal for 2/3 of the TTL, or the keep-alive ended) and registers
+// the node again under a new one. Games of the lost lease stay stopped: they
+// belong to whoever claims them next.
 func (n *Node) maintain() {
 	defer n.wg.Done()
 	for {
 		s := n.sess.Load()
-		reason := n.watchdog(s)
-		if reason == "" {
+		select {
+		case <-n.ctx.Done():
 			return // shutting down
+		case <-s.Done():
 		}
-		if s.fence() {
-			n.log.Error("sim node fenced itself: stopping every game of its lease", "reason", reason)
-		}
+		n.log.Error("sim node fenced itself: stopping every game of its lease", "reason", s.Err())
 		for {
 			if n.ctx.Err() != nil {
 				return
@@ -289,36 +256,6 @@ func (n *Node) maintain() {
 	}
 }
 
-// watchdog returns why the node must stop trusting s, or "" at shutdown. It
-// fires before the lease can have expired if renewals stop arriving: a lease
-// alone is not mutual exclusion (Jepsen, etcd 3.4.3), so a node that cannot
-// prove its lease is alive must stop simulating on its own.
-func (n *Node) watchdog(s *session) string {
-	// Renewals are sent every TTL/3; allow one to go missing, fence at 2/3 TTL.
-	limit := s.ttl * 2 / 3
-	last := s.start
-	t := time.NewTicker(s.ttl / 10)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return ""
-		case resp, ok := <-s.ka:
-			if !ok || resp == nil {
-				if n.ctx.Err() != nil {
-					return ""
-				}
-				return "lease keep-alive stopped"
-			}
-			last = time.Now()
-		case now := <-t.C:
-			if now.Sub(last) > limit {
-				return fmt.Sprintf("no lease renewal for %v", now.Sub(last).Round(time.Millisecond))
-			}
-		}
-	}
-}
-
 // heartbeat republishes the node's record when its game count changes.
 func (n *Node) heartbeat() {
 	defer n.wg.Done()
@@ -331,7 +268,7 @@ func (n *Node) heartbeat() {
 			return
 		case <-t.C:
 			s := n.sess.Load()
-			if c := n.count.Load(); c != last && !s.isFenced() {
+			if c := n.count.Load(); c != last && !s.Fenced() {
 				if err := n.publishNode(n.ctx, s); err == nil {
 					last = c
 				}
@@ -340,11 +277,10 @@ func (n *Node) heartbeat() {
 	}
 }
 
-func (n *Node) publishNode(ctx context.Context, s *session) error {
-	info := fleet.NodeInfo{ID: n.cfg.ID, Addr: n.cfg.Addr, Region: n.cfg.Region,
-		Capacity: n.cfg.Capacity, Games: int(n.count.Load()), Draining: n.draining.Load(), Lease: int64(s.lease)}
-	b, _ := json.Marshal(info)
-	if _, err := n.cfg.Etcd.Put(ctx, fleet.NodeKey(n.cfg.ID), string(b), clientv3.WithLease(s.lease)); err != nil {
+func (n *Node) publishNode(ctx context.Context, s *clusterstate.Session) error {
+	info := clusterstate.NodeInfo{ID: n.cfg.ID, Addr: n.cfg.Addr, Region: n.cfg.Region,
+		Capacity: n.cfg.Capacity, Games: int(n.count.Load()), Draining: n.draining.Load()}
+	if err := n.cfg.Etcd.PublishNode(ctx, s, info); err != nil {
 		return fmt.Errorf("simnode: register node: %w", err)
 	}
 	return nil
@@ -366,7 +302,7 @@ func (n *Node) Close(ctx context.Context) error {
 	if s := n.sess.Load(); s != nil {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, _ = n.cfg.Etcd.Revoke(rctx, s.lease)
+		_ = s.Close(rctx)
 	}
 	return nil
 }

@@ -17,17 +17,18 @@ import (
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/games/builtin"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	"ludus.dev/ludus/internal/testenv"
 	"ludus.dev/ludus/ops/etcdserver"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode/engine"
 )
 
 var (
-	etcdCli   *clientv3.Client
+	etcdCli   *clientv3.Client // raw, for tests that poke etcd behind the node's back
+	state     *clusterstate.Client
 	testEng   *engine.Engine
 	arenaID   = engine.BuildID(builtin.Arena)
 	pongID    = engine.BuildID(builtin.Pong)
@@ -48,6 +49,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	state = clusterstate.New(etcdCli)
 	testEng, err = engine.New(ctx, engine.Config{CacheDir: testenv.WazeroCacheDir()})
 	if err != nil {
 		panic(err)
@@ -78,11 +80,11 @@ func startNode(t *testing.T, id string) (*Node, clusterv1connect.NodeServiceClie
 	t.Helper()
 	// A 3 s lease: long enough that a loaded CI machine running -race does not
 	// lose it by accident, short enough for failover tests.
-	return startNodeOn(t, id, etcdCli, 3*time.Second)
+	return startNodeOn(t, id, state, 3*time.Second)
 }
 
 // startNodeOn starts a node on the given etcd client with the given lease TTL.
-func startNodeOn(t *testing.T, id string, cli *clientv3.Client, ttl time.Duration) (*Node, clusterv1connect.NodeServiceClient) {
+func startNodeOn(t *testing.T, id string, cli *clusterstate.Client, ttl time.Duration) (*Node, clusterv1connect.NodeServiceClient) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -189,7 +191,7 @@ func TestPlayAndReplay(t *testing.T) {
 	// The durable log replays to the hashes the owner recorded, and holds every
 	// acknowledged input exactly once.
 	time.Sleep(600 * time.Millisecond)
-	spec, chunks, err := ReadLog(ctx, etcdCli, "tenant-a", id)
+	spec, chunks, err := ReadLog(ctx, state, "tenant-a", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +265,7 @@ func TestClaimRace(t *testing.T) {
 		if wins != 1 {
 			t.Fatalf("round %d: %d nodes won the claim", i, wins)
 		}
-		g, err := (&fleet.View{Client: etcdCli}).Game(context.Background(), "tenant-race", id)
+		g, err := state.View().Game(context.Background(), "tenant-race", id)
 		if err != nil || g.Owner == "" {
 			t.Fatalf("owner after race: %+v %v", g, err)
 		}
@@ -278,10 +280,10 @@ func TestLostOwnershipStopsAppends(t *testing.T) {
 	ctx := context.Background()
 	id := createGame(t, c, "tenant-f", 1)
 	// Someone else takes the owner key (as a failover would after a lease lapse).
-	if _, err := etcdCli.Delete(ctx, fleet.OwnerKey("tenant-f", id)); err != nil {
+	if _, err := etcdCli.Delete(ctx, clusterstate.OwnerKey("tenant-f", id)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := etcdCli.Put(ctx, fleet.OwnerKey("tenant-f", id), "someone-else"); err != nil {
+	if _, err := etcdCli.Put(ctx, clusterstate.OwnerKey("tenant-f", id), "someone-else"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -295,9 +297,9 @@ func TestLostOwnershipStopsAppends(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	_, before, _ := ReadLog(ctx, etcdCli, "tenant-f", id)
+	_, before, _ := ReadLog(ctx, state, "tenant-f", id)
 	time.Sleep(600 * time.Millisecond)
-	_, after, _ := ReadLog(ctx, etcdCli, "tenant-f", id)
+	_, after, _ := ReadLog(ctx, state, "tenant-f", id)
 	if len(after) != len(before) {
 		t.Fatalf("log grew from %d to %d chunks after the node stopped the game", len(before), len(after))
 	}
@@ -311,7 +313,7 @@ func TestLeaseLossStopsGames(t *testing.T) {
 	ctx := context.Background()
 	id := createGame(t, c, "tenant-l", 1)
 	old := n.sess.Load()
-	if _, err := etcdCli.Revoke(ctx, old.lease); err != nil {
+	if _, err := etcdCli.Revoke(ctx, clientv3.LeaseID(old.Lease())); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -325,13 +327,13 @@ func TestLeaseLossStopsGames(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for n.sess.Load() == old || n.sess.Load().isFenced() {
+	for n.sess.Load() == old || n.sess.Load().Fenced() {
 		if time.Now().After(deadline) {
 			t.Fatal("node did not register again under a new lease")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := (&fleet.View{Client: etcdCli}).Node(ctx, "n-lease"); err != nil {
+	if _, err := state.View().Node(ctx, "n-lease"); err != nil {
 		t.Fatalf("node record after re-registering: %v", err)
 	}
 	createGame(t, c, "tenant-l", 0)

@@ -2,13 +2,10 @@ package simnode
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/sdk/abi"
 	"ludus.dev/ludus/simnode/engine"
 	"ludus.dev/ludus/simnode/inputlog"
@@ -29,46 +26,41 @@ func (e *DesyncError) Error() string {
 }
 
 // ReadLog reads a game's spec and every chunk of its input log from etcd.
-func ReadLog(ctx context.Context, cli *clientv3.Client, tenant, game string) (fleet.GameSpec, []*inputlog.Chunk, error) {
+func ReadLog(ctx context.Context, cli *clusterstate.Client, tenant, game string) (clusterstate.GameSpec, []*inputlog.Chunk, error) {
 	spec, chunks, _, err := readLog(ctx, cli, tenant, game)
 	return spec, chunks, err
 }
 
-func readLog(ctx context.Context, cli *clientv3.Client, tenant, game string) (fleet.GameSpec, []*inputlog.Chunk, []string, error) {
-	var spec fleet.GameSpec
+// readLog is ReadLog that also returns each chunk's sequence number.
+func readLog(ctx context.Context, cli *clusterstate.Client, tenant, game string) (clusterstate.GameSpec, []*inputlog.Chunk, []uint64, error) {
 	// One transaction: the spec and the log as of the same revision.
-	resp, err := cli.Txn(ctx).Then(
-		clientv3.OpGet(fleet.GameKey(tenant, game)),
-		clientv3.OpGet(fleet.LogPrefix(tenant, game), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
-	).Commit()
+	l, err := cli.ReadLog(ctx, tenant, game)
 	if err != nil {
-		return spec, nil, nil, err
+		return clusterstate.GameSpec{}, nil, nil, err
 	}
-	specKV := resp.Responses[0].GetResponseRange().Kvs
-	if len(specKV) == 0 {
-		return spec, nil, nil, fmt.Errorf("%w: game %s", fleet.ErrNotFound, game)
-	}
-	if err := json.Unmarshal(specKV[0].Value, &spec); err != nil {
-		return spec, nil, nil, err
-	}
-	logs := resp.Responses[1].GetResponseRange().Kvs
-	chunks := make([]*inputlog.Chunk, 0, len(logs))
-	keys := make([]string, 0, len(logs))
-	for _, kv := range logs {
-		c, err := inputlog.Decode(kv.Value)
+	chunks, seqs, err := decodeChunks(l.Chunks)
+	return l.Spec, chunks, seqs, err
+}
+
+// decodeChunks decodes log chunks as read from etcd.
+func decodeChunks(raw []clusterstate.LogChunk) ([]*inputlog.Chunk, []uint64, error) {
+	chunks := make([]*inputlog.Chunk, 0, len(raw))
+	seqs := make([]uint64, 0, len(raw))
+	for _, r := range raw {
+		c, err := inputlog.Decode(r.Data)
 		if err != nil {
-			return spec, nil, nil, fmt.Errorf("log chunk %s: %w", kv.Key, err)
+			return nil, nil, fmt.Errorf("log chunk %016x: %w", r.Seq, err)
 		}
 		chunks = append(chunks, c)
-		keys = append(keys, string(kv.Key))
+		seqs = append(seqs, r.Seq)
 	}
-	return spec, chunks, keys, nil
+	return chunks, seqs, nil
 }
 
 // Replay rebuilds a game from its spec and log on a fresh instance, checking
 // every recorded state hash. It returns the instance positioned after the last
 // logged tick (the caller owns and closes it) and the hashes it computed.
-func Replay(ctx context.Context, eng *engine.Engine, wasm []byte, spec fleet.GameSpec, chunks []*inputlog.Chunk) (*engine.Instance, []inputlog.Hash, error) {
+func Replay(ctx context.Context, eng *engine.Engine, wasm []byte, spec clusterstate.GameSpec, chunks []*inputlog.Chunk) (*engine.Instance, []inputlog.Hash, error) {
 	m, err := eng.Compile(ctx, wasm)
 	if err != nil {
 		return nil, nil, err
@@ -77,7 +69,7 @@ func Replay(ctx context.Context, eng *engine.Engine, wasm []byte, spec fleet.Gam
 }
 
 // ReplayModule is Replay with a compiled module.
-func ReplayModule(ctx context.Context, m *engine.Module, spec fleet.GameSpec, chunks []*inputlog.Chunk) (*engine.Instance, []inputlog.Hash, error) {
+func ReplayModule(ctx context.Context, m *engine.Module, spec clusterstate.GameSpec, chunks []*inputlog.Chunk) (*engine.Instance, []inputlog.Hash, error) {
 	if m.BuildID != spec.BuildID {
 		return nil, nil, fmt.Errorf("replay: game %s is pinned to build %s, not %s", spec.GameID, spec.BuildID, m.BuildID)
 	}
@@ -99,7 +91,7 @@ func ReplayModule(ctx context.Context, m *engine.Module, spec fleet.GameSpec, ch
 
 // replayChunks steps inst through chunks (which must start at its tick),
 // checking every recorded state hash. It does not close inst.
-func replayChunks(ctx context.Context, inst *engine.Instance, spec fleet.GameSpec, chunks []*inputlog.Chunk) ([]inputlog.Hash, error) {
+func replayChunks(ctx context.Context, inst *engine.Instance, spec clusterstate.GameSpec, chunks []*inputlog.Chunk) ([]inputlog.Hash, error) {
 	var hashes []inputlog.Hash
 	var events []abi.Event
 	for ci, c := range chunks {

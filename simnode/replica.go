@@ -2,15 +2,12 @@ package simnode
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/sdk/abi"
 	"ludus.dev/ludus/simnode/engine"
 	"ludus.dev/ludus/simnode/inputlog"
@@ -25,7 +22,7 @@ import (
 type replica struct {
 	n      *Node
 	key    string
-	spec   fleet.GameSpec
+	spec   clusterstate.GameSpec
 	view   *feed // the spectator camera, as snapshots and as pixels
 	status *cell[Status]
 	done   chan struct{}
@@ -50,7 +47,7 @@ func (n *Node) spectate(ctx context.Context, tenant, game string) (*replica, err
 			return r, nil
 		}
 	}
-	r := &replica{n: n, key: key, view: newFeed(), status: newCell(Status{State: fleet.StateRunning}), done: make(chan struct{})}
+	r := &replica{n: n, key: key, view: newFeed(), status: newCell(Status{State: clusterstate.StateRunning}), done: make(chan struct{})}
 	ready := make(chan error, 1)
 	go r.run(tenant, game, ready)
 	select {
@@ -73,23 +70,12 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 	defer cancel()
 
 	// The spec and the log so far, at one revision; then watch from the next.
-	resp, err := n.cfg.Etcd.Txn(ctx).Then(
-		clientv3.OpGet(fleet.GameKey(tenant, game)),
-		clientv3.OpGet(fleet.LogPrefix(tenant, game), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
-	).Commit()
+	l, err := n.cfg.Etcd.ReadLog(ctx, tenant, game)
 	if err != nil {
 		ready <- err
 		return
 	}
-	specKV := resp.Responses[0].GetResponseRange().Kvs
-	if len(specKV) == 0 {
-		ready <- fmt.Errorf("%w: game %s", fleet.ErrNotFound, game)
-		return
-	}
-	if err := jsonUnmarshal(specKV[0].Value, &r.spec); err != nil {
-		ready <- err
-		return
-	}
+	r.spec = l.Spec
 	mod, err := n.loadModule(ctx, tenant, r.spec.BuildID)
 	if err != nil {
 		ready <- err
@@ -110,14 +96,10 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 		ready <- err
 		return
 	}
-	var pending []*inputlog.Chunk
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		c, err := inputlog.Decode(kv.Value)
-		if err != nil {
-			ready <- err
-			return
-		}
-		pending = append(pending, c)
+	pending, _, err := decodeChunks(l.Chunks)
+	if err != nil {
+		ready <- err
+		return
 	}
 	ready <- nil
 	r.idle.Store(time.Now().UnixNano())
@@ -125,22 +107,16 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 	chunks := make(chan *inputlog.Chunk, 64)
 	go func() {
 		defer close(chunks)
-		wch := n.cfg.Etcd.Watch(ctx, fleet.LogPrefix(tenant, game), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-		for wr := range wch {
-			for _, ev := range wr.Events {
-				if ev.Type != clientv3.EventTypePut {
-					continue
-				}
-				c, err := inputlog.Decode(ev.Kv.Value)
-				if err != nil {
-					log.Error("replica: corrupt log chunk", "key", string(ev.Kv.Key), "err", err)
-					continue
-				}
-				select {
-				case chunks <- c:
-				case <-ctx.Done():
-					return
-				}
+		for lc := range n.cfg.Etcd.WatchLog(ctx, tenant, game, l.Revision+1) {
+			c, err := inputlog.Decode(lc.Data)
+			if err != nil {
+				log.Error("replica: corrupt log chunk", "seq", lc.Seq, "err", err)
+				continue
+			}
+			select {
+			case chunks <- c:
+			case <-ctx.Done():
+				return
 			}
 		}
 	}()
@@ -222,7 +198,7 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 			if _, err := inst.Step(ctx, events); err != nil {
 				var te *engine.TrapError
 				if errors.As(err, &te) {
-					r.status.publish(Status{State: fleet.StateFailed, Tick: inst.Tick(), Message: err.Error()})
+					r.status.publish(Status{State: clusterstate.StateFailed, Tick: inst.Tick(), Message: err.Error()})
 					return
 				}
 				r.fail(err.Error())
@@ -246,17 +222,17 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 			}
 		}
 		if inst.Tick()%int64(r.spec.TickRate/4+1) == 0 {
-			r.status.publish(Status{State: fleet.StateRunning, Tick: inst.Tick()})
+			r.status.publish(Status{State: clusterstate.StateRunning, Tick: inst.Tick()})
 		}
 		if ended || (cur != nil && cur.Ended && inst.Tick() >= cur.To && len(pending) == 0) {
-			r.status.publish(Status{State: fleet.StateEnded, Tick: inst.Tick(), Message: "match ended"})
+			r.status.publish(Status{State: clusterstate.StateEnded, Tick: inst.Tick(), Message: "match ended"})
 			return
 		}
 	}
 }
 
 func (r *replica) fail(msg string) {
-	r.status.publish(Status{State: fleet.StateFailed, Message: "spectator replica: " + msg})
+	r.status.publish(Status{State: clusterstate.StateFailed, Message: "spectator replica: " + msg})
 }
 
 // viewerJoined and viewerLeft keep the replica alive while it has spectators.
@@ -266,5 +242,3 @@ func (r *replica) viewerLeft() {
 		r.idle.Store(time.Now().UnixNano())
 	}
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -2,18 +2,16 @@ package simnode
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -29,13 +27,13 @@ type service struct{ n *Node }
 
 func (s *service) StartGame(ctx context.Context, req *connect.Request[clusterv1.StartGameRequest]) (*connect.Response[clusterv1.StartGameResponse], error) {
 	m := req.Msg
-	if !fleet.ValidID(m.TenantId) || !fleet.ValidID(m.GameId) {
+	if !clusterstate.ValidID(m.TenantId) || !clusterstate.ValidID(m.GameId) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("tenant_id and game_id must be 1..64 characters of [A-Za-z0-9_-]"))
 	}
 	if len(m.Config) > maxConfigBytes {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("config is %d bytes; the limit is %d", len(m.Config), maxConfigBytes))
 	}
-	g, err := s.n.StartGame(ctx, fleet.GameSpec{
+	g, err := s.n.StartGame(ctx, clusterstate.GameSpec{
 		TenantID: m.TenantId, GameID: m.GameId, ModuleName: m.ModuleName, BuildID: m.BuildId,
 		Seed: m.Seed, Config: m.Config, MatchCredential: m.MatchCredential,
 	})
@@ -47,12 +45,12 @@ func (s *service) StartGame(ctx context.Context, req *connect.Request[clusterv1.
 
 // StartGame loads the module, initializes a new match, claims it in etcd and
 // starts its actor. Errors are Connect errors.
-func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error) {
+func (n *Node) StartGame(ctx context.Context, spec clusterstate.GameSpec) (*game, error) {
 	if n.draining.Load() {
 		return nil, nodeErrorf(errDraining, "node %s is draining and takes no new games", n.cfg.ID)
 	}
 	sess := n.sess.Load()
-	if sess.isFenced() {
+	if sess.Fenced() {
 		return nil, nodeErrorf(errFenced, "this node lost its lease and accepts no games until it registers again")
 	}
 	if int(n.count.Load()) >= n.cfg.Capacity {
@@ -87,53 +85,42 @@ func (n *Node) StartGame(ctx context.Context, spec fleet.GameSpec) (*game, error
 		inst.Close(ctx)
 		return nil, nodeErrorf(errBadConfig, "the game refused its configuration: %v", err)
 	}
-	owner := fleet.OwnerValue(n.cfg.ID, newClaimID())
 	// The claim's own watch event must not make this node "adopt" the game.
 	key := gameKey(spec.TenantID, spec.GameID)
 	n.resuming.Store(key+"#adopt", true)
 	defer n.resuming.Delete(key + "#adopt")
-	fence, err := n.claim(ctx, spec, sess, owner)
+	claim, err := n.claim(ctx, spec, sess)
 	if err != nil {
 		inst.Close(ctx)
 		return nil, err
 	}
-	g := newGame(n, sess, spec, mod, inst, fence, owner)
+	g := newGame(n, sess, spec, mod, inst, claim)
 	g.hasCheckpoint = mod.HasCheckpoint
 	n.count.Add(1)
 	n.games.Store(gameKey(spec.TenantID, spec.GameID), g)
 	go g.run()
-	g.log.Info("game started", "tick", 0, "fence", fence, "warm", warm)
+	g.log.Info("game started", "tick", 0, "fence", claim.Fence, "warm", warm)
 	return g, nil
 }
 
 // instanceOptions are the limits of one match's instance. They are node-wide
 // for now; per-tenant quotas (pages, deadline) would be looked up here by
 // spec.TenantID, each distinct value getting its own warm pool.
-func (n *Node) instanceOptions(fleet.GameSpec) engine.InstanceOptions {
+func (n *Node) instanceOptions(clusterstate.GameSpec) engine.InstanceOptions {
 	return engine.InstanceOptions{MemoryLimitPages: n.cfg.MemoryLimitPages, CallDeadline: n.cfg.CallDeadline}
 }
 
 // claim creates the game's spec and owner key in one transaction that succeeds
 // only if neither exists; the owner key's create revision is the fencing token.
-func (n *Node) claim(ctx context.Context, spec fleet.GameSpec, sess *session, owner string) (int64, error) {
-	b, _ := json.Marshal(spec)
-	st, _ := json.Marshal(fleet.GameStatus{State: fleet.StateRunning, NodeID: n.cfg.ID})
-	t, id := spec.TenantID, spec.GameID
-	resp, err := n.cfg.Etcd.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(fleet.GameKey(t, id)), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(fleet.OwnerKey(t, id)), "=", 0),
-	).Then(
-		clientv3.OpPut(fleet.GameKey(t, id), string(b)),
-		clientv3.OpPut(fleet.OwnerKey(t, id), owner, clientv3.WithLease(sess.lease)),
-		clientv3.OpPut(fleet.StatusKey(t, id), string(st)),
-	).Commit()
-	if err != nil {
-		return 0, nodeErrorf(errClusterState, "the game could not be claimed in etcd: %v", err)
+func (n *Node) claim(ctx context.Context, spec clusterstate.GameSpec, sess *clusterstate.Session) (clusterstate.Claim, error) {
+	c, err := n.cfg.Etcd.Claim(ctx, sess, spec, n.cfg.ID)
+	switch {
+	case errors.Is(err, clusterstate.ErrGameExists):
+		return c, nodeErrorf(clusterstate.ErrGameExists, "game %s already exists", spec.GameID)
+	case err != nil:
+		return c, nodeErrorf(errClusterState, "the game could not be claimed in etcd: %v", err)
 	}
-	if !resp.Succeeded {
-		return 0, nodeErrorf(errGameExists, "game %s already exists", id)
-	}
-	return resp.Header.Revision, nil
+	return c, nil
 }
 
 func (n *Node) loadModule(ctx context.Context, tenant, buildID string) (*engine.Module, error) {
@@ -241,11 +228,11 @@ func (s *service) SendInput(ctx context.Context, req *connect.Request[clusterv1.
 func (s *service) StreamFrames(ctx context.Context, req *connect.Request[clusterv1.StreamFramesRequest], stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
 	m := req.Msg
 	g, owned := s.n.game(m.TenantId, m.GameId)
-	if !owned && m.Spectator && fleet.ValidID(m.TenantId) && fleet.ValidID(m.GameId) {
+	if !owned && m.Spectator && clusterstate.ValidID(m.TenantId) && clusterstate.ValidID(m.GameId) {
 		// Not ours: serve spectators from a replica that tails the log.
 		r, err := s.n.spectate(ctx, m.TenantId, m.GameId)
 		if err != nil {
-			if errors.Is(err, fleet.ErrNotFound) {
+			if errors.Is(err, clusterstate.ErrGameNotFound) {
 				return connectError(nodeErrorf(errNoSuchGame, "no game %q", m.GameId))
 			}
 			return connectError(nodeErrorf(errClusterState, "spectator replica: %v", err))
@@ -295,7 +282,7 @@ func (s *service) StreamFrames(ctx context.Context, req *connect.Request[cluster
 // pump sends the newest frame whenever one is published and every status change,
 // until the game stops or the client goes away. It never waits on the game: a
 // slow client just sees fewer frames.
-func (s *service) pump(ctx context.Context, spec fleet.GameSpec, slot int, snapshots bool, frames *cell[Frame], status *cell[Status], done <-chan struct{}, stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
+func (s *service) pump(ctx context.Context, spec clusterstate.GameSpec, slot int, snapshots bool, frames *cell[Frame], status *cell[Status], done <-chan struct{}, stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
 	delivery, snapshotFormat, buildID := deliveryPixels, "", ""
 	if snapshots {
 		delivery, snapshotFormat, buildID = deliverySnapshots, spec.SnapshotFormat, spec.BuildID
@@ -331,7 +318,7 @@ func (s *service) pump(ctx context.Context, spec fleet.GameSpec, slot int, snaps
 			if err := sendStatus(stv.v); err != nil {
 				return err
 			}
-			if stv.v.State != fleet.StateRunning {
+			if stv.v.State != clusterstate.StateRunning {
 				return nil
 			}
 		case <-done:

@@ -2,16 +2,10 @@ package simnode
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode/inputlog"
 )
@@ -33,7 +27,7 @@ func (n *Node) watchOwners() {
 	defer sweep.Stop()
 	n.sweep()
 	for n.ctx.Err() == nil {
-		wch := n.cfg.Etcd.Watch(clientv3.WithRequireLeader(n.ctx), fleet.OwnersPrefix(), clientv3.WithPrefix())
+		wch := n.cfg.Etcd.WatchOwners(n.ctx, clusterstate.OwnerWatch{RequireLeader: true})
 	loop:
 		for {
 			select {
@@ -41,25 +35,20 @@ func (n *Node) watchOwners() {
 				return
 			case <-sweep.C:
 				n.sweep()
-			case resp, ok := <-wch:
-				if !ok || resp.Err() != nil {
+			case evs, ok := <-wch:
+				if !ok {
 					break loop
 				}
-				for _, ev := range resp.Events {
-					tenant, game, ok := splitOwnerKey(string(ev.Kv.Key))
-					if !ok {
+				for _, ev := range evs {
+					tenant, game := ev.Tenant, ev.Game
+					if ev.Deleted {
+						go n.considerOrphan(tenant, game)
 						continue
 					}
-					switch ev.Type {
-					case mvccpb.PUT:
-						node, _ := fleet.ParseOwner(string(ev.Kv.Value))
-						if node == n.cfg.ID {
-							if _, running := n.game(tenant, game); !running {
-								go n.adopt(tenant, game, string(ev.Kv.Value), ev.Kv.CreateRevision)
-							}
+					if ev.Node() == n.cfg.ID {
+						if _, running := n.game(tenant, game); !running {
+							go n.adopt(ev.Claim)
 						}
-					case mvccpb.DELETE:
-						go n.considerOrphan(tenant, game)
 					}
 				}
 			}
@@ -72,61 +61,35 @@ func (n *Node) watchOwners() {
 	}
 }
 
-func splitOwnerKey(k string) (tenant, game string, ok bool) {
-	rest, ok := strings.CutPrefix(k, fleet.OwnersPrefix())
-	if !ok {
-		return "", "", false
-	}
-	return strings.Cut(rest, "/")
-}
-
 // sweep looks for running games without an owner, and for owner keys naming
 // this node that it does not run.
 func (n *Node) sweep() {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.LeaseTTL)
 	defer cancel()
-	resp, err := n.cfg.Etcd.Txn(ctx).Then(
-		clientv3.OpGet(fleet.Prefix+"status/", clientv3.WithPrefix()),
-		clientv3.OpGet(fleet.OwnersPrefix(), clientv3.WithPrefix()),
-	).Commit()
+	games, rev, err := n.cfg.Etcd.ScanGames(ctx)
 	if err != nil {
 		return
 	}
-	owners := map[string]*mvccpb.KeyValue{}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		if t, g, ok := splitOwnerKey(string(kv.Key)); ok {
-			owners[t+"/"+g] = kv
-		}
-	}
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		rest := strings.TrimPrefix(string(kv.Key), fleet.Prefix+"status/")
-		tenant, game, ok := strings.Cut(rest, "/")
-		if !ok {
-			continue
-		}
-		var st fleet.GameStatus
-		if json.Unmarshal(kv.Value, &st) != nil {
-			continue
-		}
-		if st.State == fleet.StateEnded || st.State == fleet.StateFailed {
+	for _, gs := range games {
+		tenant, game := gs.Tenant, gs.Game
+		if gs.Status.Finished() {
 			// A finished game whose log is still in etcd (its node died before
 			// archiving it): the node ranked first archives it.
-			if _, owned := owners[tenant+"/"+game]; !owned && kv.ModRevision < resp.Header.Revision-1 {
+			if !gs.Owned && gs.StatusRevision < rev-1 {
 				go n.archiveIfFirst(tenant, game)
 			}
 			continue
 		}
-		if st.State != fleet.StateRunning {
+		if gs.Status.State != clusterstate.StateRunning {
 			continue
 		}
-		okv, owned := owners[tenant+"/"+game]
-		if !owned {
+		if !gs.Owned {
 			go n.considerOrphan(tenant, game)
 			continue
 		}
-		if node, _ := fleet.ParseOwner(string(okv.Value)); node == n.cfg.ID {
+		if gs.Owner.Node() == n.cfg.ID {
 			if _, running := n.game(tenant, game); !running {
-				go n.adopt(tenant, game, string(okv.Value), okv.CreateRevision)
+				go n.adopt(gs.Owner.Claim)
 			}
 		}
 	}
@@ -136,7 +99,7 @@ func (n *Node) sweep() {
 // first among the live nodes — or if the nodes ranked above it did not claim it
 // in time.
 func (n *Node) considerOrphan(tenant, game string) {
-	if n.draining.Load() || n.sess.Load().isFenced() {
+	if n.draining.Load() || n.sess.Load().Fenced() {
 		return
 	}
 	key := gameKey(tenant, game)
@@ -151,9 +114,9 @@ func (n *Node) considerOrphan(tenant, game string) {
 	}()
 	ctx, cancel := context.WithTimeout(n.ctx, 4*n.cfg.LeaseTTL)
 	defer cancel()
-	view := &fleet.View{Client: n.cfg.Etcd}
+	view := n.cfg.Etcd.View()
 	g, err := view.Game(ctx, tenant, game)
-	if err != nil || g.Status.State != fleet.StateRunning || g.Owner != "" {
+	if err != nil || g.Status.State != clusterstate.StateRunning || g.Owner != "" {
 		return
 	}
 	nodes, err := view.Nodes(ctx)
@@ -175,28 +138,24 @@ func (n *Node) considerOrphan(tenant, game string) {
 		return
 	}
 	sess := n.sess.Load()
-	if sess.isFenced() || int(n.count.Load()) >= n.cfg.Capacity {
+	if sess.Fenced() || int(n.count.Load()) >= n.cfg.Capacity {
 		return
 	}
-	owner := fleet.OwnerValue(n.cfg.ID, newClaimID())
-	k := fleet.OwnerKey(tenant, game)
-	resp, err := n.cfg.Etcd.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(fleet.GameKey(tenant, game)), ">", 0),
-	).Then(clientv3.OpPut(k, owner, clientv3.WithLease(sess.lease))).Commit()
-	if err != nil || !resp.Succeeded {
+	c, err := n.cfg.Etcd.ClaimOrphan(ctx, sess, tenant, game, n.cfg.ID)
+	if err != nil {
 		return
 	}
 	n.log.Info("claimed an orphaned game", "tenant", tenant, "game", game, "rank", r)
 	claimed = true
 	n.resuming.Delete(key)
-	n.adopt(tenant, game, owner, resp.Header.Revision)
+	n.adopt(c)
 }
 
 // adopt resumes a game whose owner key names this node: replay its log from
 // the seed (checking every recorded state hash) and start its actor at the
 // tick after the log's end.
-func (n *Node) adopt(tenant, game, owner string, fence int64) {
+func (n *Node) adopt(c clusterstate.Claim) {
+	tenant, game := c.Tenant, c.Game
 	key := gameKey(tenant, game)
 	if _, running := n.game(tenant, game); running {
 		return
@@ -212,22 +171,22 @@ func (n *Node) adopt(tenant, game, owner string, fence int64) {
 	sess := n.sess.Load()
 	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
 	defer cancel()
-	spec, chunks, seqs, err := readLogWithSeqs(ctx, n.cfg.Etcd, tenant, game)
+	spec, chunks, seqs, err := readLog(ctx, n.cfg.Etcd, tenant, game)
 	if err != nil {
 		log.Error("cannot read the log of a game to resume", "err", err)
-		n.giveUp(tenant, game, owner)
+		n.giveUp(c)
 		return
 	}
 	mod, err := n.loadModule(ctx, tenant, spec.BuildID)
 	if err != nil {
 		log.Error("cannot load the module of a game to resume", "build", spec.BuildID, "err", err)
-		n.giveUp(tenant, game, owner)
+		n.giveUp(c)
 		return
 	}
 	var ck *checkpoint
 	if mod.HasCheckpoint && len(seqs) > 0 {
-		if resp, err := n.cfg.Etcd.Get(ctx, checkpointKey(tenant, game)); err == nil && len(resp.Kvs) > 0 {
-			if c, err := decodeCheckpoint(resp.Kvs[0].Value); err == nil && c.Seq <= seqs[len(seqs)-1] {
+		if b, err := n.cfg.Etcd.Checkpoint(ctx, tenant, game); err == nil && b != nil {
+			if c, err := decodeCheckpoint(b); err == nil && c.Seq <= seqs[len(seqs)-1] {
 				ck = c
 			}
 		}
@@ -240,28 +199,28 @@ func (n *Node) adopt(tenant, game, owner string, fence int64) {
 		log.Error("replay failed; the game cannot resume", "build", spec.BuildID, "err", err)
 	}
 	if err != nil {
-		n.failGame(ctx, spec, owner, fence, err.Error())
+		n.failGame(ctx, c, err.Error())
 		return
 	}
 	// The owner key must still be ours: someone may have taken it meanwhile.
-	resp, err := n.cfg.Etcd.Get(ctx, fleet.OwnerKey(tenant, game))
-	if err != nil || len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) != owner || sess.isFenced() {
+	o, err := n.cfg.Etcd.Owner(ctx, tenant, game)
+	if err != nil || o.Owner != c.Owner || sess.Fenced() {
 		inst.Close(ctx)
 		return
 	}
-	fence = resp.Kvs[0].CreateRevision
-	if clientv3.LeaseID(resp.Kvs[0].Lease) != sess.lease {
+	c = o.Claim
+	if !sess.Holds(o) {
 		// A claim of this node's previous lease (it was fenced, e.g. during an
 		// etcd outage, and registered again): that lease is no longer renewed
 		// and will expire, and with it the claim. Resuming under it would move
 		// the game a second time; re-claim it under the current lease first.
-		if owner, err = n.reclaim(ctx, tenant, game, owner, fence, sess); err != nil {
+		if c, err = n.reclaim(ctx, c, sess); err != nil {
 			log.Warn("cannot re-claim a game of this node's previous lease; another node will take it", "err", err)
 			inst.Close(ctx)
 			return
 		}
 	}
-	g := newGame(n, sess, spec, mod, inst, fence, owner)
+	g := newGame(n, sess, spec, mod, inst, c)
 	g.hasCheckpoint = mod.HasCheckpoint
 	g.lastCheckpoint = inst.Tick()
 	if fromCk {
@@ -285,38 +244,26 @@ func (n *Node) adopt(tenant, game, owner string, fence int64) {
 // reclaim moves a claim of an older lease of this node to the current lease,
 // under a new claim id, fenced on the old claim: if the old claim is gone (its
 // lease expired and another node claimed the game) nothing changes.
-func (n *Node) reclaim(ctx context.Context, tenant, game, owner string, fence int64, sess *session) (string, error) {
-	k := fleet.OwnerKey(tenant, game)
-	next := fleet.OwnerValue(n.cfg.ID, newClaimID())
-	resp, err := n.cfg.Etcd.Txn(ctx).If(
-		clientv3.Compare(clientv3.Value(k), "=", owner),
-		clientv3.Compare(clientv3.CreateRevision(k), "=", fence),
-	).Then(clientv3.OpPut(k, next, clientv3.WithLease(sess.lease))).Commit()
+func (n *Node) reclaim(ctx context.Context, c clusterstate.Claim, sess *clusterstate.Session) (clusterstate.Claim, error) {
+	next, err := n.cfg.Etcd.Reclaim(ctx, sess, c)
 	if err != nil {
-		return "", err
-	}
-	if !resp.Succeeded {
-		return "", errors.New("the old claim changed before it could be re-claimed")
+		return c, err
 	}
 	n.reclaims.Add(1)
 	return next, nil
 }
 
 // giveUp releases a claim this node cannot honour, so another node tries.
-func (n *Node) giveUp(tenant, game, owner string) {
+func (n *Node) giveUp(c clusterstate.Claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
 	defer cancel()
-	k := fleet.OwnerKey(tenant, game)
-	_, _ = n.cfg.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "=", owner)).Then(clientv3.OpDelete(k)).Commit()
+	_ = n.cfg.Etcd.Release(ctx, c)
 }
 
 // failGame marks a game that cannot be rebuilt (a desync, or it crashed on its
 // last tick) as failed and releases it, fenced by the claim.
-func (n *Node) failGame(ctx context.Context, spec fleet.GameSpec, owner string, fence int64, msg string) {
-	st, _ := json.Marshal(fleet.GameStatus{State: fleet.StateFailed, NodeID: n.cfg.ID, Message: msg})
-	k := fleet.OwnerKey(spec.TenantID, spec.GameID)
-	_, _ = n.cfg.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "=", owner)).
-		Then(clientv3.OpPut(fleet.StatusKey(spec.TenantID, spec.GameID), string(st)), clientv3.OpDelete(k)).Commit()
+func (n *Node) failGame(ctx context.Context, c clusterstate.Claim, msg string) {
+	_ = n.cfg.Etcd.Fail(ctx, c, clusterstate.GameStatus{State: clusterstate.StateFailed, NodeID: n.cfg.ID, Message: msg})
 }
 
 // restore rebuilds the host's view of the slots (which account holds which
@@ -352,27 +299,10 @@ func (g *game) restore(chunks []*inputlog.Chunk) {
 	}
 }
 
-// readLogWithSeqs is ReadLog that also returns each chunk's sequence number.
-func readLogWithSeqs(ctx context.Context, cli *clientv3.Client, tenant, game string) (fleet.GameSpec, []*inputlog.Chunk, []uint64, error) {
-	spec, chunks, keys, err := readLog(ctx, cli, tenant, game)
-	if err != nil {
-		return spec, nil, nil, err
-	}
-	seqs := make([]uint64, len(keys))
-	for i, k := range keys {
-		v, err := strconv.ParseUint(k[strings.LastIndexByte(k, '/')+1:], 16, 64)
-		if err != nil {
-			return spec, nil, nil, fmt.Errorf("log key %s: %w", k, err)
-		}
-		seqs[i] = v
-	}
-	return spec, chunks, seqs, nil
-}
-
 // archiveIfFirst archives a finished game if this node ranks first for it.
 func (n *Node) archiveIfFirst(tenant, game string) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.LeaseTTL)
-	nodes, err := (&fleet.View{Client: n.cfg.Etcd}).Nodes(ctx)
+	nodes, err := n.cfg.Etcd.View().Nodes(ctx)
 	cancel()
 	if err != nil {
 		return

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -49,7 +49,7 @@ func (f *feed) stream(snapshots bool) (*cell[Frame], *atomic.Int32) {
 
 // wantSnapshots resolves a stream's requested delivery against the module:
 // unset means pixels, snapshots need a renderer.
-func wantSnapshots(spec fleet.GameSpec, d ludusv1.Delivery) (bool, error) {
+func wantSnapshots(spec clusterstate.GameSpec, d ludusv1.Delivery) (bool, error) {
 	if d != ludusv1.Delivery_DELIVERY_SNAPSHOTS {
 		return false, nil
 	}
@@ -63,7 +63,7 @@ func wantSnapshots(spec fleet.GameSpec, d ludusv1.Delivery) (bool, error) {
 // belongs to the goroutine that owns the instance (a game's actor, a replica).
 type viewDrawer struct {
 	mod  *engine.Module
-	spec fleet.GameSpec
+	spec clusterstate.GameSpec
 	opts engine.InstanceOptions
 	log  *slog.Logger
 	// rend renders snapshots for pixel streams, created when first needed; a

@@ -2,12 +2,10 @@ package simnode
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/simnode/inputlog"
 )
 
@@ -16,36 +14,31 @@ type appendReq struct {
 	g      *game
 	seq    uint64
 	chunk  *inputlog.Chunk
-	status fleet.GameStatus
+	status clusterstate.GameStatus
 	acks   []ackWaiter
 	final  bool
 	// handoff, if set, moves the owner key to another node in the same
 	// transaction as the final chunk.
-	handoff *handoffTarget
+	handoff *clusterstate.Handoff
 	// done, if set, learns whether the append committed.
 	done chan error
 	// checkpoint, if set, is written with the chunk (it ends where the chunk ends).
 	checkpoint *checkpoint
 }
 
-type handoffTarget struct {
-	node  fleet.NodeInfo
-	owner string // new owner key value
-}
-
 // logWriter group-commits the input logs of all the node's games: it takes every
 // chunk queued since its last round trip and writes them in as few etcd
-// transactions as the per-transaction operation limit allows. Each game's puts
-// are guarded by a compare on that game's owner key (value and create revision),
-// so a node that lost a game can never append to its log.
+// transactions as the per-transaction operation limit allows
+// (clusterstate.AppendAll). Each game's puts are guarded by a compare on that
+// game's owner key (value and create revision), so a node that lost a game can
+// never append to its log.
 type logWriter struct {
 	n     *Node
 	queue chan *appendReq
 }
 
-// gamesPerTxn keeps a transaction within etcd's default 128 operations:
-// each game costs 2 compares and up to 3 puts/deletes.
-const gamesPerTxn = 24
+// gamesPerTxn keeps a transaction within etcd's operation limit.
+const gamesPerTxn = clusterstate.MaxAppendsPerTxn
 
 func newLogWriter(n *Node) *logWriter {
 	return &logWriter{n: n, queue: make(chan *appendReq, 4096)}
@@ -113,7 +106,7 @@ func (w *logWriter) commit(batch []*appendReq) {
 func (w *logWriter) commitGroup(group []*appendReq) {
 	live := group[:0:0]
 	for _, r := range group {
-		if r.g.sess.isFenced() {
+		if r.g.sess.Fenced() {
 			w.fail([]*appendReq{r}, errGameStopped)
 		} else {
 			live = append(live, r)
@@ -123,21 +116,19 @@ func (w *logWriter) commitGroup(group []*appendReq) {
 	if len(group) == 0 {
 		return
 	}
-	var cmps []clientv3.Cmp
-	var ops []clientv3.Op
-	for _, r := range group {
-		cmps = append(cmps, ownerCmps(w.n, r.g)...)
-		ops = append(ops, appendOps(w.n, r)...)
+	appends := make([]clusterstate.Append, len(group))
+	for i, r := range group {
+		appends[i] = r.append()
 	}
 	// Not n.ctx: at shutdown the last chunks must still be written.
 	ctx, cancel := context.WithTimeout(context.Background(), w.n.cfg.LeaseTTL)
-	resp, err := w.n.cfg.Etcd.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	err := w.n.cfg.Etcd.AppendAll(ctx, appends)
 	cancel()
-	if err == nil && resp.Succeeded {
+	if err == nil {
 		w.succeed(group)
 		return
 	}
-	if err != nil && len(group) == 1 {
+	if !errors.Is(err, clusterstate.ErrClaimLost) && len(group) == 1 {
 		w.retryOne(group[0])
 		return
 	}
@@ -150,18 +141,18 @@ func (w *logWriter) commitGroup(group []*appendReq) {
 
 func (w *logWriter) retryOne(r *appendReq) {
 	for attempt := 0; ; attempt++ {
-		if r.g.sess.isFenced() {
+		if r.g.sess.Fenced() {
 			w.fail([]*appendReq{r}, errGameStopped)
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.n.cfg.LeaseTTL)
-		resp, err := w.n.cfg.Etcd.Txn(ctx).If(ownerCmps(w.n, r.g)...).Then(appendOps(w.n, r)...).Commit()
+		err := w.n.cfg.Etcd.Append(ctx, r.append())
 		cancel()
 		switch {
-		case err == nil && resp.Succeeded:
+		case err == nil:
 			w.succeed([]*appendReq{r})
 			return
-		case err == nil:
+		case errors.Is(err, clusterstate.ErrClaimLost):
 			r.g.log.Error("input log append refused: this node no longer owns the game", "chunk", r.seq)
 			r.g.fencedByWriter.Store(true)
 			w.fail([]*appendReq{r}, errGameStopped)
@@ -176,34 +167,14 @@ func (w *logWriter) retryOne(r *appendReq) {
 	}
 }
 
-func ownerCmps(n *Node, g *game) []clientv3.Cmp {
-	k := fleet.OwnerKey(g.spec.TenantID, g.spec.GameID)
-	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.Value(k), "=", g.owner),
-		clientv3.Compare(clientv3.CreateRevision(k), "=", g.fence),
-	}
-}
-
-func appendOps(n *Node, r *appendReq) []clientv3.Op {
-	t, g := r.g.spec.TenantID, r.g.spec.GameID
-	st, _ := json.Marshal(r.status)
-	ops := []clientv3.Op{
-		clientv3.OpPut(fleet.LogKey(t, g, r.seq), string(inputlog.Encode(nil, r.chunk))),
-		clientv3.OpPut(fleet.StatusKey(t, g), string(st)),
-	}
+// append is the request as a clusterstate append, fenced by the game's claim.
+func (r *appendReq) append() clusterstate.Append {
+	a := clusterstate.Append{Claim: r.g.claim, Seq: r.seq, Chunk: inputlog.Encode(nil, r.chunk),
+		Status: r.status, Final: r.final, Handoff: r.handoff}
 	if r.checkpoint != nil {
-		ops = append(ops, clientv3.OpPut(checkpointKey(t, g), string(r.checkpoint.encode())))
+		a.Checkpoint = r.checkpoint.encode()
 	}
-	switch {
-	case r.handoff != nil:
-		// Ownership moves in the same transaction as the last chunk: the receiver
-		// resumes exactly where this log ends.
-		ops = append(ops, clientv3.OpPut(fleet.OwnerKey(t, g), r.handoff.owner, clientv3.WithLease(clientv3.LeaseID(r.handoff.node.Lease))))
-	case r.final:
-		// The game is over: release it so no node tries to take it over.
-		ops = append(ops, clientv3.OpDelete(fleet.OwnerKey(t, g)), clientv3.OpDelete(checkpointKey(t, g)))
-	}
-	return ops
+	return a
 }
 
 func (w *logWriter) succeed(group []*appendReq) {

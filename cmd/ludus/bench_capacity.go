@@ -18,14 +18,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/games/arena"
 	"ludus.dev/ludus/games/builtin"
 	"ludus.dev/ludus/gateway/framecodec"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/ops/etcdserver"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode"
 	"ludus.dev/ludus/simnode/engine"
 )
@@ -64,7 +63,7 @@ func (staticArena) FetchModule(_ context.Context, _, buildID string) ([]byte, er
 
 type nodeBench struct {
 	eng  *engine.Engine
-	cli  *clientv3.Client
+	cli  *clusterstate.Client
 	runs int
 }
 
@@ -92,10 +91,11 @@ func newNodeBench(ctx context.Context) (b *nodeBench, release func(), err error)
 		return nil, nil, err
 	}
 	closers = append(closers, func() { es.Close() })
-	cli, err := es.Client()
+	raw, err := es.Client()
 	if err != nil {
 		return nil, nil, err
 	}
+	cli := clusterstate.New(raw)
 	closers = append(closers, func() { cli.Close() })
 	e, err := newBenchEngine(ctx, engine.InterruptFuel)
 	if err != nil {
@@ -335,7 +335,7 @@ func (b *nodeBench) trial(ctx context.Context, n int, dur time.Duration, mode vi
 			defer setup.Done()
 			defer func() { <-sem }()
 			tenant, id := fmt.Sprintf("tenant%d", i), fmt.Sprintf("m%d-%d", b.runs, i)
-			if _, err := node.StartGame(sctx, fleet.GameSpec{TenantID: tenant, GameID: id, BuildID: buildID,
+			if _, err := node.StartGame(sctx, clusterstate.GameSpec{TenantID: tenant, GameID: id, BuildID: buildID,
 				Seed: uint64(i + 1), Config: []byte(arenaBenchConfig)}); err != nil {
 				errs <- fmt.Errorf("start match %d: %w", i, err)
 				return

@@ -14,7 +14,7 @@ import (
 
 	"ludus.dev/ludus/games/builtin"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
-	"ludus.dev/ludus/ops/localcluster"
+	"ludus.dev/ludus/internal/localcluster"
 	"ludus.dev/ludus/simnode/engine"
 )
 

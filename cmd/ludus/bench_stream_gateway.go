@@ -27,7 +27,6 @@ import (
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
 	"ludus.dev/ludus/ops/devstack"
-	"ludus.dev/ludus/ops/fleet"
 )
 
 // benchClient is an h2c client; window bounds what each stream buffers.
@@ -104,11 +103,11 @@ func benchGateway(ctx context.Context, progress io.Writer, res map[string]any) e
 		return err
 	}
 	id := created.Msg.Game.GameId
-	g, err := (&fleet.View{Client: stack.Etcd}).Game(ctx, stack.TenantID, id)
+	g, err := stack.Etcd.View().Game(ctx, stack.TenantID, id)
 	if err != nil {
 		return err
 	}
-	node, err := (&fleet.View{Client: stack.Etcd}).Node(ctx, g.Owner)
+	node, err := stack.Etcd.View().Node(ctx, g.Owner)
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
 	"ludus.dev/ludus/internal/bearer"
+	"ludus.dev/ludus/internal/localcluster"
 	"ludus.dev/ludus/ops/devstack"
-	"ludus.dev/ludus/ops/localcluster"
 )
 
 // The stream bench's gateway takes more inputs per account than the default

@@ -17,14 +17,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"ludus.dev/ludus/auth"
 	"ludus.dev/ludus/backend"
 	"ludus.dev/ludus/backend/store"
 	"ludus.dev/ludus/backend/store/postgres"
 	"ludus.dev/ludus/backend/store/sqlite"
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/gateway"
 	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode"
@@ -83,18 +82,16 @@ func (f etcdFlags) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-func (f etcdFlags) client() (*clientv3.Client, error) {
+func (f etcdFlags) client() (*clusterstate.Client, error) {
 	tlsCfg, err := f.tlsConfig()
 	if err != nil {
 		return nil, err
 	}
-	return clientv3.New(clientv3.Config{
-		TLS:         tlsCfg,
-		Endpoints:   strings.Split(*f.endpoints, ","),
-		Username:    *f.user,
-		Password:    *f.password,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(), // errors surface through the calls; slog is our log
+	return clusterstate.Dial(clusterstate.DialConfig{
+		TLS:       tlsCfg,
+		Endpoints: strings.Split(*f.endpoints, ","),
+		Username:  *f.user,
+		Password:  *f.password,
 	})
 }
 
@@ -251,7 +248,7 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 	}
 	srv, err := backend.New(ctx, backend.Config{
 		Store: st, ClusterToken: *token, OperatorKey: *opKey, ValidateModule: eng.Validate,
-		Fleet: fleet.Admin{View: &fleet.View{Client: cli}}, Logger: logger.With("role", "backend"),
+		Fleet: fleet.Admin{View: cli.View()}, Logger: logger.With("role", "backend"),
 		TrustedProxies: trusted,
 	})
 	if err != nil {

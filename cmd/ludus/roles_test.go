@@ -72,7 +72,7 @@ func TestEtcdTLSFlags(t *testing.T) {
 		defer cli.Close()
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		_, err = cli.Put(cctx, "/ludus/tls-check", "ok")
+		_, err = cli.Raw().Put(cctx, "/ludus/tls-check", "ok")
 		return err
 	}
 	if err := connect("--etcd-cacert", cert); err != nil {

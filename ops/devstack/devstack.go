@@ -21,11 +21,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"ludus.dev/ludus/auth"
 	"ludus.dev/ludus/backend"
 	"ludus.dev/ludus/backend/store/sqlite"
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/games/builtin"
 	"ludus.dev/ludus/gateway"
 	"ludus.dev/ludus/ops/etcdserver"
@@ -66,7 +66,7 @@ type Stack struct {
 	OperatorKey string
 	TenantID    string // the demo tenant
 	ArenaBuild  string // build id of the demo arena module
-	Etcd        *clientv3.Client
+	Etcd        *clusterstate.Client
 	Backend     *backend.Server
 	Nodes       []*simnode.Node
 	Engine      *engine.Engine
@@ -136,11 +136,12 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	}
 	s.closers = append(s.closers, func(context.Context) { es.Close() })
 	s.EtcdURL = es.Endpoint
-	s.Etcd, err = es.Client()
+	raw, err := es.Client()
 	if err != nil {
 		gwLn.Close()
 		return nil, err
 	}
+	s.Etcd = clusterstate.New(raw)
 	s.closers = append(s.closers, func(context.Context) { s.Etcd.Close() })
 
 	s.Engine, err = engine.New(ctx, engine.Config{CacheDir: filepath.Join(cfg.DataDir, "wazero-cache")})
@@ -170,7 +171,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		ClusterToken:   clusterToken,
 		OperatorKey:    s.OperatorKey,
 		ValidateModule: s.Engine.Validate,
-		Fleet:          fleet.Admin{View: &fleet.View{Client: s.Etcd}},
+		Fleet:          fleet.Admin{View: s.Etcd.View()},
 		Logger:         cfg.Logger.With("role", "backend"),
 	})
 	if err != nil {
@@ -282,7 +283,7 @@ func (s *Stack) healthz(w http.ResponseWriter, r *http.Request) {
 		fail("starting")
 		return
 	}
-	nodes, err := (&fleet.View{Client: s.Etcd}).Nodes(ctx)
+	nodes, err := s.Etcd.View().Nodes(ctx)
 	if err != nil {
 		fail("etcd: " + err.Error())
 		return

@@ -3,11 +3,12 @@ package fleet
 import (
 	"context"
 
+	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 )
 
 // Admin adapts a View to the backend's admin listing of nodes and games.
-type Admin struct{ View *View }
+type Admin struct{ View *clusterstate.View }
 
 // ListNodes lists the fleet's sim nodes.
 func (a Admin) ListNodes(ctx context.Context) ([]*ludusv1.Node, error) {
@@ -37,7 +38,7 @@ func (a Admin) ListGames(ctx context.Context, tenantID string) ([]*ludusv1.GameI
 }
 
 // GameInfo converts a Game to its API form.
-func GameInfo(g Game) *ludusv1.GameInfo {
+func GameInfo(g clusterstate.Game) *ludusv1.GameInfo {
 	return &ludusv1.GameInfo{
 		GameId: g.Spec.GameID, ModuleName: g.Spec.ModuleName, BuildId: g.Spec.BuildID,
 		NodeId: g.Owner, MaxPlayers: int32(g.Spec.MaxPlayers), Players: int32(g.Status.Players),

@@ -5,23 +5,23 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"ludus.dev/ludus/internal/bearer"
 	"net/http"
 	"strings"
 
 	"connectrpc.com/connect"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/internal/bearer"
 )
 
 // Control serves the FleetService: operators drain nodes and move games. It
 // acts through etcd (drain keys) and the nodes' NodeControlService.
 type Control struct {
-	Etcd *clientv3.Client
+	Etcd *clusterstate.Client
 	// OperatorKey authorizes callers; empty disables the service.
 	OperatorKey string
 	// ClusterToken authenticates this service to the sim nodes.
@@ -51,15 +51,14 @@ func (c *Control) DrainNode(ctx context.Context, req *connect.Request[ludusv1.Dr
 	if err := c.authorize(req.Header()); err != nil {
 		return nil, err
 	}
-	v := &View{Client: c.Etcd}
-	n, err := v.Node(ctx, req.Msg.NodeId)
-	if errors.Is(err, ErrNotFound) || !validID(req.Msg.NodeId) {
+	n, err := c.Etcd.View().Node(ctx, req.Msg.NodeId)
+	if errors.Is(err, clusterstate.ErrNodeNotFound) {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no sim node %q is registered", req.Msg.NodeId))
 	}
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
-	if _, err := c.Etcd.Put(ctx, DrainKey(n.ID), "drain"); err != nil {
+	if err := c.Etcd.RequestDrain(ctx, n.ID); err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
 	return connect.NewResponse(&ludusv1.DrainNodeResponse{Games: int32(n.Games)}), nil
@@ -70,9 +69,9 @@ func (c *Control) HandoffGame(ctx context.Context, req *connect.Request[ludusv1.
 	if err := c.authorize(req.Header()); err != nil {
 		return nil, err
 	}
-	v := &View{Client: c.Etcd}
+	v := c.Etcd.View()
 	g, err := v.Game(ctx, req.Msg.TenantId, req.Msg.GameId)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, clusterstate.ErrGameNotFound) {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q in tenant %q", req.Msg.GameId, req.Msg.TenantId))
 	}
 	if err != nil {

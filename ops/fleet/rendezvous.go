@@ -4,6 +4,8 @@ import (
 	"hash/fnv"
 	"math"
 	"sort"
+
+	"ludus.dev/ludus/clusterstate"
 )
 
 // RankOptions narrows Rank.
@@ -26,9 +28,9 @@ type RankOptions struct {
 // removing a node moves only the keys whose first choice it is (the scores of
 // the other nodes do not change). Draining nodes, full nodes, nodes without an
 // address and opts.Exclude are left out.
-func Rank(nodes []NodeInfo, key string, opts RankOptions) []NodeInfo {
+func Rank(nodes []clusterstate.NodeInfo, key string, opts RankOptions) []clusterstate.NodeInfo {
 	type scored struct {
-		n        NodeInfo
+		n        clusterstate.NodeInfo
 		local    bool
 		score    float64
 		tiebreak string

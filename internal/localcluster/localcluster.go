@@ -24,12 +24,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
+	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
-	"ludus.dev/ludus/ops/fleet"
 )
 
 // Config describes the cluster to start.
@@ -72,7 +70,8 @@ type Cluster struct {
 	TenantID      string
 	// AdminKey is the demo tenant's admin API key.
 	AdminKey string
-	Etcd     *clientv3.Client
+	// Etcd is the cluster state (its Raw client for tests that inspect etcd).
+	Etcd *clusterstate.Client
 	// NodeAddrs maps node ids to their NodeService URLs.
 	NodeAddrs map[string]string
 
@@ -145,12 +144,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
-	c.Etcd, err = clientv3.New(clientv3.Config{Endpoints: c.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	c.Etcd, err = clusterstate.Dial(clusterstate.DialConfig{Endpoints: c.EtcdEndpoints})
 	if err != nil {
 		return nil, err
 	}
 	if err := waitFor(ctx, "etcd", func(ctx context.Context) error {
-		_, err := c.Etcd.Get(ctx, "health")
+		_, err := c.Etcd.Revision(ctx)
 		return err
 	}); err != nil {
 		return nil, err
@@ -193,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 	}
 	if err := waitFor(ctx, "sim nodes", func(ctx context.Context) error {
-		nodes, err := (&fleet.View{Client: c.Etcd}).Nodes(ctx)
+		nodes, err := c.Etcd.View().Nodes(ctx)
 		if err != nil {
 			return err
 		}

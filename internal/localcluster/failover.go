@@ -15,11 +15,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode"
 	"ludus.dev/ludus/simnode/engine"
 	"ludus.dev/ludus/simnode/inputlog"
@@ -337,19 +336,19 @@ func RunFailoverWith(ctx context.Context, c *Cluster, eng *engine.Engine, module
 		return abort(ctx.Err())
 	}
 	// Steady play: etcd writes per game-second.
-	r0, err := c.Etcd.Get(ctx, "/ludus/none")
+	r0, err := c.Etcd.Revision(ctx)
 	if err != nil {
 		return abort(err)
 	}
 	window := 2 * time.Second
 	cpu0, t0 := c.cpuTimes(), time.Now()
 	time.Sleep(window)
-	r1, err := c.Etcd.Get(ctx, "/ludus/none")
+	r1, err := c.Etcd.Revision(ctx)
 	if err != nil {
 		return abort(err)
 	}
 	res.CPUCoresSteady, res.CPUCoresSteadyTotal = cpuCores(cpu0, c.cpuTimes(), time.Since(t0))
-	res.EtcdWritesPerGameSec = float64(r1.Header.Revision-r0.Header.Revision) / float64(games) / window.Seconds()
+	res.EtcdWritesPerGameSec = float64(r1-r0) / float64(games) / window.Seconds()
 	stopSpectators()
 
 	// Handoffs: move up to 10 games and measure the pause their players see.
@@ -372,7 +371,7 @@ func RunFailoverWith(ctx context.Context, c *Cluster, eng *engine.Engine, module
 	// Games moved: find where each runs now.
 	byNode = map[string][]*player{}
 	for _, p := range players {
-		g, err := (&fleet.View{Client: c.Etcd}).Game(ctx, c.TenantID, p.game)
+		g, err := c.Etcd.View().Game(ctx, c.TenantID, p.game)
 		if err == nil {
 			byNode[g.Owner] = append(byNode[g.Owner], p)
 		}
@@ -655,9 +654,9 @@ func (p *player) stream(ctx context.Context) {
 
 // ReadLog reads a game's spec and log from etcd, or from the backend's archive
 // once the game has finished and left etcd.
-func (c *Cluster) ReadLog(ctx context.Context, game string) (fleet.GameSpec, []*inputlog.Chunk, error) {
+func (c *Cluster) ReadLog(ctx context.Context, game string) (clusterstate.GameSpec, []*inputlog.Chunk, error) {
 	spec, chunks, err := simnode.ReadLog(ctx, c.Etcd, c.TenantID, game)
-	if !errors.Is(err, fleet.ErrNotFound) {
+	if !errors.Is(err, clusterstate.ErrGameNotFound) {
 		return spec, chunks, err
 	}
 	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, c.BackendURL, connect.WithInterceptors(bearer.Token(c.AdminKey)))
@@ -693,34 +692,28 @@ type ownerWatch struct {
 // current revision on; games are the ones to track, victim the node whose
 // claims do not count.
 func (c *Cluster) watchOwners(ctx context.Context, victim string, games map[string]bool) (*ownerWatch, error) {
-	prefix := fleet.OwnersPrefix() + c.TenantID + "/"
-	r, err := c.Etcd.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	rev, err := c.Etcd.Revision(ctx)
 	if err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	w := &ownerWatch{cancel: cancel, done: make(chan struct{}), orphaned: map[string]time.Time{}, claimed: map[string]time.Time{}}
-	ch := c.Etcd.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(r.Header.Revision+1))
+	ch := c.Etcd.WatchOwners(wctx, clusterstate.OwnerWatch{Tenant: c.TenantID, From: rev + 1})
 	go func() {
 		defer close(w.done)
-		for resp := range ch {
+		for evs := range ch {
 			now := time.Now()
-			for _, ev := range resp.Events {
-				key := string(ev.Kv.Key)
-				game := key[strings.LastIndexByte(key, '/')+1:]
+			for _, ev := range evs {
+				game := ev.Game
 				if !games[game] {
 					continue
 				}
-				switch ev.Type {
-				case clientv3.EventTypeDelete:
+				if ev.Deleted {
 					if _, ok := w.orphaned[game]; !ok {
 						w.orphaned[game] = now
 					}
-				case clientv3.EventTypePut:
-					node, _ := fleet.ParseOwner(string(ev.Kv.Value))
-					if _, ok := w.claimed[game]; !ok && node != victim {
-						w.claimed[game] = now
-					}
+				} else if _, ok := w.claimed[game]; !ok && ev.Node() != victim {
+					w.claimed[game] = now
 				}
 			}
 		}
