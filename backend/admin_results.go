@@ -18,7 +18,8 @@ func matchResultProto(r store.MatchResult) *ludusv1.MatchResult {
 	out := &ludusv1.MatchResult{MatchId: r.MatchID, Game: r.Game, EndedAt: timestamppb.New(r.EndedAt)}
 	for _, p := range r.Players {
 		out.Players = append(out.Players, &ludusv1.PlayerResult{AccountId: p.AccountID, Score: p.Score, DurationMs: p.DurationMs,
-			Damage: p.Damage, ItemsUsed: p.ItemsUsed, Xp: p.XP, Currency: p.Currency, Items: p.Items})
+			Damage: p.Damage, ItemsUsed: p.ItemsUsed, Xp: p.XP, Currency: p.Currency, Items: p.Items, Stats: p.Stats,
+			Place: int32(p.Place), Team: int32(p.Team)})
 	}
 	return out
 }
@@ -71,11 +72,18 @@ func (s *Server) leaderboard(ctx context.Context, tenantID string, q *ludusv1.Le
 	if err := checkModuleName(q.Game); err != nil {
 		return nil, invalidArg(fmt.Errorf("game: %w", err))
 	}
+	board := q.Game
+	if q.Stat != "" {
+		if !statName.MatchString(q.Stat) {
+			return nil, invalidArg(fmt.Errorf("stat must match %s, got %q", statName, clip(q.Stat)))
+		}
+		board = boardKey(q.Game, q.Stat)
+	}
 	byBest := q.Order != ludusv1.LeaderboardOrder_LEADERBOARD_ORDER_SUM
 	limit := limitOf(q.Limit, 10, 100)
 	offset := 0
 	if around != "" {
-		e, err := s.store.LeaderboardRank(ctx, tenantID, q.Game, byBest, around)
+		e, err := s.store.LeaderboardRank(ctx, tenantID, board, byBest, around)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, connect.NewError(connect.CodeNotFound, errors.New("the account has no result in this game yet"))
 		} else if err != nil {
@@ -83,7 +91,7 @@ func (s *Server) leaderboard(ctx context.Context, tenantID string, q *ludusv1.Le
 		}
 		offset = max(0, int(e.Rank)-1-limit/2)
 	}
-	es, err := s.store.Leaderboard(ctx, tenantID, q.Game, byBest, offset, limit)
+	es, err := s.store.Leaderboard(ctx, tenantID, board, byBest, offset, limit)
 	if err != nil {
 		return nil, s.internal(ctx, "leaderboard", err)
 	}

@@ -151,6 +151,18 @@ func TestScopesOnEveryAdminCall(t *testing.T) {
 			_, err := c.ListMatchResults(ctx, req(&ludusv1.ListMatchResultsRequest{}, k))
 			return err
 		}},
+		"SetResultRules": {"admin", func(k string) error {
+			_, err := c.SetResultRules(ctx, req(&ludusv1.SetResultRulesRequest{}, k))
+			return err
+		}},
+		"GetResultRules": {"admin server read-only", func(k string) error {
+			_, err := c.GetResultRules(ctx, req(&ludusv1.GetResultRulesRequest{}, k))
+			return err
+		}},
+		"GetRating": {"admin server read-only", func(k string) error {
+			_, err := c.GetRating(ctx, req(&ludusv1.GetRatingRequest{Mode: "arena", AccountId: "a_nope"}, k))
+			return err
+		}},
 		"GetAdminLeaderboard": {"admin server read-only", func(k string) error {
 			_, err := c.GetAdminLeaderboard(ctx, req(&ludusv1.GetAdminLeaderboardRequest{Query: &ludusv1.LeaderboardRequest{Game: "arena"}}, k))
 			return err

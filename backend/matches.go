@@ -232,8 +232,14 @@ func playersOf(ps []*ludusv1.PlayerResult) ([]store.PlayerReport, error) {
 				return nil, err
 			}
 		}
+		if err := checkStats(fmt.Sprintf("players[%d].stats", i), p.Stats); err != nil {
+			return nil, err
+		}
+		if p.Place < 0 || p.Place > MaxPlace || p.Team < 0 || p.Team > MaxPlace {
+			return nil, fmt.Errorf("players[%d]: place and team must be 0..%d", i, MaxPlace)
+		}
 		out = append(out, store.PlayerReport{AccountID: p.AccountId, Score: p.Score, DurationMs: p.DurationMs, Damage: p.Damage,
-			ItemsUsed: p.ItemsUsed, XP: p.Xp, Currency: p.Currency, Items: p.Items})
+			ItemsUsed: p.ItemsUsed, XP: p.Xp, Currency: p.Currency, Items: p.Items, Stats: p.Stats, Place: int(p.Place), Team: int(p.Team)})
 	}
 	return out, nil
 }
@@ -255,6 +261,9 @@ func (s *matchReports) ReportProgress(ctx context.Context, req *connect.Request[
 		return nil, invalidArg(err)
 	}
 	if err := s.checkRoster(ctx, m, players); err != nil {
+		return nil, err
+	}
+	if _, err := s.withRules(ctx, m, false, players); err != nil {
 		return nil, err
 	}
 	applied, err := s.store.ApplyMatchReport(ctx, store.MatchReport{TenantID: m.TenantID, MatchID: m.ID, Seq: req.Msg.Seq, Players: players, At: s.now().UTC()})
@@ -287,6 +296,27 @@ type WebhookPlayer struct {
 	XP         int64            `json:"xp"`
 	Currency   map[string]int64 `json:"currency,omitempty"`
 	Items      map[string]int64 `json:"items,omitempty"`
+	// Stats are the module's per-player integer fields (kills, coins, ...).
+	Stats map[string]int64 `json:"stats,omitempty"`
+	// Place is where the player finished (1 won), 0 if not known; Team
+	// the player's team, 0 if none.
+	Place int `json:"place,omitempty"`
+	Team  int `json:"team,omitempty"`
+}
+
+// withRules credits what the tenant's result rules make of the players'
+// stats (into their XP, currency and items totals) and, for a final report,
+// returns the stat leaderboard entries.
+func (s *matchReports) withRules(ctx context.Context, m store.Match, final bool, players []store.PlayerReport) ([]store.BoardEntry, error) {
+	rules, err := s.resultRules(ctx, m.TenantID)
+	if err != nil {
+		return nil, s.internal(ctx, "result rules", err)
+	}
+	boards, err := applyRules(rules, m.Game, final, players)
+	if err != nil {
+		return nil, invalidArg(err)
+	}
+	return boards, nil
 }
 
 // ReportMatchResult applies the final report exactly once.
@@ -308,8 +338,13 @@ func (s *matchReports) ReportMatchResult(ctx context.Context, req *connect.Reque
 	if err := s.checkRoster(ctx, m, players); err != nil {
 		return nil, err
 	}
+	boards, err := s.withRules(ctx, m, true, players)
+	if err != nil {
+		return nil, err
+	}
 	now := s.now().UTC()
-	r := store.MatchReport{TenantID: m.TenantID, MatchID: m.ID, Seq: req.Msg.Seq, Final: true, Players: players, At: now}
+	r := store.MatchReport{TenantID: m.TenantID, MatchID: m.ID, Seq: req.Msg.Seq, Final: true, Players: players, At: now,
+		Boards: boards, Rating: ratingUpdate(m.Game, players)}
 	if _, err := s.store.Webhook(ctx, m.TenantID); err == nil {
 		ev := WebhookEvent{ID: newID("d_"), Event: "match.result", TenantID: m.TenantID, MatchID: m.ID, Game: m.Game, EndedAt: now}
 		for _, p := range players {

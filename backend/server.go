@@ -127,6 +127,7 @@ type Server struct {
 	trusted        []netip.Prefix
 	verifier       *auth.Verifier // shared, so its cache of verified tickets is
 	tenants        sync.Map       // slug -> store.Tenant (tenants are never renamed or deleted)
+	rules          sync.Map       // tenant id -> cachedRules
 }
 
 // New creates a Server, loading the ticket signing keys from the store (and

@@ -128,8 +128,10 @@ const (
 	MaxDelta             = 1_000_000_000_000
 	MaxMatchIDLen        = 128
 	MaxPlayers           = 256
-	MaxWebhookURLLen     = 2048
-	MaxRefreshTokenLen   = 128
+	// MaxPlace bounds PlayerResult.place and team.
+	MaxPlace           = 1024
+	MaxWebhookURLLen   = 2048
+	MaxRefreshTokenLen = 128
 )
 
 // checkText checks a printable UTF-8 value of 1..max bytes (no control

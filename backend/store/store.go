@@ -185,6 +185,69 @@ type PlayerReport struct {
 	XP         int64
 	Currency   map[string]int64
 	Items      map[string]int64
+	// Stats are the module's per-player integer fields (kills, coins, ...),
+	// cumulative, stored verbatim with the result.
+	Stats map[string]int64
+	// Place is where the player finished (1 = won; 0 = unknown) and Team
+	// the player's team (0 = none). Stored with the result.
+	Place int
+	Team  int
+}
+
+// BoardEntry is one player's value for a stat leaderboard (see
+// MatchReport.Boards).
+type BoardEntry struct {
+	// Board is the leaderboard's key, e.g. "arena/kills"; it shares the
+	// leaderboard table with the per-game score boards (keyed by the game).
+	Board     string
+	AccountID string
+	Value     int64
+}
+
+// Result rule kinds (ResultRule.Kind).
+const (
+	RuleXP          = "xp"
+	RuleCurrency    = "currency"
+	RuleItem        = "item"
+	RuleLeaderboard = "leaderboard"
+)
+
+// ResultRule turns a per-player stat of match results into progression:
+// stat × PerUnit of XP, a currency or an item (Target), at most Cap per
+// player and match; or a leaderboard entry. The backend validates rules and
+// applies them; the store keeps them verbatim.
+type ResultRule struct {
+	Game    string // module name; empty: every game
+	Stat    string
+	Kind    string
+	Target  string
+	PerUnit int64
+	Cap     int64
+}
+
+// Rating is an account's skill rating in a game mode (Glicko-2, public
+// scale). Matches counts the rated matches.
+type Rating struct {
+	TenantID   string
+	Mode       string
+	AccountID  string
+	Rating     float64
+	RD         float64
+	Volatility float64
+	Matches    int64
+	UpdatedAt  time.Time
+}
+
+// RatingUpdate rates a match's players when its final result is stored, in
+// the same transaction (so exactly once).
+type RatingUpdate struct {
+	Mode string
+	// Rate gets the stored ratings of the match's players whose accounts
+	// exist, each with its AccountID (Matches 0 and zero values for a
+	// player never rated in Mode), and returns their new ratings in the
+	// same order; the store keeps Rating, RD and Volatility of them and
+	// counts the match. An error fails the report.
+	Rate func(before []Rating) ([]Rating, error)
 }
 
 // MatchReport is a cumulative report of a match. Interim reports have
@@ -198,6 +261,12 @@ type MatchReport struct {
 	At       time.Time
 	// Webhook, if set on a final report, is queued in the same transaction.
 	Webhook *WebhookDelivery
+	// Boards, on a final report, are stat leaderboard entries: each adds
+	// Value to the account's sum on Board (and a match, and a new best).
+	// Entries of accounts that do not exist are skipped.
+	Boards []BoardEntry
+	// Rating, if set on a final report, rates its players.
+	Rating *RatingUpdate
 }
 
 // MatchResult is a stored final result.
@@ -370,6 +439,17 @@ type Store interface {
 	Leaderboard(ctx context.Context, tenantID, game string, byBest bool, offset, limit int) ([]LeaderboardEntry, error)
 	// LeaderboardRank returns an account's entry (with its rank).
 	LeaderboardRank(ctx context.Context, tenantID, game string, byBest bool, accountID string) (LeaderboardEntry, error)
+
+	// PutResultRules replaces a tenant's result rules (none: no rules).
+	// ErrNotFound if the tenant does not exist.
+	PutResultRules(ctx context.Context, tenantID string, rules []ResultRule) error
+	// ResultRules returns a tenant's result rules in the order put; empty
+	// if none.
+	ResultRules(ctx context.Context, tenantID string) ([]ResultRule, error)
+	// Ratings returns the stored ratings of accounts in a mode, by account
+	// id; accounts never rated in the mode are absent. For the matchmaker
+	// and GetRating.
+	Ratings(ctx context.Context, tenantID, mode string, accountIDs []string) (map[string]Rating, error)
 
 	// PutWebhook sets (or with an empty URL removes) a tenant's webhook.
 	PutWebhook(ctx context.Context, w Webhook) error

@@ -256,7 +256,12 @@ func benchBackendStore(ctx context.Context, progress io.Writer, name string, st 
 	if !bbWant("match") {
 		return out, nil
 	}
-	fmt.Fprintf(progress, "%s: match results (2 players each, exactly once)\n", name)
+	fmt.Fprintf(progress, "%s: match results (2 players each, stats through a result rule, rated, exactly once)\n", name)
+	// A result rule, so each result takes the path of a module's stats
+	// (credited through the rule) and rates its players (places 1 and 2).
+	if err := st.PutResultRules(ctx, tenantID, []store.ResultRule{{Stat: "kills", Kind: store.RuleCurrency, Target: "gems", PerUnit: 1, Cap: 10}}); err != nil {
+		return nil, err
+	}
 	// Two accounts to report on, and matches minted ahead of the timing.
 	var players []*ludusv1.PlayerResult
 	for i := range 2 {
@@ -264,7 +269,8 @@ func benchBackendStore(ctx context.Context, progress io.Writer, name string, st 
 		if err != nil {
 			return nil, err
 		}
-		players = append(players, &ludusv1.PlayerResult{AccountId: r.Msg.AccountId, Score: int64(10 + i), Xp: 100, Currency: map[string]int64{"gold": 5}})
+		players = append(players, &ludusv1.PlayerResult{AccountId: r.Msg.AccountId, Score: int64(10 + i), Xp: 100, Currency: map[string]int64{"gold": 5},
+			Stats: map[string]int64{"kills": 3, "deaths": int64(i)}, Place: int32(2 - i)})
 	}
 	type match struct{ id, cred string }
 	var matches []match
@@ -306,8 +312,15 @@ func benchBackendStore(ctx context.Context, progress io.Writer, name string, st 
 	if err != nil {
 		return nil, err
 	}
-	if p.XP != 100*int64(len(ended)) {
-		return nil, fmt.Errorf("match results: XP %d after %d results: not exactly once", p.XP, len(ended))
+	if p.XP != 100*int64(len(ended)) || p.Currency["gems"] != 3*int64(len(ended)) {
+		return nil, fmt.Errorf("match results: XP %d, gems %d after %d results: not exactly once", p.XP, p.Currency["gems"], len(ended))
+	}
+	rs, err := st.Ratings(ctx, tenantID, "arena", []string{players[0].AccountId})
+	if err != nil {
+		return nil, err
+	}
+	if got := rs[players[0].AccountId].Matches; got != int64(len(ended)) {
+		return nil, fmt.Errorf("match results: %d rated matches after %d results: not exactly once", got, len(ended))
 	}
 	out["match_results_applied"] = len(ended)
 	return out, nil

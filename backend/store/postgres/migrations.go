@@ -222,4 +222,34 @@ var migrations = [][]string{
 			FOREIGN KEY (tenant_id, match_id) REFERENCES matches(tenant_id, id) ON DELETE CASCADE
 		)`,
 	},
+	// Version 4 (SQLite version 5): result stats, place and team; result
+	// rules; ratings.
+	{
+		`ALTER TABLE match_players ADD COLUMN stats TEXT NOT NULL DEFAULT '{}'`,
+		`ALTER TABLE match_players ADD COLUMN place BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE match_players ADD COLUMN team BIGINT NOT NULL DEFAULT 0`,
+		`CREATE TABLE result_rules (
+			tenant_id TEXT   NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			seq       BIGINT NOT NULL,
+			game      TEXT   NOT NULL,
+			stat      TEXT   NOT NULL,
+			kind      TEXT   NOT NULL,
+			target    TEXT   NOT NULL,
+			per_unit  BIGINT NOT NULL,
+			cap       BIGINT NOT NULL,
+			PRIMARY KEY (tenant_id, seq)
+		)`,
+		`CREATE TABLE ratings (
+			tenant_id  TEXT             NOT NULL,
+			mode       TEXT             NOT NULL,
+			account_id TEXT             NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			rating     DOUBLE PRECISION NOT NULL,
+			rd         DOUBLE PRECISION NOT NULL,
+			volatility DOUBLE PRECISION NOT NULL,
+			matches    BIGINT           NOT NULL,
+			updated_at BIGINT           NOT NULL,
+			PRIMARY KEY (tenant_id, mode, account_id)
+		)`,
+		`CREATE INDEX ratings_account ON ratings(account_id)`,
+	},
 }

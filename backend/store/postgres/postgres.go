@@ -59,7 +59,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	return &Store{DB: sqlstore.New(db, db, sqlstore.Dialect{Name: "postgres", Dollar: true, MapError: mapError, Retry: retry}), db: db}, nil
+	return &Store{DB: sqlstore.New(db, db, sqlstore.Dialect{Name: "postgres", Dollar: true, MapError: mapError, Retry: retry,
+		BatchSessions: true}), db: db}, nil
 }
 
 // SchemaVersion is the schema version this package migrates to.

@@ -232,4 +232,34 @@ var migrations = [][]string{
 			FOREIGN KEY (tenant_id, match_id) REFERENCES matches(tenant_id, id) ON DELETE CASCADE
 		) STRICT`,
 	},
+	// Version 5: what match results carry beyond the score (stats, place,
+	// team), the tenants' result rules, and ratings per game mode.
+	{
+		`ALTER TABLE match_players ADD COLUMN stats TEXT NOT NULL DEFAULT '{}'`,
+		`ALTER TABLE match_players ADD COLUMN place INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE match_players ADD COLUMN team INTEGER NOT NULL DEFAULT 0`,
+		`CREATE TABLE result_rules (
+			tenant_id TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			seq       INTEGER NOT NULL,
+			game      TEXT    NOT NULL,
+			stat      TEXT    NOT NULL,
+			kind      TEXT    NOT NULL,
+			target    TEXT    NOT NULL,
+			per_unit  INTEGER NOT NULL,
+			cap       INTEGER NOT NULL,
+			PRIMARY KEY (tenant_id, seq)
+		) STRICT`,
+		`CREATE TABLE ratings (
+			tenant_id  TEXT    NOT NULL,
+			mode       TEXT    NOT NULL,
+			account_id TEXT    NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+			rating     REAL    NOT NULL,
+			rd         REAL    NOT NULL,
+			volatility REAL    NOT NULL,
+			matches    INTEGER NOT NULL,
+			updated_at INTEGER NOT NULL,
+			PRIMARY KEY (tenant_id, mode, account_id)
+		) STRICT`,
+		`CREATE INDEX ratings_account ON ratings(account_id)`,
+	},
 }

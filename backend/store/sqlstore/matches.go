@@ -92,13 +92,16 @@ func (s *DB) ApplyMatchReport(ctx context.Context, r store.MatchReport) (bool, e
 		} else if err != nil {
 			return err
 		}
-		if err := applyPlayers(ctx, tx, r, game); err != nil {
-			return err
-		}
+		// Rows no other match touches first: the rows that reports of
+		// other matches share (an account's progression, wallet, boards,
+		// ratings) stay locked, until the commit, for as short as can be.
 		if r.Final && r.Webhook != nil {
 			if err := insertDelivery(ctx, tx, *r.Webhook); err != nil {
 				return err
 			}
+		}
+		if err := applyPlayers(ctx, tx, r, game); err != nil {
+			return err
 		}
 		applied = true
 		return nil
@@ -214,10 +217,17 @@ func applyPlayers(ctx context.Context, tx *tx, r store.MatchReport, game string)
 			}
 		}
 		mpArgs = append(mpArgs, r.TenantID, r.MatchID, p.AccountID, p.Score, p.DurationMs, p.Damage, encodeMap(p.ItemsUsed),
-			newXP, encodeMap(newCur), encodeMap(newItems))
+			newXP, encodeMap(newCur), encodeMap(newItems), encodeMap(p.Stats), p.Place, p.Team)
 		if r.Final {
 			lbArgs = append(lbArgs, r.TenantID, game, p.AccountID, p.Score, p.Score, 1)
 		}
+	}
+	if err := execRows(ctx, tx, `INSERT INTO match_players (tenant_id, match_id, account_id, score, duration_ms, damage, items_used, xp, currency, items, stats, place, team)`,
+		`ON CONFLICT (tenant_id, match_id, account_id) DO UPDATE SET
+		score = excluded.score, duration_ms = excluded.duration_ms, damage = excluded.damage, items_used = excluded.items_used,
+		xp = excluded.xp, currency = excluded.currency, items = excluded.items, stats = excluded.stats,
+		place = excluded.place, team = excluded.team`, 13, mpArgs, nil); err != nil {
+		return err
 	}
 	if len(xpArgs) > 0 {
 		if err := execRows(ctx, tx, `INSERT INTO progression (tenant_id, account_id, xp)`,
@@ -255,11 +265,19 @@ func applyPlayers(ctx context.Context, tx *tx, r store.MatchReport, game string)
 			return err
 		}
 	}
-	if err := execRows(ctx, tx, `INSERT INTO match_players (tenant_id, match_id, account_id, score, duration_ms, damage, items_used, xp, currency, items)`,
-		`ON CONFLICT (tenant_id, match_id, account_id) DO UPDATE SET
-		score = excluded.score, duration_ms = excluded.duration_ms, damage = excluded.damage, items_used = excluded.items_used,
-		xp = excluded.xp, currency = excluded.currency, items = excluded.items`, 10, mpArgs, nil); err != nil {
-		return err
+	if r.Final {
+		// Stat leaderboards: one entry per board and account (the last
+		// wins if the caller named one twice).
+		type bk struct{ board, account string }
+		seen := map[bk]bool{}
+		for i := len(r.Boards) - 1; i >= 0; i-- {
+			b := r.Boards[i]
+			if prev[b.AccountID] == nil || seen[bk{b.Board, b.AccountID}] {
+				continue
+			}
+			seen[bk{b.Board, b.AccountID}] = true
+			lbArgs = append(lbArgs, r.TenantID, b.Board, b.AccountID, b.Value, b.Value, 1)
+		}
 	}
 	if len(lbArgs) > 0 {
 		if err := execRows(ctx, tx, `INSERT INTO leaderboard (tenant_id, game, account_id, best, total, matches)`,
@@ -268,6 +286,15 @@ func applyPlayers(ctx context.Context, tx *tx, r store.MatchReport, game string)
 			total = leaderboard.total + excluded.total, matches = leaderboard.matches + 1`, 6, lbArgs, nil); err != nil {
 			return err
 		}
+	}
+	if r.Final && r.Rating != nil {
+		var ids []string
+		for _, p := range players {
+			if prev[p.AccountID] != nil {
+				ids = append(ids, p.AccountID)
+			}
+		}
+		return rateMatch(ctx, tx, r.TenantID, r.Rating, ids, at)
 	}
 	return nil
 }

@@ -41,6 +41,11 @@ type Dialect struct {
 	// CacheStatements keeps statements prepared (SQLite; pgx caches
 	// prepared statements per connection itself).
 	CacheStatements bool
+	// BatchSessions runs concurrent DeviceSession calls together: one
+	// transaction and one statement per table for up to maxSessionBatch
+	// calls (sessions_batch.go). For a pool of connections (PostgreSQL);
+	// SQLite's group commit does the same for every write.
+	BatchSessions bool
 }
 
 // DB is a store.Store over a writer pool and a reader pool (the same pool
@@ -48,8 +53,9 @@ type Dialect struct {
 type DB struct {
 	W, R           *sql.DB
 	d              Dialect
-	qs             sync.Map   // query text -> rewritten text
-	c              *committer // group commit; nil unless Dialect.GroupCommit
+	qs             sync.Map        // query text -> rewritten text
+	c              *committer      // group commit; nil unless Dialect.GroupCommit
+	sb             *sessionBatcher // nil unless Dialect.BatchSessions
 	wstmts, rstmts stmtCache
 }
 
@@ -61,12 +67,18 @@ func New(w, r *sql.DB, d Dialect) *DB {
 	if d.GroupCommit {
 		s.startCommitter()
 	}
+	if d.BatchSessions {
+		s.sb = newSessionBatcher(s)
+	}
 	return s
 }
 
 // Close closes both pools.
 func (s *DB) Close() error {
 	s.stopCommitter()
+	if s.sb != nil {
+		s.sb.stop()
+	}
 	if s.R == s.W {
 		return s.W.Close()
 	}
@@ -447,8 +459,17 @@ func (s *DB) DeleteAccount(ctx context.Context, tenantID, accountID string) erro
 
 // DeviceSession implements store.Store. For a new device it is two
 // statements (insert the account, insert the refresh token) in one
-// transaction: one commit per guest login.
+// transaction: one commit per guest login. With Dialect.BatchSessions,
+// concurrent calls share statements and a commit (sessions_batch.go).
 func (s *DB) DeviceSession(ctx context.Context, a store.Account, rename string, t store.RefreshToken) (store.Account, bool, error) {
+	if s.sb != nil {
+		return s.sb.submit(ctx, a, rename, t)
+	}
+	return s.deviceSessionTx(ctx, a, rename, t)
+}
+
+// deviceSessionTx is DeviceSession in a transaction of its own.
+func (s *DB) deviceSessionTx(ctx context.Context, a store.Account, rename string, t store.RefreshToken) (store.Account, bool, error) {
 	var acc store.Account
 	var created bool
 	err := s.inTx(ctx, "device session", func(tx *tx) error {
@@ -473,12 +494,8 @@ func (s *DB) DeviceSession(ctx context.Context, a store.Account, rename string, 
 				}
 				return err
 			}
-			if rename != "" && rename != acc.DisplayName {
-				if _, err := tx.exec(ctx, `UPDATE accounts SET display_name = ?, updated_at = ? WHERE tenant_id = ? AND id = ?`,
-					rename, ToDB(a.UpdatedAt), acc.TenantID, acc.ID); err != nil {
-					return err
-				}
-				acc.DisplayName, acc.UpdatedAt = rename, a.UpdatedAt
+			if err := renameIn(ctx, tx, &acc, rename, a.UpdatedAt); err != nil {
+				return err
 			}
 		}
 		t.TenantID, t.AccountID = acc.TenantID, acc.ID
@@ -488,6 +505,19 @@ func (s *DB) DeviceSession(ctx context.Context, a store.Account, rename string, 
 		return store.Account{}, false, err
 	}
 	return acc, created, nil
+}
+
+// renameIn renames acc to rename if that is set and differs.
+func renameIn(ctx context.Context, tx *tx, acc *store.Account, rename string, at time.Time) error {
+	if rename == "" || rename == acc.DisplayName {
+		return nil
+	}
+	if _, err := tx.exec(ctx, `UPDATE accounts SET display_name = ?, updated_at = ? WHERE tenant_id = ? AND id = ?`,
+		rename, ToDB(at), acc.TenantID, acc.ID); err != nil {
+		return err
+	}
+	acc.DisplayName, acc.UpdatedAt = rename, at
+	return nil
 }
 
 // Login throttling
@@ -791,9 +821,12 @@ func maps(m map[string]int64) map[string]int64 {
 func (s *DB) matchPlayers(ctx context.Context, tenantID, matchID string) ([]store.PlayerReport, error) {
 	return list(ctx, s, "match players", func(r scanner) (store.PlayerReport, error) {
 		var p store.PlayerReport
-		var used, cur, items string
-		err := r.Scan(&p.AccountID, &p.Score, &p.DurationMs, &p.Damage, &used, &p.XP, &cur, &items)
+		var used, cur, items, stats string
+		err := r.Scan(&p.AccountID, &p.Score, &p.DurationMs, &p.Damage, &used, &p.XP, &cur, &items, &stats, &p.Place, &p.Team)
 		if err != nil {
+			return p, err
+		}
+		if p.Stats, err = decodeMap(stats); err != nil {
 			return p, err
 		}
 		if p.ItemsUsed, err = decodeMap(used); err != nil {
@@ -804,7 +837,7 @@ func (s *DB) matchPlayers(ctx context.Context, tenantID, matchID string) ([]stor
 		}
 		p.Items, err = decodeMap(items)
 		return p, err
-	}, `SELECT account_id, score, duration_ms, damage, items_used, xp, currency, items FROM match_players
+	}, `SELECT account_id, score, duration_ms, damage, items_used, xp, currency, items, stats, place, team FROM match_players
 		WHERE tenant_id = ? AND match_id = ? ORDER BY score DESC, account_id`, tenantID, matchID)
 }
 

@@ -56,7 +56,13 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"NastyStringsEverywhere", testNastyStringsEverywhere},
 		{"GameArchives", testGameArchives},
 		{"DeviceSession", testDeviceSession},
+		{"DeviceSessionsConcurrent", testDeviceSessionsConcurrent},
 		{"ConcurrentWritesIsolated", testConcurrentWritesIsolated},
+		{"ResultStats", testResultStats},
+		{"ResultRules", testResultRules},
+		{"StatBoards", testStatBoards},
+		{"Ratings", testRatings},
+		{"RatingsConcurrent", testRatingsConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newStore(t)) })

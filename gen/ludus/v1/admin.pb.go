@@ -22,6 +22,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ResultRuleKind is what a result rule credits.
+type ResultRuleKind int32
+
+const (
+	ResultRuleKind_RESULT_RULE_KIND_UNSPECIFIED ResultRuleKind = 0
+	// XP: the stat times per_unit, up to cap per match.
+	ResultRuleKind_RESULT_RULE_KIND_XP ResultRuleKind = 1
+	// Currency target: the stat times per_unit, up to cap per match.
+	ResultRuleKind_RESULT_RULE_KIND_CURRENCY ResultRuleKind = 2
+	// Item target: the stat times per_unit, up to cap per match.
+	ResultRuleKind_RESULT_RULE_KIND_ITEM ResultRuleKind = 3
+	// The stat's leaderboard of the game (LeaderboardRequest.stat): fed once,
+	// with the final value, when the final result is stored.
+	ResultRuleKind_RESULT_RULE_KIND_LEADERBOARD ResultRuleKind = 4
+)
+
+// Enum value maps for ResultRuleKind.
+var (
+	ResultRuleKind_name = map[int32]string{
+		0: "RESULT_RULE_KIND_UNSPECIFIED",
+		1: "RESULT_RULE_KIND_XP",
+		2: "RESULT_RULE_KIND_CURRENCY",
+		3: "RESULT_RULE_KIND_ITEM",
+		4: "RESULT_RULE_KIND_LEADERBOARD",
+	}
+	ResultRuleKind_value = map[string]int32{
+		"RESULT_RULE_KIND_UNSPECIFIED": 0,
+		"RESULT_RULE_KIND_XP":          1,
+		"RESULT_RULE_KIND_CURRENCY":    2,
+		"RESULT_RULE_KIND_ITEM":        3,
+		"RESULT_RULE_KIND_LEADERBOARD": 4,
+	}
+)
+
+func (x ResultRuleKind) Enum() *ResultRuleKind {
+	p := new(ResultRuleKind)
+	*p = x
+	return p
+}
+
+func (x ResultRuleKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ResultRuleKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_ludus_v1_admin_proto_enumTypes[0].Descriptor()
+}
+
+func (ResultRuleKind) Type() protoreflect.EnumType {
+	return &file_ludus_v1_admin_proto_enumTypes[0]
+}
+
+func (x ResultRuleKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ResultRuleKind.Descriptor instead.
+func (ResultRuleKind) EnumDescriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
 type Tenant struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2831,6 +2892,452 @@ func (x *ListArchivedGamesResponse) GetGames() []*ArchivedGame {
 	return nil
 }
 
+// ResultRule turns a per-player stat of match results into progression.
+type ResultRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Module name the rule is for; empty: every game of the tenant.
+	Game string `protobuf:"bytes,1,opt,name=game,proto3" json:"game,omitempty"`
+	// Stat name (PlayerResult.stats), or "score" for the score.
+	Stat string         `protobuf:"bytes,2,opt,name=stat,proto3" json:"stat,omitempty"`
+	Kind ResultRuleKind `protobuf:"varint,3,opt,name=kind,proto3,enum=ludus.v1.ResultRuleKind" json:"kind,omitempty"`
+	// Currency or item name (kinds CURRENCY and ITEM); empty otherwise.
+	Target string `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
+	// Credit per unit of the stat: 1..1,000,000 (0 means 1). Not for LEADERBOARD.
+	PerUnit int64 `protobuf:"varint,5,opt,name=per_unit,json=perUnit,proto3" json:"per_unit,omitempty"`
+	// Most the rule credits one player in one match: 1..1,000,000,000. Required
+	// except for LEADERBOARD.
+	Cap           int64 `protobuf:"varint,6,opt,name=cap,proto3" json:"cap,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResultRule) Reset() {
+	*x = ResultRule{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResultRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResultRule) ProtoMessage() {}
+
+func (x *ResultRule) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResultRule.ProtoReflect.Descriptor instead.
+func (*ResultRule) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ResultRule) GetGame() string {
+	if x != nil {
+		return x.Game
+	}
+	return ""
+}
+
+func (x *ResultRule) GetStat() string {
+	if x != nil {
+		return x.Stat
+	}
+	return ""
+}
+
+func (x *ResultRule) GetKind() ResultRuleKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ResultRuleKind_RESULT_RULE_KIND_UNSPECIFIED
+}
+
+func (x *ResultRule) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ResultRule) GetPerUnit() int64 {
+	if x != nil {
+		return x.PerUnit
+	}
+	return 0
+}
+
+func (x *ResultRule) GetCap() int64 {
+	if x != nil {
+		return x.Cap
+	}
+	return 0
+}
+
+type SetResultRulesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 64 rules; replaces every rule of the tenant.
+	Rules         []*ResultRule `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetResultRulesRequest) Reset() {
+	*x = SetResultRulesRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetResultRulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetResultRulesRequest) ProtoMessage() {}
+
+func (x *SetResultRulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetResultRulesRequest.ProtoReflect.Descriptor instead.
+func (*SetResultRulesRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *SetResultRulesRequest) GetRules() []*ResultRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+type SetResultRulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetResultRulesResponse) Reset() {
+	*x = SetResultRulesResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetResultRulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetResultRulesResponse) ProtoMessage() {}
+
+func (x *SetResultRulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetResultRulesResponse.ProtoReflect.Descriptor instead.
+func (*SetResultRulesResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{55}
+}
+
+type GetResultRulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetResultRulesRequest) Reset() {
+	*x = GetResultRulesRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetResultRulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetResultRulesRequest) ProtoMessage() {}
+
+func (x *GetResultRulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetResultRulesRequest.ProtoReflect.Descriptor instead.
+func (*GetResultRulesRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{56}
+}
+
+type GetResultRulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rules         []*ResultRule          `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetResultRulesResponse) Reset() {
+	*x = GetResultRulesResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetResultRulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetResultRulesResponse) ProtoMessage() {}
+
+func (x *GetResultRulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetResultRulesResponse.ProtoReflect.Descriptor instead.
+func (*GetResultRulesResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *GetResultRulesResponse) GetRules() []*ResultRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+type GetRatingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Game mode: the module name of the game.
+	Mode          string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	AccountId     string `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRatingRequest) Reset() {
+	*x = GetRatingRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRatingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRatingRequest) ProtoMessage() {}
+
+func (x *GetRatingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRatingRequest.ProtoReflect.Descriptor instead.
+func (*GetRatingRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *GetRatingRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *GetRatingRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+// Rating is a Glicko-2 rating on the public scale.
+type Rating struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Mode      string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	AccountId string                 `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// 1500 for a player who never played a rated match.
+	Rating float64 `protobuf:"fixed64,3,opt,name=rating,proto3" json:"rating,omitempty"`
+	// Rating deviation: 350 for a new player, shrinking with rated matches.
+	Rd         float64 `protobuf:"fixed64,4,opt,name=rd,proto3" json:"rd,omitempty"`
+	Volatility float64 `protobuf:"fixed64,5,opt,name=volatility,proto3" json:"volatility,omitempty"`
+	// Rated matches played in this mode.
+	Matches int64 `protobuf:"varint,6,opt,name=matches,proto3" json:"matches,omitempty"`
+	// Zero if never rated.
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rating) Reset() {
+	*x = Rating{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rating) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rating) ProtoMessage() {}
+
+func (x *Rating) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rating.ProtoReflect.Descriptor instead.
+func (*Rating) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *Rating) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *Rating) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *Rating) GetRating() float64 {
+	if x != nil {
+		return x.Rating
+	}
+	return 0
+}
+
+func (x *Rating) GetRd() float64 {
+	if x != nil {
+		return x.Rd
+	}
+	return 0
+}
+
+func (x *Rating) GetVolatility() float64 {
+	if x != nil {
+		return x.Volatility
+	}
+	return 0
+}
+
+func (x *Rating) GetMatches() int64 {
+	if x != nil {
+		return x.Matches
+	}
+	return 0
+}
+
+func (x *Rating) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+type GetRatingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rating        *Rating                `protobuf:"bytes,1,opt,name=rating,proto3" json:"rating,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRatingResponse) Reset() {
+	*x = GetRatingResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRatingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRatingResponse) ProtoMessage() {}
+
+func (x *GetRatingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRatingResponse.ProtoReflect.Descriptor instead.
+func (*GetRatingResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *GetRatingResponse) GetRating() *Rating {
+	if x != nil {
+		return x.Rating
+	}
+	return nil
+}
+
 var File_ludus_v1_admin_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_admin_proto_rawDesc = "" +
@@ -3025,7 +3532,45 @@ const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\varchived_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"archivedAt\"I\n" +
 	"\x19ListArchivedGamesResponse\x12,\n" +
-	"\x05games\x18\x01 \x03(\v2\x16.ludus.v1.ArchivedGameR\x05games2\x99\x0f\n" +
+	"\x05games\x18\x01 \x03(\v2\x16.ludus.v1.ArchivedGameR\x05games\"\xa7\x01\n" +
+	"\n" +
+	"ResultRule\x12\x12\n" +
+	"\x04game\x18\x01 \x01(\tR\x04game\x12\x12\n" +
+	"\x04stat\x18\x02 \x01(\tR\x04stat\x12,\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x18.ludus.v1.ResultRuleKindR\x04kind\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\tR\x06target\x12\x19\n" +
+	"\bper_unit\x18\x05 \x01(\x03R\aperUnit\x12\x10\n" +
+	"\x03cap\x18\x06 \x01(\x03R\x03cap\"C\n" +
+	"\x15SetResultRulesRequest\x12*\n" +
+	"\x05rules\x18\x01 \x03(\v2\x14.ludus.v1.ResultRuleR\x05rules\"\x18\n" +
+	"\x16SetResultRulesResponse\"\x17\n" +
+	"\x15GetResultRulesRequest\"D\n" +
+	"\x16GetResultRulesResponse\x12*\n" +
+	"\x05rules\x18\x01 \x03(\v2\x14.ludus.v1.ResultRuleR\x05rules\"E\n" +
+	"\x10GetRatingRequest\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x02 \x01(\tR\taccountId\"\xd8\x01\n" +
+	"\x06Rating\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x02 \x01(\tR\taccountId\x12\x16\n" +
+	"\x06rating\x18\x03 \x01(\x01R\x06rating\x12\x0e\n" +
+	"\x02rd\x18\x04 \x01(\x01R\x02rd\x12\x1e\n" +
+	"\n" +
+	"volatility\x18\x05 \x01(\x01R\n" +
+	"volatility\x12\x18\n" +
+	"\amatches\x18\x06 \x01(\x03R\amatches\x129\n" +
+	"\n" +
+	"updated_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"=\n" +
+	"\x11GetRatingResponse\x12(\n" +
+	"\x06rating\x18\x01 \x01(\v2\x10.ludus.v1.RatingR\x06rating*\xa7\x01\n" +
+	"\x0eResultRuleKind\x12 \n" +
+	"\x1cRESULT_RULE_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13RESULT_RULE_KIND_XP\x10\x01\x12\x1d\n" +
+	"\x19RESULT_RULE_KIND_CURRENCY\x10\x02\x12\x19\n" +
+	"\x15RESULT_RULE_KIND_ITEM\x10\x03\x12 \n" +
+	"\x1cRESULT_RULE_KIND_LEADERBOARD\x10\x042\x89\x11\n" +
 	"\fAdminService\x12M\n" +
 	"\fCreateTenant\x12\x1d.ludus.v1.CreateTenantRequest\x1a\x1e.ludus.v1.CreateTenantResponse\x12J\n" +
 	"\vListTenants\x12\x1c.ludus.v1.ListTenantsRequest\x1a\x1d.ludus.v1.ListTenantsResponse\x12M\n" +
@@ -3046,7 +3591,10 @@ const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\x10GrantProgression\x12!.ludus.v1.GrantProgressionRequest\x1a\".ludus.v1.GrantProgressionResponse\x12h\n" +
 	"\x15GetAccountProgression\x12&.ludus.v1.GetAccountProgressionRequest\x1a'.ludus.v1.GetAccountProgressionResponse\x12Y\n" +
 	"\x10ListMatchResults\x12!.ludus.v1.ListMatchResultsRequest\x1a\".ludus.v1.ListMatchResultsResponse\x12b\n" +
-	"\x13GetAdminLeaderboard\x12$.ludus.v1.GetAdminLeaderboardRequest\x1a%.ludus.v1.GetAdminLeaderboardResponse\x12G\n" +
+	"\x13GetAdminLeaderboard\x12$.ludus.v1.GetAdminLeaderboardRequest\x1a%.ludus.v1.GetAdminLeaderboardResponse\x12S\n" +
+	"\x0eSetResultRules\x12\x1f.ludus.v1.SetResultRulesRequest\x1a .ludus.v1.SetResultRulesResponse\x12S\n" +
+	"\x0eGetResultRules\x12\x1f.ludus.v1.GetResultRulesRequest\x1a .ludus.v1.GetResultRulesResponse\x12D\n" +
+	"\tGetRating\x12\x1a.ludus.v1.GetRatingRequest\x1a\x1b.ludus.v1.GetRatingResponse\x12G\n" +
 	"\n" +
 	"SetWebhook\x12\x1b.ludus.v1.SetWebhookRequest\x1a\x1c.ludus.v1.SetWebhookResponse\x12h\n" +
 	"\x15ListWebhookDeliveries\x12&.ludus.v1.ListWebhookDeliveriesRequest\x1a'.ludus.v1.ListWebhookDeliveriesResponse\x12G\n" +
@@ -3066,153 +3614,174 @@ func file_ludus_v1_admin_proto_rawDescGZIP() []byte {
 	return file_ludus_v1_admin_proto_rawDescData
 }
 
-var file_ludus_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_ludus_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_ludus_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_ludus_v1_admin_proto_goTypes = []any{
-	(*Tenant)(nil),                        // 0: ludus.v1.Tenant
-	(*CreateTenantRequest)(nil),           // 1: ludus.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),          // 2: ludus.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),            // 3: ludus.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),           // 4: ludus.v1.ListTenantsResponse
-	(*Module)(nil),                        // 5: ludus.v1.Module
-	(*UploadModuleRequest)(nil),           // 6: ludus.v1.UploadModuleRequest
-	(*UploadModuleResponse)(nil),          // 7: ludus.v1.UploadModuleResponse
-	(*ListModulesRequest)(nil),            // 8: ludus.v1.ListModulesRequest
-	(*ListModulesResponse)(nil),           // 9: ludus.v1.ListModulesResponse
-	(*AdminServiceListGamesRequest)(nil),  // 10: ludus.v1.AdminServiceListGamesRequest
-	(*AdminServiceListGamesResponse)(nil), // 11: ludus.v1.AdminServiceListGamesResponse
-	(*Node)(nil),                          // 12: ludus.v1.Node
-	(*ListNodesRequest)(nil),              // 13: ludus.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),             // 14: ludus.v1.ListNodesResponse
-	(*APIKey)(nil),                        // 15: ludus.v1.APIKey
-	(*CreateAPIKeyRequest)(nil),           // 16: ludus.v1.CreateAPIKeyRequest
-	(*CreateAPIKeyResponse)(nil),          // 17: ludus.v1.CreateAPIKeyResponse
-	(*ListAPIKeysRequest)(nil),            // 18: ludus.v1.ListAPIKeysRequest
-	(*ListAPIKeysResponse)(nil),           // 19: ludus.v1.ListAPIKeysResponse
-	(*RotateAPIKeyRequest)(nil),           // 20: ludus.v1.RotateAPIKeyRequest
-	(*RotateAPIKeyResponse)(nil),          // 21: ludus.v1.RotateAPIKeyResponse
-	(*RevokeAPIKeyRequest)(nil),           // 22: ludus.v1.RevokeAPIKeyRequest
-	(*RevokeAPIKeyResponse)(nil),          // 23: ludus.v1.RevokeAPIKeyResponse
-	(*RotateSigningKeyRequest)(nil),       // 24: ludus.v1.RotateSigningKeyRequest
-	(*RotateSigningKeyResponse)(nil),      // 25: ludus.v1.RotateSigningKeyResponse
-	(*Account)(nil),                       // 26: ludus.v1.Account
-	(*CreateAccountRequest)(nil),          // 27: ludus.v1.CreateAccountRequest
-	(*CreateAccountResponse)(nil),         // 28: ludus.v1.CreateAccountResponse
-	(*GetAccountRequest)(nil),             // 29: ludus.v1.GetAccountRequest
-	(*GetAccountResponse)(nil),            // 30: ludus.v1.GetAccountResponse
-	(*DeleteAccountRequest)(nil),          // 31: ludus.v1.DeleteAccountRequest
-	(*DeleteAccountResponse)(nil),         // 32: ludus.v1.DeleteAccountResponse
-	(*ExportAccountRequest)(nil),          // 33: ludus.v1.ExportAccountRequest
-	(*ExportAccountResponse)(nil),         // 34: ludus.v1.ExportAccountResponse
-	(*GrantProgressionRequest)(nil),       // 35: ludus.v1.GrantProgressionRequest
-	(*GrantProgressionResponse)(nil),      // 36: ludus.v1.GrantProgressionResponse
-	(*GetAccountProgressionRequest)(nil),  // 37: ludus.v1.GetAccountProgressionRequest
-	(*GetAccountProgressionResponse)(nil), // 38: ludus.v1.GetAccountProgressionResponse
-	(*ListMatchResultsRequest)(nil),       // 39: ludus.v1.ListMatchResultsRequest
-	(*ListMatchResultsResponse)(nil),      // 40: ludus.v1.ListMatchResultsResponse
-	(*GetAdminLeaderboardRequest)(nil),    // 41: ludus.v1.GetAdminLeaderboardRequest
-	(*GetAdminLeaderboardResponse)(nil),   // 42: ludus.v1.GetAdminLeaderboardResponse
-	(*SetWebhookRequest)(nil),             // 43: ludus.v1.SetWebhookRequest
-	(*SetWebhookResponse)(nil),            // 44: ludus.v1.SetWebhookResponse
-	(*ListWebhookDeliveriesRequest)(nil),  // 45: ludus.v1.ListWebhookDeliveriesRequest
-	(*WebhookDelivery)(nil),               // 46: ludus.v1.WebhookDelivery
-	(*ListWebhookDeliveriesResponse)(nil), // 47: ludus.v1.ListWebhookDeliveriesResponse
-	(*GetGameLogRequest)(nil),             // 48: ludus.v1.GetGameLogRequest
-	(*GetGameLogResponse)(nil),            // 49: ludus.v1.GetGameLogResponse
-	(*ListArchivedGamesRequest)(nil),      // 50: ludus.v1.ListArchivedGamesRequest
-	(*ArchivedGame)(nil),                  // 51: ludus.v1.ArchivedGame
-	(*ListArchivedGamesResponse)(nil),     // 52: ludus.v1.ListArchivedGamesResponse
-	nil,                                   // 53: ludus.v1.GrantProgressionRequest.CurrencyEntry
-	nil,                                   // 54: ludus.v1.GrantProgressionRequest.ItemsEntry
-	(*timestamppb.Timestamp)(nil),         // 55: google.protobuf.Timestamp
-	(*GameInfo)(nil),                      // 56: ludus.v1.GameInfo
-	(*Progression)(nil),                   // 57: ludus.v1.Progression
-	(*LedgerEntry)(nil),                   // 58: ludus.v1.LedgerEntry
-	(*MatchResult)(nil),                   // 59: ludus.v1.MatchResult
-	(*LeaderboardRequest)(nil),            // 60: ludus.v1.LeaderboardRequest
-	(*LeaderboardEntry)(nil),              // 61: ludus.v1.LeaderboardEntry
+	(ResultRuleKind)(0),                   // 0: ludus.v1.ResultRuleKind
+	(*Tenant)(nil),                        // 1: ludus.v1.Tenant
+	(*CreateTenantRequest)(nil),           // 2: ludus.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),          // 3: ludus.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),            // 4: ludus.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),           // 5: ludus.v1.ListTenantsResponse
+	(*Module)(nil),                        // 6: ludus.v1.Module
+	(*UploadModuleRequest)(nil),           // 7: ludus.v1.UploadModuleRequest
+	(*UploadModuleResponse)(nil),          // 8: ludus.v1.UploadModuleResponse
+	(*ListModulesRequest)(nil),            // 9: ludus.v1.ListModulesRequest
+	(*ListModulesResponse)(nil),           // 10: ludus.v1.ListModulesResponse
+	(*AdminServiceListGamesRequest)(nil),  // 11: ludus.v1.AdminServiceListGamesRequest
+	(*AdminServiceListGamesResponse)(nil), // 12: ludus.v1.AdminServiceListGamesResponse
+	(*Node)(nil),                          // 13: ludus.v1.Node
+	(*ListNodesRequest)(nil),              // 14: ludus.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),             // 15: ludus.v1.ListNodesResponse
+	(*APIKey)(nil),                        // 16: ludus.v1.APIKey
+	(*CreateAPIKeyRequest)(nil),           // 17: ludus.v1.CreateAPIKeyRequest
+	(*CreateAPIKeyResponse)(nil),          // 18: ludus.v1.CreateAPIKeyResponse
+	(*ListAPIKeysRequest)(nil),            // 19: ludus.v1.ListAPIKeysRequest
+	(*ListAPIKeysResponse)(nil),           // 20: ludus.v1.ListAPIKeysResponse
+	(*RotateAPIKeyRequest)(nil),           // 21: ludus.v1.RotateAPIKeyRequest
+	(*RotateAPIKeyResponse)(nil),          // 22: ludus.v1.RotateAPIKeyResponse
+	(*RevokeAPIKeyRequest)(nil),           // 23: ludus.v1.RevokeAPIKeyRequest
+	(*RevokeAPIKeyResponse)(nil),          // 24: ludus.v1.RevokeAPIKeyResponse
+	(*RotateSigningKeyRequest)(nil),       // 25: ludus.v1.RotateSigningKeyRequest
+	(*RotateSigningKeyResponse)(nil),      // 26: ludus.v1.RotateSigningKeyResponse
+	(*Account)(nil),                       // 27: ludus.v1.Account
+	(*CreateAccountRequest)(nil),          // 28: ludus.v1.CreateAccountRequest
+	(*CreateAccountResponse)(nil),         // 29: ludus.v1.CreateAccountResponse
+	(*GetAccountRequest)(nil),             // 30: ludus.v1.GetAccountRequest
+	(*GetAccountResponse)(nil),            // 31: ludus.v1.GetAccountResponse
+	(*DeleteAccountRequest)(nil),          // 32: ludus.v1.DeleteAccountRequest
+	(*DeleteAccountResponse)(nil),         // 33: ludus.v1.DeleteAccountResponse
+	(*ExportAccountRequest)(nil),          // 34: ludus.v1.ExportAccountRequest
+	(*ExportAccountResponse)(nil),         // 35: ludus.v1.ExportAccountResponse
+	(*GrantProgressionRequest)(nil),       // 36: ludus.v1.GrantProgressionRequest
+	(*GrantProgressionResponse)(nil),      // 37: ludus.v1.GrantProgressionResponse
+	(*GetAccountProgressionRequest)(nil),  // 38: ludus.v1.GetAccountProgressionRequest
+	(*GetAccountProgressionResponse)(nil), // 39: ludus.v1.GetAccountProgressionResponse
+	(*ListMatchResultsRequest)(nil),       // 40: ludus.v1.ListMatchResultsRequest
+	(*ListMatchResultsResponse)(nil),      // 41: ludus.v1.ListMatchResultsResponse
+	(*GetAdminLeaderboardRequest)(nil),    // 42: ludus.v1.GetAdminLeaderboardRequest
+	(*GetAdminLeaderboardResponse)(nil),   // 43: ludus.v1.GetAdminLeaderboardResponse
+	(*SetWebhookRequest)(nil),             // 44: ludus.v1.SetWebhookRequest
+	(*SetWebhookResponse)(nil),            // 45: ludus.v1.SetWebhookResponse
+	(*ListWebhookDeliveriesRequest)(nil),  // 46: ludus.v1.ListWebhookDeliveriesRequest
+	(*WebhookDelivery)(nil),               // 47: ludus.v1.WebhookDelivery
+	(*ListWebhookDeliveriesResponse)(nil), // 48: ludus.v1.ListWebhookDeliveriesResponse
+	(*GetGameLogRequest)(nil),             // 49: ludus.v1.GetGameLogRequest
+	(*GetGameLogResponse)(nil),            // 50: ludus.v1.GetGameLogResponse
+	(*ListArchivedGamesRequest)(nil),      // 51: ludus.v1.ListArchivedGamesRequest
+	(*ArchivedGame)(nil),                  // 52: ludus.v1.ArchivedGame
+	(*ListArchivedGamesResponse)(nil),     // 53: ludus.v1.ListArchivedGamesResponse
+	(*ResultRule)(nil),                    // 54: ludus.v1.ResultRule
+	(*SetResultRulesRequest)(nil),         // 55: ludus.v1.SetResultRulesRequest
+	(*SetResultRulesResponse)(nil),        // 56: ludus.v1.SetResultRulesResponse
+	(*GetResultRulesRequest)(nil),         // 57: ludus.v1.GetResultRulesRequest
+	(*GetResultRulesResponse)(nil),        // 58: ludus.v1.GetResultRulesResponse
+	(*GetRatingRequest)(nil),              // 59: ludus.v1.GetRatingRequest
+	(*Rating)(nil),                        // 60: ludus.v1.Rating
+	(*GetRatingResponse)(nil),             // 61: ludus.v1.GetRatingResponse
+	nil,                                   // 62: ludus.v1.GrantProgressionRequest.CurrencyEntry
+	nil,                                   // 63: ludus.v1.GrantProgressionRequest.ItemsEntry
+	(*timestamppb.Timestamp)(nil),         // 64: google.protobuf.Timestamp
+	(*GameInfo)(nil),                      // 65: ludus.v1.GameInfo
+	(*Progression)(nil),                   // 66: ludus.v1.Progression
+	(*LedgerEntry)(nil),                   // 67: ludus.v1.LedgerEntry
+	(*MatchResult)(nil),                   // 68: ludus.v1.MatchResult
+	(*LeaderboardRequest)(nil),            // 69: ludus.v1.LeaderboardRequest
+	(*LeaderboardEntry)(nil),              // 70: ludus.v1.LeaderboardEntry
 }
 var file_ludus_v1_admin_proto_depIdxs = []int32{
-	55, // 0: ludus.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	0,  // 1: ludus.v1.CreateTenantResponse.tenant:type_name -> ludus.v1.Tenant
-	0,  // 2: ludus.v1.ListTenantsResponse.tenants:type_name -> ludus.v1.Tenant
-	55, // 3: ludus.v1.Module.created_at:type_name -> google.protobuf.Timestamp
-	5,  // 4: ludus.v1.UploadModuleResponse.module:type_name -> ludus.v1.Module
-	5,  // 5: ludus.v1.ListModulesResponse.modules:type_name -> ludus.v1.Module
-	56, // 6: ludus.v1.AdminServiceListGamesResponse.games:type_name -> ludus.v1.GameInfo
-	12, // 7: ludus.v1.ListNodesResponse.nodes:type_name -> ludus.v1.Node
-	55, // 8: ludus.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
-	15, // 9: ludus.v1.CreateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
-	15, // 10: ludus.v1.ListAPIKeysResponse.keys:type_name -> ludus.v1.APIKey
-	15, // 11: ludus.v1.RotateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
-	55, // 12: ludus.v1.Account.created_at:type_name -> google.protobuf.Timestamp
-	55, // 13: ludus.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
-	26, // 14: ludus.v1.CreateAccountResponse.account:type_name -> ludus.v1.Account
-	26, // 15: ludus.v1.GetAccountResponse.account:type_name -> ludus.v1.Account
-	53, // 16: ludus.v1.GrantProgressionRequest.currency:type_name -> ludus.v1.GrantProgressionRequest.CurrencyEntry
-	54, // 17: ludus.v1.GrantProgressionRequest.items:type_name -> ludus.v1.GrantProgressionRequest.ItemsEntry
-	57, // 18: ludus.v1.GrantProgressionResponse.progression:type_name -> ludus.v1.Progression
-	57, // 19: ludus.v1.GetAccountProgressionResponse.progression:type_name -> ludus.v1.Progression
-	58, // 20: ludus.v1.GetAccountProgressionResponse.ledger:type_name -> ludus.v1.LedgerEntry
-	59, // 21: ludus.v1.ListMatchResultsResponse.results:type_name -> ludus.v1.MatchResult
-	60, // 22: ludus.v1.GetAdminLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
-	61, // 23: ludus.v1.GetAdminLeaderboardResponse.entries:type_name -> ludus.v1.LeaderboardEntry
-	55, // 24: ludus.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	55, // 25: ludus.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
-	55, // 26: ludus.v1.WebhookDelivery.updated_at:type_name -> google.protobuf.Timestamp
-	46, // 27: ludus.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> ludus.v1.WebhookDelivery
-	55, // 28: ludus.v1.ArchivedGame.archived_at:type_name -> google.protobuf.Timestamp
-	51, // 29: ludus.v1.ListArchivedGamesResponse.games:type_name -> ludus.v1.ArchivedGame
-	1,  // 30: ludus.v1.AdminService.CreateTenant:input_type -> ludus.v1.CreateTenantRequest
-	3,  // 31: ludus.v1.AdminService.ListTenants:input_type -> ludus.v1.ListTenantsRequest
-	6,  // 32: ludus.v1.AdminService.UploadModule:input_type -> ludus.v1.UploadModuleRequest
-	8,  // 33: ludus.v1.AdminService.ListModules:input_type -> ludus.v1.ListModulesRequest
-	10, // 34: ludus.v1.AdminService.ListGames:input_type -> ludus.v1.AdminServiceListGamesRequest
-	13, // 35: ludus.v1.AdminService.ListNodes:input_type -> ludus.v1.ListNodesRequest
-	16, // 36: ludus.v1.AdminService.CreateAPIKey:input_type -> ludus.v1.CreateAPIKeyRequest
-	18, // 37: ludus.v1.AdminService.ListAPIKeys:input_type -> ludus.v1.ListAPIKeysRequest
-	20, // 38: ludus.v1.AdminService.RotateAPIKey:input_type -> ludus.v1.RotateAPIKeyRequest
-	22, // 39: ludus.v1.AdminService.RevokeAPIKey:input_type -> ludus.v1.RevokeAPIKeyRequest
-	24, // 40: ludus.v1.AdminService.RotateSigningKey:input_type -> ludus.v1.RotateSigningKeyRequest
-	27, // 41: ludus.v1.AdminService.CreateAccount:input_type -> ludus.v1.CreateAccountRequest
-	29, // 42: ludus.v1.AdminService.GetAccount:input_type -> ludus.v1.GetAccountRequest
-	31, // 43: ludus.v1.AdminService.DeleteAccount:input_type -> ludus.v1.DeleteAccountRequest
-	33, // 44: ludus.v1.AdminService.ExportAccount:input_type -> ludus.v1.ExportAccountRequest
-	35, // 45: ludus.v1.AdminService.GrantProgression:input_type -> ludus.v1.GrantProgressionRequest
-	37, // 46: ludus.v1.AdminService.GetAccountProgression:input_type -> ludus.v1.GetAccountProgressionRequest
-	39, // 47: ludus.v1.AdminService.ListMatchResults:input_type -> ludus.v1.ListMatchResultsRequest
-	41, // 48: ludus.v1.AdminService.GetAdminLeaderboard:input_type -> ludus.v1.GetAdminLeaderboardRequest
-	43, // 49: ludus.v1.AdminService.SetWebhook:input_type -> ludus.v1.SetWebhookRequest
-	45, // 50: ludus.v1.AdminService.ListWebhookDeliveries:input_type -> ludus.v1.ListWebhookDeliveriesRequest
-	48, // 51: ludus.v1.AdminService.GetGameLog:input_type -> ludus.v1.GetGameLogRequest
-	50, // 52: ludus.v1.AdminService.ListArchivedGames:input_type -> ludus.v1.ListArchivedGamesRequest
-	2,  // 53: ludus.v1.AdminService.CreateTenant:output_type -> ludus.v1.CreateTenantResponse
-	4,  // 54: ludus.v1.AdminService.ListTenants:output_type -> ludus.v1.ListTenantsResponse
-	7,  // 55: ludus.v1.AdminService.UploadModule:output_type -> ludus.v1.UploadModuleResponse
-	9,  // 56: ludus.v1.AdminService.ListModules:output_type -> ludus.v1.ListModulesResponse
-	11, // 57: ludus.v1.AdminService.ListGames:output_type -> ludus.v1.AdminServiceListGamesResponse
-	14, // 58: ludus.v1.AdminService.ListNodes:output_type -> ludus.v1.ListNodesResponse
-	17, // 59: ludus.v1.AdminService.CreateAPIKey:output_type -> ludus.v1.CreateAPIKeyResponse
-	19, // 60: ludus.v1.AdminService.ListAPIKeys:output_type -> ludus.v1.ListAPIKeysResponse
-	21, // 61: ludus.v1.AdminService.RotateAPIKey:output_type -> ludus.v1.RotateAPIKeyResponse
-	23, // 62: ludus.v1.AdminService.RevokeAPIKey:output_type -> ludus.v1.RevokeAPIKeyResponse
-	25, // 63: ludus.v1.AdminService.RotateSigningKey:output_type -> ludus.v1.RotateSigningKeyResponse
-	28, // 64: ludus.v1.AdminService.CreateAccount:output_type -> ludus.v1.CreateAccountResponse
-	30, // 65: ludus.v1.AdminService.GetAccount:output_type -> ludus.v1.GetAccountResponse
-	32, // 66: ludus.v1.AdminService.DeleteAccount:output_type -> ludus.v1.DeleteAccountResponse
-	34, // 67: ludus.v1.AdminService.ExportAccount:output_type -> ludus.v1.ExportAccountResponse
-	36, // 68: ludus.v1.AdminService.GrantProgression:output_type -> ludus.v1.GrantProgressionResponse
-	38, // 69: ludus.v1.AdminService.GetAccountProgression:output_type -> ludus.v1.GetAccountProgressionResponse
-	40, // 70: ludus.v1.AdminService.ListMatchResults:output_type -> ludus.v1.ListMatchResultsResponse
-	42, // 71: ludus.v1.AdminService.GetAdminLeaderboard:output_type -> ludus.v1.GetAdminLeaderboardResponse
-	44, // 72: ludus.v1.AdminService.SetWebhook:output_type -> ludus.v1.SetWebhookResponse
-	47, // 73: ludus.v1.AdminService.ListWebhookDeliveries:output_type -> ludus.v1.ListWebhookDeliveriesResponse
-	49, // 74: ludus.v1.AdminService.GetGameLog:output_type -> ludus.v1.GetGameLogResponse
-	52, // 75: ludus.v1.AdminService.ListArchivedGames:output_type -> ludus.v1.ListArchivedGamesResponse
-	53, // [53:76] is the sub-list for method output_type
-	30, // [30:53] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	64, // 0: ludus.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	1,  // 1: ludus.v1.CreateTenantResponse.tenant:type_name -> ludus.v1.Tenant
+	1,  // 2: ludus.v1.ListTenantsResponse.tenants:type_name -> ludus.v1.Tenant
+	64, // 3: ludus.v1.Module.created_at:type_name -> google.protobuf.Timestamp
+	6,  // 4: ludus.v1.UploadModuleResponse.module:type_name -> ludus.v1.Module
+	6,  // 5: ludus.v1.ListModulesResponse.modules:type_name -> ludus.v1.Module
+	65, // 6: ludus.v1.AdminServiceListGamesResponse.games:type_name -> ludus.v1.GameInfo
+	13, // 7: ludus.v1.ListNodesResponse.nodes:type_name -> ludus.v1.Node
+	64, // 8: ludus.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	16, // 9: ludus.v1.CreateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
+	16, // 10: ludus.v1.ListAPIKeysResponse.keys:type_name -> ludus.v1.APIKey
+	16, // 11: ludus.v1.RotateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
+	64, // 12: ludus.v1.Account.created_at:type_name -> google.protobuf.Timestamp
+	64, // 13: ludus.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
+	27, // 14: ludus.v1.CreateAccountResponse.account:type_name -> ludus.v1.Account
+	27, // 15: ludus.v1.GetAccountResponse.account:type_name -> ludus.v1.Account
+	62, // 16: ludus.v1.GrantProgressionRequest.currency:type_name -> ludus.v1.GrantProgressionRequest.CurrencyEntry
+	63, // 17: ludus.v1.GrantProgressionRequest.items:type_name -> ludus.v1.GrantProgressionRequest.ItemsEntry
+	66, // 18: ludus.v1.GrantProgressionResponse.progression:type_name -> ludus.v1.Progression
+	66, // 19: ludus.v1.GetAccountProgressionResponse.progression:type_name -> ludus.v1.Progression
+	67, // 20: ludus.v1.GetAccountProgressionResponse.ledger:type_name -> ludus.v1.LedgerEntry
+	68, // 21: ludus.v1.ListMatchResultsResponse.results:type_name -> ludus.v1.MatchResult
+	69, // 22: ludus.v1.GetAdminLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
+	70, // 23: ludus.v1.GetAdminLeaderboardResponse.entries:type_name -> ludus.v1.LeaderboardEntry
+	64, // 24: ludus.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	64, // 25: ludus.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	64, // 26: ludus.v1.WebhookDelivery.updated_at:type_name -> google.protobuf.Timestamp
+	47, // 27: ludus.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> ludus.v1.WebhookDelivery
+	64, // 28: ludus.v1.ArchivedGame.archived_at:type_name -> google.protobuf.Timestamp
+	52, // 29: ludus.v1.ListArchivedGamesResponse.games:type_name -> ludus.v1.ArchivedGame
+	0,  // 30: ludus.v1.ResultRule.kind:type_name -> ludus.v1.ResultRuleKind
+	54, // 31: ludus.v1.SetResultRulesRequest.rules:type_name -> ludus.v1.ResultRule
+	54, // 32: ludus.v1.GetResultRulesResponse.rules:type_name -> ludus.v1.ResultRule
+	64, // 33: ludus.v1.Rating.updated_at:type_name -> google.protobuf.Timestamp
+	60, // 34: ludus.v1.GetRatingResponse.rating:type_name -> ludus.v1.Rating
+	2,  // 35: ludus.v1.AdminService.CreateTenant:input_type -> ludus.v1.CreateTenantRequest
+	4,  // 36: ludus.v1.AdminService.ListTenants:input_type -> ludus.v1.ListTenantsRequest
+	7,  // 37: ludus.v1.AdminService.UploadModule:input_type -> ludus.v1.UploadModuleRequest
+	9,  // 38: ludus.v1.AdminService.ListModules:input_type -> ludus.v1.ListModulesRequest
+	11, // 39: ludus.v1.AdminService.ListGames:input_type -> ludus.v1.AdminServiceListGamesRequest
+	14, // 40: ludus.v1.AdminService.ListNodes:input_type -> ludus.v1.ListNodesRequest
+	17, // 41: ludus.v1.AdminService.CreateAPIKey:input_type -> ludus.v1.CreateAPIKeyRequest
+	19, // 42: ludus.v1.AdminService.ListAPIKeys:input_type -> ludus.v1.ListAPIKeysRequest
+	21, // 43: ludus.v1.AdminService.RotateAPIKey:input_type -> ludus.v1.RotateAPIKeyRequest
+	23, // 44: ludus.v1.AdminService.RevokeAPIKey:input_type -> ludus.v1.RevokeAPIKeyRequest
+	25, // 45: ludus.v1.AdminService.RotateSigningKey:input_type -> ludus.v1.RotateSigningKeyRequest
+	28, // 46: ludus.v1.AdminService.CreateAccount:input_type -> ludus.v1.CreateAccountRequest
+	30, // 47: ludus.v1.AdminService.GetAccount:input_type -> ludus.v1.GetAccountRequest
+	32, // 48: ludus.v1.AdminService.DeleteAccount:input_type -> ludus.v1.DeleteAccountRequest
+	34, // 49: ludus.v1.AdminService.ExportAccount:input_type -> ludus.v1.ExportAccountRequest
+	36, // 50: ludus.v1.AdminService.GrantProgression:input_type -> ludus.v1.GrantProgressionRequest
+	38, // 51: ludus.v1.AdminService.GetAccountProgression:input_type -> ludus.v1.GetAccountProgressionRequest
+	40, // 52: ludus.v1.AdminService.ListMatchResults:input_type -> ludus.v1.ListMatchResultsRequest
+	42, // 53: ludus.v1.AdminService.GetAdminLeaderboard:input_type -> ludus.v1.GetAdminLeaderboardRequest
+	55, // 54: ludus.v1.AdminService.SetResultRules:input_type -> ludus.v1.SetResultRulesRequest
+	57, // 55: ludus.v1.AdminService.GetResultRules:input_type -> ludus.v1.GetResultRulesRequest
+	59, // 56: ludus.v1.AdminService.GetRating:input_type -> ludus.v1.GetRatingRequest
+	44, // 57: ludus.v1.AdminService.SetWebhook:input_type -> ludus.v1.SetWebhookRequest
+	46, // 58: ludus.v1.AdminService.ListWebhookDeliveries:input_type -> ludus.v1.ListWebhookDeliveriesRequest
+	49, // 59: ludus.v1.AdminService.GetGameLog:input_type -> ludus.v1.GetGameLogRequest
+	51, // 60: ludus.v1.AdminService.ListArchivedGames:input_type -> ludus.v1.ListArchivedGamesRequest
+	3,  // 61: ludus.v1.AdminService.CreateTenant:output_type -> ludus.v1.CreateTenantResponse
+	5,  // 62: ludus.v1.AdminService.ListTenants:output_type -> ludus.v1.ListTenantsResponse
+	8,  // 63: ludus.v1.AdminService.UploadModule:output_type -> ludus.v1.UploadModuleResponse
+	10, // 64: ludus.v1.AdminService.ListModules:output_type -> ludus.v1.ListModulesResponse
+	12, // 65: ludus.v1.AdminService.ListGames:output_type -> ludus.v1.AdminServiceListGamesResponse
+	15, // 66: ludus.v1.AdminService.ListNodes:output_type -> ludus.v1.ListNodesResponse
+	18, // 67: ludus.v1.AdminService.CreateAPIKey:output_type -> ludus.v1.CreateAPIKeyResponse
+	20, // 68: ludus.v1.AdminService.ListAPIKeys:output_type -> ludus.v1.ListAPIKeysResponse
+	22, // 69: ludus.v1.AdminService.RotateAPIKey:output_type -> ludus.v1.RotateAPIKeyResponse
+	24, // 70: ludus.v1.AdminService.RevokeAPIKey:output_type -> ludus.v1.RevokeAPIKeyResponse
+	26, // 71: ludus.v1.AdminService.RotateSigningKey:output_type -> ludus.v1.RotateSigningKeyResponse
+	29, // 72: ludus.v1.AdminService.CreateAccount:output_type -> ludus.v1.CreateAccountResponse
+	31, // 73: ludus.v1.AdminService.GetAccount:output_type -> ludus.v1.GetAccountResponse
+	33, // 74: ludus.v1.AdminService.DeleteAccount:output_type -> ludus.v1.DeleteAccountResponse
+	35, // 75: ludus.v1.AdminService.ExportAccount:output_type -> ludus.v1.ExportAccountResponse
+	37, // 76: ludus.v1.AdminService.GrantProgression:output_type -> ludus.v1.GrantProgressionResponse
+	39, // 77: ludus.v1.AdminService.GetAccountProgression:output_type -> ludus.v1.GetAccountProgressionResponse
+	41, // 78: ludus.v1.AdminService.ListMatchResults:output_type -> ludus.v1.ListMatchResultsResponse
+	43, // 79: ludus.v1.AdminService.GetAdminLeaderboard:output_type -> ludus.v1.GetAdminLeaderboardResponse
+	56, // 80: ludus.v1.AdminService.SetResultRules:output_type -> ludus.v1.SetResultRulesResponse
+	58, // 81: ludus.v1.AdminService.GetResultRules:output_type -> ludus.v1.GetResultRulesResponse
+	61, // 82: ludus.v1.AdminService.GetRating:output_type -> ludus.v1.GetRatingResponse
+	45, // 83: ludus.v1.AdminService.SetWebhook:output_type -> ludus.v1.SetWebhookResponse
+	48, // 84: ludus.v1.AdminService.ListWebhookDeliveries:output_type -> ludus.v1.ListWebhookDeliveriesResponse
+	50, // 85: ludus.v1.AdminService.GetGameLog:output_type -> ludus.v1.GetGameLogResponse
+	53, // 86: ludus.v1.AdminService.ListArchivedGames:output_type -> ludus.v1.ListArchivedGamesResponse
+	61, // [61:87] is the sub-list for method output_type
+	35, // [35:61] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_ludus_v1_admin_proto_init() }
@@ -3227,13 +3796,14 @@ func file_ludus_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_admin_proto_rawDesc), len(file_ludus_v1_admin_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   55,
+			NumEnums:      1,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_ludus_v1_admin_proto_goTypes,
 		DependencyIndexes: file_ludus_v1_admin_proto_depIdxs,
+		EnumInfos:         file_ludus_v1_admin_proto_enumTypes,
 		MessageInfos:      file_ludus_v1_admin_proto_msgTypes,
 	}.Build()
 	File_ludus_v1_admin_proto = out.File

@@ -7,6 +7,7 @@
 package ludusv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -328,7 +329,12 @@ type LeaderboardRequest struct {
 	Game  string           `protobuf:"bytes,1,opt,name=game,proto3" json:"game,omitempty"`
 	Order LeaderboardOrder `protobuf:"varint,2,opt,name=order,proto3,enum=ludus.v1.LeaderboardOrder" json:"order,omitempty"`
 	// Entries to return: default 10, at most 100.
-	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// A stat leaderboard of the game instead of its score leaderboard: the
+	// name of a stat that a result rule of the tenant feeds
+	// (AdminService.SetResultRules, RESULT_RULE_KIND_LEADERBOARD). Empty: the
+	// score leaderboard.
+	Stat          string `protobuf:"bytes,4,opt,name=stat,proto3" json:"stat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +388,13 @@ func (x *LeaderboardRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *LeaderboardRequest) GetStat() string {
+	if x != nil {
+		return x.Stat
+	}
+	return ""
 }
 
 type LeaderboardEntry struct {
@@ -566,9 +579,21 @@ type PlayerResult struct {
 	Damage     int64                  `protobuf:"varint,4,opt,name=damage,proto3" json:"damage,omitempty"`
 	ItemsUsed  map[string]int64       `protobuf:"bytes,5,rep,name=items_used,json=itemsUsed,proto3" json:"items_used,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Totals granted by the match so far (not deltas): XP, currency, items.
-	Xp            int64            `protobuf:"varint,6,opt,name=xp,proto3" json:"xp,omitempty"`
-	Currency      map[string]int64 `protobuf:"bytes,7,rep,name=currency,proto3" json:"currency,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	Items         map[string]int64 `protobuf:"bytes,8,rep,name=items,proto3" json:"items,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Xp       int64            `protobuf:"varint,6,opt,name=xp,proto3" json:"xp,omitempty"`
+	Currency map[string]int64 `protobuf:"bytes,7,rep,name=currency,proto3" json:"currency,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Items    map[string]int64 `protobuf:"bytes,8,rep,name=items,proto3" json:"items,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Every integer per-player field of the module's result (docs/ABI.md,
+	// "Result"), by its JSON name: kills, deaths, xp, coins, ... (score is also
+	// in score). Cumulative like the rest. The tenant's result rules turn stats
+	// into XP, currency, items and leaderboard entries; the stats themselves
+	// are stored with the result and sent in the webhook.
+	Stats map[string]int64 `protobuf:"bytes,9,rep,name=stats,proto3" json:"stats,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Where the player finished: 1 for the winner (or the winning team), then
+	// by score; equal places are a draw. 0: not known (the match is not rated).
+	Place int32 `protobuf:"varint,10,opt,name=place,proto3" json:"place,omitempty"`
+	// The player's team (the module's per-player "team" field); players of a
+	// team are rated as one side. 0: no team (every player is their own side).
+	Team          int32 `protobuf:"varint,11,opt,name=team,proto3" json:"team,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -657,6 +682,27 @@ func (x *PlayerResult) GetItems() map[string]int64 {
 		return x.Items
 	}
 	return nil
+}
+
+func (x *PlayerResult) GetStats() map[string]int64 {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+func (x *PlayerResult) GetPlace() int32 {
+	if x != nil {
+		return x.Place
+	}
+	return 0
+}
+
+func (x *PlayerResult) GetTeam() int32 {
+	if x != nil {
+		return x.Team
+	}
+	return 0
 }
 
 type MatchResult struct {
@@ -943,7 +989,7 @@ var File_ludus_v1_match_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_match_proto_rawDesc = "" +
 	"\n" +
-	"\x14ludus/v1/match.proto\x12\bludus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x02\n" +
+	"\x14ludus/v1/match.proto\x12\bludus.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x02\n" +
 	"\vProgression\x12\x0e\n" +
 	"\x02xp\x18\x01 \x01(\x03R\x02xp\x12\x14\n" +
 	"\x05level\x18\x02 \x01(\x05R\x05level\x12\"\n" +
@@ -967,11 +1013,12 @@ const file_ludus_v1_match_proto_rawDesc = "" +
 	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x17\n" +
 	"\x15GetProgressionRequest\"Q\n" +
 	"\x16GetProgressionResponse\x127\n" +
-	"\vprogression\x18\x01 \x01(\v2\x15.ludus.v1.ProgressionR\vprogression\"p\n" +
+	"\vprogression\x18\x01 \x01(\v2\x15.ludus.v1.ProgressionR\vprogression\"\xa8\x01\n" +
 	"\x12LeaderboardRequest\x12\x12\n" +
 	"\x04game\x18\x01 \x01(\tR\x04game\x120\n" +
 	"\x05order\x18\x02 \x01(\x0e2\x1a.ludus.v1.LeaderboardOrderR\x05order\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\x85\x01\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x126\n" +
+	"\x04stat\x18\x04 \x01(\tB\"\xbaH\x1fr\x1d\x18 2\x19^([a-z][a-z0-9_]{0,31})?$R\x04stat\"\x85\x01\n" +
 	"\x10LeaderboardEntry\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x03R\x04rank\x12\x1d\n" +
 	"\n" +
@@ -983,7 +1030,7 @@ const file_ludus_v1_match_proto_rawDesc = "" +
 	"\x05query\x18\x01 \x01(\v2\x1c.ludus.v1.LeaderboardRequestR\x05query\x12\x1b\n" +
 	"\taround_me\x18\x02 \x01(\bR\baroundMe\"N\n" +
 	"\x16GetLeaderboardResponse\x124\n" +
-	"\aentries\x18\x01 \x03(\v2\x1a.ludus.v1.LeaderboardEntryR\aentries\"\x82\x04\n" +
+	"\aentries\x18\x01 \x03(\v2\x1a.ludus.v1.LeaderboardEntryR\aentries\"\xdd\x05\n" +
 	"\fPlayerResult\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x14\n" +
@@ -995,7 +1042,13 @@ const file_ludus_v1_match_proto_rawDesc = "" +
 	"items_used\x18\x05 \x03(\v2%.ludus.v1.PlayerResult.ItemsUsedEntryR\titemsUsed\x12\x0e\n" +
 	"\x02xp\x18\x06 \x01(\x03R\x02xp\x12@\n" +
 	"\bcurrency\x18\a \x03(\v2$.ludus.v1.PlayerResult.CurrencyEntryR\bcurrency\x127\n" +
-	"\x05items\x18\b \x03(\v2!.ludus.v1.PlayerResult.ItemsEntryR\x05items\x1a<\n" +
+	"\x05items\x18\b \x03(\v2!.ludus.v1.PlayerResult.ItemsEntryR\x05items\x12]\n" +
+	"\x05stats\x18\t \x03(\v2!.ludus.v1.PlayerResult.StatsEntryB$\xbaH!\x9a\x01\x1e\x10@\"\x1ar\x182\x16^[a-z][a-z0-9_]{0,31}$R\x05stats\x12 \n" +
+	"\x05place\x18\n" +
+	" \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\x80\b(\x00R\x05place\x12\x1e\n" +
+	"\x04team\x18\v \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\x80\b(\x00R\x04team\x1a<\n" +
 	"\x0eItemsUsedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a;\n" +
@@ -1004,6 +1057,10 @@ const file_ludus_v1_match_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a8\n" +
 	"\n" +
 	"ItemsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a8\n" +
+	"\n" +
+	"StatsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xa5\x01\n" +
 	"\vMatchResult\x12\x19\n" +
@@ -1047,7 +1104,7 @@ func file_ludus_v1_match_proto_rawDescGZIP() []byte {
 }
 
 var file_ludus_v1_match_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ludus_v1_match_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_ludus_v1_match_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_ludus_v1_match_proto_goTypes = []any{
 	(LeaderboardOrder)(0),             // 0: ludus.v1.LeaderboardOrder
 	(*Progression)(nil),               // 1: ludus.v1.Progression
@@ -1069,12 +1126,13 @@ var file_ludus_v1_match_proto_goTypes = []any{
 	nil,                               // 17: ludus.v1.PlayerResult.ItemsUsedEntry
 	nil,                               // 18: ludus.v1.PlayerResult.CurrencyEntry
 	nil,                               // 19: ludus.v1.PlayerResult.ItemsEntry
-	(*timestamppb.Timestamp)(nil),     // 20: google.protobuf.Timestamp
+	nil,                               // 20: ludus.v1.PlayerResult.StatsEntry
+	(*timestamppb.Timestamp)(nil),     // 21: google.protobuf.Timestamp
 }
 var file_ludus_v1_match_proto_depIdxs = []int32{
 	15, // 0: ludus.v1.Progression.currency:type_name -> ludus.v1.Progression.CurrencyEntry
 	16, // 1: ludus.v1.Progression.items:type_name -> ludus.v1.Progression.ItemsEntry
-	20, // 2: ludus.v1.LedgerEntry.at:type_name -> google.protobuf.Timestamp
+	21, // 2: ludus.v1.LedgerEntry.at:type_name -> google.protobuf.Timestamp
 	1,  // 3: ludus.v1.GetProgressionResponse.progression:type_name -> ludus.v1.Progression
 	0,  // 4: ludus.v1.LeaderboardRequest.order:type_name -> ludus.v1.LeaderboardOrder
 	5,  // 5: ludus.v1.GetLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
@@ -1082,23 +1140,24 @@ var file_ludus_v1_match_proto_depIdxs = []int32{
 	17, // 7: ludus.v1.PlayerResult.items_used:type_name -> ludus.v1.PlayerResult.ItemsUsedEntry
 	18, // 8: ludus.v1.PlayerResult.currency:type_name -> ludus.v1.PlayerResult.CurrencyEntry
 	19, // 9: ludus.v1.PlayerResult.items:type_name -> ludus.v1.PlayerResult.ItemsEntry
-	9,  // 10: ludus.v1.MatchResult.players:type_name -> ludus.v1.PlayerResult
-	20, // 11: ludus.v1.MatchResult.ended_at:type_name -> google.protobuf.Timestamp
-	9,  // 12: ludus.v1.ReportProgressRequest.players:type_name -> ludus.v1.PlayerResult
-	9,  // 13: ludus.v1.ReportMatchResultRequest.players:type_name -> ludus.v1.PlayerResult
-	3,  // 14: ludus.v1.ProgressionService.GetProgression:input_type -> ludus.v1.GetProgressionRequest
-	7,  // 15: ludus.v1.ProgressionService.GetLeaderboard:input_type -> ludus.v1.GetLeaderboardRequest
-	11, // 16: ludus.v1.MatchReportService.ReportProgress:input_type -> ludus.v1.ReportProgressRequest
-	13, // 17: ludus.v1.MatchReportService.ReportMatchResult:input_type -> ludus.v1.ReportMatchResultRequest
-	4,  // 18: ludus.v1.ProgressionService.GetProgression:output_type -> ludus.v1.GetProgressionResponse
-	8,  // 19: ludus.v1.ProgressionService.GetLeaderboard:output_type -> ludus.v1.GetLeaderboardResponse
-	12, // 20: ludus.v1.MatchReportService.ReportProgress:output_type -> ludus.v1.ReportProgressResponse
-	14, // 21: ludus.v1.MatchReportService.ReportMatchResult:output_type -> ludus.v1.ReportMatchResultResponse
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	20, // 10: ludus.v1.PlayerResult.stats:type_name -> ludus.v1.PlayerResult.StatsEntry
+	9,  // 11: ludus.v1.MatchResult.players:type_name -> ludus.v1.PlayerResult
+	21, // 12: ludus.v1.MatchResult.ended_at:type_name -> google.protobuf.Timestamp
+	9,  // 13: ludus.v1.ReportProgressRequest.players:type_name -> ludus.v1.PlayerResult
+	9,  // 14: ludus.v1.ReportMatchResultRequest.players:type_name -> ludus.v1.PlayerResult
+	3,  // 15: ludus.v1.ProgressionService.GetProgression:input_type -> ludus.v1.GetProgressionRequest
+	7,  // 16: ludus.v1.ProgressionService.GetLeaderboard:input_type -> ludus.v1.GetLeaderboardRequest
+	11, // 17: ludus.v1.MatchReportService.ReportProgress:input_type -> ludus.v1.ReportProgressRequest
+	13, // 18: ludus.v1.MatchReportService.ReportMatchResult:input_type -> ludus.v1.ReportMatchResultRequest
+	4,  // 19: ludus.v1.ProgressionService.GetProgression:output_type -> ludus.v1.GetProgressionResponse
+	8,  // 20: ludus.v1.ProgressionService.GetLeaderboard:output_type -> ludus.v1.GetLeaderboardResponse
+	12, // 21: ludus.v1.MatchReportService.ReportProgress:output_type -> ludus.v1.ReportProgressResponse
+	14, // 22: ludus.v1.MatchReportService.ReportMatchResult:output_type -> ludus.v1.ReportMatchResultResponse
+	19, // [19:23] is the sub-list for method output_type
+	15, // [15:19] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_ludus_v1_match_proto_init() }
@@ -1112,7 +1171,7 @@ func file_ludus_v1_match_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_match_proto_rawDesc), len(file_ludus_v1_match_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -87,6 +87,14 @@ const (
 	// AdminServiceGetAdminLeaderboardProcedure is the fully-qualified name of the AdminService's
 	// GetAdminLeaderboard RPC.
 	AdminServiceGetAdminLeaderboardProcedure = "/ludus.v1.AdminService/GetAdminLeaderboard"
+	// AdminServiceSetResultRulesProcedure is the fully-qualified name of the AdminService's
+	// SetResultRules RPC.
+	AdminServiceSetResultRulesProcedure = "/ludus.v1.AdminService/SetResultRules"
+	// AdminServiceGetResultRulesProcedure is the fully-qualified name of the AdminService's
+	// GetResultRules RPC.
+	AdminServiceGetResultRulesProcedure = "/ludus.v1.AdminService/GetResultRules"
+	// AdminServiceGetRatingProcedure is the fully-qualified name of the AdminService's GetRating RPC.
+	AdminServiceGetRatingProcedure = "/ludus.v1.AdminService/GetRating"
 	// AdminServiceSetWebhookProcedure is the fully-qualified name of the AdminService's SetWebhook RPC.
 	AdminServiceSetWebhookProcedure = "/ludus.v1.AdminService/SetWebhook"
 	// AdminServiceListWebhookDeliveriesProcedure is the fully-qualified name of the AdminService's
@@ -136,6 +144,15 @@ type AdminServiceClient interface {
 	// Match results.
 	ListMatchResults(context.Context, *connect.Request[v1.ListMatchResultsRequest]) (*connect.Response[v1.ListMatchResultsResponse], error)
 	GetAdminLeaderboard(context.Context, *connect.Request[v1.GetAdminLeaderboardRequest]) (*connect.Response[v1.GetAdminLeaderboardResponse], error)
+	// SetResultRules replaces the tenant's result rules: which stat of a match
+	// result credits XP, which currency, which item, which leaderboard. Scope
+	// admin.
+	SetResultRules(context.Context, *connect.Request[v1.SetResultRulesRequest]) (*connect.Response[v1.SetResultRulesResponse], error)
+	// GetResultRules returns the tenant's result rules. Any scope.
+	GetResultRules(context.Context, *connect.Request[v1.GetResultRulesRequest]) (*connect.Response[v1.GetResultRulesResponse], error)
+	// GetRating returns an account's skill rating (Glicko-2) in a game mode.
+	// Any scope.
+	GetRating(context.Context, *connect.Request[v1.GetRatingRequest]) (*connect.Response[v1.GetRatingResponse], error)
 	// Webhooks (scope "admin" to set).
 	SetWebhook(context.Context, *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error)
 	ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error)
@@ -273,6 +290,24 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("GetAdminLeaderboard")),
 			connect.WithClientOptions(opts...),
 		),
+		setResultRules: connect.NewClient[v1.SetResultRulesRequest, v1.SetResultRulesResponse](
+			httpClient,
+			baseURL+AdminServiceSetResultRulesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetResultRules")),
+			connect.WithClientOptions(opts...),
+		),
+		getResultRules: connect.NewClient[v1.GetResultRulesRequest, v1.GetResultRulesResponse](
+			httpClient,
+			baseURL+AdminServiceGetResultRulesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetResultRules")),
+			connect.WithClientOptions(opts...),
+		),
+		getRating: connect.NewClient[v1.GetRatingRequest, v1.GetRatingResponse](
+			httpClient,
+			baseURL+AdminServiceGetRatingProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetRating")),
+			connect.WithClientOptions(opts...),
+		),
 		setWebhook: connect.NewClient[v1.SetWebhookRequest, v1.SetWebhookResponse](
 			httpClient,
 			baseURL+AdminServiceSetWebhookProcedure,
@@ -321,6 +356,9 @@ type adminServiceClient struct {
 	getAccountProgression *connect.Client[v1.GetAccountProgressionRequest, v1.GetAccountProgressionResponse]
 	listMatchResults      *connect.Client[v1.ListMatchResultsRequest, v1.ListMatchResultsResponse]
 	getAdminLeaderboard   *connect.Client[v1.GetAdminLeaderboardRequest, v1.GetAdminLeaderboardResponse]
+	setResultRules        *connect.Client[v1.SetResultRulesRequest, v1.SetResultRulesResponse]
+	getResultRules        *connect.Client[v1.GetResultRulesRequest, v1.GetResultRulesResponse]
+	getRating             *connect.Client[v1.GetRatingRequest, v1.GetRatingResponse]
 	setWebhook            *connect.Client[v1.SetWebhookRequest, v1.SetWebhookResponse]
 	listWebhookDeliveries *connect.Client[v1.ListWebhookDeliveriesRequest, v1.ListWebhookDeliveriesResponse]
 	getGameLog            *connect.Client[v1.GetGameLogRequest, v1.GetGameLogResponse]
@@ -422,6 +460,21 @@ func (c *adminServiceClient) GetAdminLeaderboard(ctx context.Context, req *conne
 	return c.getAdminLeaderboard.CallUnary(ctx, req)
 }
 
+// SetResultRules calls ludus.v1.AdminService.SetResultRules.
+func (c *adminServiceClient) SetResultRules(ctx context.Context, req *connect.Request[v1.SetResultRulesRequest]) (*connect.Response[v1.SetResultRulesResponse], error) {
+	return c.setResultRules.CallUnary(ctx, req)
+}
+
+// GetResultRules calls ludus.v1.AdminService.GetResultRules.
+func (c *adminServiceClient) GetResultRules(ctx context.Context, req *connect.Request[v1.GetResultRulesRequest]) (*connect.Response[v1.GetResultRulesResponse], error) {
+	return c.getResultRules.CallUnary(ctx, req)
+}
+
+// GetRating calls ludus.v1.AdminService.GetRating.
+func (c *adminServiceClient) GetRating(ctx context.Context, req *connect.Request[v1.GetRatingRequest]) (*connect.Response[v1.GetRatingResponse], error) {
+	return c.getRating.CallUnary(ctx, req)
+}
+
 // SetWebhook calls ludus.v1.AdminService.SetWebhook.
 func (c *adminServiceClient) SetWebhook(ctx context.Context, req *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error) {
 	return c.setWebhook.CallUnary(ctx, req)
@@ -479,6 +532,15 @@ type AdminServiceHandler interface {
 	// Match results.
 	ListMatchResults(context.Context, *connect.Request[v1.ListMatchResultsRequest]) (*connect.Response[v1.ListMatchResultsResponse], error)
 	GetAdminLeaderboard(context.Context, *connect.Request[v1.GetAdminLeaderboardRequest]) (*connect.Response[v1.GetAdminLeaderboardResponse], error)
+	// SetResultRules replaces the tenant's result rules: which stat of a match
+	// result credits XP, which currency, which item, which leaderboard. Scope
+	// admin.
+	SetResultRules(context.Context, *connect.Request[v1.SetResultRulesRequest]) (*connect.Response[v1.SetResultRulesResponse], error)
+	// GetResultRules returns the tenant's result rules. Any scope.
+	GetResultRules(context.Context, *connect.Request[v1.GetResultRulesRequest]) (*connect.Response[v1.GetResultRulesResponse], error)
+	// GetRating returns an account's skill rating (Glicko-2) in a game mode.
+	// Any scope.
+	GetRating(context.Context, *connect.Request[v1.GetRatingRequest]) (*connect.Response[v1.GetRatingResponse], error)
 	// Webhooks (scope "admin" to set).
 	SetWebhook(context.Context, *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error)
 	ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error)
@@ -612,6 +674,24 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("GetAdminLeaderboard")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceSetResultRulesHandler := connect.NewUnaryHandler(
+		AdminServiceSetResultRulesProcedure,
+		svc.SetResultRules,
+		connect.WithSchema(adminServiceMethods.ByName("SetResultRules")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetResultRulesHandler := connect.NewUnaryHandler(
+		AdminServiceGetResultRulesProcedure,
+		svc.GetResultRules,
+		connect.WithSchema(adminServiceMethods.ByName("GetResultRules")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetRatingHandler := connect.NewUnaryHandler(
+		AdminServiceGetRatingProcedure,
+		svc.GetRating,
+		connect.WithSchema(adminServiceMethods.ByName("GetRating")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceSetWebhookHandler := connect.NewUnaryHandler(
 		AdminServiceSetWebhookProcedure,
 		svc.SetWebhook,
@@ -676,6 +756,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListMatchResultsHandler.ServeHTTP(w, r)
 		case AdminServiceGetAdminLeaderboardProcedure:
 			adminServiceGetAdminLeaderboardHandler.ServeHTTP(w, r)
+		case AdminServiceSetResultRulesProcedure:
+			adminServiceSetResultRulesHandler.ServeHTTP(w, r)
+		case AdminServiceGetResultRulesProcedure:
+			adminServiceGetResultRulesHandler.ServeHTTP(w, r)
+		case AdminServiceGetRatingProcedure:
+			adminServiceGetRatingHandler.ServeHTTP(w, r)
 		case AdminServiceSetWebhookProcedure:
 			adminServiceSetWebhookHandler.ServeHTTP(w, r)
 		case AdminServiceListWebhookDeliveriesProcedure:
@@ -767,6 +853,18 @@ func (UnimplementedAdminServiceHandler) ListMatchResults(context.Context, *conne
 
 func (UnimplementedAdminServiceHandler) GetAdminLeaderboard(context.Context, *connect.Request[v1.GetAdminLeaderboardRequest]) (*connect.Response[v1.GetAdminLeaderboardResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.GetAdminLeaderboard is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetResultRules(context.Context, *connect.Request[v1.SetResultRulesRequest]) (*connect.Response[v1.SetResultRulesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.SetResultRules is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetResultRules(context.Context, *connect.Request[v1.GetResultRulesRequest]) (*connect.Response[v1.GetResultRulesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.GetResultRules is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetRating(context.Context, *connect.Request[v1.GetRatingRequest]) (*connect.Response[v1.GetRatingResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.GetRating is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) SetWebhook(context.Context, *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error) {

@@ -2,8 +2,8 @@
 // @generated from file ludus/v1/admin.proto (package ludus.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { GameInfo } from "./game_pb";
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/v1/admin.proto.
  */
 export const file_ludus_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsdWR1cy92MS9hZG1pbi5wcm90bxIIbHVkdXMudjEiYAoGVGVuYW50EgoKAmlkGAEgASgJEgwKBHNsdWcYAiABKAkSDAoEbmFtZRgDIAEoCRIuCgpjcmVhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIxChNDcmVhdGVUZW5hbnRSZXF1ZXN0EgwKBHNsdWcYASABKAkSDAoEbmFtZRgCIAEoCSJLChRDcmVhdGVUZW5hbnRSZXNwb25zZRIgCgZ0ZW5hbnQYASABKAsyEC5sdWR1cy52MS5UZW5hbnQSEQoJYWRtaW5fa2V5GAIgASgJIhQKEkxpc3RUZW5hbnRzUmVxdWVzdCI4ChNMaXN0VGVuYW50c1Jlc3BvbnNlEiEKB3RlbmFudHMYASADKAsyEC5sdWR1cy52MS5UZW5hbnQivgEKBk1vZHVsZRIQCghidWlsZF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhMKC2FiaV92ZXJzaW9uGAMgASgFEhEKCXRpY2tfcmF0ZRgEIAEoBRITCgttYXhfcGxheWVycxgFIAEoBRITCgt2aWV3X2Zvcm1hdBgGIAEoCRISCgpzaXplX2J5dGVzGAcgASgDEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjEKE1VwbG9hZE1vZHVsZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIMCgR3YXNtGAIgASgMIjgKFFVwbG9hZE1vZHVsZVJlc3BvbnNlEiAKBm1vZHVsZRgBIAEoCzIQLmx1ZHVzLnYxLk1vZHVsZSIUChJMaXN0TW9kdWxlc1JlcXVlc3QiOAoTTGlzdE1vZHVsZXNSZXNwb25zZRIhCgdtb2R1bGVzGAEgAygLMhAubHVkdXMudjEuTW9kdWxlIh4KHEFkbWluU2VydmljZUxpc3RHYW1lc1JlcXVlc3QiQgodQWRtaW5TZXJ2aWNlTGlzdEdhbWVzUmVzcG9uc2USIQoFZ2FtZXMYASADKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJmCgROb2RlEgoKAmlkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSDgoGcmVnaW9uGAMgASgJEhAKCGNhcGFjaXR5GAQgASgFEg0KBWdhbWVzGAUgASgFEhAKCGRyYWluaW5nGAYgASgIIhIKEExpc3ROb2Rlc1JlcXVlc3QiMgoRTGlzdE5vZGVzUmVzcG9uc2USHQoFbm9kZXMYASADKAsyDi5sdWR1cy52MS5Ob2RlImEKBkFQSUtleRIKCgJpZBgBIAEoCRINCgVzY29wZRgCIAEoCRIMCgRuYW1lGAMgASgJEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjIKE0NyZWF0ZUFQSUtleVJlcXVlc3QSDQoFc2NvcGUYASABKAkSDAoEbmFtZRgCIAEoCSJFChRDcmVhdGVBUElLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sdWR1cy52MS5BUElLZXkSDgoGc2VjcmV0GAIgASgJIhQKEkxpc3RBUElLZXlzUmVxdWVzdCI1ChNMaXN0QVBJS2V5c1Jlc3BvbnNlEh4KBGtleXMYASADKAsyEC5sdWR1cy52MS5BUElLZXkiIQoTUm90YXRlQVBJS2V5UmVxdWVzdBIKCgJpZBgBIAEoCSJFChRSb3RhdGVBUElLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sdWR1cy52MS5BUElLZXkSDgoGc2VjcmV0GAIgASgJIiEKE1Jldm9rZUFQSUtleVJlcXVlc3QSCgoCaWQYASABKAkiFgoUUmV2b2tlQVBJS2V5UmVzcG9uc2UiGQoXUm90YXRlU2lnbmluZ0tleVJlcXVlc3QiJwoYUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlEgsKA2tpZBgBIAEoCSLWAQoHQWNjb3VudBIKCgJpZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSEQoJZGV2aWNlX2lkGAMgASgJEg0KBWVtYWlsGAQgASgJEhEKCWN1c3RvbV9pZBgFIAEoCRIUCgxoYXNfcGFzc3dvcmQYBiABKAgSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAicwoUQ3JlYXRlQWNjb3VudFJlcXVlc3QSEQoJY3VzdG9tX2lkGAEgASgJEg0KBWVtYWlsGAIgASgJEhAKCHBhc3N3b3JkGAMgASgJEhEKCWRldmljZV9pZBgEIAEoCRIUCgxkaXNwbGF5X25hbWUYBSABKAkiOwoVQ3JlYXRlQWNjb3VudFJlc3BvbnNlEiIKB2FjY291bnQYASABKAsyES5sdWR1cy52MS5BY2NvdW50IlQKEUdldEFjY291bnRSZXF1ZXN0EgoKAmlkGAEgASgJEhEKCWN1c3RvbV9pZBgCIAEoCRINCgVlbWFpbBgDIAEoCRIRCglkZXZpY2VfaWQYBCABKAkiOAoSR2V0QWNjb3VudFJlc3BvbnNlEiIKB2FjY291bnQYASABKAsyES5sdWR1cy52MS5BY2NvdW50IiIKFERlbGV0ZUFjY291bnRSZXF1ZXN0EgoKAmlkGAEgASgJIhcKFURlbGV0ZUFjY291bnRSZXNwb25zZSIiChRFeHBvcnRBY2NvdW50UmVxdWVzdBIKCgJpZBgBIAEoCSIlChVFeHBvcnRBY2NvdW50UmVzcG9uc2USDAoEZGF0YRgBIAEoDCLBAgoXR3JhbnRQcm9ncmVzc2lvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkSCgoCeHAYAyABKAMSQQoIY3VycmVuY3kYBCADKAsyLy5sdWR1cy52MS5HcmFudFByb2dyZXNzaW9uUmVxdWVzdC5DdXJyZW5jeUVudHJ5EjsKBWl0ZW1zGAUgAygLMiwubHVkdXMudjEuR3JhbnRQcm9ncmVzc2lvblJlcXVlc3QuSXRlbXNFbnRyeRIOCgZyZWFzb24YBiABKAkaLwoNQ3VycmVuY3lFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBGiwKCkl0ZW1zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASJXChhHcmFudFByb2dyZXNzaW9uUmVzcG9uc2USDwoHYXBwbGllZBgBIAEoCBIqCgtwcm9ncmVzc2lvbhgCIAEoCzIVLmx1ZHVzLnYxLlByb2dyZXNzaW9uIkgKHEdldEFjY291bnRQcm9ncmVzc2lvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIUCgxsZWRnZXJfbGltaXQYAiABKAUicgodR2V0QWNjb3VudFByb2dyZXNzaW9uUmVzcG9uc2USKgoLcHJvZ3Jlc3Npb24YASABKAsyFS5sdWR1cy52MS5Qcm9ncmVzc2lvbhIlCgZsZWRnZXIYAiADKAsyFS5sdWR1cy52MS5MZWRnZXJFbnRyeSI8ChdMaXN0TWF0Y2hSZXN1bHRzUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIkIKGExpc3RNYXRjaFJlc3VsdHNSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubHVkdXMudjEuTWF0Y2hSZXN1bHQiZAoaR2V0QWRtaW5MZWFkZXJib2FyZFJlcXVlc3QSKwoFcXVlcnkYASABKAsyHC5sdWR1cy52MS5MZWFkZXJib2FyZFJlcXVlc3QSGQoRYXJvdW5kX2FjY291bnRfaWQYAiABKAkiSgobR2V0QWRtaW5MZWFkZXJib2FyZFJlc3BvbnNlEisKB2VudHJpZXMYASADKAsyGi5sdWR1cy52MS5MZWFkZXJib2FyZEVudHJ5IiAKEVNldFdlYmhvb2tSZXF1ZXN0EgsKA3VybBgBIAEoCSIkChJTZXRXZWJob29rUmVzcG9uc2USDgoGc2VjcmV0GAEgASgJIi0KHExpc3RXZWJob29rRGVsaXZlcmllc1JlcXVlc3QSDQoFbGltaXQYASABKAUi9gEKD1dlYmhvb2tEZWxpdmVyeRIKCgJpZBgBIAEoCRINCgVldmVudBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIQCghhdHRlbXB0cxgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiTgodTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVzcG9uc2USLQoKZGVsaXZlcmllcxgBIAMoCzIZLmx1ZHVzLnYxLldlYmhvb2tEZWxpdmVyeSIkChFHZXRHYW1lTG9nUmVxdWVzdBIPCgdnYW1lX2lkGAEgASgJImsKEkdldEdhbWVMb2dSZXNwb25zZRIRCglzcGVjX2pzb24YASABKAwSDgoGY2h1bmtzGAIgAygMEg0KBXN0YXRlGAMgASgJEg8KB21lc3NhZ2UYBCABKAkSEgoKZmluYWxfdGljaxgFIAEoAyIpChhMaXN0QXJjaGl2ZWRHYW1lc1JlcXVlc3QSDQoFbGltaXQYASABKAUimAEKDEFyY2hpdmVkR2FtZRIPCgdnYW1lX2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSEgoKZmluYWxfdGljaxgEIAEoAxISCgpzaXplX2J5dGVzGAUgASgDEi8KC2FyY2hpdmVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJCChlMaXN0QXJjaGl2ZWRHYW1lc1Jlc3BvbnNlEiUKBWdhbWVzGAEgAygLMhYubHVkdXMudjEuQXJjaGl2ZWRHYW1lMpkPCgxBZG1pblNlcnZpY2USTQoMQ3JlYXRlVGVuYW50Eh0ubHVkdXMudjEuQ3JlYXRlVGVuYW50UmVxdWVzdBoeLmx1ZHVzLnYxLkNyZWF0ZVRlbmFudFJlc3BvbnNlEkoKC0xpc3RUZW5hbnRzEhwubHVkdXMudjEuTGlzdFRlbmFudHNSZXF1ZXN0Gh0ubHVkdXMudjEuTGlzdFRlbmFudHNSZXNwb25zZRJNCgxVcGxvYWRNb2R1bGUSHS5sdWR1cy52MS5VcGxvYWRNb2R1bGVSZXF1ZXN0Gh4ubHVkdXMudjEuVXBsb2FkTW9kdWxlUmVzcG9uc2USSgoLTGlzdE1vZHVsZXMSHC5sdWR1cy52MS5MaXN0TW9kdWxlc1JlcXVlc3QaHS5sdWR1cy52MS5MaXN0TW9kdWxlc1Jlc3BvbnNlElwKCUxpc3RHYW1lcxImLmx1ZHVzLnYxLkFkbWluU2VydmljZUxpc3RHYW1lc1JlcXVlc3QaJy5sdWR1cy52MS5BZG1pblNlcnZpY2VMaXN0R2FtZXNSZXNwb25zZRJECglMaXN0Tm9kZXMSGi5sdWR1cy52MS5MaXN0Tm9kZXNSZXF1ZXN0GhsubHVkdXMudjEuTGlzdE5vZGVzUmVzcG9uc2USTQoMQ3JlYXRlQVBJS2V5Eh0ubHVkdXMudjEuQ3JlYXRlQVBJS2V5UmVxdWVzdBoeLmx1ZHVzLnYxLkNyZWF0ZUFQSUtleVJlc3BvbnNlEkoKC0xpc3RBUElLZXlzEhwubHVkdXMudjEuTGlzdEFQSUtleXNSZXF1ZXN0Gh0ubHVkdXMudjEuTGlzdEFQSUtleXNSZXNwb25zZRJNCgxSb3RhdGVBUElLZXkSHS5sdWR1cy52MS5Sb3RhdGVBUElLZXlSZXF1ZXN0Gh4ubHVkdXMudjEuUm90YXRlQVBJS2V5UmVzcG9uc2USTQoMUmV2b2tlQVBJS2V5Eh0ubHVkdXMudjEuUmV2b2tlQVBJS2V5UmVxdWVzdBoeLmx1ZHVzLnYxLlJldm9rZUFQSUtleVJlc3BvbnNlElkKEFJvdGF0ZVNpZ25pbmdLZXkSIS5sdWR1cy52MS5Sb3RhdGVTaWduaW5nS2V5UmVxdWVzdBoiLmx1ZHVzLnYxLlJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRJQCg1DcmVhdGVBY2NvdW50Eh4ubHVkdXMudjEuQ3JlYXRlQWNjb3VudFJlcXVlc3QaHy5sdWR1cy52MS5DcmVhdGVBY2NvdW50UmVzcG9uc2USRwoKR2V0QWNjb3VudBIbLmx1ZHVzLnYxLkdldEFjY291bnRSZXF1ZXN0GhwubHVkdXMudjEuR2V0QWNjb3VudFJlc3BvbnNlElAKDURlbGV0ZUFjY291bnQSHi5sdWR1cy52MS5EZWxldGVBY2NvdW50UmVxdWVzdBofLmx1ZHVzLnYxLkRlbGV0ZUFjY291bnRSZXNwb25zZRJQCg1FeHBvcnRBY2NvdW50Eh4ubHVkdXMudjEuRXhwb3J0QWNjb3VudFJlcXVlc3QaHy5sdWR1cy52MS5FeHBvcnRBY2NvdW50UmVzcG9uc2USWQoQR3JhbnRQcm9ncmVzc2lvbhIhLmx1ZHVzLnYxLkdyYW50UHJvZ3Jlc3Npb25SZXF1ZXN0GiIubHVkdXMudjEuR3JhbnRQcm9ncmVzc2lvblJlc3BvbnNlEmgKFUdldEFjY291bnRQcm9ncmVzc2lvbhImLmx1ZHVzLnYxLkdldEFjY291bnRQcm9ncmVzc2lvblJlcXVlc3QaJy5sdWR1cy52MS5HZXRBY2NvdW50UHJvZ3Jlc3Npb25SZXNwb25zZRJZChBMaXN0TWF0Y2hSZXN1bHRzEiEubHVkdXMudjEuTGlzdE1hdGNoUmVzdWx0c1JlcXVlc3QaIi5sdWR1cy52MS5MaXN0TWF0Y2hSZXN1bHRzUmVzcG9uc2USYgoTR2V0QWRtaW5MZWFkZXJib2FyZBIkLmx1ZHVzLnYxLkdldEFkbWluTGVhZGVyYm9hcmRSZXF1ZXN0GiUubHVkdXMudjEuR2V0QWRtaW5MZWFkZXJib2FyZFJlc3BvbnNlEkcKClNldFdlYmhvb2sSGy5sdWR1cy52MS5TZXRXZWJob29rUmVxdWVzdBocLmx1ZHVzLnYxLlNldFdlYmhvb2tSZXNwb25zZRJoChVMaXN0V2ViaG9va0RlbGl2ZXJpZXMSJi5sdWR1cy52MS5MaXN0V2ViaG9va0RlbGl2ZXJpZXNSZXF1ZXN0GicubHVkdXMudjEuTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVzcG9uc2USRwoKR2V0R2FtZUxvZxIbLmx1ZHVzLnYxLkdldEdhbWVMb2dSZXF1ZXN0GhwubHVkdXMudjEuR2V0R2FtZUxvZ1Jlc3BvbnNlElwKEUxpc3RBcmNoaXZlZEdhbWVzEiIubHVkdXMudjEuTGlzdEFyY2hpdmVkR2FtZXNSZXF1ZXN0GiMubHVkdXMudjEuTGlzdEFyY2hpdmVkR2FtZXNSZXNwb25zZUImWiRsdWR1cy5kZXYvbHVkdXMvZ2VuL2x1ZHVzL3YxO2x1ZHVzdjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_ludus_v1_game, file_ludus_v1_match]);
+  fileDesc("ChRsdWR1cy92MS9hZG1pbi5wcm90bxIIbHVkdXMudjEiYAoGVGVuYW50EgoKAmlkGAEgASgJEgwKBHNsdWcYAiABKAkSDAoEbmFtZRgDIAEoCRIuCgpjcmVhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIxChNDcmVhdGVUZW5hbnRSZXF1ZXN0EgwKBHNsdWcYASABKAkSDAoEbmFtZRgCIAEoCSJLChRDcmVhdGVUZW5hbnRSZXNwb25zZRIgCgZ0ZW5hbnQYASABKAsyEC5sdWR1cy52MS5UZW5hbnQSEQoJYWRtaW5fa2V5GAIgASgJIhQKEkxpc3RUZW5hbnRzUmVxdWVzdCI4ChNMaXN0VGVuYW50c1Jlc3BvbnNlEiEKB3RlbmFudHMYASADKAsyEC5sdWR1cy52MS5UZW5hbnQivgEKBk1vZHVsZRIQCghidWlsZF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhMKC2FiaV92ZXJzaW9uGAMgASgFEhEKCXRpY2tfcmF0ZRgEIAEoBRITCgttYXhfcGxheWVycxgFIAEoBRITCgt2aWV3X2Zvcm1hdBgGIAEoCRISCgpzaXplX2J5dGVzGAcgASgDEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjEKE1VwbG9hZE1vZHVsZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIMCgR3YXNtGAIgASgMIjgKFFVwbG9hZE1vZHVsZVJlc3BvbnNlEiAKBm1vZHVsZRgBIAEoCzIQLmx1ZHVzLnYxLk1vZHVsZSIUChJMaXN0TW9kdWxlc1JlcXVlc3QiOAoTTGlzdE1vZHVsZXNSZXNwb25zZRIhCgdtb2R1bGVzGAEgAygLMhAubHVkdXMudjEuTW9kdWxlIh4KHEFkbWluU2VydmljZUxpc3RHYW1lc1JlcXVlc3QiQgodQWRtaW5TZXJ2aWNlTGlzdEdhbWVzUmVzcG9uc2USIQoFZ2FtZXMYASADKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJmCgROb2RlEgoKAmlkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSDgoGcmVnaW9uGAMgASgJEhAKCGNhcGFjaXR5GAQgASgFEg0KBWdhbWVzGAUgASgFEhAKCGRyYWluaW5nGAYgASgIIhIKEExpc3ROb2Rlc1JlcXVlc3QiMgoRTGlzdE5vZGVzUmVzcG9uc2USHQoFbm9kZXMYASADKAsyDi5sdWR1cy52MS5Ob2RlImEKBkFQSUtleRIKCgJpZBgBIAEoCRINCgVzY29wZRgCIAEoCRIMCgRuYW1lGAMgASgJEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjIKE0NyZWF0ZUFQSUtleVJlcXVlc3QSDQoFc2NvcGUYASABKAkSDAoEbmFtZRgCIAEoCSJFChRDcmVhdGVBUElLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sdWR1cy52MS5BUElLZXkSDgoGc2VjcmV0GAIgASgJIhQKEkxpc3RBUElLZXlzUmVxdWVzdCI1ChNMaXN0QVBJS2V5c1Jlc3BvbnNlEh4KBGtleXMYASADKAsyEC5sdWR1cy52MS5BUElLZXkiIQoTUm90YXRlQVBJS2V5UmVxdWVzdBIKCgJpZBgBIAEoCSJFChRSb3RhdGVBUElLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sdWR1cy52MS5BUElLZXkSDgoGc2VjcmV0GAIgASgJIiEKE1Jldm9rZUFQSUtleVJlcXVlc3QSCgoCaWQYASABKAkiFgoUUmV2b2tlQVBJS2V5UmVzcG9uc2UiGQoXUm90YXRlU2lnbmluZ0tleVJlcXVlc3QiJwoYUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlEgsKA2tpZBgBIAEoCSLWAQoHQWNjb3VudBIKCgJpZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSEQoJZGV2aWNlX2lkGAMgASgJEg0KBWVtYWlsGAQgASgJEhEKCWN1c3RvbV9pZBgFIAEoCRIUCgxoYXNfcGFzc3dvcmQYBiABKAgSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAicwoUQ3JlYXRlQWNjb3VudFJlcXVlc3QSEQoJY3VzdG9tX2lkGAEgASgJEg0KBWVtYWlsGAIgASgJEhAKCHBhc3N3b3JkGAMgASgJEhEKCWRldmljZV9pZBgEIAEoCRIUCgxkaXNwbGF5X25hbWUYBSABKAkiOwoVQ3JlYXRlQWNjb3VudFJlc3BvbnNlEiIKB2FjY291bnQYASABKAsyES5sdWR1cy52MS5BY2NvdW50IlQKEUdldEFjY291bnRSZXF1ZXN0EgoKAmlkGAEgASgJEhEKCWN1c3RvbV9pZBgCIAEoCRINCgVlbWFpbBgDIAEoCRIRCglkZXZpY2VfaWQYBCABKAkiOAoSR2V0QWNjb3VudFJlc3BvbnNlEiIKB2FjY291bnQYASABKAsyES5sdWR1cy52MS5BY2NvdW50IiIKFERlbGV0ZUFjY291bnRSZXF1ZXN0EgoKAmlkGAEgASgJIhcKFURlbGV0ZUFjY291bnRSZXNwb25zZSIiChRFeHBvcnRBY2NvdW50UmVxdWVzdBIKCgJpZBgBIAEoCSIlChVFeHBvcnRBY2NvdW50UmVzcG9uc2USDAoEZGF0YRgBIAEoDCLBAgoXR3JhbnRQcm9ncmVzc2lvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkSCgoCeHAYAyABKAMSQQoIY3VycmVuY3kYBCADKAsyLy5sdWR1cy52MS5HcmFudFByb2dyZXNzaW9uUmVxdWVzdC5DdXJyZW5jeUVudHJ5EjsKBWl0ZW1zGAUgAygLMiwubHVkdXMudjEuR3JhbnRQcm9ncmVzc2lvblJlcXVlc3QuSXRlbXNFbnRyeRIOCgZyZWFzb24YBiABKAkaLwoNQ3VycmVuY3lFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBGiwKCkl0ZW1zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASJXChhHcmFudFByb2dyZXNzaW9uUmVzcG9uc2USDwoHYXBwbGllZBgBIAEoCBIqCgtwcm9ncmVzc2lvbhgCIAEoCzIVLmx1ZHVzLnYxLlByb2dyZXNzaW9uIkgKHEdldEFjY291bnRQcm9ncmVzc2lvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIUCgxsZWRnZXJfbGltaXQYAiABKAUicgodR2V0QWNjb3VudFByb2dyZXNzaW9uUmVzcG9uc2USKgoLcHJvZ3Jlc3Npb24YASABKAsyFS5sdWR1cy52MS5Qcm9ncmVzc2lvbhIlCgZsZWRnZXIYAiADKAsyFS5sdWR1cy52MS5MZWRnZXJFbnRyeSI8ChdMaXN0TWF0Y2hSZXN1bHRzUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIkIKGExpc3RNYXRjaFJlc3VsdHNSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubHVkdXMudjEuTWF0Y2hSZXN1bHQiZAoaR2V0QWRtaW5MZWFkZXJib2FyZFJlcXVlc3QSKwoFcXVlcnkYASABKAsyHC5sdWR1cy52MS5MZWFkZXJib2FyZFJlcXVlc3QSGQoRYXJvdW5kX2FjY291bnRfaWQYAiABKAkiSgobR2V0QWRtaW5MZWFkZXJib2FyZFJlc3BvbnNlEisKB2VudHJpZXMYASADKAsyGi5sdWR1cy52MS5MZWFkZXJib2FyZEVudHJ5IiAKEVNldFdlYmhvb2tSZXF1ZXN0EgsKA3VybBgBIAEoCSIkChJTZXRXZWJob29rUmVzcG9uc2USDgoGc2VjcmV0GAEgASgJIi0KHExpc3RXZWJob29rRGVsaXZlcmllc1JlcXVlc3QSDQoFbGltaXQYASABKAUi9gEKD1dlYmhvb2tEZWxpdmVyeRIKCgJpZBgBIAEoCRINCgVldmVudBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIQCghhdHRlbXB0cxgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiTgodTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVzcG9uc2USLQoKZGVsaXZlcmllcxgBIAMoCzIZLmx1ZHVzLnYxLldlYmhvb2tEZWxpdmVyeSIkChFHZXRHYW1lTG9nUmVxdWVzdBIPCgdnYW1lX2lkGAEgASgJImsKEkdldEdhbWVMb2dSZXNwb25zZRIRCglzcGVjX2pzb24YASABKAwSDgoGY2h1bmtzGAIgAygMEg0KBXN0YXRlGAMgASgJEg8KB21lc3NhZ2UYBCABKAkSEgoKZmluYWxfdGljaxgFIAEoAyIpChhMaXN0QXJjaGl2ZWRHYW1lc1JlcXVlc3QSDQoFbGltaXQYASABKAUimAEKDEFyY2hpdmVkR2FtZRIPCgdnYW1lX2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSEgoKZmluYWxfdGljaxgEIAEoAxISCgpzaXplX2J5dGVzGAUgASgDEi8KC2FyY2hpdmVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJCChlMaXN0QXJjaGl2ZWRHYW1lc1Jlc3BvbnNlEiUKBWdhbWVzGAEgAygLMhYubHVkdXMudjEuQXJjaGl2ZWRHYW1lIn8KClJlc3VsdFJ1bGUSDAoEZ2FtZRgBIAEoCRIMCgRzdGF0GAIgASgJEiYKBGtpbmQYAyABKA4yGC5sdWR1cy52MS5SZXN1bHRSdWxlS2luZBIOCgZ0YXJnZXQYBCABKAkSEAoIcGVyX3VuaXQYBSABKAMSCwoDY2FwGAYgASgDIjwKFVNldFJlc3VsdFJ1bGVzUmVxdWVzdBIjCgVydWxlcxgBIAMoCzIULmx1ZHVzLnYxLlJlc3VsdFJ1bGUiGAoWU2V0UmVzdWx0UnVsZXNSZXNwb25zZSIXChVHZXRSZXN1bHRSdWxlc1JlcXVlc3QiPQoWR2V0UmVzdWx0UnVsZXNSZXNwb25zZRIjCgVydWxlcxgBIAMoCzIULmx1ZHVzLnYxLlJlc3VsdFJ1bGUiNAoQR2V0UmF0aW5nUmVxdWVzdBIMCgRtb2RlGAEgASgJEhIKCmFjY291bnRfaWQYAiABKAkimwEKBlJhdGluZxIMCgRtb2RlGAEgASgJEhIKCmFjY291bnRfaWQYAiABKAkSDgoGcmF0aW5nGAMgASgBEgoKAnJkGAQgASgBEhIKCnZvbGF0aWxpdHkYBSABKAESDwoHbWF0Y2hlcxgGIAEoAxIuCgp1cGRhdGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI1ChFHZXRSYXRpbmdSZXNwb25zZRIgCgZyYXRpbmcYASABKAsyEC5sdWR1cy52MS5SYXRpbmcqpwEKDlJlc3VsdFJ1bGVLaW5kEiAKHFJFU1VMVF9SVUxFX0tJTkRfVU5TUEVDSUZJRUQQABIXChNSRVNVTFRfUlVMRV9LSU5EX1hQEAESHQoZUkVTVUxUX1JVTEVfS0lORF9DVVJSRU5DWRACEhkKFVJFU1VMVF9SVUxFX0tJTkRfSVRFTRADEiAKHFJFU1VMVF9SVUxFX0tJTkRfTEVBREVSQk9BUkQQBDKJEQoMQWRtaW5TZXJ2aWNlEk0KDENyZWF0ZVRlbmFudBIdLmx1ZHVzLnYxLkNyZWF0ZVRlbmFudFJlcXVlc3QaHi5sdWR1cy52MS5DcmVhdGVUZW5hbnRSZXNwb25zZRJKCgtMaXN0VGVuYW50cxIcLmx1ZHVzLnYxLkxpc3RUZW5hbnRzUmVxdWVzdBodLmx1ZHVzLnYxLkxpc3RUZW5hbnRzUmVzcG9uc2USTQoMVXBsb2FkTW9kdWxlEh0ubHVkdXMudjEuVXBsb2FkTW9kdWxlUmVxdWVzdBoeLmx1ZHVzLnYxLlVwbG9hZE1vZHVsZVJlc3BvbnNlEkoKC0xpc3RNb2R1bGVzEhwubHVkdXMudjEuTGlzdE1vZHVsZXNSZXF1ZXN0Gh0ubHVkdXMudjEuTGlzdE1vZHVsZXNSZXNwb25zZRJcCglMaXN0R2FtZXMSJi5sdWR1cy52MS5BZG1pblNlcnZpY2VMaXN0R2FtZXNSZXF1ZXN0GicubHVkdXMudjEuQWRtaW5TZXJ2aWNlTGlzdEdhbWVzUmVzcG9uc2USRAoJTGlzdE5vZGVzEhoubHVkdXMudjEuTGlzdE5vZGVzUmVxdWVzdBobLmx1ZHVzLnYxLkxpc3ROb2Rlc1Jlc3BvbnNlEk0KDENyZWF0ZUFQSUtleRIdLmx1ZHVzLnYxLkNyZWF0ZUFQSUtleVJlcXVlc3QaHi5sdWR1cy52MS5DcmVhdGVBUElLZXlSZXNwb25zZRJKCgtMaXN0QVBJS2V5cxIcLmx1ZHVzLnYxLkxpc3RBUElLZXlzUmVxdWVzdBodLmx1ZHVzLnYxLkxpc3RBUElLZXlzUmVzcG9uc2USTQoMUm90YXRlQVBJS2V5Eh0ubHVkdXMudjEuUm90YXRlQVBJS2V5UmVxdWVzdBoeLmx1ZHVzLnYxLlJvdGF0ZUFQSUtleVJlc3BvbnNlEk0KDFJldm9rZUFQSUtleRIdLmx1ZHVzLnYxLlJldm9rZUFQSUtleVJlcXVlc3QaHi5sdWR1cy52MS5SZXZva2VBUElLZXlSZXNwb25zZRJZChBSb3RhdGVTaWduaW5nS2V5EiEubHVkdXMudjEuUm90YXRlU2lnbmluZ0tleVJlcXVlc3QaIi5sdWR1cy52MS5Sb3RhdGVTaWduaW5nS2V5UmVzcG9uc2USUAoNQ3JlYXRlQWNjb3VudBIeLmx1ZHVzLnYxLkNyZWF0ZUFjY291bnRSZXF1ZXN0Gh8ubHVkdXMudjEuQ3JlYXRlQWNjb3VudFJlc3BvbnNlEkcKCkdldEFjY291bnQSGy5sdWR1cy52MS5HZXRBY2NvdW50UmVxdWVzdBocLmx1ZHVzLnYxLkdldEFjY291bnRSZXNwb25zZRJQCg1EZWxldGVBY2NvdW50Eh4ubHVkdXMudjEuRGVsZXRlQWNjb3VudFJlcXVlc3QaHy5sdWR1cy52MS5EZWxldGVBY2NvdW50UmVzcG9uc2USUAoNRXhwb3J0QWNjb3VudBIeLmx1ZHVzLnYxLkV4cG9ydEFjY291bnRSZXF1ZXN0Gh8ubHVkdXMudjEuRXhwb3J0QWNjb3VudFJlc3BvbnNlElkKEEdyYW50UHJvZ3Jlc3Npb24SIS5sdWR1cy52MS5HcmFudFByb2dyZXNzaW9uUmVxdWVzdBoiLmx1ZHVzLnYxLkdyYW50UHJvZ3Jlc3Npb25SZXNwb25zZRJoChVHZXRBY2NvdW50UHJvZ3Jlc3Npb24SJi5sdWR1cy52MS5HZXRBY2NvdW50UHJvZ3Jlc3Npb25SZXF1ZXN0GicubHVkdXMudjEuR2V0QWNjb3VudFByb2dyZXNzaW9uUmVzcG9uc2USWQoQTGlzdE1hdGNoUmVzdWx0cxIhLmx1ZHVzLnYxLkxpc3RNYXRjaFJlc3VsdHNSZXF1ZXN0GiIubHVkdXMudjEuTGlzdE1hdGNoUmVzdWx0c1Jlc3BvbnNlEmIKE0dldEFkbWluTGVhZGVyYm9hcmQSJC5sdWR1cy52MS5HZXRBZG1pbkxlYWRlcmJvYXJkUmVxdWVzdBolLmx1ZHVzLnYxLkdldEFkbWluTGVhZGVyYm9hcmRSZXNwb25zZRJTCg5TZXRSZXN1bHRSdWxlcxIfLmx1ZHVzLnYxLlNldFJlc3VsdFJ1bGVzUmVxdWVzdBogLmx1ZHVzLnYxLlNldFJlc3VsdFJ1bGVzUmVzcG9uc2USUwoOR2V0UmVzdWx0UnVsZXMSHy5sdWR1cy52MS5HZXRSZXN1bHRSdWxlc1JlcXVlc3QaIC5sdWR1cy52MS5HZXRSZXN1bHRSdWxlc1Jlc3BvbnNlEkQKCUdldFJhdGluZxIaLmx1ZHVzLnYxLkdldFJhdGluZ1JlcXVlc3QaGy5sdWR1cy52MS5HZXRSYXRpbmdSZXNwb25zZRJHCgpTZXRXZWJob29rEhsubHVkdXMudjEuU2V0V2ViaG9va1JlcXVlc3QaHC5sdWR1cy52MS5TZXRXZWJob29rUmVzcG9uc2USaAoVTGlzdFdlYmhvb2tEZWxpdmVyaWVzEiYubHVkdXMudjEuTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVxdWVzdBonLmx1ZHVzLnYxLkxpc3RXZWJob29rRGVsaXZlcmllc1Jlc3BvbnNlEkcKCkdldEdhbWVMb2cSGy5sdWR1cy52MS5HZXRHYW1lTG9nUmVxdWVzdBocLmx1ZHVzLnYxLkdldEdhbWVMb2dSZXNwb25zZRJcChFMaXN0QXJjaGl2ZWRHYW1lcxIiLmx1ZHVzLnYxLkxpc3RBcmNoaXZlZEdhbWVzUmVxdWVzdBojLmx1ZHVzLnYxLkxpc3RBcmNoaXZlZEdhbWVzUmVzcG9uc2VCJlokbHVkdXMuZGV2L2x1ZHVzL2dlbi9sdWR1cy92MTtsdWR1c3YxYgZwcm90bzM", [file_google_protobuf_timestamp, file_ludus_v1_game, file_ludus_v1_match]);
 
 /**
  * @generated from message ludus.v1.Tenant
@@ -1265,6 +1265,268 @@ export const ListArchivedGamesResponseSchema: GenMessage<ListArchivedGamesRespon
   messageDesc(file_ludus_v1_admin, 52);
 
 /**
+ * ResultRule turns a per-player stat of match results into progression.
+ *
+ * @generated from message ludus.v1.ResultRule
+ */
+export type ResultRule = Message<"ludus.v1.ResultRule"> & {
+  /**
+   * Module name the rule is for; empty: every game of the tenant.
+   *
+   * @generated from field: string game = 1;
+   */
+  game: string;
+
+  /**
+   * Stat name (PlayerResult.stats), or "score" for the score.
+   *
+   * @generated from field: string stat = 2;
+   */
+  stat: string;
+
+  /**
+   * @generated from field: ludus.v1.ResultRuleKind kind = 3;
+   */
+  kind: ResultRuleKind;
+
+  /**
+   * Currency or item name (kinds CURRENCY and ITEM); empty otherwise.
+   *
+   * @generated from field: string target = 4;
+   */
+  target: string;
+
+  /**
+   * Credit per unit of the stat: 1..1,000,000 (0 means 1). Not for LEADERBOARD.
+   *
+   * @generated from field: int64 per_unit = 5;
+   */
+  perUnit: bigint;
+
+  /**
+   * Most the rule credits one player in one match: 1..1,000,000,000. Required
+   * except for LEADERBOARD.
+   *
+   * @generated from field: int64 cap = 6;
+   */
+  cap: bigint;
+};
+
+/**
+ * Describes the message ludus.v1.ResultRule.
+ * Use `create(ResultRuleSchema)` to create a new message.
+ */
+export const ResultRuleSchema: GenMessage<ResultRule> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 53);
+
+/**
+ * @generated from message ludus.v1.SetResultRulesRequest
+ */
+export type SetResultRulesRequest = Message<"ludus.v1.SetResultRulesRequest"> & {
+  /**
+   * At most 64 rules; replaces every rule of the tenant.
+   *
+   * @generated from field: repeated ludus.v1.ResultRule rules = 1;
+   */
+  rules: ResultRule[];
+};
+
+/**
+ * Describes the message ludus.v1.SetResultRulesRequest.
+ * Use `create(SetResultRulesRequestSchema)` to create a new message.
+ */
+export const SetResultRulesRequestSchema: GenMessage<SetResultRulesRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 54);
+
+/**
+ * @generated from message ludus.v1.SetResultRulesResponse
+ */
+export type SetResultRulesResponse = Message<"ludus.v1.SetResultRulesResponse"> & {
+};
+
+/**
+ * Describes the message ludus.v1.SetResultRulesResponse.
+ * Use `create(SetResultRulesResponseSchema)` to create a new message.
+ */
+export const SetResultRulesResponseSchema: GenMessage<SetResultRulesResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 55);
+
+/**
+ * @generated from message ludus.v1.GetResultRulesRequest
+ */
+export type GetResultRulesRequest = Message<"ludus.v1.GetResultRulesRequest"> & {
+};
+
+/**
+ * Describes the message ludus.v1.GetResultRulesRequest.
+ * Use `create(GetResultRulesRequestSchema)` to create a new message.
+ */
+export const GetResultRulesRequestSchema: GenMessage<GetResultRulesRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 56);
+
+/**
+ * @generated from message ludus.v1.GetResultRulesResponse
+ */
+export type GetResultRulesResponse = Message<"ludus.v1.GetResultRulesResponse"> & {
+  /**
+   * @generated from field: repeated ludus.v1.ResultRule rules = 1;
+   */
+  rules: ResultRule[];
+};
+
+/**
+ * Describes the message ludus.v1.GetResultRulesResponse.
+ * Use `create(GetResultRulesResponseSchema)` to create a new message.
+ */
+export const GetResultRulesResponseSchema: GenMessage<GetResultRulesResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 57);
+
+/**
+ * @generated from message ludus.v1.GetRatingRequest
+ */
+export type GetRatingRequest = Message<"ludus.v1.GetRatingRequest"> & {
+  /**
+   * Game mode: the module name of the game.
+   *
+   * @generated from field: string mode = 1;
+   */
+  mode: string;
+
+  /**
+   * @generated from field: string account_id = 2;
+   */
+  accountId: string;
+};
+
+/**
+ * Describes the message ludus.v1.GetRatingRequest.
+ * Use `create(GetRatingRequestSchema)` to create a new message.
+ */
+export const GetRatingRequestSchema: GenMessage<GetRatingRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 58);
+
+/**
+ * Rating is a Glicko-2 rating on the public scale.
+ *
+ * @generated from message ludus.v1.Rating
+ */
+export type Rating = Message<"ludus.v1.Rating"> & {
+  /**
+   * @generated from field: string mode = 1;
+   */
+  mode: string;
+
+  /**
+   * @generated from field: string account_id = 2;
+   */
+  accountId: string;
+
+  /**
+   * 1500 for a player who never played a rated match.
+   *
+   * @generated from field: double rating = 3;
+   */
+  rating: number;
+
+  /**
+   * Rating deviation: 350 for a new player, shrinking with rated matches.
+   *
+   * @generated from field: double rd = 4;
+   */
+  rd: number;
+
+  /**
+   * @generated from field: double volatility = 5;
+   */
+  volatility: number;
+
+  /**
+   * Rated matches played in this mode.
+   *
+   * @generated from field: int64 matches = 6;
+   */
+  matches: bigint;
+
+  /**
+   * Zero if never rated.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 7;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.Rating.
+ * Use `create(RatingSchema)` to create a new message.
+ */
+export const RatingSchema: GenMessage<Rating> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 59);
+
+/**
+ * @generated from message ludus.v1.GetRatingResponse
+ */
+export type GetRatingResponse = Message<"ludus.v1.GetRatingResponse"> & {
+  /**
+   * @generated from field: ludus.v1.Rating rating = 1;
+   */
+  rating?: Rating | undefined;
+};
+
+/**
+ * Describes the message ludus.v1.GetRatingResponse.
+ * Use `create(GetRatingResponseSchema)` to create a new message.
+ */
+export const GetRatingResponseSchema: GenMessage<GetRatingResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 60);
+
+/**
+ * ResultRuleKind is what a result rule credits.
+ *
+ * @generated from enum ludus.v1.ResultRuleKind
+ */
+export enum ResultRuleKind {
+  /**
+   * @generated from enum value: RESULT_RULE_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * XP: the stat times per_unit, up to cap per match.
+   *
+   * @generated from enum value: RESULT_RULE_KIND_XP = 1;
+   */
+  XP = 1,
+
+  /**
+   * Currency target: the stat times per_unit, up to cap per match.
+   *
+   * @generated from enum value: RESULT_RULE_KIND_CURRENCY = 2;
+   */
+  CURRENCY = 2,
+
+  /**
+   * Item target: the stat times per_unit, up to cap per match.
+   *
+   * @generated from enum value: RESULT_RULE_KIND_ITEM = 3;
+   */
+  ITEM = 3,
+
+  /**
+   * The stat's leaderboard of the game (LeaderboardRequest.stat): fed once,
+   * with the final value, when the final result is stored.
+   *
+   * @generated from enum value: RESULT_RULE_KIND_LEADERBOARD = 4;
+   */
+  LEADERBOARD = 4,
+}
+
+/**
+ * Describes the enum ludus.v1.ResultRuleKind.
+ */
+export const ResultRuleKindSchema: GenEnum<ResultRuleKind> = /*@__PURE__*/
+  enumDesc(file_ludus_v1_admin, 0);
+
+/**
  * AdminService is what studios' backends and operators call, with an API key in the
  * Authorization header ("Bearer <key>"). Served by the backend.
  *
@@ -1452,6 +1714,39 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof GetAdminLeaderboardRequestSchema;
     output: typeof GetAdminLeaderboardResponseSchema;
+  },
+  /**
+   * SetResultRules replaces the tenant's result rules: which stat of a match
+   * result credits XP, which currency, which item, which leaderboard. Scope
+   * admin.
+   *
+   * @generated from rpc ludus.v1.AdminService.SetResultRules
+   */
+  setResultRules: {
+    methodKind: "unary";
+    input: typeof SetResultRulesRequestSchema;
+    output: typeof SetResultRulesResponseSchema;
+  },
+  /**
+   * GetResultRules returns the tenant's result rules. Any scope.
+   *
+   * @generated from rpc ludus.v1.AdminService.GetResultRules
+   */
+  getResultRules: {
+    methodKind: "unary";
+    input: typeof GetResultRulesRequestSchema;
+    output: typeof GetResultRulesResponseSchema;
+  },
+  /**
+   * GetRating returns an account's skill rating (Glicko-2) in a game mode.
+   * Any scope.
+   *
+   * @generated from rpc ludus.v1.AdminService.GetRating
+   */
+  getRating: {
+    methodKind: "unary";
+    input: typeof GetRatingRequestSchema;
+    output: typeof GetRatingResponseSchema;
   },
   /**
    * Webhooks (scope "admin" to set).
