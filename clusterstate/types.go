@@ -1,6 +1,7 @@
 package clusterstate
 
 import (
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -37,6 +38,9 @@ type GameSpec struct {
 	SnapshotFormat string `json:"snapshot_format,omitempty"`
 	ViewWidth      int    `json:"view_width,omitempty"`
 	ViewHeight     int    `json:"view_height,omitempty"`
+	// ModuleMeta is the module's metadata as it declared it (ludus_meta), sent
+	// to clients in the first Status of a stream so a page can present any game.
+	ModuleMeta json.RawMessage `json:"module_meta,omitempty"`
 	// MatchCredential lets whichever node runs the game report its progress and
 	// result to the backend (and only this match's). It lives with the spec so it
 	// survives failover; etcd is cluster-internal.

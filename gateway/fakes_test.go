@@ -31,6 +31,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
@@ -110,6 +111,23 @@ func requireToken(h http.Handler, bad *atomic.Int64) http.Handler {
 		if r.Header.Get("Authorization") != "Bearer "+fakeClusterToken {
 			bad.Add(1)
 			http.Error(w, "missing or wrong cluster token", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// requireNodeCredential answers 401 to any call without the gateway-to-node
+// credential of node id (never the raw cluster token: a node does not hold it).
+func requireNodeCredential(h http.Handler, id string, bad *atomic.Int64) http.Handler {
+	want, err := clustercred.GatewayToNode(fakeClusterToken, id)
+	if err != nil {
+		panic(err)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+want {
+			bad.Add(1)
+			http.Error(w, "missing or wrong gateway-to-node credential", http.StatusUnauthorized)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -425,6 +443,25 @@ type fakeBackend struct {
 	mints    atomic.Int64
 	gets     atomic.Int64
 	jwks     atomic.Int64 // key set requests
+
+	mu      sync.Mutex
+	rosters map[string][]string // match id → accounts the gateway registered
+}
+
+func (b *fakeBackend) AddMatchPlayers(_ context.Context, req *connect.Request[clusterv1.AddMatchPlayersRequest]) (*connect.Response[clusterv1.AddMatchPlayersResponse], error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rosters == nil {
+		b.rosters = map[string][]string{}
+	}
+	b.rosters[req.Msg.MatchId] = append(b.rosters[req.Msg.MatchId], req.Msg.AccountIds...)
+	return connect.NewResponse(&clusterv1.AddMatchPlayersResponse{}), nil
+}
+
+func (b *fakeBackend) roster(match string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.rosters[match]...)
 }
 
 const fakeBuildID = "0000000000000000000000000000000000000000000000000000000000000001"
@@ -502,11 +539,11 @@ func newFakeCluster(t *testing.T, limits Limits) *fakeCluster {
 	c.url = serveH2C(t, gw.Handler()).URL
 	t.Cleanup(func() {
 		if n := c.backend.bad.Load(); n > 0 {
-			t.Errorf("the backend got %d calls without the cluster token", n)
+			t.Errorf("the backend got %d calls without its gateway-to-node credential", n)
 		}
 		for _, n := range c.nodes {
 			if b := n.bad.Load(); b > 0 {
-				t.Errorf("node %s got %d calls without the cluster token", n.id, b)
+				t.Errorf("node %s got %d calls without its gateway-to-node credential", n.id, b)
 			}
 		}
 	})
@@ -519,7 +556,7 @@ func (c *fakeCluster) addNode(info clusterstate.NodeInfo) *fakeNode {
 	n := &fakeNode{id: info.ID, clock: c.clock, owned: map[string]bool{}, streamEnd: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle(clusterv1connect.NewNodeServiceHandler(n))
-	n.srv = serveH2C(c.t, requireToken(mux, &n.bad))
+	n.srv = serveH2C(c.t, requireNodeCredential(mux, info.ID, &n.bad))
 	n.url = n.srv.URL
 	if info.Capacity == 0 {
 		info.Capacity = 100

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"ludus.dev/ludus/internal/bearer"
 	"net/http"
 	"strings"
 	"sync"
@@ -30,9 +29,11 @@ import (
 	"github.com/rs/cors"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/internal/bearer"
 )
 
 // Verifier checks session tickets (auth.Verifier).
@@ -293,18 +294,26 @@ func needHTTP2(h http.Handler) http.Handler {
 	})
 }
 
-// node returns a client for the node at addr.
-func (g *Gateway) node(addr string) clusterv1connect.NodeServiceClient {
+// node returns a client for node n, presenting the credential derived for
+// that node (auth/clustercred), so the node never needs the cluster token.
+func (g *Gateway) node(n clusterstate.NodeInfo) clusterv1connect.NodeServiceClient {
+	key := n.ID + "\x00" + n.Addr
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	c, ok := g.nodes[addr]
+	c, ok := g.nodes[key]
 	if !ok {
+		cred, err := clustercred.GatewayToNode(g.cfg.ClusterToken, n.ID)
+		if err != nil {
+			// Not a valid node id (etcd holds only valid ones) or no cluster
+			// token: the node will refuse the call, Unauthenticated.
+			cred = ""
+		}
 		// No gzip between gateway and node: it would cost the node a compression
 		// of every frame for every stream, and compressed frames fill the stream's
 		// window slowly, so a slow stream would buffer many stale frames.
-		c = clusterv1connect.NewNodeServiceClient(g.h2c, addr, connect.WithInterceptors(bearer.Token(g.cfg.ClusterToken)),
+		c = clusterv1connect.NewNodeServiceClient(g.h2c, n.Addr, connect.WithInterceptors(bearer.Token(cred)),
 			connect.WithAcceptCompression("gzip", nil, nil))
-		g.nodes[addr] = c
+		g.nodes[key] = c
 	}
 	return c
 }

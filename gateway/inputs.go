@@ -58,7 +58,7 @@ func playerError(gameID string, err error) error {
 func (s *gameService) sendInput(ctx context.Context, c *auth.Claims, req *clusterv1.SendInputRequest) (*clusterv1.SendInputResponse, error) {
 	var out *clusterv1.SendInputResponse
 	err := s.callOwner(ctx, c, req.GameId, func(ctx context.Context, n fleet.NodeInfo) error {
-		resp, err := s.g.node(n.Addr).SendInput(ctx, connect.NewRequest(req))
+		resp, err := s.g.node(n).SendInput(ctx, connect.NewRequest(req))
 		if err == nil {
 			out = resp.Msg
 		}
@@ -198,7 +198,7 @@ func (p *playInputs) upstream(ctx context.Context, n fleet.NodeInfo) (progressed
 	defer done()
 	ctx, cancel := context.WithCancel(tracked)
 	defer cancel()
-	up := p.s.g.node(n.Addr).Inputs(ctx)
+	up := p.s.g.node(n).Inputs(ctx)
 	defer up.CloseResponse()
 	header := &clusterv1.InputsRequest{TenantId: p.c.TenantID, GameId: p.gameID, AccountId: p.c.AccountID}
 	fed := make(chan struct{})

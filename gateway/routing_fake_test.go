@@ -62,6 +62,10 @@ func TestFakeSendInputRoutesFromDirectory(t *testing.T) {
 	if join.Msg.Game.GetNodeId() != "node-b" || join.Msg.Slot != 1 {
 		t.Fatalf("join answered %+v", join.Msg)
 	}
+	// The join registered Bob on the match's roster, so its result may credit him.
+	if r := c.backend.roster("g2"); len(r) != 1 || r[0] == "" {
+		t.Fatalf("roster of g2 after Bob's join = %q, want Bob's account", r)
+	}
 	var odd, even []uint64
 	for s := uint64(1); s <= 20; s++ {
 		if s%2 == 1 {

@@ -46,9 +46,15 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	if m.Bots < 0 || m.Bots >= maxPlayers {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("bots must be between 0 and %d for %s (max %d players)", maxPlayers-1, m.ModuleName, maxPlayers))
 	}
-	config, err := withBots(m.Config, m.Bots)
-	if err != nil {
-		return nil, err
+	// The config is the module's own business (docs/ABI.md): it passes through
+	// untouched unless bots are asked for, which only modules declaring
+	// "bots": true take (the node checks), as a "bots" count in a JSON object.
+	config := m.Config
+	if m.Bots > 0 {
+		var err error
+		if config, err = withBots(m.Config, m.Bots); err != nil {
+			return nil, err
+		}
 	}
 	var seedBytes [8]byte
 	_, _ = rand.Read(seedBytes[:])
@@ -76,7 +82,7 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	for _, n := range fleet.Rank(nodes, start.GameId, fleet.RankOptions{}) {
 		// A frozen node must not hold the player's call: try the next.
 		nctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
-		resp, err := s.g.node(n.Addr).StartGame(nctx, connect.NewRequest(start))
+		resp, err := s.g.node(n).StartGame(nctx, connect.NewRequest(start))
 		cancel()
 		if err == nil {
 			s.g.placed(n.ID)
@@ -113,12 +119,13 @@ func (s *gameService) backendError(op string, err error) error {
 	return connect.NewError(connect.CodeUnavailable, errors.New("the backend cannot be reached right now; retry in a moment"))
 }
 
-// withBots sets "bots" in the module config, which must be a JSON object if given.
+// withBots sets "bots" in the module config, which must then be a JSON object
+// if given.
 func withBots(config []byte, bots int32) ([]byte, error) {
 	obj := map[string]any{}
 	if len(config) > 0 {
 		if err := json.Unmarshal(config, &obj); err != nil {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("config must be a JSON object: %v", err))
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("with bots, the config must be a JSON object (the bots count is set in it): %v", err))
 		}
 	}
 	obj["bots"] = bots
@@ -199,9 +206,18 @@ func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 	if req.Msg.GameId == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("game_id is required"))
 	}
+	// The match's roster: the backend credits only accounts on it, so the node
+	// running the game cannot credit anyone who did not join through a gateway.
+	if _, err := s.g.modules.AddMatchPlayers(ctx, connect.NewRequest(&clusterv1.AddMatchPlayersRequest{
+		TenantId: c.TenantID, MatchId: req.Msg.GameId, AccountIds: []string{c.AccountID}})); err != nil {
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q in this tenant", req.Msg.GameId))
+		}
+		return nil, s.backendError("add match players", err)
+	}
 	var resp *clusterv1.JoinGameResponse
 	err := s.callOwner(ctx, c, req.Msg.GameId, func(ctx context.Context, n fleet.NodeInfo) error {
-		r, err := s.g.node(n.Addr).JoinGame(ctx, connect.NewRequest(&clusterv1.JoinGameRequest{
+		r, err := s.g.node(n).JoinGame(ctx, connect.NewRequest(&clusterv1.JoinGameRequest{
 			TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, DisplayName: c.DisplayName}))
 		if err == nil {
 			resp = r.Msg
@@ -426,7 +442,7 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 func (s *gameService) relay(ctx context.Context, n fleet.NodeInfo, req *clusterv1.StreamFramesRequest, send func(*clusterv1.StreamFramesResponse) error, onAttach func()) (attached, ended bool, err error) {
 	upCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	up, err := s.g.node(n.Addr).StreamFrames(upCtx, connect.NewRequest(req))
+	up, err := s.g.node(n).StreamFrames(upCtx, connect.NewRequest(req))
 	if err != nil {
 		return false, false, err
 	}

@@ -10,13 +10,11 @@ package simnode
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +22,10 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
+	"ludus.dev/ludus/internal/bearer"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -63,7 +63,13 @@ type Config struct {
 	Modules   ModuleSource
 	// Results receives interim progress and final results (nil: not reported).
 	Results ResultReporter
-	// ClusterToken authenticates gateways calling NodeService.
+	// NodeCredential is this node's own credential (auth/clustercred.Node):
+	// the least-privilege way to run a node. Callers (gateways, fleet control)
+	// present the gateway-to-node credential derived from it.
+	NodeCredential string
+	// ClusterToken is the older, all-powerful way: a node holding it accepts the
+	// raw token from callers, and derives its own credential from it. Give
+	// NodeCredential instead wherever the node runs tenants' modules.
 	ClusterToken string
 	Logger       *slog.Logger
 
@@ -135,6 +141,18 @@ type Node struct {
 func New(cfg Config) (*Node, error) {
 	if cfg.ID == "" || cfg.Etcd == nil || cfg.Engine == nil || cfg.Modules == nil {
 		return nil, errors.New("simnode: ID, Etcd, Engine and Modules are required")
+	}
+	switch {
+	case cfg.NodeCredential != "":
+		if id, ok := clustercred.ParseNode(cfg.NodeCredential); !ok || id != cfg.ID {
+			return nil, fmt.Errorf("simnode: the node credential is not one for node %q: derive it with \"ludus ctl node credential %s\"", cfg.ID, cfg.ID)
+		}
+	case cfg.ClusterToken != "":
+		cred, err := clustercred.Node(cfg.ClusterToken, cfg.ID)
+		if err != nil {
+			return nil, fmt.Errorf("simnode: %w", err)
+		}
+		cfg.NodeCredential = cred
 	}
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 64
@@ -311,7 +329,7 @@ func (n *Node) Close(ctx context.Context) error {
 // node's Prometheus metrics at GET /metrics (no token: bind the node's address
 // to the cluster network).
 func (n *Node) Handler() http.Handler {
-	auth := connect.WithInterceptors(clusterAuth(n.cfg.ClusterToken))
+	auth := connect.WithInterceptors(clusterAuth(n.cfg.NodeCredential, n.cfg.ClusterToken))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", n.metrics.handler())
 	mux.Handle(clusterv1connect.NewNodeServiceHandler(&service{n: n}, auth))
@@ -330,18 +348,31 @@ func (n *Node) game(tenant, id string) (*game, bool) {
 }
 
 // clusterAuth checks the shared cluster token on every call, unary or streaming.
-func clusterAuth(token string) connect.Interceptor {
-	return &tokenInterceptor{token: token}
+func clusterAuth(nodeCredential, clusterToken string) connect.Interceptor {
+	t := &tokenInterceptor{nodeCredential: nodeCredential}
+	if clusterToken != "" {
+		h := bearer.HashOf(clusterToken)
+		t.clusterHash = &h
+	}
+	return t
 }
 
-type tokenInterceptor struct{ token string }
+// tokenInterceptor admits callers presenting this node's gateway-to-node
+// credential or, for a node started with it, the cluster token.
+type tokenInterceptor struct {
+	nodeCredential string
+	clusterHash    *[32]byte
+}
 
 func (t *tokenInterceptor) check(h http.Header) error {
-	got, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
-	if !ok || t.token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(t.token)) != 1 {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("missing or wrong cluster token"))
+	got, ok := bearer.FromHeader(h)
+	if !ok {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("missing credential: send the gateway-to-node credential of this node"))
 	}
-	return nil
+	if (t.nodeCredential != "" && clustercred.VerifyToNode(t.nodeCredential, got)) || bearer.Matches(got, t.clusterHash) {
+		return nil
+	}
+	return connect.NewError(connect.CodeUnauthenticated, errors.New("wrong credential: not this node's gateway-to-node credential"))
 }
 
 func (t *tokenInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {

@@ -2,6 +2,7 @@ package simnode
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -64,6 +65,12 @@ func (n *Node) StartGame(ctx context.Context, spec clusterstate.GameSpec) (*game
 	spec.FrameDivisor, spec.ViewFormat = mod.Meta.FrameDivisor, mod.Meta.ViewFormat
 	spec.InputKind, spec.SnapshotFormat = mod.Meta.Inputs(), mod.Meta.SnapshotFormat
 	spec.ViewWidth, spec.ViewHeight = mod.Meta.ViewWidth, mod.Meta.ViewHeight
+	if meta, err := json.Marshal(mod.Meta); err == nil {
+		spec.ModuleMeta = meta
+	}
+	if bots := configBots(spec.Config); bots > 0 && !mod.Meta.Bots {
+		return nil, nodeErrorf(errBadConfig, "module %s does not take bots (its metadata does not declare \"bots\": true); create the game with bots 0", mod.Meta.Name)
+	}
 	if spec.ModuleName == "" {
 		spec.ModuleName = mod.Meta.Name
 	}
@@ -287,12 +294,15 @@ func (s *service) pump(ctx context.Context, spec clusterstate.GameSpec, slot int
 	if snapshots {
 		delivery, snapshotFormat, buildID = deliverySnapshots, spec.SnapshotFormat, spec.BuildID
 	}
+	meta := string(spec.ModuleMeta) // first status only: it never changes
 	sendStatus := func(st Status) error {
-		return stream.Send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
+		err := stream.Send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
 			NodeId: s.n.cfg.ID, Region: s.n.cfg.Region, Tick: st.Tick, State: st.State, Message: st.Message,
 			Slot: int32(slot), ViewFormat: spec.ViewFormat, TickRate: int32(spec.TickRate),
-			Delivery: delivery, SnapshotFormat: snapshotFormat, BuildId: buildID,
+			Delivery: delivery, SnapshotFormat: snapshotFormat, BuildId: buildID, ModuleMeta: meta,
 		}}})
+		meta = ""
+		return err
 	}
 	stv := status.load()
 	if err := sendStatus(stv.v); err != nil {
@@ -329,4 +339,16 @@ func (s *service) pump(ctx context.Context, spec clusterstate.GameSpec, slot int
 			return nil
 		}
 	}
+}
+
+// configBots reads the "bots" count the gateway sets in a config for a game
+// created with bots (0 when the config is not a JSON object or has none).
+func configBots(config []byte) int {
+	var c struct {
+		Bots int `json:"bots"`
+	}
+	if len(config) == 0 || config[0] != '{' || json.Unmarshal(config, &c) != nil {
+		return 0
+	}
+	return c.Bots
 }

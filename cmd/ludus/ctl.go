@@ -38,6 +38,8 @@ const ctlUsage = `ludus ctl [--url URL] [--key-file PATH] COMMAND
   games [--ended]              list the tenant's running games, or its ended games with their results
   nodes                        list sim nodes and their addresses (operator key)
   node drain NODE [--wait]     hand every game off NODE; it exits when empty (operator key)
+  node credential NODE         print the --node-credential of sim node NODE, derived from
+                               $LUDUS_CLUSTER_TOKEN (no server is asked)
   game replay GAME [--wasm FILE]
                                re-run an archived game locally from its log (shows a crash's trap and tick)
   game handoff TENANT GAME [NODE]
@@ -177,6 +179,9 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 		for _, n := range resp.Msg.Nodes {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%v\n", n.Id, n.Address, n.Region, n.Games, n.Capacity, n.Draining)
 		}
+	case rest[0] == "node" && len(rest) == 3 && rest[1] == "credential":
+		tw.Flush()
+		return nodeCredential(rest[2], out)
 	case rest[0] == "node" && len(rest) >= 3 && rest[1] == "drain":
 		resp, err := fleetc.DrainNode(ctx, connect.NewRequest(&ludusv1.DrainNodeRequest{NodeId: rest[2]}))
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/backend"
 	"ludus.dev/ludus/backend/store"
 	"ludus.dev/ludus/backend/store/postgres"
@@ -205,6 +206,7 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 	opKey := fs.String("operator-key", os.Getenv("LUDUS_OPERATOR_KEY"), "operator API key (tenant management)")
 	pg := fs.String("postgres", os.Getenv("LUDUS_POSTGRES"), "PostgreSQL DSN; empty stores in SQLite under --data")
 	bodyTimeout := bodyTimeoutFlag(fs)
+	noRoster := fs.Bool("no-roster", false, "accept match results for accounts not registered on the match's roster (gateways older than this backend do not register rosters)")
 	proxies := fs.String("trusted-proxies", os.Getenv("LUDUS_TRUSTED_PROXIES"),
 		`comma-separated addresses or CIDR prefixes of the gateways: their X-Forwarded-For names the client whose sign-ups are throttled; empty: loopback only; "none": no one`)
 	if err := fs.Parse(args); err != nil {
@@ -249,7 +251,7 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 	srv, err := backend.New(ctx, backend.Config{
 		Store: st, ClusterToken: *token, OperatorKey: *opKey, ValidateModule: eng.Validate,
 		Fleet: fleet.Admin{View: cli.View()}, Logger: logger.With("role", "backend"),
-		TrustedProxies: trusted,
+		TrustedProxies: trusted, RequireRoster: !*noRoster,
 	})
 	if err != nil {
 		return err
@@ -344,22 +346,36 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	capacity := fs.Int("capacity", 64, "maximum number of games")
 	ttl := fs.Duration("lease-ttl", 2*time.Second, "node lease TTL")
 	backendURL := fs.String("backend", envOr("LUDUS_BACKEND", "http://127.0.0.1:8081"), "backend base URL (module store)")
-	token := fs.String("cluster-token", os.Getenv("LUDUS_CLUSTER_TOKEN"), "shared secret of the cluster's roles")
+	token := fs.String("cluster-token", os.Getenv("LUDUS_CLUSTER_TOKEN"), "the cluster's root secret (discouraged on a sim node: give it --node-credential instead)")
+	nodeCred := fs.String("node-credential", os.Getenv("LUDUS_NODE_CREDENTIAL"), `this node's own credential ("ludus ctl node credential ID" derives it): it may fetch modules and archive games, and nothing else`)
 	cache := fs.String("cache", "ludus-simnode-cache", "directory of the compilation cache")
 	bodyTimeout := bodyTimeoutFlag(fs)
 	metricsAddr := metricsAddrFlag(fs, "the node's, by tenant; when set, the NodeService port no longer serves /metrics")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := required(fs, "cluster-token"); err != nil {
-		return err
+	switch {
+	case *nodeCred != "" && *token != "":
+		return errors.New("give --node-credential or --cluster-token, not both (a node with the cluster token holds every role's power)")
+	case *nodeCred == "" && *token == "":
+		return errors.New(`--node-credential is required: derive it with "ludus ctl node credential ID" (or give --cluster-token, which is all-powerful)`)
+	case *token != "":
+		logger.Warn("this sim node holds the cluster token, which can mint match credentials and credit any account: give it --node-credential instead")
 	}
 	if *advertise == "" {
 		*advertise = "http://" + *listen
 	}
 	if *id == "" {
-		host, _ := os.Hostname()
-		*id = strings.NewReplacer(".", "-", ":", "-").Replace(host + "-" + (*listen)[strings.LastIndexByte(*listen, ':')+1:])
+		if n, ok := clustercred.ParseNode(*nodeCred); ok {
+			*id = n
+		} else {
+			host, _ := os.Hostname()
+			*id = strings.NewReplacer(".", "-", ":", "-").Replace(host + "-" + (*listen)[strings.LastIndexByte(*listen, ':')+1:])
+		}
+	}
+	moduleCred := *nodeCred
+	if moduleCred == "" {
+		moduleCred = *token
 	}
 	cli, err := ef.client()
 	if err != nil {
@@ -378,7 +394,7 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	}
 	n, err := simnode.New(simnode.Config{
 		ID: *id, Region: *region, Addr: *advertise, Capacity: *capacity, Etcd: cli, LeaseTTL: *ttl,
-		Engine: eng, Modules: simnode.NewModuleStore(h2c, *backendURL, *token), ClusterToken: *token,
+		Engine: eng, Modules: simnode.NewModuleStore(h2c, *backendURL, moduleCred), ClusterToken: *token, NodeCredential: *nodeCred,
 		Results: simnode.NewBackendReporter(h2c, *backendURL),
 		Logger:  logger.With("role", "simnode"),
 		Metrics: reg,

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"ludus.dev/ludus/internal/bearer"
 	"net"
 	"net/http"
 	"os"
@@ -25,9 +24,11 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/internal/bearer"
 )
 
 // Config describes the cluster to start.
@@ -185,8 +186,13 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if cache == "" {
 			cache = filepath.Join(cfg.Dir, "wazero-"+id)
 		}
+		// Each node runs with its own credential, never the cluster token.
+		nodeCred, err := clustercred.Node(c.ClusterToken, id)
+		if err != nil {
+			return nil, err
+		}
 		if err := c.spawn(id, []string{"simnode", "--etcd", etcdFlag, "--listen", fmt.Sprintf("127.0.0.1:%d", np),
-			"--id", id, "--backend", c.BackendURL, "--cluster-token", c.ClusterToken,
+			"--id", id, "--backend", c.BackendURL, "--node-credential", nodeCred,
 			"--lease-ttl", cfg.LeaseTTL.String(), "--cache", cache}); err != nil {
 			return nil, err
 		}

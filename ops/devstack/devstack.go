@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/backend"
 	"ludus.dev/ludus/backend/store/sqlite"
 	"ludus.dev/ludus/clusterstate"
@@ -173,6 +174,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		ValidateModule: s.Engine.Validate,
 		Fleet:          fleet.Admin{View: s.Etcd.View()},
 		Logger:         cfg.Logger.With("role", "backend"),
+		RequireRoster:  true,
 	})
 	if err != nil {
 		gwLn.Close()
@@ -213,14 +215,22 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 			return nil, err
 		}
 		id := fmt.Sprintf("node-%d", i+1)
+		// Each node holds its own credential, never the cluster token: it can
+		// fetch modules and archive games, not mint match credentials.
+		nodeCred, err := clustercred.Node(clusterToken, id)
+		if err != nil {
+			ln.Close()
+			gwLn.Close()
+			return nil, err
+		}
 		n, err := simnode.New(simnode.Config{
 			ID: id, Region: "local", Addr: "http://" + ln.Addr().String(),
 			Etcd: s.Etcd, LeaseTTL: cfg.LeaseTTL, Engine: s.Engine,
-			Modules:      simnode.NewModuleStore(h2c, s.BackendURL, clusterToken),
-			Results:      simnode.NewBackendReporter(h2c, s.BackendURL),
-			ClusterToken: clusterToken,
-			Metrics:      nodeMetrics,
-			Logger:       cfg.Logger.With("role", "simnode"),
+			Modules:        simnode.NewModuleStore(h2c, s.BackendURL, nodeCred),
+			Results:        simnode.NewBackendReporter(h2c, s.BackendURL),
+			NodeCredential: nodeCred,
+			Metrics:        nodeMetrics,
+			Logger:         cfg.Logger.With("role", "simnode"),
 		})
 		if err != nil {
 			ln.Close()

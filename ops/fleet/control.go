@@ -2,14 +2,13 @@ package fleet
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
@@ -36,14 +35,29 @@ func (c *Control) Handler() (string, http.Handler) {
 }
 
 func (c *Control) authorize(h http.Header) error {
-	key, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
-	if !ok || key == "" {
+	key, ok := bearer.FromHeader(h)
+	if !ok {
 		return connect.NewError(connect.CodeUnauthenticated, errors.New(`missing API key: send "Authorization: Bearer <operator key>"`))
 	}
-	if c.OperatorKey == "" || subtle.ConstantTimeCompare([]byte(key), []byte(c.OperatorKey)) != 1 {
+	if c.OperatorKey == "" {
+		return connect.NewError(connect.CodePermissionDenied, errors.New("fleet operations need the operator key"))
+	}
+	want := bearer.HashOf(c.OperatorKey)
+	if !bearer.Matches(key, &want) {
 		return connect.NewError(connect.CodePermissionDenied, errors.New("fleet operations need the operator key"))
 	}
 	return nil
+}
+
+// nodeClient calls one sim node's NodeControlService with the credential
+// derived for that node (auth/clustercred): the node can check it without
+// holding the cluster token.
+func (c *Control) nodeClient(n clusterstate.NodeInfo) (clusterv1connect.NodeControlServiceClient, error) {
+	cred, err := clustercred.GatewayToNode(c.ClusterToken, n.ID)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("credential for node %s: %w", n.ID, err))
+	}
+	return clusterv1connect.NewNodeControlServiceClient(c.HTTPClient, n.Addr, connect.WithInterceptors(bearer.Token(cred))), nil
 }
 
 // DrainNode marks the node for draining; the node hands its games over and exits.
@@ -84,7 +98,10 @@ func (c *Control) HandoffGame(ctx context.Context, req *connect.Request[ludusv1.
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
-	client := clusterv1connect.NewNodeControlServiceClient(c.HTTPClient, owner.Addr, connect.WithInterceptors(bearer.Token(c.ClusterToken)))
+	client, err := c.nodeClient(owner)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := client.HandoffGame(ctx, connect.NewRequest(&clusterv1.HandoffGameRequest{
 		TenantId: req.Msg.TenantId, GameId: req.Msg.GameId, TargetNodeId: req.Msg.TargetNodeId}))
 	if err != nil {
