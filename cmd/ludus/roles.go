@@ -283,7 +283,8 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	maxAdmin := fs.Int("max-admin-message-bytes", d.MaxAdminMessageBytes, "largest AdminService (but UploadModule), FleetService and ProgressionService request body passed to the backend")
 	maxUpload := fs.Int("max-upload-bytes", d.MaxUploadBytes, "largest AdminService.UploadModule request body passed to the backend")
 	bodyTimeout := bodyTimeoutFlag(fs)
-	metricsAddr := metricsAddrFlag(fs, "the gateway's, by tenant")
+	metricsAddr := metricsAddrFlag(fs, "the gateway's, by tenant; also POST /autoscale, Agones' FleetAutoscaler webhook")
+	af := addAutoscaleFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -327,7 +328,12 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	stopOperator, err := serveOperator(ctx, *metricsAddr, gw.OperatorHandler(), logger)
+	operator, err := af.operatorHandler(gw.OperatorHandler(), gw.Registry(), freeSessionsSource(cli), logger)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	stopOperator, err := serveOperator(ctx, *metricsAddr, operator, logger)
 	if err != nil {
 		ln.Close()
 		return err
