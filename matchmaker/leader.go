@@ -1,0 +1,267 @@
+package matchmaker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"ludus.dev/ludus/clusterstate"
+	"ludus.dev/ludus/matchmaking"
+)
+
+// campaign runs for a queue's leadership until ctx ends (the queue's rules
+// were deleted, or the replica closes), leading whenever it wins.
+func (m *Matchmaker) campaign(ctx context.Context, tenant, mode string) {
+	name := clusterstate.MatchElection(tenant, mode)
+	for ctx.Err() == nil {
+		l, err := m.state.Campaign(ctx, m.currentLease(), name, m.ID())
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		m.setLeading(tenant, mode, true)
+		m.log.Info("leading matchmaking queue", "tenant", tenant, "mode", mode)
+		m.lead(ctx, l, tenant, mode)
+		m.setLeading(tenant, mode, false)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = l.Resign(rctx)
+		cancel()
+	}
+}
+
+func (m *Matchmaker) setLeading(tenant, mode string, on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if on {
+		m.leading[tenant+"/"+mode] = true
+	} else {
+		delete(m.leading, tenant+"/"+mode)
+	}
+}
+
+// leader is one term of leading a queue.
+type leader struct {
+	m            *Matchmaker
+	l            *clusterstate.Leadership
+	tenant, mode string
+
+	mu sync.Mutex
+	// inflight holds the tickets of matches being allocated (0) or settled
+	// at a revision: they are left out of Form until a read of the queue at
+	// that revision or later no longer has them.
+	inflight   map[string]int64
+	allocating int
+	wg         sync.WaitGroup
+}
+
+// lead forms the queue's matches every Interval until the leadership is
+// lost or ctx ends.
+func (m *Matchmaker) lead(ctx context.Context, l *clusterstate.Leadership, tenant, mode string) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-l.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	ld := &leader{m: m, l: l, tenant: tenant, mode: mode, inflight: map[string]int64{}}
+	defer ld.wg.Wait()
+	tick := time.NewTicker(m.cfg.Interval)
+	defer tick.Stop()
+	for {
+		if err := ld.scan(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("matchmaking scan failed", "tenant", tenant, "mode", mode, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// scan reads the queue once and acts on Form's result.
+func (ld *leader) scan(ctx context.Context) error {
+	m := ld.m
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	q, err := m.state.ReadQueue(rctx, ld.tenant, ld.mode)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if q.Rules == nil {
+		return nil // the queue is closing; WatchMatchQueues stops the campaign
+	}
+	rules, err := decodeRules(ld.tenant, q.Rules)
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]clusterstate.QueuedTicket, len(q.Tickets))
+	tickets := make([]matchmaking.Ticket, 0, len(q.Tickets))
+	present := make(map[string]bool, len(q.Tickets))
+	ld.mu.Lock()
+	for _, t := range q.Tickets {
+		present[t.ID] = true
+		if _, busy := ld.inflight[t.ID]; busy {
+			continue
+		}
+		byID[t.ID] = t
+		mt := matchmaking.Ticket{ID: t.ID, Tenant: t.Tenant, Mode: t.Mode, EnqueuedAt: t.Enqueued}
+		for _, mem := range t.Members {
+			mt.Party = append(mt.Party, matchmaking.Member{AccountID: mem.AccountID, Rating: mem.Rating, RTT: mem.RTT})
+		}
+		tickets = append(tickets, mt)
+	}
+	for id, rev := range ld.inflight {
+		if rev != 0 && rev <= q.Rev && !present[id] {
+			delete(ld.inflight, id)
+		}
+	}
+	ld.mu.Unlock()
+	if len(tickets) == 0 {
+		return nil
+	}
+	res, err := matchmaking.Form(m.cfg.Now(), tickets, rules)
+	if err != nil {
+		return err
+	}
+	for _, match := range res.Matches {
+		if !ld.startAllocation(ctx, rules, match, byID) {
+			break // at MaxAllocating: the rest wait for a later scan
+		}
+	}
+	// Timed-out and rejected tickets leave the queue with their reason.
+	for _, id := range res.TimedOut {
+		ld.settleAlone(ctx, byID[id], outcome{Ticket: id,
+			TimedOut: "no match within " + rules.MaxWait.String() + "; queue again or try another mode"})
+	}
+	for _, r := range res.Rejected {
+		ld.settleAlone(ctx, byID[r.TicketID], outcome{Ticket: r.TicketID, Cancelled: r.Err.Error()})
+	}
+	return nil
+}
+
+// settleAlone settles one ticket with the same outcome for all its players.
+func (ld *leader) settleAlone(ctx context.Context, t clusterstate.QueuedTicket, o outcome) {
+	b, _ := json.Marshal(o)
+	results := map[string][]byte{}
+	for _, mem := range t.Members {
+		results[mem.AccountID] = b
+	}
+	if _, err := ld.settle(ctx, []clusterstate.QueuedTicket{t}, results); err != nil && ctx.Err() == nil {
+		ld.m.log.Info("cannot settle ticket", "tenant", ld.tenant, "mode", ld.mode, "ticket", t.ID, "err", err)
+	}
+}
+
+func (ld *leader) settle(ctx context.Context, ts []clusterstate.QueuedTicket, results map[string][]byte) (int64, error) {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lease, err := ld.m.resultsLease(sctx)
+	if err != nil {
+		return 0, err
+	}
+	return ld.m.state.Settle(sctx, ld.l, clusterstate.Settlement{Tickets: ts, Results: results, ResultsLease: lease})
+}
+
+// startAllocation marks the match's tickets in flight and allocates it in
+// the background; false when MaxAllocating matches are in flight already.
+func (ld *leader) startAllocation(ctx context.Context, rules matchmaking.Rules, match matchmaking.Match, byID map[string]clusterstate.QueuedTicket) bool {
+	ld.mu.Lock()
+	if ld.allocating >= ld.m.cfg.MaxAllocating {
+		ld.mu.Unlock()
+		return false
+	}
+	ld.allocating++
+	for _, id := range match.Tickets {
+		ld.inflight[id] = 0
+	}
+	ld.mu.Unlock()
+	ts := make([]clusterstate.QueuedTicket, len(match.Tickets))
+	for i, id := range match.Tickets {
+		ts[i] = byID[id]
+	}
+	ld.wg.Add(1)
+	go func() {
+		defer ld.wg.Done()
+		rev := ld.allocate(ctx, rules, match, ts)
+		ld.mu.Lock()
+		defer ld.mu.Unlock()
+		ld.allocating--
+		for _, id := range match.Tickets {
+			if rev == 0 {
+				delete(ld.inflight, id) // still queued: searching again
+			} else {
+				ld.inflight[id] = rev
+			}
+		}
+	}()
+	return true
+}
+
+// allocate starts the match's game and settles its tickets; it returns the
+// settlement's revision, or 0 when the tickets stay in the queue.
+func (ld *leader) allocate(ctx context.Context, rules matchmaking.Rules, match matchmaking.Match, ts []clusterstate.QueuedTicket) int64 {
+	m := ld.m
+	party := map[string]string{}
+	for _, t := range ts {
+		party[t.ID] = t.Party
+	}
+	seats := make([][]Seat, len(match.Teams))
+	for i, team := range match.Teams {
+		for _, s := range team.Seats {
+			seats[i] = append(seats[i], Seat{AccountID: s.AccountID, TicketID: s.TicketID, Party: party[s.TicketID], Rating: s.Rating, Bot: s.Bot})
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, m.cfg.AllocateTimeout)
+	start := time.Now()
+	a, err := m.cfg.Allocator.Allocate(actx, ld.tenant, ld.mode, match.Region, seats)
+	m.recordAllocate(time.Since(start))
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("allocation failed; the tickets search again", "tenant", ld.tenant, "mode", ld.mode, "region", match.Region, "err", err)
+		}
+		return 0
+	}
+	if a.Region == "" {
+		a.Region = match.Region
+	}
+	results := map[string][]byte{}
+	for ti, team := range match.Teams {
+		var mates []string
+		for _, s := range team.Seats {
+			if !s.Bot {
+				mates = append(mates, s.AccountID)
+			}
+		}
+		for si, s := range team.Seats {
+			if s.Bot {
+				continue
+			}
+			b, _ := json.Marshal(outcome{Ticket: s.TicketID, Found: &foundSeat{
+				GameID: a.GameID, Region: a.Region, Gateway: a.Gateway,
+				Team: ti, Slot: ti*rules.TeamSize + si, Teammates: mates,
+			}})
+			results[s.AccountID] = b
+		}
+	}
+	rev, err := ld.settle(ctx, ts, results)
+	switch {
+	case errors.Is(err, clusterstate.ErrTicketsChanged):
+		m.log.Info("match dropped: a ticket left during allocation", "tenant", ld.tenant, "mode", ld.mode, "game", a.GameID)
+		return 0
+	case err != nil:
+		if ctx.Err() == nil {
+			m.log.Warn("cannot settle match", "tenant", ld.tenant, "mode", ld.mode, "game", a.GameID, "err", err)
+		}
+		return 0
+	}
+	return rev
+}

@@ -1,0 +1,577 @@
+package matchmaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/clusterstate"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/ops/etcdserver"
+)
+
+var endpoint string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "matchmaker-test")
+	if err != nil {
+		panic(err)
+	}
+	es, err := etcdserver.Start(context.Background(), etcdserver.Config{Dir: dir, NoFsync: true})
+	if err != nil {
+		panic(err)
+	}
+	endpoint = es.Endpoint
+	code := m.Run()
+	es.Close()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func dial(t *testing.T) *clusterstate.Client {
+	t.Helper()
+	c, err := clusterstate.Dial(clusterstate.DialConfig{Endpoints: []string{endpoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// fakeAllocator records every allocation; fail, while positive, makes that
+// many calls fail first.
+type fakeAllocator struct {
+	mu    sync.Mutex
+	calls []allocCall
+	fail  atomic.Int32
+	n     atomic.Int64
+	hook  func(call int) // called before answering, if set
+}
+
+type allocCall struct {
+	tenant, mode, region string
+	seats                [][]Seat
+	game                 string
+}
+
+func (f *fakeAllocator) Allocate(ctx context.Context, tenant, mode, region string, seats [][]Seat) (Allocation, error) {
+	n := f.n.Add(1)
+	if f.hook != nil {
+		f.hook(int(n))
+	}
+	if f.fail.Add(-1) >= 0 {
+		return Allocation{}, errors.New("no node free in region")
+	}
+	game := fmt.Sprintf("game-%d", n)
+	f.mu.Lock()
+	f.calls = append(f.calls, allocCall{tenant, mode, region, seats, game})
+	f.mu.Unlock()
+	return Allocation{GameID: game, NodeID: "node-1", Region: region}, nil
+}
+
+func (f *fakeAllocator) recorded() []allocCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]allocCall(nil), f.calls...)
+}
+
+type callerKey struct{}
+
+// replica is one matchmaker behind a real HTTP server on loopback; the
+// caller is read from the x-tenant and x-account headers.
+type replica struct {
+	m      *Matchmaker
+	state  *clusterstate.Client
+	client ludusv1connect.MatchmakingServiceClient
+}
+
+func startReplica(t *testing.T, alloc Allocator) *replica {
+	t.Helper()
+	state := dial(t)
+	m, err := New(Config{State: state, Allocator: alloc, Interval: 50 * time.Millisecond,
+		LeaseTTL: 2 * time.Second, StatusInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	svc := NewService(m, func(ctx context.Context) (Caller, error) {
+		c, ok := ctx.Value(callerKey{}).(Caller)
+		if !ok {
+			return Caller{}, errors.New("no caller")
+		}
+		return c, nil
+	})
+	path, h := ludusv1connect.NewMatchmakingServiceHandler(svc)
+	mux := http.NewServeMux()
+	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := Caller{TenantID: r.Header.Get("x-tenant"), AccountID: r.Header.Get("x-account")}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+	}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &replica{m: m, state: state, client: ludusv1connect.NewMatchmakingServiceClient(srv.Client(), srv.URL)}
+}
+
+var tenantSeq atomic.Int64
+
+// newTenant sets 4v4 rules for mode "ranked" of a new tenant, regions eu and
+// us within 100 ms.
+func newTenant(t *testing.T, state *clusterstate.Client, mutate func(*ludusv1.MatchmakingRules)) string {
+	t.Helper()
+	tenant := fmt.Sprintf("tn%d-%d", time.Now().UnixNano()%1e6, tenantSeq.Add(1))
+	rules := &ludusv1.MatchmakingRules{Mode: "ranked", TeamSize: 4, Teams: 2, BandStart: 100, BandStep: 50,
+		BandIntervalMs: 5000, BandCap: 550, MaxWaitMs: 45000, MaxRttMs: map[string]int32{"eu": 100, "us": 100}}
+	if mutate != nil {
+		mutate(rules)
+	}
+	admin, err := NewAdminService(state, func(context.Context, http.Header) (string, error) { return tenant, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.SetRules(testCtx(t, 5*time.Second), connect.NewRequest(&ludusv1.SetRulesRequest{Rules: rules})); err != nil {
+		t.Fatal(err)
+	}
+	return tenant
+}
+
+// player is one FindMatch stream and what it received.
+type player struct {
+	account string
+	cancel  context.CancelFunc
+	done    chan struct{}
+	last    *ludusv1.FindMatchResponse
+	err     error
+	updates atomic.Int32
+}
+
+func (r *replica) find(t *testing.T, tenant, account string, req *ludusv1.FindMatchRequest) *player {
+	t.Helper()
+	if req == nil {
+		req = &ludusv1.FindMatchRequest{Mode: "ranked", RttMs: map[string]int32{"eu": 30, "us": 90}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	p := &player{account: account, cancel: cancel, done: make(chan struct{})}
+	creq := connect.NewRequest(req)
+	creq.Header().Set("x-tenant", tenant)
+	creq.Header().Set("x-account", account)
+	go func() {
+		defer close(p.done)
+		stream, err := r.client.FindMatch(ctx, creq)
+		if err != nil {
+			p.err = err
+			return
+		}
+		defer stream.Close()
+		for stream.Receive() {
+			p.last = stream.Msg()
+			if p.last.GetSearching() != nil {
+				p.updates.Add(1)
+			}
+		}
+		p.err = stream.Err()
+	}()
+	t.Cleanup(cancel)
+	return p
+}
+
+// wait returns the stream's last message once it ended.
+func (p *player) wait(t *testing.T, d time.Duration) *ludusv1.FindMatchResponse {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		t.Fatalf("player %s: stream still open after %v", p.account, d)
+	}
+	return p.last
+}
+
+// searching waits until the player's stream has been told it is searching.
+func (p *player) searching(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.updates.Load() == 0 {
+		select {
+		case <-p.done:
+			t.Fatalf("player %s: stream ended: %v %v", p.account, p.last, p.err)
+		default:
+		}
+		// (p.last is read only after done is closed.)
+		if time.Now().After(deadline) {
+			t.Fatalf("player %s: never searching", p.account)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func ticketCount(t *testing.T, state *clusterstate.Client, tenant string) int {
+	t.Helper()
+	n, err := state.CountTickets(testCtx(t, 5*time.Second), tenant, "ranked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// checkOneMatch checks every player got found in the same game, each
+// account seated once.
+func checkOneMatch(t *testing.T, players []*player, alloc *fakeAllocator) string {
+	t.Helper()
+	game := ""
+	for _, p := range players {
+		resp := p.wait(t, 20*time.Second)
+		f := resp.GetFound()
+		if f == nil {
+			t.Fatalf("player %s: last message %v, err %v; want found", p.account, resp, p.err)
+		}
+		if game == "" {
+			game = f.GameId
+		}
+		if f.GameId != game {
+			t.Fatalf("player %s in game %s, others in %s", p.account, f.GameId, game)
+		}
+	}
+	var settled []allocCall
+	for _, c := range alloc.recorded() {
+		if c.game == game {
+			settled = append(settled, c)
+		}
+	}
+	if len(settled) != 1 {
+		t.Fatalf("game %s allocated %d times", game, len(settled))
+	}
+	seen := map[string]bool{}
+	for _, team := range settled[0].seats {
+		for _, s := range team {
+			if seen[s.AccountID] {
+				t.Fatalf("account %s seated twice", s.AccountID)
+			}
+			seen[s.AccountID] = true
+		}
+	}
+	if len(seen) != len(players) {
+		t.Fatalf("%d seats for %d players", len(seen), len(players))
+	}
+	return game
+}
+
+func TestTicketEightPlayersOneMatch(t *testing.T) {
+	alloc := &fakeAllocator{}
+	reps := []*replica{startReplica(t, alloc), startReplica(t, alloc), startReplica(t, alloc)}
+	tenant := newTenant(t, reps[0].state, nil)
+	var players []*player
+	for i := range 8 {
+		players = append(players, reps[i%3].find(t, tenant, fmt.Sprintf("acc%d", i), nil))
+	}
+	checkOneMatch(t, players, alloc)
+	teams := map[int32]int{}
+	for _, p := range players {
+		f := p.last.GetFound()
+		teams[f.Team]++
+		if f.Region != "eu" || len(f.Teammates) != 4 || f.Slot < f.Team*4 || f.Slot >= f.Team*4+4 {
+			t.Fatalf("player %s: %v", p.account, f)
+		}
+	}
+	if teams[0] != 4 || teams[1] != 4 {
+		t.Fatalf("teams %v, want 4 and 4", teams)
+	}
+	waitFor(t, 5*time.Second, "an empty queue", func() bool { return ticketCount(t, reps[0].state, tenant) == 0 })
+}
+
+func TestTicketPartyStaysOnOneTeam(t *testing.T) {
+	alloc := &fakeAllocator{}
+	reps := []*replica{startReplica(t, alloc), startReplica(t, alloc), startReplica(t, alloc)}
+	tenant := newTenant(t, reps[0].state, nil)
+	code := createParty(t, reps[0], tenant, "lead", 3)
+	var players, party []*player
+	for i := range 3 {
+		p := reps[i%3].find(t, tenant, fmt.Sprintf("friend%d", i), &ludusv1.FindMatchRequest{
+			Mode: "ranked", PartyCode: code, PartySize: 3, RttMs: map[string]int32{"eu": 20 + int32(i)*10}})
+		party = append(party, p)
+	}
+	players = append(players, party...)
+	for i := range 5 {
+		players = append(players, reps[(i+1)%3].find(t, tenant, fmt.Sprintf("solo%d", i), nil))
+	}
+	checkOneMatch(t, players, alloc)
+	team := party[0].last.GetFound().Team
+	for _, p := range party {
+		if f := p.last.GetFound(); f.Team != team {
+			t.Fatalf("party split: %s on team %d, %s on team %d", party[0].account, team, p.account, f.Team)
+		}
+	}
+}
+
+func createParty(t *testing.T, r *replica, tenant, account string, size int32) string {
+	t.Helper()
+	req := connect.NewRequest(&ludusv1.CreatePartyRequest{Mode: "ranked", Size: size})
+	req.Header().Set("x-tenant", tenant)
+	req.Header().Set("x-account", account)
+	resp, err := r.client.CreateParty(testCtx(t, 5*time.Second), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Msg.Code) != 6 {
+		t.Fatalf("party code %q", resp.Msg.Code)
+	}
+	return resp.Msg.Code
+}
+
+func TestTicketPartyMemberLeavingCancelsTheParty(t *testing.T) {
+	alloc := &fakeAllocator{}
+	reps := []*replica{startReplica(t, alloc), startReplica(t, alloc)}
+	tenant := newTenant(t, reps[0].state, nil)
+	code := createParty(t, reps[0], tenant, "lead", 3)
+	var party []*player
+	for i := range 3 {
+		party = append(party, reps[i%2].find(t, tenant, fmt.Sprintf("friend%d", i), &ludusv1.FindMatchRequest{
+			Mode: "ranked", PartyCode: code, PartySize: 3, RttMs: map[string]int32{"eu": 20}}))
+	}
+	// The party's ticket is queued once all three stream (alone it cannot
+	// make a match of 8).
+	waitFor(t, 5*time.Second, "the party's ticket", func() bool { return ticketCount(t, reps[0].state, tenant) == 1 })
+	party[1].cancel()
+	for _, p := range []*player{party[0], party[2]} {
+		resp := p.wait(t, 5*time.Second)
+		if c := resp.GetCancelled(); c == nil || c.Reason != PartyLeft {
+			t.Fatalf("player %s: last message %v (%v), want cancelled %q", p.account, resp, p.err, PartyLeft)
+		}
+	}
+	waitFor(t, 2*time.Second, "the party's ticket to leave", func() bool { return ticketCount(t, reps[0].state, tenant) == 0 })
+	if len(alloc.recorded()) != 0 {
+		t.Fatalf("allocations %v", alloc.recorded())
+	}
+	// The members may queue again, alone.
+	again := reps[1].find(t, tenant, "friend0", nil)
+	again.searching(t)
+}
+
+func TestTicketEnqueueTwiceIsAlreadyExists(t *testing.T) {
+	alloc := &fakeAllocator{}
+	reps := []*replica{startReplica(t, alloc), startReplica(t, alloc)}
+	tenant := newTenant(t, reps[0].state, nil)
+	first := reps[0].find(t, tenant, "twice", nil)
+	first.searching(t)
+	for i, r := range reps { // the same replica, and another
+		second := r.find(t, tenant, "twice", nil)
+		second.wait(t, 5*time.Second)
+		if connect.CodeOf(second.err) != connect.CodeAlreadyExists {
+			t.Fatalf("replica %d: second search: %v, want AlreadyExists", i, second.err)
+		}
+	}
+	select {
+	case <-first.done:
+		t.Fatalf("the first search ended: %v %v", first.last, first.err)
+	default:
+	}
+	// (first.last is read only after done is closed.)
+	if n := ticketCount(t, reps[0].state, tenant); n != 1 {
+		t.Fatalf("%d tickets, want 1", n)
+	}
+}
+
+func TestTicketUnknownModeIsNotFound(t *testing.T) {
+	r := startReplica(t, &fakeAllocator{})
+	tenant := newTenant(t, r.state, nil)
+	p := r.find(t, tenant, "a1", &ludusv1.FindMatchRequest{Mode: "casual", RttMs: map[string]int32{"eu": 30}})
+	p.wait(t, 5*time.Second)
+	if connect.CodeOf(p.err) != connect.CodeNotFound ||
+		!strings.Contains(p.err.Error(), `no matchmaking rules for mode "casual": set them with MatchmakingAdminService.SetRules`) {
+		t.Fatalf("got %v, want NotFound naming the fix", p.err)
+	}
+}
+
+func TestTicketBadInputsAreInvalidArgument(t *testing.T) {
+	r := startReplica(t, &fakeAllocator{})
+	tenant := newTenant(t, r.state, nil)
+	cases := map[string]*ludusv1.FindMatchRequest{
+		"negative rtt":        {Mode: "ranked", RttMs: map[string]int32{"eu": -5}},
+		"absurd rtt":          {Mode: "ranked", RttMs: map[string]int32{"eu": 2_000_000}},
+		"no rtt":              {Mode: "ranked"},
+		"no region near":      {Mode: "ranked", RttMs: map[string]int32{"eu": 400, "us": 300}},
+		"unknown region only": {Mode: "ranked", RttMs: map[string]int32{"mars": 10}},
+		"bad region name":     {Mode: "ranked", RttMs: map[string]int32{"eu/../x": 10}},
+		"bad mode":            {Mode: "ranked/x", RttMs: map[string]int32{"eu": 10}},
+		"party without code":  {Mode: "ranked", PartySize: 2, RttMs: map[string]int32{"eu": 10}},
+		"party beyond a team": {Mode: "ranked", PartySize: 5, PartyCode: "ABCDEF", RttMs: map[string]int32{"eu": 10}},
+		"huge party":          {Mode: "ranked", PartySize: 1000, PartyCode: "ABCDEF", RttMs: map[string]int32{"eu": 10}},
+	}
+	for name, req := range cases {
+		p := r.find(t, tenant, "bad", req)
+		p.wait(t, 5*time.Second)
+		if connect.CodeOf(p.err) != connect.CodeInvalidArgument {
+			t.Errorf("%s: got %v, want InvalidArgument", name, p.err)
+		}
+	}
+	// CreateParty: a party larger than a team.
+	req := connect.NewRequest(&ludusv1.CreatePartyRequest{Mode: "ranked", Size: 5})
+	req.Header().Set("x-tenant", tenant)
+	req.Header().Set("x-account", "bad")
+	if _, err := r.client.CreateParty(testCtx(t, 5*time.Second), req); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("CreateParty of 5 for teams of 4: %v, want InvalidArgument", err)
+	}
+	// Unknown party code.
+	p := r.find(t, tenant, "bad", &ludusv1.FindMatchRequest{Mode: "ranked", PartySize: 2, PartyCode: "ZZZZZZ", RttMs: map[string]int32{"eu": 10}})
+	p.wait(t, 5*time.Second)
+	if connect.CodeOf(p.err) != connect.CodeNotFound {
+		t.Errorf("unknown party: %v, want NotFound", p.err)
+	}
+	// No caller.
+	nobody := r.find(t, "", "", nil)
+	nobody.wait(t, 5*time.Second)
+	if connect.CodeOf(nobody.err) != connect.CodeUnauthenticated {
+		t.Errorf("no caller: %v, want Unauthenticated", nobody.err)
+	}
+	if n := ticketCount(t, r.state, tenant); n != 0 {
+		t.Fatalf("%d tickets queued by bad requests", n)
+	}
+}
+
+func TestTicketStreamCloseRemovesTicket(t *testing.T) {
+	r := startReplica(t, &fakeAllocator{})
+	tenant := newTenant(t, r.state, nil)
+	p := r.find(t, tenant, "leaver", nil)
+	p.searching(t)
+	if n := ticketCount(t, r.state, tenant); n != 1 {
+		t.Fatalf("%d tickets, want 1", n)
+	}
+	start := time.Now()
+	p.cancel()
+	// Well within the 2 s lease: the stream's end deletes the ticket itself.
+	waitFor(t, time.Second, "the ticket to leave", func() bool { return ticketCount(t, r.state, tenant) == 0 })
+	t.Logf("ticket gone %v after the stream closed", time.Since(start))
+	// And the account may search again at once.
+	again := r.find(t, tenant, "leaver", nil)
+	again.searching(t)
+}
+
+func TestTicketFailedAllocationSearchesAgain(t *testing.T) {
+	alloc := &fakeAllocator{}
+	alloc.fail.Store(2)
+	r := startReplica(t, alloc)
+	tenant := newTenant(t, r.state, nil)
+	var players []*player
+	for i := range 8 {
+		players = append(players, r.find(t, tenant, fmt.Sprintf("acc%d", i), nil))
+	}
+	checkOneMatch(t, players, alloc)
+	if n := alloc.n.Load(); n != 3 {
+		t.Fatalf("%d allocation attempts, want 2 failures and 1 success", n)
+	}
+	if _, _, n := r.m.AllocateLatency(); n != 3 {
+		t.Fatalf("%d allocation latencies recorded, want 3", n)
+	}
+}
+
+func TestTicketLeaderCrashLosesNothing(t *testing.T) {
+	alloc := &fakeAllocator{}
+	first := startReplica(t, alloc)
+	tenant := newTenant(t, first.state, nil)
+	waitFor(t, 5*time.Second, "the first replica to lead", func() bool { return first.m.Leading(tenant, "ranked") })
+	others := []*replica{startReplica(t, alloc), startReplica(t, alloc)}
+	// Twelve players on the other replicas: one match now, four left queued.
+	var players []*player
+	for i := range 12 {
+		players = append(players, others[i%2].find(t, tenant, fmt.Sprintf("acc%d", i), nil))
+	}
+	waitFor(t, 10*time.Second, "a first match", func() bool { return len(alloc.recorded()) == 1 })
+	waitFor(t, 5*time.Second, "4 tickets left", func() bool { return ticketCount(t, first.state, tenant) == 4 })
+
+	// The leader crashes: its client closes without resigning, so its
+	// lease (2 s) must expire before another replica leads.
+	if !first.m.Leading(tenant, "ranked") {
+		t.Fatal("the first replica no longer leads before the crash")
+	}
+	crash := time.Now()
+	first.state.Close()
+	for i := 12; i < 16; i++ {
+		players = append(players, others[i%2].find(t, tenant, fmt.Sprintf("acc%d", i), nil))
+	}
+	waitFor(t, 10*time.Second, "a second match", func() bool { return len(alloc.recorded()) == 2 })
+	t.Logf("second match %v after the crash", time.Since(crash))
+	if others[0].m.Leading(tenant, "ranked") == others[1].m.Leading(tenant, "ranked") {
+		t.Fatalf("leading: %v and %v, want exactly one", others[0].m.Leading(tenant, "ranked"), others[1].m.Leading(tenant, "ranked"))
+	}
+	games := map[string]int{}
+	for _, p := range players {
+		resp := p.wait(t, 15*time.Second)
+		if resp.GetFound() == nil {
+			t.Fatalf("player %s: %v %v", p.account, resp, p.err)
+		}
+		games[resp.GetFound().GameId]++
+	}
+	seated := map[string]int{}
+	for _, c := range alloc.recorded() {
+		if games[c.game] != 8 {
+			t.Fatalf("game %s has %d players who were told of it, want 8 (%v)", c.game, games[c.game], games)
+		}
+		for _, team := range c.seats {
+			for _, s := range team {
+				seated[s.AccountID]++
+			}
+		}
+	}
+	if len(seated) != 16 {
+		t.Fatalf("%d players seated, want 16", len(seated))
+	}
+	for a, n := range seated {
+		if n != 1 {
+			t.Fatalf("account %s seated %d times", a, n)
+		}
+	}
+}
+
+// The leader crashes between allocating a match and settling it: the next
+// leader forms and allocates the match again, and every player is told of
+// that game only (the first is wasted, never half-announced).
+func TestTicketLeaderCrashDuringAllocation(t *testing.T) {
+	alloc := &fakeAllocator{}
+	var crashing atomic.Pointer[clusterstate.Client]
+	alloc.hook = func(call int) {
+		if call == 1 {
+			crashing.Load().Close()
+		}
+	}
+	first := startReplica(t, alloc)
+	crashing.Store(first.state)
+	tenant := newTenant(t, first.state, nil)
+	waitFor(t, 5*time.Second, "the first replica to lead", func() bool { return first.m.Leading(tenant, "ranked") })
+	others := []*replica{startReplica(t, alloc), startReplica(t, alloc)}
+	var players []*player
+	for i := range 8 {
+		players = append(players, others[i%2].find(t, tenant, fmt.Sprintf("acc%d", i), nil))
+	}
+	game := checkOneMatch(t, players, alloc)
+	calls := alloc.recorded()
+	if len(calls) != 2 || calls[0].game == game || calls[1].game != game {
+		t.Fatalf("allocations %v, players in %s: want the second allocation announced", calls, game)
+	}
+}

@@ -1,0 +1,78 @@
+package matchmaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"ludus.dev/ludus/clusterstate"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/matchmaking"
+)
+
+// MaxSeats bounds a match (teams × team size): a settlement deletes and
+// writes about four keys per seat in one etcd transaction, and etcd allows
+// 128 operations in one.
+const MaxSeats = 32
+
+// rulesFromProto turns a tenant's API rules into matchmaking.Rules, checking
+// them; errors wrap ErrInvalid.
+func rulesFromProto(tenant string, p *ludusv1.MatchmakingRules) (matchmaking.Rules, error) {
+	r := matchmaking.Rules{
+		Tenant:            tenant,
+		Mode:              p.GetMode(),
+		TeamSize:          int(p.GetTeamSize()),
+		Teams:             int(p.GetTeams()),
+		BandStart:         p.GetBandStart(),
+		BandStep:          p.GetBandStep(),
+		BandInterval:      time.Duration(p.GetBandIntervalMs()) * time.Millisecond,
+		BandCap:           p.GetBandCap(),
+		MaxWait:           time.Duration(p.GetMaxWaitMs()) * time.Millisecond,
+		BotsFillAtTimeout: p.GetBotsFillAtTimeout(),
+		MaxRTT:            map[string]float64{},
+	}
+	for region, ms := range p.GetMaxRttMs() {
+		r.MaxRTT[region] = float64(ms)
+	}
+	if err := r.Validate(); err != nil {
+		return r, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if r.Seats() > MaxSeats {
+		return r, fmt.Errorf("%w: %d teams of %d is more than %d seats", ErrInvalid, r.Teams, r.TeamSize, MaxSeats)
+	}
+	if !clusterstate.ValidID(r.Mode) {
+		return r, fmt.Errorf("%w: mode %q must be 1 to 64 letters, digits, - or _", ErrInvalid, r.Mode)
+	}
+	return r, nil
+}
+
+// loadRules reads and decodes a queue's rules; ErrNoRules names the fix.
+func (m *Matchmaker) loadRules(ctx context.Context, tenant, mode string) (matchmaking.Rules, error) {
+	b, err := m.state.MatchRules(ctx, tenant, mode)
+	if errors.Is(err, clusterstate.ErrNoRules) {
+		return matchmaking.Rules{}, noRules(mode)
+	}
+	if err != nil {
+		return matchmaking.Rules{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return decodeRules(tenant, b)
+}
+
+func noRules(mode string) error {
+	return fmt.Errorf("%w for mode %q: set them with MatchmakingAdminService.SetRules (the tenant's API key)", ErrNoRules, mode)
+}
+
+func decodeRules(tenant string, b []byte) (matchmaking.Rules, error) {
+	var p ludusv1.MatchmakingRules
+	if err := protojson.Unmarshal(b, &p); err != nil {
+		return matchmaking.Rules{}, fmt.Errorf("%w: stored rules do not decode: %w", ErrUnavailable, err)
+	}
+	return rulesFromProto(tenant, &p)
+}
+
+func decodeRulesProto(b []byte, p *ludusv1.MatchmakingRules) error { return protojson.Unmarshal(b, p) }
+
+func encodeRules(p *ludusv1.MatchmakingRules) ([]byte, error) { return protojson.Marshal(p) }

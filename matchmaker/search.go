@@ -1,0 +1,381 @@
+package matchmaker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"buf.build/go/protovalidate"
+
+	"ludus.dev/ludus/clusterstate"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/matchmaking"
+)
+
+// Caller is who calls FindMatch or CreateParty, as the gateway
+// authenticated them.
+type Caller struct {
+	TenantID  string
+	AccountID string
+}
+
+// PartyLeft is the reason every member of a party is given when one of them
+// leaves.
+const PartyLeft = "a party member left"
+
+// outcome is a search's result as stored in etcd for the player's stream.
+type outcome struct {
+	Ticket    string     `json:"ticket"`
+	Found     *foundSeat `json:"found,omitempty"`
+	TimedOut  string     `json:"timed_out,omitempty"`
+	Cancelled string     `json:"cancelled,omitempty"`
+}
+
+type foundSeat struct {
+	GameID    string   `json:"game"`
+	Region    string   `json:"region"`
+	Gateway   string   `json:"gateway,omitempty"`
+	Team      int      `json:"team"`
+	Slot      int      `json:"slot"`
+	Teammates []string `json:"teammates,omitempty"`
+}
+
+func (o outcome) response() *ludusv1.FindMatchResponse {
+	switch {
+	case o.Found != nil:
+		f := o.Found
+		return &ludusv1.FindMatchResponse{Msg: &ludusv1.FindMatchResponse_Found{Found: &ludusv1.MatchFound{
+			GameId: f.GameID, Region: f.Region, Gateway: f.Gateway, Team: int32(f.Team), Slot: int32(f.Slot), Teammates: f.Teammates,
+		}}}
+	case o.TimedOut != "":
+		return &ludusv1.FindMatchResponse{Msg: &ludusv1.FindMatchResponse_TimedOut{TimedOut: &ludusv1.MatchTimedOut{Reason: o.TimedOut}}}
+	default:
+		return cancelled(o.Cancelled)
+	}
+}
+
+func cancelled(reason string) *ludusv1.FindMatchResponse {
+	return &ludusv1.FindMatchResponse{Msg: &ludusv1.FindMatchResponse_Cancelled{Cancelled: &ludusv1.MatchCancelled{Reason: reason}}}
+}
+
+// waiter is a stream waiting on this replica for its account's result.
+type waiter struct {
+	key string
+	ch  chan clusterstate.Result
+}
+
+// register reserves the account's waiter on this replica: a second search of
+// the account here fails at once.
+func (m *Matchmaker) register(tenant, account string) (*waiter, error) {
+	key := tenant + "/" + account
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.waiters[key]; ok {
+		return nil, alreadySearching()
+	}
+	w := &waiter{key: key, ch: make(chan clusterstate.Result, 8)}
+	m.waiters[key] = w
+	return w, nil
+}
+
+func (m *Matchmaker) unregister(w *waiter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.waiters[w.key] == w {
+		delete(m.waiters, w.key)
+	}
+}
+
+// deliver hands a result from the watch to the account's stream, if it is
+// here (otherwise the result expires with its lease).
+func (m *Matchmaker) deliver(r clusterstate.Result) {
+	m.mu.Lock()
+	w := m.waiters[r.Tenant+"/"+r.Account]
+	m.mu.Unlock()
+	if w == nil {
+		return
+	}
+	select {
+	case w.ch <- r:
+	default:
+	}
+}
+
+func alreadySearching() error {
+	return fmt.Errorf("%w: this account is already in a matchmaking queue; close the other search first", ErrAlreadySearching)
+}
+
+// Find runs one player's search: it validates the request, queues the
+// player (or joins their party), sends searching updates and then the
+// outcome, and leaves the queue when ctx ends. Its errors wrap the package's
+// sentinel errors (or are ctx's).
+func (m *Matchmaker) Find(ctx context.Context, c Caller, req *ludusv1.FindMatchRequest, send func(*ludusv1.FindMatchResponse) error) error {
+	if !clusterstate.ValidID(c.TenantID) || !clusterstate.ValidID(c.AccountID) {
+		return fmt.Errorf("%w: the caller has no valid tenant and account", ErrUnauthenticated)
+	}
+	if err := m.valid.Validate(req); err != nil {
+		return invalid(err)
+	}
+	size := max(int(req.PartySize), 1)
+	if req.PartyCode == "" && size > 1 {
+		return fmt.Errorf("%w: party_size %d needs a party_code: create the party with CreateParty and share its code", ErrInvalid, size)
+	}
+	rules, err := m.loadRules(ctx, c.TenantID, req.Mode)
+	if err != nil {
+		return err
+	}
+	if size > rules.TeamSize {
+		return fmt.Errorf("%w: a party of %d is larger than a team of mode %q (%d players)", ErrInvalid, size, req.Mode, rules.TeamSize)
+	}
+	r, err := m.cfg.Ratings.Rating(ctx, c.TenantID, req.Mode, c.AccountID)
+	if err != nil {
+		return fmt.Errorf("%w: cannot read the player's rating: %w", ErrUnavailable, err)
+	}
+	member := clusterstate.QueuedMember{
+		AccountID: c.AccountID, Replica: m.ID(),
+		Rating: math.Min(math.Max(r.Rating, matchmaking.MinRating), matchmaking.MaxRating),
+		RTT:    make(map[string]float64, len(req.RttMs)),
+	}
+	for region, ms := range req.RttMs {
+		member.RTT[region] = float64(ms)
+	}
+	// The player alone must fit the queue's regions; a party's common region
+	// is checked by Form once it is complete.
+	alone := matchmaking.Ticket{ID: "check", Tenant: c.TenantID, Mode: req.Mode, EnqueuedAt: m.cfg.Now(),
+		Party: []matchmaking.Member{{AccountID: c.AccountID, Rating: member.Rating, RTT: member.RTT}}}
+	if err := alone.Validate(rules); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+
+	w, err := m.register(c.TenantID, c.AccountID)
+	if err != nil {
+		return err
+	}
+	defer m.unregister(w)
+	s := &search{m: m, c: c, mode: req.Mode, rules: rules, member: member, w: w, send: send,
+		token: randomID(10), lease: m.currentLease()}
+	if req.PartyCode == "" {
+		return s.solo(ctx)
+	}
+	return s.party(ctx, req.PartyCode, size)
+}
+
+func invalid(err error) error {
+	var verr *protovalidate.ValidationError
+	if errors.As(err, &verr) {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// search is one FindMatch in progress.
+type search struct {
+	m      *Matchmaker
+	c      Caller
+	mode   string
+	rules  matchmaking.Rules
+	member clusterstate.QueuedMember
+	w      *waiter
+	send   func(*ludusv1.FindMatchResponse) error
+	token  string
+	lease  *clusterstate.Lease
+
+	minRev    int64     // results with a higher mod revision are this search's
+	keys      []string  // to delete when the search ends without a result
+	enqueued  time.Time // when the ticket was queued; zero before
+	joined    int       // party members streaming
+	partyCode string
+}
+
+// end leaves the queue: deletes the search's keys, bounded, even after ctx
+// ended.
+func (s *search) end(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	if err := s.m.state.EndSearch(ctx, s.c.TenantID, s.c.AccountID, s.token, s.keys...); err != nil {
+		s.m.log.Warn("cannot leave the queue; the ticket goes with the lease", "tenant", s.c.TenantID, "account", s.c.AccountID, "err", err)
+	}
+}
+
+func (s *search) searching(ctx context.Context) *ludusv1.FindMatchResponse {
+	var elapsed time.Duration
+	if !s.enqueued.IsZero() {
+		elapsed = max(s.m.cfg.Now().Sub(s.enqueued), 0)
+	}
+	return &ludusv1.FindMatchResponse{Msg: &ludusv1.FindMatchResponse_Searching{Searching: &ludusv1.MatchSearching{
+		Band:        s.rules.Band(elapsed),
+		ElapsedMs:   elapsed.Milliseconds(),
+		QueueSize:   int32(s.m.queueSize(ctx, s.c.TenantID, s.mode)),
+		PartyJoined: int32(s.joined),
+	}}}
+}
+
+// result turns a delivered result into the stream's last message. ok is
+// false for a stale one (an earlier search's).
+func (s *search) result(r clusterstate.Result) (*ludusv1.FindMatchResponse, bool) {
+	if r.Rev <= s.minRev {
+		return nil, false
+	}
+	var o outcome
+	if err := json.Unmarshal(r.Value, &o); err != nil {
+		s.m.log.Error("undecodable matchmaking result", "tenant", s.c.TenantID, "account", s.c.AccountID, "err", err)
+		return cancelled("matchmaking failed; search again"), true
+	}
+	return o.response(), true
+}
+
+func (s *search) solo(ctx context.Context) error {
+	id := "t" + randomID(10)
+	now := s.m.cfg.Now()
+	t := clusterstate.QueuedTicket{ID: id, Tenant: s.c.TenantID, Mode: s.mode, Enqueued: now,
+		Members: []clusterstate.QueuedMember{s.member}}
+	rev, err := s.m.state.Enqueue(ctx, s.lease, t, s.token)
+	switch {
+	case errors.Is(err, clusterstate.ErrAlreadySearching):
+		return alreadySearching()
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	s.minRev, s.enqueued, s.joined = rev, now, 1
+	s.keys = []string{clusterstate.TicketKey(s.c.TenantID, s.mode, id)}
+	return s.wait(ctx, nil, nil)
+}
+
+// wait sends searching updates until a result arrives, ctx ends or the lease
+// is lost. party, if not nil, delivers the party's members as they change
+// (partyErr the end of that watch); onParty handles them.
+func (s *search) wait(ctx context.Context, party <-chan []clusterstate.PartyMember, onParty func([]clusterstate.PartyMember) (*ludusv1.FindMatchResponse, error)) error {
+	if err := s.send(s.searching(ctx)); err != nil {
+		s.end(ctx)
+		return err
+	}
+	tick := time.NewTicker(s.m.cfg.StatusInterval)
+	defer tick.Stop()
+	for {
+		var last *ludusv1.FindMatchResponse
+		select {
+		case <-ctx.Done():
+			s.end(ctx)
+			return ctx.Err()
+		case <-s.lease.Done():
+			s.end(ctx)
+			return fmt.Errorf("%w: the matchmaker lost its lease; search again", ErrUnavailable)
+		case r := <-s.w.ch:
+			resp, ok := s.result(r)
+			if !ok {
+				continue
+			}
+			return s.send(resp)
+		case ms := <-party:
+			resp, err := onParty(ms)
+			if err != nil {
+				s.end(ctx)
+				return err
+			}
+			last = resp
+		case <-tick.C:
+		}
+		if last != nil {
+			return s.send(last)
+		}
+		if err := s.send(s.searching(ctx)); err != nil {
+			s.end(ctx)
+			return err
+		}
+	}
+}
+
+func (s *search) party(ctx context.Context, code string, size int) error {
+	p, err := s.m.state.GetParty(ctx, s.c.TenantID, code)
+	switch {
+	case errors.Is(err, clusterstate.ErrNoParty):
+		return fmt.Errorf("%w: no party with code %q; codes expire 15 minutes after CreateParty", ErrNoParty, code)
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case p.Mode != s.mode || p.Size != size:
+		return fmt.Errorf("%w: party %q is for mode %q with %d players; call FindMatch with that mode and party_size", ErrInvalid, code, p.Mode, p.Size)
+	}
+	slot, rev, err := s.m.state.JoinParty(ctx, s.lease, p, clusterstate.PartyMember{QueuedMember: s.member, Token: s.token})
+	switch {
+	case errors.Is(err, clusterstate.ErrAlreadySearching):
+		return alreadySearching()
+	case errors.Is(err, clusterstate.ErrNoParty):
+		return fmt.Errorf("%w: no party with code %q; codes expire 15 minutes after CreateParty", ErrNoParty, code)
+	case errors.Is(err, clusterstate.ErrPartyFull):
+		return fmt.Errorf("%w: all %d players of party %q are searching already", ErrPartyFull, size, code)
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	s.minRev = rev
+	s.keys = []string{clusterstate.PartyMemberKey(s.c.TenantID, code, slot)}
+
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	// Every change, in order: a member who joined and left between two
+	// looks must still be seen leaving.
+	updates := make(chan []clusterstate.PartyMember, 16)
+	go func() {
+		err := s.m.state.WatchParty(pctx, s.c.TenantID, code, func(ms []clusterstate.PartyMember) bool {
+			select {
+			case updates <- ms:
+				return true
+			case <-pctx.Done():
+				return false
+			}
+		})
+		if err != nil && pctx.Err() == nil {
+			select {
+			case updates <- nil: // nil: the watch broke
+			case <-pctx.Done():
+			}
+		}
+	}()
+	seen := map[int]int64{} // slot -> create revision of the member seen in it
+	queued := false
+	onParty := func(ms []clusterstate.PartyMember) (*ludusv1.FindMatchResponse, error) {
+		if ms == nil {
+			return nil, fmt.Errorf("%w: lost track of the party; search again", ErrUnavailable)
+		}
+		now := map[int]int64{}
+		for _, pm := range ms {
+			now[pm.Slot] = pm.CreateRev
+		}
+		for slot, rev := range seen {
+			if now[slot] == rev {
+				continue
+			}
+			// A member left, or the party was settled (which deletes every
+			// member with the results): our result tells which.
+			if r, ok, err := s.m.state.Result(ctx, s.m.ID(), s.c.TenantID, s.c.AccountID); err == nil && ok {
+				if resp, fresh := s.result(r); fresh {
+					s.keys = nil
+					return resp, nil
+				}
+			}
+			s.end(ctx)
+			return cancelled(PartyLeft), nil
+		}
+		seen = now
+		s.joined = len(ms)
+		if len(ms) == size && !queued {
+			queued = true
+			id := clusterstate.PartyTicketID(code, ms)
+			t := clusterstate.QueuedTicket{ID: id, Tenant: s.c.TenantID, Mode: s.mode, Party: code, Enqueued: s.m.cfg.Now()}
+			for _, pm := range ms {
+				qm := pm.QueuedMember
+				qm.Slot, qm.MemberRev = pm.Slot, pm.Rev
+				t.Members = append(t.Members, qm)
+			}
+			s.keys = append(s.keys, clusterstate.TicketKey(s.c.TenantID, s.mode, id))
+			s.enqueued = t.Enqueued
+			if _, err := s.m.state.QueuePartyTicket(ctx, s.lease, t); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+		}
+		return nil, nil
+	}
+	return s.wait(ctx, updates, onParty)
+}
