@@ -16,7 +16,8 @@ import (
 )
 
 // Dist is the built client: dist/index.html, dist/404.html, dist/app.js,
-// dist/render-worker.js and dist/style.css.
+// dist/render-worker.js, dist/style.css, and the studio console dist/console.html
+// with dist/console.js.
 //
 //go:embed all:dist
 var Dist embed.FS
@@ -35,8 +36,9 @@ type asset struct {
 	contentType string
 }
 
-// Handler serves the built client at "/": index.html for "/" and each file of dist by
-// its name. Any other path is a 404 with dist/404.html, a page in the site's style
+// Handler serves the built client at "/": index.html for "/", the studio console
+// (console.html) for "/console", and each file of dist by its name. Any other path
+// is a 404 with dist/404.html, a page in the site's style
 // with a link to the lobby. Only GET and HEAD are allowed.
 //
 // Every response carries "Cache-Control: no-cache" and a strong ETag of the content,
@@ -72,8 +74,11 @@ func Handler() http.Handler {
 	page404 := assets["/404.html"].body
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.URL.Path
-		if name == "/" {
+		switch name {
+		case "/":
 			name = "/index.html"
+		case "/console", "/console/":
+			name = "/console.html"
 		}
 		a, ok := assets[name]
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {

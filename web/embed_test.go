@@ -1,8 +1,12 @@
 package web
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 )
@@ -16,6 +20,9 @@ func TestHandler(t *testing.T) {
 		{"/index.html", "text/html; charset=utf-8", `src="app.js"`},
 		{"/app.js", "text/javascript; charset=utf-8", "indexed8"},
 		{"/style.css", "text/css; charset=utf-8", "image-rendering: pixelated"},
+		{"/console", "text/html; charset=utf-8", `src="/console.js"`},
+		{"/console/", "text/html; charset=utf-8", "Ludus console"},
+		{"/console.js", "text/javascript; charset=utf-8", "ludus.console"},
 	}
 	for _, c := range cases {
 		rec := httptest.NewRecorder()
@@ -43,7 +50,7 @@ func TestHandler(t *testing.T) {
 		}
 	}
 
-	for _, p := range []string{"/nope", "/dist/app.js", "/../go.mod", "/games/42/x"} {
+	for _, p := range []string{"/nope", "/dist/app.js", "/../go.mod", "/games/42/x", "/console/x", "/consoles"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
 		if rec.Code != http.StatusNotFound {
@@ -71,5 +78,42 @@ func TestHandler(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /: status %d, want 405", rec.Code)
+	}
+}
+
+// TestBundleBudget keeps every bundle within its gzip budget (budget.json, which
+// build.mjs checks too): the console is a bundle of its own so that the player
+// page does not grow with it, and neither may grow by accident.
+func TestBundleBudget(t *testing.T) {
+	raw, err := os.ReadFile("budget.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var budget struct {
+		GzipBytes map[string]int `json:"gzipBytes"`
+	}
+	if err := json.Unmarshal(raw, &budget); err != nil {
+		t.Fatal(err)
+	}
+	for _, js := range []string{"app.js", "console.js", "render-worker.js"} {
+		if _, ok := budget.GzipBytes[js]; !ok {
+			t.Errorf("budget.json has no budget for %s", js)
+		}
+	}
+	for file, limit := range budget.GzipBytes {
+		body, err := Dist.ReadFile("dist/" + file)
+		if err != nil {
+			t.Errorf("%s: %v", file, err)
+			continue
+		}
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		_, _ = zw.Write(body)
+		_ = zw.Close()
+		t.Logf("%-18s %7d B, gzip %6d B of %d", file, len(body), buf.Len(), limit)
+		// Go's deflate and zlib's differ by a few percent; allow 3%.
+		if buf.Len() > limit+limit*3/100 {
+			t.Errorf("%s is %d bytes gzipped, over its budget of %d (web/budget.json)", file, buf.Len(), limit)
+		}
 	}
 }

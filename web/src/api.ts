@@ -3,10 +3,15 @@
 import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-web";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import { AuthService } from "./gen/ludus/v1/auth_pb";
+import { AuthService, type Session as AuthSession } from "./gen/ludus/v1/auth_pb";
 import { GameService } from "./gen/ludus/v1/game_pb";
+import { ProgressionService } from "./gen/ludus/v1/match_pb";
 
 export type GameClient = Client<typeof GameService>;
+export type ProgressionClient = Client<typeof ProgressionService>;
+
+/** AuthService calls made as the signed-in player (the ticket as bearer). */
+const AUTH_WITH_TICKET = new Set(["LinkEmail", "LinkDevice", "Unlink"]);
 
 /** Settings read from the page URL's query string. */
 export interface Config {
@@ -103,6 +108,37 @@ export class TabIdentity {
     storageSet(`${this.key}.signed`, v ? "1" : "");
   }
 
+  /** The email of the account, once this tab upgraded it or signed in with one ("" for a guest). */
+  get email(): string {
+    return storageGet(`${this.key}.email`) ?? "";
+  }
+
+  set email(v: string) {
+    storageSet(`${this.key}.email`, v);
+  }
+
+  /**
+   * The refresh token of an email sign-in (renewed with AuthService.Refresh, single
+   * use); "" for guests, whose tickets are renewed with GuestLogin.
+   */
+  get refresh(): string {
+    return storageGet(`${this.key}.refresh`) ?? "";
+  }
+
+  set refresh(v: string) {
+    storageSet(`${this.key}.refresh`, v);
+  }
+
+  /** Forgets everything: a new device id (a new guest), no name, no email. */
+  reset(): void {
+    this.id = randomId(32);
+    storageSet(this.key, this.id);
+    this.signedIn = false;
+    this.name = "";
+    this.email = "";
+    this.refresh = "";
+  }
+
   /** The device id, after making sure no other open tab uses it (waits up to `ms`). */
   async claim(ms = 150): Promise<string> {
     if (this.channel || typeof BroadcastChannel === "undefined") return this.id;
@@ -134,11 +170,13 @@ const DEFAULT_TICKET_MS = 120_000;
 const RETRY_LOGIN_MS = 5_000;
 
 /**
- * Session holds the current guest ticket, renews it before it expires and provides the
- * game client; every call carries the ticket current at the time of the call.
+ * Session holds the current ticket (a guest's, or an email account's), renews it
+ * before it expires and provides the game and progression clients; every call
+ * carries the ticket current at the time of the call.
  */
 export class Session {
   readonly game: GameClient;
+  readonly progression: ProgressionClient;
   ticket = "";
   accountId = "";
   displayName = "";
@@ -154,7 +192,7 @@ export class Session {
   constructor(private readonly cfg: Config) {
     const bearer: Interceptor = (next) => async (req) => {
       const ticket = this.ticket;
-      if (!ticket || req.service.typeName === AuthService.typeName) return next(req);
+      if (!ticket || (req.service.typeName === AuthService.typeName && !AUTH_WITH_TICKET.has(req.method.name))) return next(req);
       req.header.set("Authorization", `Bearer ${ticket}`);
       try {
         return await next(req);
@@ -174,6 +212,7 @@ export class Session {
         : createConnectTransport({ ...opts, useBinaryFormat: true });
     this.auth = createClient(AuthService, transport);
     this.game = createClient(GameService, transport);
+    this.progression = createClient(ProgressionService, transport);
     this.identity = new TabIdentity(cfg.profile);
   }
 
@@ -218,6 +257,22 @@ export class Session {
     clearTimeout(this.renewTimer);
     const tenant = this.cfg.tenant;
     try {
+      const refresh = this.identity.refresh;
+      if (refresh) {
+        // An email sign-in: trade the refresh token (single use) for a new one.
+        try {
+          const res = await this.auth.refresh({ tenant, refreshToken: refresh });
+          if (tenant !== this.cfg.tenant) return;
+          if (res.session) {
+            this.adopt(res.session);
+            return;
+          }
+        } catch (err) {
+          if (ConnectError.from(err).code !== Code.Unauthenticated) throw err;
+          // Revoked or expired: signed out; this tab goes on as a new guest.
+          this.identity.reset();
+        }
+      }
       const deviceId = await this.identity.claim();
       const res = await this.auth.guestLogin({
         tenant,
@@ -225,19 +280,62 @@ export class Session {
         displayName: displayName.trim().slice(0, 32),
       });
       if (tenant !== this.cfg.tenant) return; // the tenant changed meanwhile
-      this.ticket = res.ticket;
-      this.accountId = res.accountId;
-      this.displayName = res.displayName;
-      const expires = res.expiresAt ? timestampMs(res.expiresAt) : Date.now() + DEFAULT_TICKET_MS;
-      const delay = Math.max(RETRY_LOGIN_MS, expires - Date.now() - RENEW_BEFORE_MS);
-      this.renewTimer = window.setTimeout(() => void this.login().catch(() => {}), delay);
-      this.onChange();
+      this.adopt(res, false);
     } catch (err) {
       // Keep the old ticket (it may still be valid) and try again shortly.
       this.renewTimer = window.setTimeout(() => void this.login().catch(() => {}), RETRY_LOGIN_MS);
       this.onChange(err);
       throw err;
     }
+  }
+
+  /** Uses a new ticket and schedules its renewal; keeps the refresh token of an email sign-in. */
+  private adopt(s: Omit<AuthSession, "$typeName">, email = true): void {
+    this.ticket = s.ticket;
+    this.accountId = s.accountId;
+    this.displayName = s.displayName;
+    if (email) this.identity.refresh = s.refreshToken;
+    const expires = s.expiresAt ? timestampMs(s.expiresAt) : Date.now() + DEFAULT_TICKET_MS;
+    const delay = Math.max(RETRY_LOGIN_MS, expires - Date.now() - RENEW_BEFORE_MS);
+    this.renewTimer = window.setTimeout(() => void this.login().catch(() => {}), delay);
+    this.onChange();
+  }
+
+  /** Adds an email and password to the signed-in account (a guest keeps its progress). */
+  async linkEmail(email: string, password: string): Promise<void> {
+    if (!this.loggedIn) await this.login();
+    await this.auth.linkEmail({ email, password });
+    this.identity.email = email;
+    this.identity.signedIn = true;
+    this.onChange();
+  }
+
+  /** Signs in with an email and password, instead of this tab's guest. */
+  async emailLogin(email: string, password: string): Promise<void> {
+    await this.pending?.catch(() => {});
+    clearTimeout(this.renewTimer);
+    const res = await this.auth.emailLogin({ tenant: this.cfg.tenant, email, password });
+    if (!res.session) throw new Error("EmailLogin returned no session");
+    this.identity.email = email;
+    this.identity.signedIn = true;
+    this.adopt(res.session);
+  }
+
+  /**
+   * Signs out: revokes the refresh token of an email sign-in, forgets the tab's
+   * identity (the next sign-in is a new guest) and signs in as that guest.
+   */
+  async signOut(): Promise<void> {
+    await this.pending?.catch(() => {});
+    clearTimeout(this.renewTimer);
+    const refresh = this.identity.refresh;
+    if (refresh) await this.auth.logout({ tenant: this.cfg.tenant, refreshToken: refresh }).catch(() => {});
+    this.identity.reset();
+    this.ticket = "";
+    this.accountId = "";
+    this.displayName = "";
+    this.onChange();
+    await this.login("");
   }
 }
 

@@ -1,11 +1,13 @@
 // Ludus browser client: lobby, play and spectate views.
 //
 // URL: ?tenant=&protocol=grpcweb&player=&module=&bots=&delivery=pixels|snapshots
-// (all optional), then #game=ID (join that game) or #spectate=ID / ?spectate=ID.
+// (all optional), then #game=ID (join that game) or #spectate=ID / ?spectate=ID,
+// or #account / #leaderboards (account.ts).
 // Views are history entries: Back from a match returns to the lobby, Forward goes
 // back into the match (this tab re-joins it at once: its identity is kept in
 // sessionStorage, see api.ts TabIdentity).
 
+import { AccountPages } from "./account";
 import { readConfig, Session, trouble, type Trouble } from "./api";
 import { GameList } from "./games";
 import { hooks } from "./hooks";
@@ -50,6 +52,8 @@ const ui = {
   keys: byId("keys"),
   games: byId<HTMLTableSectionElement>("games"),
   gamesNote: byId("games-note"),
+  account: byId("account"),
+  boards: byId("boards"),
 };
 
 const cfg = readConfig(new URL(location.href));
@@ -57,8 +61,15 @@ const session = new Session(cfg);
 const status = new StatusBar(byId("status"));
 const list = new GameList(session, ui.games, ui.gamesNote);
 const share = new Share(byId("qr"), byId("qr-code"), byId("qr-caption"));
+const pages = new AccountPages(session, ui.account, ui.boards, () => ui.module.value.trim() || cfg.module);
 
-type Route = { kind: "lobby" } | { kind: "play"; id: string } | { kind: "spectate"; id: string };
+type Route =
+  | { kind: "lobby" }
+  | { kind: "play"; id: string }
+  | { kind: "spectate"; id: string }
+  | { kind: "account" }
+  | { kind: "leaderboards" };
+type GameRoute = Route & { kind: "play" | "spectate" };
 
 /** The hash wins over the query, so links like #game=ID work from a ?spectate= page. */
 function routeOf(loc: Location): Route {
@@ -68,6 +79,8 @@ function routeOf(loc: Location): Route {
   const game = hash.get("game");
   if (spectate) return { kind: "spectate", id: spectate };
   if (game) return { kind: "play", id: game };
+  if (hash.has("account")) return { kind: "account" };
+  if (hash.has("leaderboards")) return { kind: "leaderboards" };
   if (query.get("spectate")) return { kind: "spectate", id: query.get("spectate")! };
   return { kind: "lobby" };
 }
@@ -107,6 +120,7 @@ let generation = 0;
 let meta: ModuleMeta | null = null;
 
 function leaveView(): number {
+  pages.hide();
   match?.close();
   match = null;
   meta = null;
@@ -133,7 +147,7 @@ function showLobby(gameId = ""): void {
   ui.play.focus();
 }
 
-function showMatch(route: Route & { kind: "play" | "spectate" }): void {
+function showMatch(route: GameRoute): void {
   shown = route;
   list.current = route.id;
   const spectate = route.kind === "spectate";
@@ -169,7 +183,7 @@ function gone(): void {
 /** Title, hint, keys, touch buttons and screen size from the module's metadata. */
 function present(m: ModuleMeta | null): void {
   meta = m;
-  const id = !shown || shown.kind === "lobby" ? "" : shown.id;
+  const id = shown && "id" in shown ? shown.id : "";
   const spectate = shown?.kind === "spectate";
   const name = m?.title || "Game";
   ui.title.textContent = spectate ? `${name} — spectating ${id}` : id ? `${name} — game ${id}` : `${name} — new game`;
@@ -340,8 +354,16 @@ async function spectate(gameId: string): Promise<void> {
 
 function route(): void {
   const r = routeOf(location);
-  if (shown && r.kind === shown.kind && (r.kind === "lobby" || (shown.kind !== "lobby" && r.id === shown.id))) {
+  if (shown && r.kind === shown.kind && (!("id" in r) || ("id" in shown && r.id === shown.id))) {
     // Same view; a play route shown as the lobby ("Play as guest") stays as it is.
+    return;
+  }
+  if (r.kind === "account" || r.kind === "leaderboards") {
+    leaveView();
+    shown = r;
+    list.current = "";
+    ui.lobby.hidden = ui.match.hidden = true;
+    void (r.kind === "account" ? pages.showAccount() : pages.showBoards());
     return;
   }
   if (r.kind === "spectate") void spectate(r.id);
@@ -351,9 +373,10 @@ function route(): void {
 
 session.onChange = (err) => {
   const profile = cfg.profile ? ` · player ${cfg.profile}` : "";
+  const email = session.identity.email;
   ui.who.textContent = err && !session.loggedIn
     ? `Could not sign in: ${trouble(err, "tenant").text}`
-    : `${session.displayName || "guest"} · ${session.tenant}${profile}`;
+    : `${session.displayName || "guest"}${email ? ` · ${email}` : " (guest)"} · ${session.tenant}${profile}`;
 };
 
 /** Applies the tenant field: a new sign-in, the games of that tenant, ?tenant= in the URL. */
@@ -412,7 +435,7 @@ ui.home.href = ui.lobbyLink.href = pageUrl("");
 window.addEventListener("popstate", route);
 window.addEventListener("hashchange", route);
 
-hooks.route = () => (!shown ? "" : shown.kind === "lobby" ? "lobby" : `${shown.kind}:${shown.id}`);
+hooks.route = () => (!shown ? "" : "id" in shown ? `${shown.kind}:${shown.id}` : shown.kind);
 route();
 // Signs in in the background (this tab's guest account) to list the games.
 list.start();
