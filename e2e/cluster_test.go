@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/games/builtin"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
@@ -207,7 +208,11 @@ func TestStoppedOwnerFencesItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The woken node must stop its games rather than write to their logs.
-	node := clusterv1connect.NewNodeServiceClient(http.DefaultClient, c.NodeAddrs[victim], connect.WithInterceptors(withTicket(&c.ClusterToken)))
+	victimCred, err := clustercred.GatewayToNode(c.ClusterToken, victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := clusterv1connect.NewNodeServiceClient(http.DefaultClient, c.NodeAddrs[victim], connect.WithInterceptors(withTicket(&victimCred)))
 	deadline := time.Now().Add(10 * time.Second)
 	for _, id := range byNode[victim] {
 		for {

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/games/builtin"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
@@ -87,7 +88,11 @@ func TestEtcdClusterFaults(t *testing.T) {
 		}
 	}
 	nodeClient := func(id string) clusterv1connect.NodeServiceClient {
-		return clusterv1connect.NewNodeServiceClient(http.DefaultClient, c.NodeAddrs[id], connect.WithInterceptors(withTicket(&c.ClusterToken)))
+		cred, err := clustercred.GatewayToNode(c.ClusterToken, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return clusterv1connect.NewNodeServiceClient(http.DefaultClient, c.NodeAddrs[id], connect.WithInterceptors(withTicket(&cred)))
 	}
 	for id, o := range owners {
 		for {

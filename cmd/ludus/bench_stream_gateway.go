@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"ludus.dev/ludus/internal/bearer"
 	"math"
 	"net"
 	"net/http"
@@ -21,11 +20,13 @@ import (
 	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/gateway"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/internal/bearer"
 	"ludus.dev/ludus/ops/devstack"
 )
 
@@ -112,7 +113,7 @@ func benchGateway(ctx context.Context, progress io.Writer, res map[string]any) e
 		return err
 	}
 
-	if err := benchLatency(ctx, progress, res, games, node.Addr, stack.ClusterToken, stack.TenantID, id); err != nil {
+	if err := benchLatency(ctx, progress, res, games, node.Addr, node.ID, stack.ClusterToken, stack.TenantID, id); err != nil {
 		return err
 	}
 	if err := benchEtcdReadsPerInput(ctx, progress, res, games, gw, id); err != nil {
@@ -129,7 +130,13 @@ func benchGateway(ctx context.Context, progress io.Writer, res map[string]any) e
 // benchLatency: the same frames, read directly from the node and through the
 // gateway (raw and deflate), by clients in this process; the gateway's added
 // latency of a frame is the difference of its arrival times.
-func benchLatency(ctx context.Context, progress io.Writer, res map[string]any, games ludusv1connect.GameServiceClient, nodeAddr, token, tenant, id string) error {
+func benchLatency(ctx context.Context, progress io.Writer, res map[string]any, games ludusv1connect.GameServiceClient, nodeAddr, nodeID, token, tenant, id string) error {
+	// The direct client calls the node as a gateway does, with the credential
+	// derived for that node (nodes do not accept the raw cluster token).
+	cred, err := clustercred.GatewayToNode(token, nodeID)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(progress, "sampling the gateway's added latency for %v...\n", benchStreamLatency)
 	ctx, cancel := context.WithTimeout(ctx, benchStreamLatency)
 	defer cancel()
@@ -144,7 +151,7 @@ func benchLatency(ctx context.Context, progress io.Writer, res map[string]any, g
 		a.mu.Unlock()
 	}
 	direct, raw, deflate := &arrivals{at: map[int64]time.Time{}}, &arrivals{at: map[int64]time.Time{}}, &arrivals{at: map[int64]time.Time{}}
-	nodec := clusterv1connect.NewNodeServiceClient(benchClient(0), nodeAddr, connect.WithGRPC(), noGzip, connect.WithInterceptors(bearer.Token(token)))
+	nodec := clusterv1connect.NewNodeServiceClient(benchClient(0), nodeAddr, connect.WithGRPC(), noGzip, connect.WithInterceptors(bearer.Token(cred)))
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	wg.Add(3)
@@ -160,6 +167,9 @@ func benchLatency(ctx context.Context, progress io.Writer, res map[string]any, g
 			if f := s.Msg().GetFrame(); f != nil {
 				record(direct, f.Tick)
 			}
+		}
+		if err := s.Err(); err != nil && ctx.Err() == nil {
+			errs <- fmt.Errorf("direct stream from the node: %w", err)
 		}
 	}()
 	for _, c := range []struct {
