@@ -10,13 +10,15 @@ import (
 )
 
 // The checkpoint is a fixed little-endian layout: a header, then every player
-// slot with a length-prefixed name. The same encoding feeds StateHash, so the
-// hash covers exactly what a checkpoint restores.
+// slot with a length-prefixed name, then the kill feed. The same encoding
+// feeds StateHash, so the hash covers exactly what a checkpoint restores.
 const (
-	ckptMagic    = "ARN1"
+	ckptMagic    = "ARN2"
 	ckptHeader   = 4 + 8 + 8 + 1 + 8 + 4 + 4
-	ckptPlayer   = 1 + 1 + 4*2 + 2 + 4*5 + 4*2 + 4*2 + 4 + 1 + 1 + 1 // without the name
-	ckptMaxBytes = ckptHeader + MaxPlayers*(ckptPlayer+maxNameBytes)
+	ckptPlayer   = 1 + 1 + 4*2 + 2 + 4*5 + 4*2 + 4*2 + 4 + 8 + 8 + 1 + 1 + 1 + 1 // without the name
+	ckptKill     = 8 + 1 + 1 + 2*feedNameLen
+	ckptMinBytes = ckptHeader + MaxPlayers*ckptPlayer + feedLen*ckptKill
+	ckptMaxBytes = ckptMinBytes + MaxPlayers*maxNameBytes
 )
 
 // Player flag bits in a checkpoint.
@@ -24,6 +26,7 @@ const (
 	flagActive = 1 << iota
 	flagBot
 	flagAlive
+	flagHitKill
 )
 
 // StateHash is FNV-1a 64 over the checkpoint encoding of the whole state. It
@@ -68,6 +71,9 @@ func (s *state) appendTo(b []byte) []byte {
 		if p.alive {
 			flags |= flagAlive
 		}
+		if p.hitKill {
+			flags |= flagHitKill
+		}
 		b = append(b, flags, p.input)
 		b = le.AppendUint32(b, uint32(p.x))
 		b = le.AppendUint32(b, uint32(p.y))
@@ -80,8 +86,17 @@ func (s *state) appendTo(b []byte) []byte {
 		b = le.AppendUint32(b, uint32(p.kills))
 		b = le.AppendUint32(b, uint32(p.deaths))
 		b = le.AppendUint32(b, uint32(p.botTimer))
-		b = append(b, byte(p.botTurn), p.botStrafe, byte(len(p.name)))
+		b = le.AppendUint64(b, uint64(p.hitTick))
+		b = le.AppendUint64(b, uint64(p.dmgTick))
+		b = append(b, p.dmgFrom, byte(p.botTurn), p.botStrafe, byte(len(p.name)))
 		b = append(b, p.name...)
+	}
+	for i := range s.feed {
+		k := &s.feed[i]
+		b = le.AppendUint64(b, uint64(k.tick))
+		b = append(b, k.killer, k.victim)
+		b = append(b, k.killerName[:]...)
+		b = append(b, k.victimName[:]...)
 	}
 	return b
 }
@@ -130,7 +145,7 @@ func (r *reader) u64() uint64 { return binary.LittleEndian.Uint64(r.take(8)) }
 
 // decode parses and validates a checkpoint into s.
 func (s *state) decode(b []byte) error {
-	if len(b) < ckptHeader+MaxPlayers*ckptPlayer || len(b) > ckptMaxBytes {
+	if len(b) < ckptMinBytes || len(b) > ckptMaxBytes {
 		return ckptError("size " + strconv.Itoa(len(b)))
 	}
 	r := &reader{b: b}
@@ -149,8 +164,17 @@ func (s *state) decode(b []byte) error {
 		return ckptError("bad header")
 	}
 	for i := range s.players {
-		if err := s.players[i].decode(r); err != nil {
+		if err := s.players[i].decode(r, s.tick); err != nil {
 			return ckptError("slot " + strconv.Itoa(i) + ": " + err.Error())
+		}
+	}
+	for i := range s.feed {
+		if err := s.feed[i].decode(r, s.tick); err != nil {
+			return ckptError("kill " + strconv.Itoa(i) + ": " + err.Error())
+		}
+		// Newest first, and no entry after an empty one.
+		if i > 0 && (s.feed[i].tick > s.feed[i-1].tick || s.feed[i].tick != 0 && s.feed[i-1].tick == 0) {
+			return ckptError("kill " + strconv.Itoa(i) + ": out of order")
 		}
 	}
 	if r.bad || len(r.b) != 0 {
@@ -161,12 +185,14 @@ func (s *state) decode(b []byte) error {
 
 // decode reads one player and checks every field against the invariants the
 // game keeps, so a loaded state can never be one the game could not reach in
-// shape (positions inside the map, timers and health in range, a sane name).
-func (p *player) decode(r *reader) error {
+// shape (positions inside the map, timers and health in range, event ticks
+// not after tick, a sane name).
+func (p *player) decode(r *reader, tick int64) error {
 	flags := r.u8()
 	p.active = flags&flagActive != 0
 	p.bot = flags&flagBot != 0
 	p.alive = flags&flagAlive != 0
+	p.hitKill = flags&flagHitKill != 0
 	p.input = r.u8()
 	p.x, p.y = sdk.Fixed(r.i32()), sdk.Fixed(r.i32())
 	p.angle = sdk.Angle(r.u16())
@@ -174,6 +200,8 @@ func (p *player) decode(r *reader) error {
 	p.shotX, p.shotY = sdk.Fixed(r.i32()), sdk.Fixed(r.i32())
 	p.kills, p.deaths = r.i32(), r.i32()
 	p.botTimer = r.i32()
+	p.hitTick, p.dmgTick = int64(r.u64()), int64(r.u64())
+	p.dmgFrom = r.u8()
 	p.botTurn = int8(r.u8())
 	p.botStrafe = r.u8()
 	nameLen := int(r.u8())
@@ -185,7 +213,7 @@ func (p *player) decode(r *reader) error {
 		return errors.New("truncated")
 	}
 	switch {
-	case flags&^(flagActive|flagBot|flagAlive) != 0:
+	case flags&^(flagActive|flagBot|flagAlive|flagHitKill) != 0:
 		return errors.New("unknown flags")
 	case !p.active && *p != (player{}):
 		return errors.New("empty slot with data")
@@ -204,10 +232,36 @@ func (p *player) decode(r *reader) error {
 		return errors.New("negative score")
 	case p.botTurn < -1 || p.botTurn > 1 || p.botStrafe > 2 || p.botTimer < 0 || p.botTimer > 60:
 		return errors.New("bad bot state")
+	case p.hitTick < 0 || p.hitTick > tick || p.hitTick == 0 && p.hitKill ||
+		p.dmgTick < 0 || p.dmgTick > tick || p.dmgTick == 0 && p.dmgFrom != 0:
+		return errors.New("bad combat feedback")
 	case p.active && (nameLen == 0 || !utf8.Valid(name)):
 		return errors.New("bad name")
 	}
 	p.name = string(name)
+	return nil
+}
+
+// decode reads one kill feed entry: empty (all zero), or a kill at a tick
+// not after tick between two different slots, with names as putName writes
+// them.
+func (k *kill) decode(r *reader, tick int64) error {
+	k.tick = int64(r.u64())
+	k.killer, k.victim = r.u8(), r.u8()
+	copy(k.killerName[:], r.take(feedNameLen))
+	copy(k.victimName[:], r.take(feedNameLen))
+	switch {
+	case r.bad:
+		return errors.New("truncated")
+	case k.tick == 0 && *k != (kill{}):
+		return errors.New("empty entry with data")
+	case k.tick < 0 || k.tick > tick:
+		return errors.New("bad tick")
+	case k.tick != 0 && (k.killer >= MaxPlayers || k.victim >= MaxPlayers || k.killer == k.victim):
+		return errors.New("bad slots")
+	case !validName(k.killerName[:]) || !validName(k.victimName[:]):
+		return errors.New("bad name")
+	}
 	return nil
 }
 

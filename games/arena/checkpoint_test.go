@@ -49,7 +49,7 @@ func TestSaveLoad(t *testing.T) {
 // and leave the game untouched.
 func TestLoadRejects(t *testing.T) {
 	a := newMatch(t, 1, `{"bots":8}`)
-	stepN(a, 100)
+	stepN(a, 175)
 	ck := a.Save()
 	g := newMatch(t, 2, `{"bots":3}`)
 	h := g.StateHash()
@@ -64,16 +64,31 @@ func TestLoadRejects(t *testing.T) {
 		return c
 	}
 	p0 := ckptHeader // first player record
+	k0 := len(ck) - feedLen*ckptKill
+	if f := a.st.feed; f[0].tick == 0 || f[1].tick == 0 || f[2].tick != 0 || f[0].tick >= 160 {
+		t.Fatalf("the match has another kill feed (%+v): pick corruptions of its entries again", f)
+	}
+	last := k0 + (feedLen-1)*ckptKill
 	bad = append(bad,
-		corrupt(0, 'X'),                          // magic
-		corrupt(20, 2),                           // ended flag
-		corrupt(29, 0, 0, 0, 0),                  // score limit 0
-		corrupt(p0, 0xF0),                        // unknown flags
-		corrupt(p0+1, 0x80),                      // input bit 7
-		corrupt(p0+2, 0, 0, 0, 0x80),             // x negative
-		corrupt(p0+6, 0, 0, 0x7F, 0),             // y far outside
-		corrupt(p0+12, 0xFF, 0, 0, 0),            // health 255
-		corrupt(p0+ckptPlayer-1, maxNameBytes+1), // name too long
+		corrupt(0, 'X'),                             // magic
+		corrupt(20, 2),                              // ended flag
+		corrupt(29, 0, 0, 0, 0),                     // score limit 0
+		corrupt(p0, 0xF0),                           // unknown flags
+		corrupt(p0+1, 0x80),                         // input bit 7
+		corrupt(p0+2, 0, 0, 0, 0x80),                // x negative
+		corrupt(p0+6, 0, 0, 0x7F, 0),                // y far outside
+		corrupt(p0+12, 0xFF, 0, 0, 0),               // health 255
+		corrupt(p0+ckptPlayer-1, maxNameBytes+1),    // name too long
+		corrupt(p0+52, 0xFF, 0xFF),                  // hit after the current tick
+		corrupt(p0+60, 0, 0, 0, 0, 0, 0, 0, 0x80),   // damage at a negative tick
+		corrupt(k0, 0xFF, 0xFF),                     // kill after the current tick
+		corrupt(k0+ckptKill, 160),                   // a kill newer than the one before it
+		corrupt(k0+8, MaxPlayers),                   // killer out of range
+		corrupt(k0+9, ck[k0+8]),                     // killer == victim
+		corrupt(k0+10, 0x80),                        // non-ASCII name
+		corrupt(k0+10, 0),                           // bytes after the end of a name
+		corrupt(last+9, 1),                          // data in an empty entry
+		corrupt(last, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1), // a kill after an empty entry
 	)
 	for i, b := range bad {
 		if err := g.Load(b); err == nil {

@@ -17,7 +17,21 @@ import (
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/views.golden from the current renderer")
 
-const goldenPath = "testdata/views.golden"
+// The golden files hold, per sampled tick of goldenScript, SHA-256 prefixes of
+// the frame of the spectator and of every slot.
+//
+// views.golden is what the arena draws now; rewrite it with -update after a
+// deliberate change to the pictures.
+//
+// views-nofeedback.golden is never rewritten: the frames the arena drew before
+// combat feedback (issue 16), which were those of the arena before views were
+// split into snapshots and a renderer. Every frame drawn from a snapshot whose
+// feedback fields are zeroed must still match it, so feedback only ever adds
+// its overlays.
+const (
+	goldenPath           = "testdata/views.golden"
+	goldenNoFeedbackPath = "testdata/views-nofeedback.golden"
+)
 
 // goldenFrame is the indexed8 frame a client of slot sees.
 func goldenFrame(g *Game, slot int) []byte { return g.Frame(slot) }
@@ -68,25 +82,64 @@ func goldenScript(t testing.TB, fn func(scenario, tick int, g *Game)) {
 }
 
 // TestGoldenViews: the frames clients see (the renderer applied to every
-// slot's snapshot) are byte-identical to those of the arena before views were
-// split into snapshots and a renderer. testdata/views.golden holds SHA-256
-// prefixes of the frames the old combined view code drew for the same script.
+// slot's snapshot) are byte-identical to testdata/views.golden.
 func TestGoldenViews(t *testing.T) {
+	checkGolden(t, goldenPath, *updateGolden, goldenFrame)
+}
+
+// TestGoldenViewsWithoutFeedback: without the combat feedback fields, every
+// frame is the one drawn before they existed (views-nofeedback.golden); and
+// the script does show feedback, so views.golden pins its drawing.
+func TestGoldenViewsWithoutFeedback(t *testing.T) {
+	checkGolden(t, goldenNoFeedbackPath, false, func(g *Game, slot int) []byte {
+		return g.Render(withoutFeedback(g.View(slot)))
+	})
+	var hits, arrows, feeds int
+	goldenScript(t, func(_, _ int, g *Game) {
+		for slot := range MaxPlayers {
+			if v := g.View(slot); len(v) == SnapshotPlayerSize {
+				hits += min(int(v[snapHit]), 1)
+				arrows += min(int(v[snapDmg]), 1)
+				feeds += min(int(v[snapFeed]), 1)
+			}
+		}
+	})
+	t.Logf("sampled player snapshots with a hit marker: %d, a damage arrow: %d, a kill feed: %d", hits, arrows, feeds)
+	if hits == 0 || arrows == 0 || feeds == 0 {
+		t.Fatal("the golden script does not show every kind of combat feedback")
+	}
+}
+
+// withoutFeedback returns a copy of a snapshot with the combat feedback
+// fields of a player snapshot zeroed.
+func withoutFeedback(snap []byte) []byte {
+	out := append([]byte(nil), snap...)
+	if len(out) == SnapshotPlayerSize && out[4] == snapKindPlayer {
+		out[snapHit], out[snapDmg], out[snapDmgFrom] = 0, 0, 0
+		clear(out[snapFeed : snapFeed+feedLen*snapKillSize])
+	}
+	return out
+}
+
+// checkGolden compares the frames frame draws over goldenScript with the
+// golden file at path, after rewriting it when update is set.
+func checkGolden(t *testing.T, path string, update bool, frame func(g *Game, slot int) []byte) {
+	t.Helper()
 	var lines []string
 	goldenScript(t, func(scenario, tick int, g *Game) {
 		line := fmt.Sprintf("%d %d", scenario, tick)
 		for slot := abi.SpectatorSlot; slot < MaxPlayers; slot++ {
-			sum := sha256.Sum256(goldenFrame(g, slot))
+			sum := sha256.Sum256(frame(g, slot))
 			line += " " + hex.EncodeToString(sum[:12])
 		}
 		lines = append(lines, line)
 	})
-	if *updateGolden {
-		if err := os.WriteFile(goldenPath, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+	if update {
+		if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f, err := os.Open(goldenPath)
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +150,7 @@ func TestGoldenViews(t *testing.T) {
 		want = append(want, sc.Text())
 	}
 	if len(want) != len(lines) {
-		t.Fatalf("%s has %d samples, the script %d", goldenPath, len(want), len(lines))
+		t.Fatalf("%s has %d samples, the script %d", path, len(want), len(lines))
 	}
 	bad := 0
 	for i := range lines {
@@ -107,7 +160,7 @@ func TestGoldenViews(t *testing.T) {
 		g, w := strings.Fields(lines[i]), strings.Fields(want[i])
 		for k := 2; k < len(g) && k < len(w); k++ {
 			if g[k] != w[k] && bad < 20 {
-				t.Errorf("scenario %s tick %s slot %d: frame differs from the golden one", g[0], g[1], k-3)
+				t.Errorf("scenario %s tick %s slot %d: frame differs from %s", g[0], g[1], k-3, path)
 				bad++
 			}
 		}

@@ -1,7 +1,10 @@
 package arena
 
-// Overlays on the first-person view: weapon and muzzle flash, crosshair,
-// damage border, death screen and the HUD text.
+import "ludus.dev/ludus/sdk"
+
+// Overlays on the first-person view: weapon and muzzle flash, crosshair, hit
+// marker, damage border and arrow, death screen, the HUD text and the kill
+// feed.
 
 var (
 	white  = tone(rampGray, 15)
@@ -16,6 +19,9 @@ func (r *Renderer) drawHUD(c canvas) {
 	if s.alive {
 		drawWeapon(c, s.flash)
 		drawCrosshair(c)
+		if s.hitLeft > 0 {
+			drawHitMarker(c, s.hitKill)
+		}
 	} else {
 		for k, v := range c {
 			c[k] = redTint[v]
@@ -31,6 +37,9 @@ func (r *Renderer) drawHUD(c canvas) {
 		c.fillRect(0, ViewHeight-3, ViewWidth, 3, red)
 		c.fillRect(0, 0, 3, ViewHeight, red)
 		c.fillRect(ViewWidth-3, 0, 3, ViewHeight, red)
+	}
+	if s.dmgLeft > 0 {
+		drawDamageArrow(c, s.dmgFrom, s.angle, s.dmgLeft)
 	}
 
 	// Top left: own colour and frags. Top right: time left and the limit.
@@ -63,6 +72,7 @@ func (r *Renderer) drawHUD(c canvas) {
 	x = shadowText(c, x, ViewHeight-12, "/", white, 1)
 	shadowText(c, x, ViewHeight-12, itoa(&buf, s.count), white, 1)
 
+	r.drawKillFeed(c)
 	if s.ended {
 		r.drawMatchOver(c)
 	}
@@ -127,6 +137,118 @@ func drawCrosshair(c canvas) {
 		c.set(cx-d, cy, white)
 		c.set(cx, cy+d, white)
 		c.set(cx, cy-d, white)
+	}
+}
+
+// drawHitMarker draws four short diagonal strokes around the crosshair: the
+// viewer's shot hit someone (red when it killed).
+func drawHitMarker(c canvas, killed bool) {
+	col := white
+	if killed {
+		col = tone(rampPlayer0, 15)
+	}
+	cx, cy := ViewWidth/2, horizon
+	for d := 3; d <= 7; d++ {
+		for _, q := range [4][2]int{{1, 1}, {1, -1}, {-1, 1}, {-1, -1}} {
+			x, y := cx+q[0]*d, cy+q[1]*d
+			c.set(x, y+1, 0) // shadow
+			c.set(x, y, col)
+		}
+	}
+}
+
+// Damage arrow geometry, in pixels: the tip's distance from the screen edge,
+// the arrow's length and its half-width at the base.
+const (
+	arrowMargin = 5
+	arrowLen    = 11
+	arrowHalfW  = 9
+)
+
+// bayer4 is a 4×4 ordered-dither matrix (0..15): a pixel of the fading arrow
+// is drawn while its entry is below the fraction of time left.
+var bayer4 = [4][4]int32{{0, 8, 2, 10}, {12, 4, 14, 6}, {3, 11, 1, 9}, {15, 7, 13, 5}}
+
+// drawDamageArrow draws a red arrow at the screen edge pointing towards the
+// shooter (bearing from, seen from a viewer facing facing: straight up is
+// ahead, the right edge is to the right), dithered away as left runs out.
+func drawDamageArrow(c canvas, from uint8, facing sdk.Angle, left int32) {
+	rel := sdk.Angle(from)<<8 - facing
+	// The direction on screen as a 16.16 unit vector, x right and y down.
+	ux, uy := int64(sdk.Sin(rel)), -int64(sdk.Cos(rel))
+	// Where the ray from the crosshair meets the edge, inset by arrowMargin.
+	hx, hy := int64(ViewWidth/2-arrowMargin), int64(horizon-arrowMargin)
+	ax, ay := abs64(ux), abs64(uy)
+	var dist int64 // pixels from the centre to the tip, 16.16
+	if ax*hy >= ay*hx {
+		dist = hx << 32 / ax
+	} else {
+		dist = hy << 32 / ay
+	}
+	fade := left * 16 // drawn where bayer4·damageDirTicks < fade
+	fillArrow(c, ux, uy, dist+3<<15, arrowLen+3, arrowHalfW+2, 0, fade)
+	fillArrow(c, ux, uy, dist, arrowLen, arrowHalfW, tone(rampPlayer0, 15), fade)
+}
+
+// fillArrow fills the triangle with its tip dist (16.16 pixels) from the
+// crosshair along the unit vector (ux, uy), its base length pixels back
+// towards the crosshair and halfW pixels wide on either side, with the
+// dithered pixels of fade (see drawDamageArrow).
+func fillArrow(c canvas, ux, uy, dist int64, length, halfW int, col byte, fade int32) {
+	cx, cy := int64(ViewWidth/2)<<16, int64(horizon)<<16
+	tx, ty := cx+ux*dist>>16, cy+uy*dist>>16
+	bx, by := tx-ux*int64(length), ty-uy*int64(length)
+	nx, ny := -uy*int64(halfW), ux*int64(halfW)
+	v := [3][2]int64{{tx, ty}, {bx + nx, by + ny}, {bx - nx, by - ny}}
+	x0, y0 := min(v[0][0], v[1][0], v[2][0])>>16, min(v[0][1], v[1][1], v[2][1])>>16
+	x1, y1 := max(v[0][0], v[1][0], v[2][0])>>16, max(v[0][1], v[1][1], v[2][1])>>16
+	for y := max(y0, 0); y <= min(y1, ViewHeight-1); y++ {
+		for x := max(x0, 0); x <= min(x1, ViewWidth-1); x++ {
+			if bayer4[y&3][x&3]*damageDirTicks >= fade {
+				continue
+			}
+			px, py := x<<16+1<<15, y<<16+1<<15 // the pixel's centre
+			var pos, neg bool
+			for i := range v {
+				a, b := v[i], v[(i+1)%3]
+				e := (b[0]-a[0])*(py-a[1]) - (b[1]-a[1])*(px-a[0])
+				pos, neg = pos || e > 0, neg || e < 0
+			}
+			if !(pos && neg) {
+				c[int(y)*ViewWidth+int(x)] = col
+			}
+		}
+	}
+}
+
+// Kill feed layout: the top right corner, under the clock and the limit.
+const (
+	feedTop  = 26
+	feedLine = glyphH + 4
+	feedSepW = 12 // the ▸ between the two names
+)
+
+// drawKillFeed lists the recent kills, newest first, "KILLER ▸ VICTIM" in
+// the players' colours, right-aligned; kills the viewer took part in are
+// on a dark band.
+func (r *Renderer) drawKillFeed(c canvas) {
+	s := &r.s
+	y := feedTop
+	for i := range s.feed[:s.feedSize] {
+		k := &s.feed[i]
+		kn, vn := cstr(k.killerName[:]), cstr(k.victimName[:])
+		w := textWidth(runeCount(kn)+runeCount(vn), 1) + feedSepW
+		x := ViewWidth - 4 - w
+		if int(k.killer) == s.slot || int(k.victim) == s.slot {
+			c.fillRect(x-3, y-2, w+5, feedLine, tone(rampGray, 2))
+		}
+		x = shadowText(c, x, y, kn, tone(playerRamp(int(k.killer)), 14), 1)
+		for d := 0; d < 4; d++ { // ▸, with a shadow
+			c.fillRect(x+3+d+1, y+d+1, 1, glyphH-2*d, 0)
+			c.fillRect(x+3+d, y+d, 1, glyphH-2*d, white)
+		}
+		shadowText(c, x+feedSepW, y, vn, tone(playerRamp(int(k.victim)), 14), 1)
+		y += feedLine
 	}
 }
 

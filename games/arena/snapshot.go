@@ -25,23 +25,38 @@ import (
 //	  0   4 magic "ARS1"
 //	  4   1 kind: 1 (player)
 //	  5   1 the viewer's slot
-//	  6   1 flags: 1 alive, 2 hurt (damage border), 4 match over
-//	  7   1 muzzle flash ticks left (0..3)
-//	  8   1 health (0..100)
-//	  9   1 seconds until respawn, rounded up (while dead)
-//	 10   1 rank (1 + players with more kills)
-//	 11   1 players in the match
-//	 12   4 kills (u32)
-//	 16   4 seconds left (u32)
-//	 20   2 score limit (u16)
-//	 22   1 winner's slot once the match is over, else 0xFF
-//	 23   1 zero
-//	 24   4 x (i32, 16.16 map cells)
-//	 28   4 y (i32)
-//	 32   2 facing (sdk.Angle)
-//	 34   2 zero
-//	 36  16 winner's name once the match is over (as drawn, see putName)
-//	 52  72 8 × other player by slot: flags (1 visible, 2 alive), x i32, y i32
+//	  6  72 kill feed: the kills of the last 4 s, newest first, at most 4, each
+//	        +0 killer's slot + 1 (0: no entry; later entries are zero too)
+//	        +1 victim's slot
+//	        +2 killer's name, +10 victim's name (8 bytes each, as drawn)
+//	 78   1 flags: 1 alive, 2 hurt (damage border), 4 match over
+//	 79   1 muzzle flash ticks left (0..3)
+//	 80   1 health (0..100)
+//	 81   1 seconds until respawn, rounded up (while dead)
+//	 82   1 rank (1 + players with more kills)
+//	 83   1 players in the match
+//	 84   4 kills (u32)
+//	 88   4 seconds left (u32)
+//	 92   2 score limit (u16)
+//	 94   1 winner's slot once the match is over, else 0xFF
+//	 95   1 hit marker: ticks left (1..10) while the viewer's last hit shows,
+//	        plus 0x80 if it killed; 0: none
+//	 96   4 x (i32, 16.16 map cells)
+//	100   4 y (i32)
+//	104   2 facing (sdk.Angle)
+//	106   1 damage arrow: ticks left (1..35) since the viewer was last hit; 0: none
+//	107   1 bearing from the viewer to that shooter when it hit, 256ths of a
+//	        turn (sdk.Angle>>8, absolute: the renderer turns it by the facing);
+//	        zero without an arrow
+//	108  16 winner's name once the match is over (as drawn, see putName)
+//	124  72 8 × other player by slot: flags (1 visible, 2 alive), x i32, y i32
+//
+// The combat feedback fields (the feed, 95, 106, 107) are zero unless
+// something happened, and cost nothing in the delta codec then. The feed
+// comes first so that the fields that change every tick (clock, position,
+// other players) lie past offset 68: the codec codes runs of unchanged bytes
+// as varints, and this keeps the runs before and after them under 128 bytes,
+// one byte each.
 //
 // Spectator snapshot, SnapshotSpectatorSize bytes:
 //
@@ -88,10 +103,31 @@ const (
 	winnerNameLen = 16 // characters of the winner's name in the HUD
 	specNameLen   = 10 // characters of a name in the spectator panel
 
-	snapEnts    = 52
-	snapEntSize = 9
-	specEnts    = 16
-	specEntSize = 34
+	// Player snapshot offsets.
+	snapFeed       = 6
+	snapKillSize   = 2 + 2*feedNameLen
+	snapFlags      = snapFeed + feedLen*snapKillSize
+	snapFlash      = snapFlags + 1
+	snapHealth     = snapFlags + 2
+	snapRespawn    = snapFlags + 3
+	snapRank       = snapFlags + 4
+	snapCount      = snapFlags + 5
+	snapKills      = snapFlags + 6
+	snapSecs       = snapKills + 4
+	snapLimit      = snapSecs + 4
+	snapWinner     = snapLimit + 2
+	snapHit        = snapWinner + 1
+	snapX          = snapHit + 1
+	snapY          = snapX + 4
+	snapFacing     = snapY + 4
+	snapDmg        = snapFacing + 2
+	snapDmgFrom    = snapDmg + 1
+	snapWinnerName = snapDmgFrom + 1
+	snapEnts       = snapWinnerName + winnerNameLen
+	snapEntSize    = 9
+	snapHitKill    = 0x80 // in the hit marker byte: the hit killed
+	specEnts       = 16
+	specEntSize    = 34
 )
 
 var le = binary.LittleEndian
@@ -139,10 +175,10 @@ func (g *Game) playerSnapshot(i int) []byte {
 	if s.ended {
 		flags |= snapEnded
 	}
-	b[6] = flags
-	b[7] = byte(clamp32(p.flash, 0, 255))
-	b[8] = byte(clamp32(p.health, 0, 255))
-	b[9] = byte(clamp32((p.respawn+TickRate-1)/TickRate, 0, 255))
+	b[snapFlags] = flags
+	b[snapFlash] = byte(clamp32(p.flash, 0, 255))
+	b[snapHealth] = byte(clamp32(p.health, 0, 255))
+	b[snapRespawn] = byte(clamp32((p.respawn+TickRate-1)/TickRate, 0, 255))
 	rank, n := 1, 0
 	for j := range s.players {
 		if q := &s.players[j]; q.active {
@@ -152,17 +188,26 @@ func (g *Game) playerSnapshot(i int) []byte {
 			}
 		}
 	}
-	b[10], b[11] = byte(rank), byte(n)
-	le.PutUint32(b[12:], uint32(max(p.kills, 0)))
-	le.PutUint32(b[16:], s.secondsLeft())
-	le.PutUint16(b[20:], uint16(s.scoreLimit))
+	b[snapRank], b[snapCount] = byte(rank), byte(n)
+	le.PutUint32(b[snapKills:], uint32(max(p.kills, 0)))
+	le.PutUint32(b[snapSecs:], s.secondsLeft())
+	le.PutUint16(b[snapLimit:], uint16(s.scoreLimit))
 	w := s.matchWinner()
-	b[22] = w
-	le.PutUint32(b[24:], uint32(p.x))
-	le.PutUint32(b[28:], uint32(p.y))
-	le.PutUint16(b[32:], uint16(p.angle))
+	b[snapWinner] = w
+	if left := ticksLeft(s.tick, p.hitTick, hitMarkerTicks); left > 0 {
+		b[snapHit] = byte(left)
+		if p.hitKill {
+			b[snapHit] |= snapHitKill
+		}
+	}
+	le.PutUint32(b[snapX:], uint32(p.x))
+	le.PutUint32(b[snapY:], uint32(p.y))
+	le.PutUint16(b[snapFacing:], uint16(p.angle))
+	if left := ticksLeft(s.tick, p.dmgTick, damageDirTicks); left > 0 {
+		b[snapDmg], b[snapDmgFrom] = byte(left), p.dmgFrom
+	}
 	if w != noWinner {
-		putName(b[36:36+winnerNameLen], s.players[w].name)
+		putName(b[snapWinnerName:snapWinnerName+winnerNameLen], s.players[w].name)
 	}
 	cam := newCamera(p.x, p.y, p.angle)
 	for j := range s.players {
@@ -177,6 +222,15 @@ func (g *Game) playerSnapshot(i int) []byte {
 		}
 		le.PutUint32(e[1:], uint32(q.x))
 		le.PutUint32(e[5:], uint32(q.y))
+	}
+	for n, k := range s.feed {
+		if ticksLeft(s.tick, k.tick, killFeedTicks) == 0 {
+			break // newest first: the rest are older
+		}
+		e := b[snapFeed+n*snapKillSize:]
+		e[0], e[1] = k.killer+1, k.victim
+		copy(e[2:], k.killerName[:])
+		copy(e[2+feedNameLen:], k.victimName[:])
 	}
 	return b
 }
@@ -285,6 +339,14 @@ type snapshot struct {
 	x, y          sdk.Fixed
 	angle         sdk.Angle
 	winnerName    [winnerNameLen]byte
+
+	// Combat feedback (feedback.go), player snapshots only.
+	hitLeft  int32 // ticks of hit marker left (0: none)
+	hitKill  bool  // the hit killed
+	dmgLeft  int32 // ticks of damage arrow left (0: none)
+	dmgFrom  uint8 // bearing to the shooter
+	feed     [feedLen]kill
+	feedSize int // entries in feed (tick unused)
 }
 
 // entity is another player: in a player snapshot one the viewer can see, in
@@ -320,18 +382,33 @@ func (s *snapshot) decode(b []byte) bool {
 			return false
 		}
 		s.slot = int(b[5])
-		s.alive, s.hurt, s.ended = b[6]&snapAlive != 0, b[6]&snapHurt != 0, b[6]&snapEnded != 0
-		s.flash = int32(min(b[7], flashTicks))
-		s.health = int32(b[8])
-		s.respawnSecs = int(b[9])
-		s.rank, s.count = int(b[10]), int(b[11])
-		s.kills = int(le.Uint32(b[12:]))
-		s.secsLeft = int(le.Uint32(b[16:]))
-		s.scoreLimit = int(le.Uint16(b[20:]))
-		s.winner = winnerSlot(b[22])
-		s.x, s.y = mapCoord(le.Uint32(b[24:])), mapCoord(le.Uint32(b[28:]))
-		s.angle = sdk.Angle(le.Uint16(b[32:]))
-		copy(s.winnerName[:], b[36:36+winnerNameLen])
+		f := b[snapFlags]
+		s.alive, s.hurt, s.ended = f&snapAlive != 0, f&snapHurt != 0, f&snapEnded != 0
+		s.flash = int32(min(b[snapFlash], flashTicks))
+		s.health = int32(b[snapHealth])
+		s.respawnSecs = int(b[snapRespawn])
+		s.rank, s.count = int(b[snapRank]), int(b[snapCount])
+		s.kills = int(le.Uint32(b[snapKills:]))
+		s.secsLeft = int(le.Uint32(b[snapSecs:]))
+		s.scoreLimit = int(le.Uint16(b[snapLimit:]))
+		s.winner = winnerSlot(b[snapWinner])
+		s.x, s.y = mapCoord(le.Uint32(b[snapX:])), mapCoord(le.Uint32(b[snapY:]))
+		s.angle = sdk.Angle(le.Uint16(b[snapFacing:]))
+		copy(s.winnerName[:], b[snapWinnerName:snapWinnerName+winnerNameLen])
+		s.hitLeft = int32(min(b[snapHit]&^snapHitKill, hitMarkerTicks))
+		s.hitKill = s.hitLeft > 0 && b[snapHit]&snapHitKill != 0
+		s.dmgLeft, s.dmgFrom = int32(min(b[snapDmg], damageDirTicks)), b[snapDmgFrom]
+		for n := range s.feed {
+			e := b[snapFeed+n*snapKillSize:]
+			if e[0] == 0 || e[0] > MaxPlayers || e[1] >= MaxPlayers {
+				break
+			}
+			k := &s.feed[s.feedSize]
+			k.killer, k.victim = e[0]-1, e[1]
+			copy(k.killerName[:], e[2:])
+			copy(k.victimName[:], e[2+feedNameLen:])
+			s.feedSize++
+		}
 		for j := range s.ents {
 			e := b[snapEnts+j*snapEntSize:]
 			if e[0]&entVisible == 0 || j == s.slot {

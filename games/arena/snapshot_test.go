@@ -186,7 +186,7 @@ func TestSnapshotLayout(t *testing.T) {
 	if v := g.View(5); len(v) != SnapshotSpectatorSize {
 		t.Fatal("an empty slot does not get the spectator snapshot")
 	}
-	if SnapshotPlayerSize != 124 || SnapshotSpectatorSize != 288 {
+	if SnapshotPlayerSize != 196 || SnapshotSpectatorSize != 288 {
 		t.Fatalf("sizes %d and %d differ from the layout documented in snapshot.go", SnapshotPlayerSize, SnapshotSpectatorSize)
 	}
 }

@@ -50,6 +50,14 @@ type player struct {
 
 	shotX, shotY sdk.Fixed // where the last shot ended (tracers)
 
+	// Combat feedback (feedback.go): the tick this player's shot last hit
+	// someone (0: never) and whether that hit killed; the tick this player
+	// was last hit and the bearing to the shooter then (256ths of a turn).
+	hitTick int64
+	hitKill bool
+	dmgTick int64
+	dmgFrom uint8
+
 	kills, deaths int32
 
 	// Bot brain: a wander timer, a preferred turn direction (-1 left, +1 right)
@@ -68,6 +76,7 @@ type state struct {
 	scoreLimit int32
 	timeLimit  int32 // in ticks
 	players    [MaxPlayers]player
+	feed       [feedLen]kill // the kill feed, newest first
 }
 
 // shot is a scratch record of one trigger pull during a tick, so that all shots

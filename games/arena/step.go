@@ -122,13 +122,15 @@ func (g *Game) shoot() {
 		}
 		v.health -= sh.damage
 		v.hurt = hurtTicks
-		if v.health <= 0 {
+		killed := v.health <= 0
+		if killed {
 			v.health = 0
 			v.alive = false
 			v.respawn = respawnTicks
 			v.deaths++
 			s.players[sh.shooter].kills++
 		}
+		s.recordHit(sh.shooter, sh.target, killed)
 	}
 }
 
