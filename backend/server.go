@@ -243,7 +243,10 @@ func (s *Server) buildHandler() http.Handler {
 	// The cluster service takes game log archives of up to MaxArchiveBytes.
 	mux.Handle(clusterv1connect.NewModuleStoreServiceHandler(&moduleStore{s}, limit(maxArchiveRequestBytes)...))
 	mux.Handle(ludusv1connect.NewProgressionServiceHandler(&progressionService{s}, limit(MaxProgressionRequestBytes)...))
+	mux.Handle(ludusv1connect.NewQuotaServiceHandler(&quotaService{s}, limit(64<<10)...))
+	mux.Handle(ludusv1connect.NewQuotaClusterServiceHandler(&quotaCluster{s}, limit(1<<20)...))
 	mux.Handle(ludusv1connect.NewMatchReportServiceHandler(&matchReports{s}, limit(MaxReportRequestBytes)...))
+	mux.HandleFunc("GET "+BatchArchivePathPrefix+"{tenant}/{run}", s.serveBatchArchive) // batchlinks.go
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		w.Header().Set("Cache-Control", "public, max-age=60")

@@ -156,7 +156,11 @@ const (
 	endMoved  = "moved"  // a Status{State: "moved"}, then the stream ends
 	endError  = "error"  // the stream fails with Unavailable
 	endFreeze = "freeze" // nothing more is sent; the stream stays open
+	endFailed = "failed" // a Status{State: "failed", Message: failReason}, then the stream ends
 )
+
+// failReason is what a fake node says of a game that failed on it.
+const failReason = "module trapped at tick 41: unreachable"
 
 // fakeNode is a sim node. It serves NodeService for the games it owns (own),
 // answers NotFound (naming itself and its address, as a careless node would)
@@ -361,6 +365,9 @@ func (n *fakeNode) StreamFrames(ctx context.Context, req *connect.Request[cluste
 					NodeId: n.id, State: "moved", Message: "handed off"}}})
 			case endError:
 				return connect.NewError(connect.CodeUnavailable, fmt.Errorf("node %s at %s is shutting down", n.id, n.url))
+			case endFailed:
+				return stream.Send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
+					NodeId: n.id, State: clusterstate.StateFailed, Tick: n.tick(), Message: failReason}}})
 			default: // endFreeze
 				<-ctx.Done()
 				return nil
@@ -515,6 +522,13 @@ type fakeCluster struct {
 // newFakeCluster starts etcd, the fake backend and a gateway with limits.
 func newFakeCluster(t *testing.T, limits Limits) *fakeCluster {
 	t.Helper()
+	return newFakeClusterClock(t, limits, nil)
+}
+
+// newFakeClusterClock is newFakeCluster with the gateway on clk (nil: the
+// system clock).
+func newFakeClusterClock(t *testing.T, limits Limits, clk Clock) *fakeCluster {
+	t.Helper()
 	c := &fakeCluster{t: t, cli: testEtcd(t), backend: &fakeBackend{}, clock: time.Now(), nodes: map[string]*fakeNode{}}
 	t.Cleanup(func() { c.over.Store(true) }) // before etcd stops
 	store := http.NewServeMux()
@@ -530,7 +544,7 @@ func newFakeCluster(t *testing.T, limits Limits) *fakeCluster {
 	backendSrv := serveH2C(t, mux)
 	gw, err := New(Config{
 		Etcd: clusterstate.New(c.cli), Verifier: newFakeVerifier(), BackendURL: backendSrv.URL, ClusterToken: fakeClusterToken,
-		Limits: limits, Logger: slog.New(slog.DiscardHandler),
+		Limits: limits, Logger: slog.New(slog.DiscardHandler), Clock: clk,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -621,6 +635,23 @@ func (c *fakeCluster) moveOwner(tenant, game, from, to string) {
 	c.t.Helper()
 	c.nodes[from].disown(tenant, game)
 	c.setOwner(tenant, game, to)
+}
+
+// failGame is what a node does with a game it claimed but cannot run (a
+// resume that desyncs): in one transaction, the game's status becomes
+// "failed" with the reason and the owner key goes (clusterstate.Client.Fail).
+func (c *fakeCluster) failGame(tenant, game, node, reason string) {
+	c.t.Helper()
+	st, err := json.Marshal(clusterstate.GameStatus{State: clusterstate.StateFailed, NodeID: node, Tick: 812, Message: reason})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.cli.Txn(ctx).Then(clientv3.OpPut(clusterstate.StatusKey(tenant, game), string(st)),
+		clientv3.OpDelete(clusterstate.OwnerKey(tenant, game))).Commit(); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // waitOwner waits until the gateway's directory names node as the game's owner.

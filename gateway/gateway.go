@@ -34,6 +34,7 @@ import (
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
 	"ludus.dev/ludus/internal/bearer"
+	"ludus.dev/ludus/matchmaker"
 )
 
 // Verifier checks session tickets (auth.Verifier).
@@ -62,16 +63,28 @@ type Config struct {
 	CORSOrigins []string
 	// Limits; zero fields take DefaultLimits.
 	Limits Limits
+	// Admission enforces tenants' quotas at CreateGame (admission.go;
+	// NewBackendAdmission asks the backend). Nil: no quotas are enforced.
+	Admission *Admission
 	// Registry receives the gateway's metrics, served at GET /metrics by
 	// OperatorHandler (not by Handler). Nil: a new registry with the Go and
 	// process collectors (NewRegistry).
 	Registry *prometheus.Registry
+	// Clock times the stream path: the re-attach budget and backoff, the
+	// upstream silence watchdog and the retry budget of calls to a moving
+	// game. Nil: the system clock.
+	Clock Clock
+	// Matchmaking makes the gateway a matchmaker replica: it serves
+	// MatchmakingService to players and takes its turn leading queues
+	// (matchmaking.go). Call Close to leave.
+	Matchmaking bool
 }
 
 // Gateway routes players to their games.
 type Gateway struct {
 	cfg   Config
 	log   *slog.Logger
+	clock Clock
 	fleet *clusterstate.View
 	// dir is where games run, from a watch of etcd (directory.go).
 	dir *directory
@@ -90,6 +103,8 @@ type Gateway struct {
 	nodes map[string]clusterv1connect.NodeServiceClient // by address
 	// recent holds this gateway's placements of the last two seconds, by node.
 	recent []placementRecord
+
+	mm *matchmaker.Matchmaker // nil unless Config.Matchmaking
 }
 
 type placementRecord struct {
@@ -135,6 +150,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = NewRegistry()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
 	limits := cfg.Limits.withDefaults()
 	valid, err := newValidator()
 	if err != nil {
@@ -143,6 +161,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{
 		valid:       valid,
 		cfg:         cfg,
+		clock:       cfg.Clock,
 		log:         cfg.Logger.With("role", "gateway"),
 		fleet:       cfg.Etcd.View(),
 		moduleBytes: newModuleCache(),
@@ -157,7 +176,21 @@ func New(cfg Config) (*Gateway, error) {
 	g.dir = newDirectory(cfg.Etcd, g.metrics.etcdReads)
 	g.modules = clusterv1connect.NewModuleStoreServiceClient(g.h2c, cfg.BackendURL,
 		connect.WithInterceptors(bearer.Token(cfg.ClusterToken)))
+	if cfg.Matchmaking {
+		if g.mm, err = g.startMatchmaking(cfg.Etcd); err != nil {
+			return nil, err
+		}
+	}
 	return g, nil
+}
+
+// Close stops what the gateway runs in the background: its matchmaker replica
+// (its players' searches end; its tickets leave the queues).
+func (g *Gateway) Close() error {
+	if g.mm != nil {
+		return g.mm.Close()
+	}
+	return nil
 }
 
 // H2CTransport returns a transport that speaks HTTP/2 without TLS (prior
@@ -224,6 +257,9 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(64<<10)))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(64<<10)))
 	mux.HandleFunc("GET "+modulePathPrefix, g.serveModule)
+	if g.mm != nil {
+		mux.Handle(g.matchmakingHandler(g.mm))
+	}
 
 	proxy := g.passThrough()
 	for _, p := range passThroughPrefixes {

@@ -10,9 +10,9 @@ import (
 	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
-	"ludus.dev/ludus/ops/fleet"
 )
 
 // inputRetryBudget is how long the gateway keeps re-sending one unary input
@@ -57,7 +57,7 @@ func playerError(gameID string, err error) error {
 // when it moves (callOwner). The node applies a re-sent seq at most once.
 func (s *gameService) sendInput(ctx context.Context, c *auth.Claims, req *clusterv1.SendInputRequest) (*clusterv1.SendInputResponse, error) {
 	var out *clusterv1.SendInputResponse
-	err := s.callOwner(ctx, c, req.GameId, func(ctx context.Context, n fleet.NodeInfo) error {
+	err := s.callOwner(ctx, c, req.GameId, func(ctx context.Context, n clusterstate.NodeInfo) error {
 		resp, err := s.g.node(n).SendInput(ctx, connect.NewRequest(req))
 		if err == nil {
 			out = resp.Msg
@@ -71,8 +71,9 @@ func (s *gameService) sendInput(ctx context.Context, c *auth.Claims, req *cluste
 // moves: a call to a node that stops owning the game is abandoned at once
 // (ownerWatch) and made again to the new owner, for up to inputRetryBudget.
 // call must be safe to repeat (inputs carry their seq; a join is idempotent).
-func (s *gameService) callOwner(ctx context.Context, c *auth.Claims, gameID string, call func(context.Context, fleet.NodeInfo) error) error {
-	deadline := time.Now().Add(inputRetryBudget)
+func (s *gameService) callOwner(ctx context.Context, c *auth.Claims, gameID string, call func(context.Context, clusterstate.NodeInfo) error) error {
+	clk := s.g.clock
+	deadline := clk.Now().Add(inputRetryBudget)
 	backoff := 20 * time.Millisecond
 	for {
 		n, err := s.owner(ctx, c, gameID)
@@ -95,13 +96,11 @@ func (s *gameService) callOwner(ctx context.Context, c *auth.Claims, gameID stri
 		if ctx.Err() != nil {
 			return connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
 		}
-		if time.Now().After(deadline) {
+		if clk.Now().After(deadline) {
 			return playerError(gameID, err)
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep(clk, backoff, ctx.Done()) {
 			return connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
-		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 200*time.Millisecond)
 	}
@@ -146,11 +145,12 @@ func (p *playInputs) add(in pendingInput) bool {
 
 // run delivers until ctx ends or an input is refused for a reason the client
 // must hear. owner is the node the stream's frames come from, if known.
-func (p *playInputs) run(ctx context.Context, owner func() *fleet.NodeInfo) error {
+func (p *playInputs) run(ctx context.Context, owner func() *clusterstate.NodeInfo) error {
+	clk := p.s.g.clock
 	var stalledSince time.Time
 	backoff := 20 * time.Millisecond
 	for ctx.Err() == nil {
-		var n fleet.NodeInfo
+		var n clusterstate.NodeInfo
 		var err error
 		// The directory is the freshest word on the owner; the frame stream's
 		// node is a fallback (it lags a frozen owner by its silence timeout).
@@ -175,15 +175,13 @@ func (p *playInputs) run(ctx context.Context, owner func() *fleet.NodeInfo) erro
 			return playerError(p.gameID, err)
 		}
 		if stalledSince.IsZero() {
-			stalledSince = time.Now()
+			stalledSince = clk.Now()
 		}
-		if time.Since(stalledSince) > reattachTimeout {
+		if clk.Now().Sub(stalledSince) > reattachTimeout {
 			return playerError(p.gameID, connect.NewError(connect.CodeUnavailable, err))
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep(clk, backoff, ctx.Done()) {
 			return nil
-		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 200*time.Millisecond)
 	}
@@ -193,7 +191,7 @@ func (p *playInputs) run(ctx context.Context, owner func() *fleet.NodeInfo) erro
 // upstream runs one Inputs stream to node n: it re-sends what is pending,
 // then sends new inputs as they come, and forwards acks. It returns when the
 // stream fails, or the game's owner changes (errOwnerChanged).
-func (p *playInputs) upstream(ctx context.Context, n fleet.NodeInfo) (progressed bool, err error) {
+func (p *playInputs) upstream(ctx context.Context, n clusterstate.NodeInfo) (progressed bool, err error) {
 	tracked, done := p.s.g.dir.track(ctx, p.c.TenantID, p.gameID, n.ID)
 	defer done()
 	ctx, cancel := context.WithCancel(tracked)
@@ -223,7 +221,7 @@ func (p *playInputs) upstream(ctx context.Context, n fleet.NodeInfo) (progressed
 			p.pending = p.pending[1:]
 		}
 		p.mu.Unlock()
-		p.s.g.metrics.inputsAccepted.WithLabelValues(p.c.TenantID).Inc()
+		p.s.g.metrics.inputAccepted(p.c.TenantID)
 		if err := p.send(&ludusv1.PlayResponse{Msg: &ludusv1.PlayResponse_Ack{Ack: &ludusv1.InputAck{
 			AckedSeq: resp.AckedSeq, Tick: resp.Tick, SupersededBySeq: resp.SupersededBySeq}}}); err != nil {
 			return progressed, err

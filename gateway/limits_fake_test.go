@@ -8,8 +8,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
-	"ludus.dev/ludus/ops/fleet"
 )
 
 // openFrames opens a StreamFrames stream and returns it with its messages
@@ -38,7 +38,7 @@ func openFrames(t *testing.T, ctx context.Context, c *fakeCluster, ticket, game 
 func TestFakeStreamsPerAccount(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{MaxStreamsPerAccount: 2})
-	c.addNode(fleet.NodeInfo{ID: "node-a"})
+	c.addNode(clusterstate.NodeInfo{ID: "node-a"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -99,7 +99,7 @@ func TestFakeInputRate(t *testing.T) {
 	t.Parallel()
 	// A rate so slow that no token comes back during the test.
 	c := newFakeCluster(t, Limits{InputsPerSecond: 0.001, InputBurst: 5})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -162,7 +162,7 @@ func TestFakeInputRate(t *testing.T) {
 func TestFakePendingInputs(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{MaxPendingInputs: 4})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 	a.set(func(n *fakeNode) { n.inputsNoAck = true })

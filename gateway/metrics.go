@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +41,10 @@ type metrics struct {
 	reattachTime   *prometheus.HistogramVec // tenant
 	limitRejected  *prometheus.CounterVec   // tenant, limit
 	inputsAccepted *prometheus.CounterVec   // tenant
-	etcdReads      prometheus.Counter       // reads of etcd (directory.go)
+	// inputsByTenant caches inputsAccepted's counter of each tenant: every
+	// input counts, and a label lookup hashes and locks.
+	inputsByTenant sync.Map           // tenant → prometheus.Counter
+	etcdReads      prometheus.Counter // reads of etcd (directory.go)
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -132,6 +136,15 @@ func (m *metrics) streamOpened(tenant, kind string) func() {
 	g := m.activeStreams.WithLabelValues(tenant, kind)
 	g.Inc()
 	return g.Dec
+}
+
+// inputAccepted counts one input forwarded for tenant.
+func (m *metrics) inputAccepted(tenant string) {
+	c, ok := m.inputsByTenant.Load(tenant)
+	if !ok {
+		c, _ = m.inputsByTenant.LoadOrStore(tenant, m.inputsAccepted.WithLabelValues(tenant))
+	}
+	c.(prometheus.Counter).Inc()
 }
 
 func (m *metrics) reattached(tenant string, d time.Duration) {

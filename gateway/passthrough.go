@@ -23,6 +23,11 @@ var passThroughPrefixes = []string{
 	"/" + ludusv1connect.AdminServiceName + "/",
 	"/" + ludusv1connect.FleetServiceName + "/",
 	"/" + ludusv1connect.ProgressionServiceName + "/",
+	"/" + ludusv1connect.MatchmakingAdminServiceName + "/",
+	"/" + ludusv1connect.QuotaServiceName + "/",
+	"/" + ludusv1connect.BatchServiceName + "/",
+	"/" + ludusv1connect.GameLogServiceName + "/",
+	"/batch/archives/",
 	"/.well-known/",
 }
 

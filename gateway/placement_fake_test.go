@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/ops/fleet"
 )
@@ -38,8 +39,8 @@ func createGames(t *testing.T, c *fakeCluster, n int) ([]placement, time.Duratio
 // goes to the first node of its ranking that does not refuse, the games this
 // gateway placed earlier in the burst counting as load (the gateway counts its
 // placements of the last 2 s).
-func expectedPlacements(nodes []fleet.NodeInfo, games []placement, refuses map[string]bool) []string {
-	nodes = append([]fleet.NodeInfo(nil), nodes...)
+func expectedPlacements(nodes []clusterstate.NodeInfo, games []placement, refuses map[string]bool) []string {
+	nodes = append([]clusterstate.NodeInfo(nil), nodes...)
 	var out []string
 	for _, g := range games {
 		want := ""
@@ -61,7 +62,7 @@ func expectedPlacements(nodes []fleet.NodeInfo, games []placement, refuses map[s
 
 // checkPlacements compares a burst's placements with fleet.Rank's, when the
 // burst was short enough for the gateway to have counted all of it.
-func checkPlacements(t *testing.T, nodes []fleet.NodeInfo, games []placement, took time.Duration, refuses map[string]bool) {
+func checkPlacements(t *testing.T, nodes []clusterstate.NodeInfo, games []placement, took time.Duration, refuses map[string]bool) {
 	t.Helper()
 	if took > 1800*time.Millisecond {
 		t.Logf("the burst took %v: the gateway forgot its early placements, not comparing with fleet.Rank", took)
@@ -80,14 +81,14 @@ func checkPlacements(t *testing.T, nodes []fleet.NodeInfo, games []placement, to
 func TestFakeCreateGamePlacement(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{})
-	infos := []fleet.NodeInfo{
+	infos := []clusterstate.NodeInfo{
 		{ID: "big", Capacity: 100, Games: 10},                  // 90 free
 		{ID: "mid", Capacity: 100, Games: 70},                  // 30 free
 		{ID: "small", Capacity: 20, Games: 15},                 // 5 free
 		{ID: "drain", Capacity: 100, Games: 0, Draining: true}, // leaving
 		{ID: "full", Capacity: 10, Games: 10},                  // no room
 	}
-	var nodes []fleet.NodeInfo
+	var nodes []clusterstate.NodeInfo
 	for _, info := range infos {
 		n := c.addNode(info)
 		info.Addr = n.url
@@ -136,12 +137,12 @@ func TestFakeCreateGamePlacement(t *testing.T) {
 func TestFakeCreateGameSkipsExhaustedNode(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{})
-	infos := []fleet.NodeInfo{
+	infos := []clusterstate.NodeInfo{
 		{ID: "x", Capacity: 100, Games: 0}, // first choice most of the time, but full
 		{ID: "y", Capacity: 100, Games: 50},
 		{ID: "z", Capacity: 100, Games: 50},
 	}
-	var nodes []fleet.NodeInfo
+	var nodes []clusterstate.NodeInfo
 	for _, info := range infos {
 		n := c.addNode(info)
 		info.Addr = n.url
@@ -176,7 +177,7 @@ func TestFakeCreateGameHidesNodeErrors(t *testing.T) {
 	defer cancel()
 
 	t.Run("every node full", func(t *testing.T) {
-		x := c.addNode(fleet.NodeInfo{ID: "node-x", Capacity: 8})
+		x := c.addNode(clusterstate.NodeInfo{ID: "node-x", Capacity: 8})
 		x.set(func(n *fakeNode) {
 			n.startErr = connect.NewError(connect.CodeResourceExhausted, errors.New("node node-x is full (8 games)"))
 		})
@@ -197,8 +198,8 @@ func TestFakeCreateGameHidesNodeErrors(t *testing.T) {
 		}
 		dead := "http://" + ln.Addr().String()
 		ln.Close()
-		c.del(fleet.NodeKey("node-x"))
-		c.put(fleet.NodeKey("node-dead"), fleet.NodeInfo{ID: "node-dead", Addr: dead, Capacity: 8})
+		c.del(clusterstate.NodeKey("node-x"))
+		c.put(clusterstate.NodeKey("node-dead"), clusterstate.NodeInfo{ID: "node-dead", Addr: dead, Capacity: 8})
 		eventually(t, "the directory to list only node-dead", func() bool {
 			l, ok := c.gw.dir.nodeList()
 			return ok && len(l) == 1 && l[0].ID == "node-dead"

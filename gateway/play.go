@@ -12,8 +12,8 @@ import (
 	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
-	"ludus.dev/ludus/ops/fleet"
 )
 
 // Ping answers at once with the gateway's clock.
@@ -57,7 +57,7 @@ func (s *gameService) Play(ctx context.Context, stream *connect.BidiStream[ludus
 		defer sendMu.Unlock()
 		return stream.Send(m)
 	}
-	var owner atomic.Pointer[fleet.NodeInfo]
+	var owner atomic.Pointer[clusterstate.NodeInfo]
 	inputs := &playInputs{s: s, c: c, gameID: start.GameId, send: send, wake: make(chan struct{}, 1)}
 	go func() {
 		if err := s.receiveInputs(c, stream, inputs); err != nil {
@@ -79,7 +79,7 @@ func (s *gameService) Play(ctx context.Context, stream *connect.BidiStream[ludus
 		status: func(st *ludusv1.Status) error {
 			return send(&ludusv1.PlayResponse{Msg: &ludusv1.PlayResponse_Status{Status: st}})
 		},
-		attached: func(n fleet.NodeInfo) { owner.Store(&n) },
+		attached: func(n clusterstate.NodeInfo) { owner.Store(&n) },
 	})
 	cause := context.Cause(ctx)
 	cancel(nil)

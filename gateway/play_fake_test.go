@@ -10,8 +10,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
-	"ludus.dev/ludus/ops/fleet"
 )
 
 // openPlay opens a Play stream on game and waits for its first status (the
@@ -38,7 +38,7 @@ func waitStatus(t *testing.T, msgs <-chan streamMsg, node string) {
 		if m.end {
 			t.Fatalf("the stream ended before a status of %s: %v", node, m.err)
 		}
-		if m.status != nil && m.status.NodeId == node && m.status.State == fleet.StateRunning {
+		if m.status != nil && m.status.NodeId == node && m.status.State == clusterstate.StateRunning {
 			return
 		}
 	}
@@ -92,8 +92,8 @@ func seqs(from, to uint64) []uint64 {
 func TestFakePlayRedeliversUnacked(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
-	b := c.addNode(fleet.NodeInfo{ID: "node-b"})
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
+	b := c.addNode(clusterstate.NodeInfo{ID: "node-b"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 	a.set(func(n *fakeNode) {
@@ -150,7 +150,7 @@ func TestFakePlayRedeliversUnacked(t *testing.T) {
 func TestFakePlayRefusalEndsStream(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 	a.set(func(n *fakeNode) {
@@ -185,13 +185,15 @@ func TestFakePlayRefusalEndsStream(t *testing.T) {
 }
 
 // The owner freezes (SIGSTOP, a partition): its lease expires, node-b claims
-// the game. The frame stream re-attaches to node-b after 3 s of silence;
-// the inputs waiting for their acks must follow it there and be acknowledged.
+// the game. The frame stream re-attaches to node-b after 3 s of silence (on
+// the gateway's fake clock); the inputs waiting for their acks must follow it
+// there and be acknowledged.
 func TestFakePlayInputsFollowFrozenOwner(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, Limits{})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
-	b := c.addNode(fleet.NodeInfo{ID: "node-b"})
+	clk := newFakeClock()
+	c := newFakeClusterClock(t, Limits{}, clk)
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
+	b := c.addNode(clusterstate.NodeInfo{ID: "node-b"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 
@@ -210,40 +212,51 @@ func TestFakePlayInputsFollowFrozenOwner(t *testing.T) {
 	}
 	var streamsBefore int
 	a.snapshot(func(n *fakeNode) { streamsBefore = n.inputStreams })
-	frozeAt := time.Now()
 	a.freeze()
 	for seq := uint64(4); seq <= 6; seq++ {
 		if err := sendPlayInput(t, stream, seq); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
-	c.del(fleet.OwnerKey(tenantT1, "g1")) // node-a's lease expired
-	time.Sleep(300 * time.Millisecond)
-	c.setOwner(tenantT1, "g1", "node-b") // node-b took the game over
+	c.del(clusterstate.OwnerKey(tenantT1, "g1")) // node-a's lease expired
+	c.setOwner(tenantT1, "g1", "node-b")         // node-b took the game over
 
+	// The gateway's clock runs (fast) until the acks arrive: the frame
+	// stream's silence timeout and the inputs' backoff pass on it.
 	var acks []uint64
 	reattached := false
-	deadline := time.After(documentedSilence + 5*time.Second)
-	for len(acks) < 3 {
-		select {
-		case m := <-msgs:
-			switch {
-			case m.end:
-				t.Fatalf("the stream ended: %v", m.err)
-			case m.ack != nil:
-				acks = append(acks, m.ack.AckedSeq)
-			case m.status != nil && m.status.PreviousNodeId == "node-a":
-				reattached = true
-			}
-		case <-deadline:
+	start := clk.Now()
+	drove := false
+	defer func() {
+		if !drove {
 			var reopened, bStreams int
 			a.snapshot(func(n *fakeNode) { reopened = n.inputStreams - streamsBefore })
 			b.snapshot(func(n *fakeNode) { bStreams = n.inputStreams })
-			t.Fatalf("%v after node-a froze: frames re-attached to node-b: %v; acks %v (want 4..6); "+
+			t.Logf("%v after node-a froze: frames re-attached to node-b: %v; acks %v (want 4..6); "+
 				"Inputs streams opened to the frozen node-a after the freeze: %d, to node-b: %d; node-b received inputs %v",
-				time.Since(frozeAt).Round(time.Millisecond), reattached, acks, reopened, bStreams, b.gotInputs())
+				clk.Now().Sub(start), reattached, acks, reopened, bStreams, b.gotInputs())
 		}
+	}()
+	clk.Drive(t, 50*time.Millisecond, "node-b acknowledges inputs 4..6", func() bool {
+		for {
+			select {
+			case m := <-msgs:
+				switch {
+				case m.end:
+					t.Fatalf("the stream ended: %v", m.err)
+				case m.ack != nil:
+					acks = append(acks, m.ack.AckedSeq)
+				case m.status != nil && m.status.PreviousNodeId == "node-a":
+					reattached = true
+				}
+			default:
+				return len(acks) >= 3
+			}
+		}
+	})
+	drove = true
+	if took := clk.Now().Sub(start); took > documentedSilence+2*time.Second {
+		t.Fatalf("the acks came %v after node-a froze (gateway clock); want within the %v silence timeout and a little", took, documentedSilence)
 	}
 	if !slices.Equal(acks, seqs(4, 6)) {
 		t.Fatalf("acks after the takeover: %v; want 4..6", acks)

@@ -10,9 +10,9 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/gateway/framecodec"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
-	"ludus.dev/ludus/ops/fleet"
 )
 
 // streamMsg is one message a client stream received, or its end (end set,
@@ -111,12 +111,14 @@ func (r *frameReader) read(f *ludusv1.Frame) string {
 // owner key moves. The client's stream stays open and sees "migrating", a
 // status naming the previous node with the migration's duration, then a
 // keyframe from the new owner and deltas after it — and never a frame of the
-// old node after "migrating".
+// old node after "migrating". The gateway's clock is a fake one: migration_ms
+// is exactly the time the test lets pass before the new owner claims.
 func TestFakeStreamReattachesOnMove(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, Limits{})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
-	c.addNode(fleet.NodeInfo{ID: "node-b"})
+	clk := newFakeClock()
+	c := newFakeClusterClock(t, Limits{}, clk)
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
+	c.addNode(clusterstate.NodeInfo{ID: "node-b"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 	c.waitNodes(2)
@@ -133,7 +135,7 @@ func TestFakeStreamReattachesOnMove(t *testing.T) {
 	fr := &frameReader{t: t}
 
 	m := next(t, msgs, 5*time.Second)
-	if m.status == nil || m.status.NodeId != "node-a" || m.status.State != fleet.StateRunning {
+	if m.status == nil || m.status.NodeId != "node-a" || m.status.State != clusterstate.StateRunning {
 		t.Fatalf("first message: %+v", m)
 	}
 	deltas := 0
@@ -176,17 +178,16 @@ func TestFakeStreamReattachesOnMove(t *testing.T) {
 			migrating = m
 		}
 	}
-	// The new owner claims the game a little later.
-	time.Sleep(100 * time.Millisecond)
+	// The new owner claims the game 100 ms later.
+	clk.Advance(100 * time.Millisecond)
 	c.setOwner(tenantT1, "g1", "node-b")
 
 	m = next(t, msgs, 5*time.Second)
-	if m.status == nil || m.status.PreviousNodeId != "node-a" || m.status.NodeId != "node-b" || m.status.State != fleet.StateRunning {
+	if m.status == nil || m.status.PreviousNodeId != "node-a" || m.status.NodeId != "node-b" || m.status.State != clusterstate.StateRunning {
 		t.Fatalf("after migrating: %+v (status %+v); want a status with previous_node_id node-a", m, m.status)
 	}
-	took := m.at.Sub(migrating.at)
-	if ms := m.status.MigrationMs; ms < 100 || time.Duration(ms)*time.Millisecond > took+50*time.Millisecond {
-		t.Fatalf("migration_ms %d; the client saw %v between migrating and the re-attach, the new owner claimed after 100 ms", ms, took)
+	if ms := m.status.MigrationMs; ms != 100 {
+		t.Fatalf("migration_ms %d; the new owner claimed 100 ms after the migrating status", ms)
 	}
 	sawKey := false
 	for frames := 0; frames < 8; {
@@ -195,7 +196,7 @@ func TestFakeStreamReattachesOnMove(t *testing.T) {
 			t.Fatalf("the stream ended after the re-attach: %v", m.err)
 		}
 		if m.status != nil {
-			if frames > 0 || m.status.NodeId != "node-b" || m.status.State != fleet.StateRunning {
+			if frames > 0 || m.status.NodeId != "node-b" || m.status.State != clusterstate.StateRunning {
 				t.Fatalf("status after the re-attach: %+v", m.status)
 			}
 			continue
@@ -225,8 +226,8 @@ func TestFakeStreamReattachesOnMove(t *testing.T) {
 func TestFakeStreamReattachesAfterUpstreamError(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
-	b := c.addNode(fleet.NodeInfo{ID: "node-b"})
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
+	b := c.addNode(clusterstate.NodeInfo{ID: "node-b"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 
@@ -284,12 +285,14 @@ func TestFakeStreamReattachesAfterUpstreamError(t *testing.T) {
 
 // A frozen owner (SIGSTOP, a partition) keeps its stream open and sends
 // nothing. After 3 s of silence (upstreamSilence) the gateway gives up on it and
-// re-attaches the client's stream to the node that took the game over.
+// re-attaches the client's stream to the node that took the game over. The
+// 3 s pass on the gateway's fake clock.
 func TestFakeStreamReattachesFromFrozenNode(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, Limits{})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
-	c.addNode(fleet.NodeInfo{ID: "node-b"})
+	clk := newFakeClock()
+	c := newFakeClusterClock(t, Limits{}, clk)
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
+	c.addNode(clusterstate.NodeInfo{ID: "node-b"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 
@@ -315,42 +318,45 @@ func TestFakeStreamReattachesFromFrozenNode(t *testing.T) {
 			frames++
 		}
 	}
-	frozeAt := time.Now()
 	a.freeze()
 	// Its lease expires (the owner key goes), then node-b claims the game.
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		c.del(fleet.OwnerKey(tenantT1, "g1"))
-		time.Sleep(300 * time.Millisecond)
-		c.setOwner(tenantT1, "g1", "node-b")
-	}()
-	var migratingAt time.Time
-	for {
-		m := next(t, msgs, 6*time.Second)
-		if m.end {
-			t.Fatalf("the stream ended: %v", m.err)
-		}
-		if m.frame != nil {
-			if n := fr.read(m.frame); n != "node-a" || !migratingAt.IsZero() {
+	c.del(clusterstate.OwnerKey(tenantT1, "g1"))
+	c.setOwner(tenantT1, "g1", "node-b")
+	c.waitOwner(tenantT1, "g1", "node-b")
+	// What node-a sent before it froze is relayed; then the stream is silent.
+	for quiet := false; !quiet; {
+		select {
+		case m := <-msgs:
+			if m.frame == nil {
+				t.Fatalf("before the silence timeout: %+v (status %+v)", m, m.status)
+			}
+			if n := fr.read(m.frame); n != "node-a" {
 				t.Fatalf("frame from %q before the re-attach", n)
 			}
-			continue
+		case <-time.After(100 * time.Millisecond):
+			quiet = true
 		}
-		if m.status.State == "migrating" {
-			migratingAt = m.at
-			within(t, "noticing the frozen node", migratingAt.Sub(frozeAt), documentedSilence-200*time.Millisecond, documentedSilence+1500*time.Millisecond)
-			continue
-		}
-		if migratingAt.IsZero() || m.status.PreviousNodeId != "node-a" || m.status.NodeId != "node-b" {
-			t.Fatalf("status %+v (migrating seen: %v)", m.status, !migratingAt.IsZero())
-		}
-		within(t, "re-attaching after giving up on the frozen node", m.at.Sub(migratingAt), 0, time.Second)
-		// migration_ms counts from when the gateway gave up on node-a; node-b
-		// had claimed the game long before, so it may well be 0 here.
-		if time.Duration(m.status.MigrationMs)*time.Millisecond > m.at.Sub(migratingAt)+50*time.Millisecond {
-			t.Fatalf("migration_ms %d; the client saw %v between migrating and the re-attach", m.status.MigrationMs, m.at.Sub(migratingAt))
-		}
-		break
+	}
+	// Silent for just under the documented timeout: the gateway still waits
+	// on node-a (the stream of a node that is only slow must not move).
+	clk.Advance(documentedSilence - time.Millisecond)
+	select {
+	case m := <-msgs:
+		t.Fatalf("after %v of silence: %+v (status %+v)", documentedSilence-time.Millisecond, m, m.status)
+	case <-time.After(200 * time.Millisecond):
+	}
+	clk.Advance(time.Millisecond)
+	if m := next(t, msgs, 2*time.Second); m.status == nil || m.status.State != "migrating" || m.status.NodeId != "node-a" {
+		t.Fatalf("after %v of silence: %+v (status %+v); want migrating from node-a", documentedSilence, m, m.status)
+	}
+	m := next(t, msgs, 2*time.Second)
+	if m.status == nil || m.status.PreviousNodeId != "node-a" || m.status.NodeId != "node-b" {
+		t.Fatalf("after migrating: %+v (status %+v); want the re-attach to node-b", m, m.status)
+	}
+	// migration_ms counts from when the gateway gave up on node-a; node-b had
+	// claimed the game before, and the clock has not moved since.
+	if m.status.MigrationMs != 0 {
+		t.Fatalf("migration_ms %d; want 0", m.status.MigrationMs)
 	}
 	for frames := 0; frames < 4; {
 		m := next(t, msgs, 5*time.Second)

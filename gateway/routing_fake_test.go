@@ -11,9 +11,9 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
-	"ludus.dev/ludus/ops/fleet"
 )
 
 func sendInput(ctx context.Context, c *fakeCluster, ticket, game string, seq uint64) (*ludusv1.SendInputResponse, error) {
@@ -29,8 +29,8 @@ func sendInput(ctx context.Context, c *fakeCluster, ticket, game string, seq uin
 func TestFakeSendInputRoutesFromDirectory(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
-	b := c.addNode(fleet.NodeInfo{ID: "node-b"})
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
+	b := c.addNode(clusterstate.NodeInfo{ID: "node-b"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.addGame(tenantT1, "g2", "node-b")
 	c.waitOwner(tenantT1, "g1", "node-a")
@@ -108,7 +108,7 @@ func TestFakeSendInputRoutesFromDirectory(t *testing.T) {
 func TestFakeUnknownGameIsNotFound(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -162,7 +162,7 @@ func TestFakeUnknownGameIsNotFound(t *testing.T) {
 func TestFakeSendInputToMovingGame(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
 	c.addGame(tenantT1, "lost", "")  // nobody claims it
 	c.addGame(tenantT1, "found", "") // claimed after 500 ms
 	c.waitNodes(1)
@@ -215,7 +215,7 @@ func TestFakeSendInputToMovingGame(t *testing.T) {
 func TestFakeSendInputNodeLostGame(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 	a.disown(tenantT1, "g1")
@@ -249,8 +249,8 @@ func TestFakeSendInputNodeLostGame(t *testing.T) {
 func TestFakeSendInputAbandonsFormerOwner(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{})
-	a := c.addNode(fleet.NodeInfo{ID: "node-a"})
-	b := c.addNode(fleet.NodeInfo{ID: "node-b"})
+	a := c.addNode(clusterstate.NodeInfo{ID: "node-a"})
+	b := c.addNode(clusterstate.NodeInfo{ID: "node-b"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
 	c.waitNodes(2)

@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/auth"
+	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/gateway/framecodec"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
@@ -30,6 +32,9 @@ func newGameID() string {
 }
 
 func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludusv1.CreateGameRequest]) (*connect.Response[ludusv1.CreateGameResponse], error) {
+	if err := s.g.admit(ctx); err != nil { // tenant quotas (admission.go)
+		return nil, err
+	}
 	c := claimsFrom(ctx)
 	m := req.Msg
 	if m.ModuleName == "" {
@@ -134,7 +139,7 @@ func withBots(config []byte, bots int32) ([]byte, error) {
 
 // nodes returns every sim node's record: from the directory, or read from
 // etcd while the directory is not current.
-func (s *gameService) nodes(ctx context.Context) ([]fleet.NodeInfo, error) {
+func (s *gameService) nodes(ctx context.Context) ([]clusterstate.NodeInfo, error) {
 	if nodes, ok := s.g.dir.nodeList(); ok {
 		return nodes, nil
 	}
@@ -157,7 +162,7 @@ func (s *gameService) ListGames(ctx context.Context, req *connect.Request[ludusv
 	}
 	resp := &ludusv1.ListGamesResponse{}
 	for _, g := range games {
-		if g.Status.State == fleet.StateRunning && g.Owner != "" {
+		if g.Status.State == clusterstate.StateRunning && g.Owner != "" {
 			resp.Games = append(resp.Games, fleet.GameInfo(g))
 		}
 	}
@@ -166,9 +171,9 @@ func (s *gameService) ListGames(ctx context.Context, req *connect.Request[ludusv
 
 // owner finds the node running a game of the caller's tenant. Games of other
 // tenants are simply not found: their keys live under another tenant id.
-func (s *gameService) owner(ctx context.Context, c *auth.Claims, gameID string) (fleet.NodeInfo, error) {
+func (s *gameService) owner(ctx context.Context, c *auth.Claims, gameID string) (clusterstate.NodeInfo, error) {
 	if gameID == "" {
-		return fleet.NodeInfo{}, connect.NewError(connect.CodeInvalidArgument, errors.New("game_id is required"))
+		return clusterstate.NodeInfo{}, connect.NewError(connect.CodeInvalidArgument, errors.New("game_id is required"))
 	}
 	// Steady state: the watched directory knows the owner. Otherwise the game
 	// does not exist, is over or is moving: etcd says which.
@@ -177,18 +182,18 @@ func (s *gameService) owner(ctx context.Context, c *auth.Claims, gameID string) 
 	}
 	s.g.metrics.etcdReads.Inc()
 	g, err := s.g.fleet.Game(ctx, c.TenantID, gameID)
-	if errors.Is(err, fleet.ErrNotFound) {
-		return fleet.NodeInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q", gameID))
+	if errors.Is(err, clusterstate.ErrGameNotFound) {
+		return clusterstate.NodeInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q", gameID))
 	}
 	if err != nil {
 		s.g.log.Warn("cannot read a game's owner", "game", gameID, "err", err)
-		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s cannot be located right now; retry in a moment", gameID))
+		return clusterstate.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s cannot be located right now; retry in a moment", gameID))
 	}
-	if g.Status.State != fleet.StateRunning && g.Status.State != "" {
-		return fleet.NodeInfo{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("game %s is %s", gameID, g.Status.State))
+	if g.Status.State != clusterstate.StateRunning && g.Status.State != "" {
+		return clusterstate.NodeInfo{}, connect.NewError(connect.CodeFailedPrecondition, &gameOver{game: gameID, status: g.Status})
 	}
 	if g.Owner == "" {
-		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s has no running owner right now; retry shortly", gameID))
+		return clusterstate.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s has no running owner right now; retry shortly", gameID))
 	}
 	if n, ok := s.g.dir.nodeRecord(g.Owner); ok {
 		return n, nil
@@ -196,9 +201,30 @@ func (s *gameService) owner(ctx context.Context, c *auth.Claims, gameID string) 
 	s.g.metrics.etcdReads.Inc()
 	n, err := s.g.fleet.Node(ctx, g.Owner)
 	if err != nil {
-		return fleet.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s is moving to another node; retry in a moment", gameID))
+		return clusterstate.NodeInfo{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s is moving to another node; retry in a moment", gameID))
 	}
 	return n, nil
+}
+
+// gameOver is why a call or stream cannot go on: the game ended, or failed
+// for the reason its last node wrote in its status (a resume that desynced, a
+// module that trapped). Its message goes to players. Sent as
+// FailedPrecondition: the game is over, retrying cannot help.
+type gameOver struct {
+	game   string
+	status clusterstate.GameStatus
+}
+
+func (e *gameOver) Error() string {
+	if e.status.State == clusterstate.StateFailed && e.status.Message != "" {
+		return fmt.Sprintf("game %s failed: %s", e.game, e.status.Message)
+	}
+	return fmt.Sprintf("game %s is %s", e.game, e.status.State)
+}
+
+// gameOverError is the error that ends a stream whose game is over.
+func gameOverError(game string, st clusterstate.GameStatus) error {
+	return connect.NewError(connect.CodeFailedPrecondition, &gameOver{game: game, status: st})
 }
 
 func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1.JoinGameRequest]) (*connect.Response[ludusv1.JoinGameResponse], error) {
@@ -216,7 +242,7 @@ func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 		return nil, s.backendError("add match players", err)
 	}
 	var resp *clusterv1.JoinGameResponse
-	err := s.callOwner(ctx, c, req.Msg.GameId, func(ctx context.Context, n fleet.NodeInfo) error {
+	err := s.callOwner(ctx, c, req.Msg.GameId, func(ctx context.Context, n clusterstate.NodeInfo) error {
 		r, err := s.g.node(n).JoinGame(ctx, connect.NewRequest(&clusterv1.JoinGameRequest{
 			TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, DisplayName: c.DisplayName}))
 		if err == nil {
@@ -240,7 +266,7 @@ func (s *gameService) SendInput(ctx context.Context, req *connect.Request[ludusv
 	if err != nil {
 		return nil, err
 	}
-	s.g.metrics.inputsAccepted.WithLabelValues(c.TenantID).Inc()
+	s.g.metrics.inputAccepted(c.TenantID)
 	return connect.NewResponse(&ludusv1.SendInputResponse{AckedSeq: resp.AckedSeq, Tick: resp.Tick, SupersededBySeq: resp.SupersededBySeq}), nil
 }
 
@@ -279,7 +305,7 @@ type frameSink struct {
 	frame  func(*ludusv1.Frame) error
 	status func(*ludusv1.Status) error
 	// attached, if set, is told every node the stream attaches to.
-	attached func(fleet.NodeInfo)
+	attached func(clusterstate.NodeInfo)
 }
 
 // streamGame relays a game's frames to one client stream, encoding them as the
@@ -353,15 +379,20 @@ const (
 // ends without the game ending — a handoff, a failover, a dead or frozen node —
 // it finds the game's new owner and re-attaches the client's open stream to it:
 // the client sees a "migrating" status, then a status with the migration's
-// duration and a keyframe, never a reconnect.
+// duration and a keyframe, never a reconnect. A game that ends meanwhile ends
+// the stream with its final status; one that fails (its new owner could not
+// resume it) with a "failed" status carrying the reason, then
+// FailedPrecondition. A game no node takes within reattachTimeout ends it
+// with Unavailable.
 //
 // attached, if not nil, is told every node the stream attaches to (Play sends
 // the stream's inputs there).
-func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string, spectator bool, delivery ludusv1.Delivery, send func(*clusterv1.StreamFramesResponse) error, reattached func(), attachedTo func(fleet.NodeInfo)) error {
+func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string, spectator bool, delivery ludusv1.Delivery, send func(*clusterv1.StreamFramesResponse) error, reattached func(), attachedTo func(clusterstate.NodeInfo)) error {
 	req := &clusterv1.StreamFramesRequest{TenantId: c.TenantID, GameId: gameID, Spectator: spectator, Delivery: delivery}
 	if !spectator {
 		req.AccountId = c.AccountID
 	}
+	clk := s.g.clock
 	var moving time.Time // when the current move started; zero while attached
 	prev := ""
 	backoff := 50 * time.Millisecond
@@ -380,19 +411,22 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 					attachedTo(n)
 				}
 				if !moving.IsZero() {
-					took := time.Since(moving)
+					took := clk.Now().Sub(moving)
 					ms := took.Milliseconds()
 					s.g.metrics.reattached(c.TenantID, took)
 					reattached()
 					s.g.log.Info("stream re-attached", "tenant", c.TenantID, "game", gameID, "from", prev, "to", n.ID, "ms", ms)
-					_ = send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
-						NodeId: n.ID, State: fleet.StateRunning, MigrationMs: ms, PreviousNodeId: prev,
-						Message: fmt.Sprintf("moved from node %s to %s in %d ms", prev, n.ID, ms)}}})
+					_ = send(statusMsg(&ludusv1.Status{
+						NodeId: n.ID, State: clusterstate.StateRunning, MigrationMs: ms, PreviousNodeId: prev,
+						Message: fmt.Sprintf("moved from node %s to %s in %d ms", prev, n.ID, ms)}))
 					moving = time.Time{}
 				}
 			})
-			if ended || ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return nil
+			}
+			if ended {
+				return err // nil, or the failure the node's last status gave
 			}
 			if attached {
 				// Only a node that served the stream is where it came from.
@@ -401,6 +435,19 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 			}
 		}
 		s.g.log.Debug("stream upstream ended", "game", gameID, "prev", prev, "err", err)
+		if over := (*gameOver)(nil); prev != "" && errors.As(lookupErr, &over) {
+			// The game ended or failed while the stream was moving (its new
+			// owner could not resume it): the client hears its last status
+			// and why, never a "migrating" that goes silent.
+			st := over.status
+			if err := send(statusMsg(&ludusv1.Status{NodeId: st.NodeID, State: st.State, Tick: st.Tick, Message: st.Message})); err != nil {
+				return nil // the client is gone
+			}
+			if st.State == clusterstate.StateEnded {
+				return nil
+			}
+			return lookupErr
+		}
 		if err != nil && !retryable(err) {
 			if lookupErr != nil {
 				return err // from the owner lookup: already what the player should see
@@ -415,31 +462,41 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 			return playerError(gameID, err)
 		}
 		if moving.IsZero() {
-			moving = time.Now()
-			if err := send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
-				NodeId: prev, State: "migrating", Message: "the game is moving to another node"}}}); err != nil {
+			moving = clk.Now()
+			if err := send(statusMsg(&ludusv1.Status{
+				NodeId: prev, State: "migrating", Message: "the game is moving to another node"})); err != nil {
 				return err
 			}
 		}
-		if time.Since(moving) > reattachTimeout {
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s did not come back within %v; retry", gameID, reattachTimeout))
+		if clk.Now().Sub(moving) > reattachTimeout {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+				"game %s is not running anywhere right now: no node took it over within %v; retry later", gameID, reattachTimeout))
 		}
 		// Wait for the directory to change (the new owner's claim) or, as a
 		// fallback, the backoff: a handoff completes in tens of milliseconds.
+		t := clk.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
 		case <-changed:
-		case <-time.After(backoff):
+		case <-t.C():
 		}
+		t.Stop()
 		backoff = min(backoff*2, 250*time.Millisecond)
 	}
 }
 
+// statusMsg wraps a status for the client's stream.
+func statusMsg(st *ludusv1.Status) *clusterv1.StreamFramesResponse {
+	return &clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: st}}
+}
+
 // relay streams from one node until the upstream ends. attached reports whether
 // the node accepted the stream (its first message arrived); ended whether the
-// game is over (or the client went away).
-func (s *gameService) relay(ctx context.Context, n fleet.NodeInfo, req *clusterv1.StreamFramesRequest, send func(*clusterv1.StreamFramesResponse) error, onAttach func()) (attached, ended bool, err error) {
+// stream is over: the game ended (err nil), failed (err says why, after its
+// "failed" status was sent) or the client went away (err nil).
+func (s *gameService) relay(ctx context.Context, n clusterstate.NodeInfo, req *clusterv1.StreamFramesRequest, send func(*clusterv1.StreamFramesResponse) error, onAttach func()) (attached, ended bool, err error) {
 	upCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	up, err := s.g.node(n).StreamFrames(upCtx, connect.NewRequest(req))
@@ -448,27 +505,9 @@ func (s *gameService) relay(ctx context.Context, n fleet.NodeInfo, req *clusterv
 	}
 	defer up.Close()
 	// A frozen node (SIGSTOP, a partition) keeps the connection open and silent.
-	alive := make(chan struct{}, 1)
-	go func() {
-		t := time.NewTimer(upstreamSilence)
-		defer t.Stop()
-		for {
-			select {
-			case <-upCtx.Done():
-				return
-			case <-alive:
-				t.Reset(upstreamSilence)
-			case <-t.C:
-				cancel()
-				return
-			}
-		}
-	}()
+	alive := watchSilence(upCtx, s.g.clock, upstreamSilence, cancel)
 	for up.Receive() {
-		select {
-		case alive <- struct{}{}:
-		default:
-		}
+		alive()
 		m := up.Msg()
 		if !attached {
 			attached = true
@@ -479,12 +518,19 @@ func (s *gameService) relay(ctx context.Context, n fleet.NodeInfo, req *clusterv
 			case "moved":
 				// The node handed the game off or lost it: find the new owner.
 				return attached, false, nil
-			case fleet.StateEnded, fleet.StateFailed:
-				return attached, true, send(m)
+			case clusterstate.StateEnded:
+				_ = send(m)
+				return attached, true, nil
+			case clusterstate.StateFailed:
+				if send(m) != nil {
+					return attached, true, nil // the client is gone
+				}
+				return attached, true, gameOverError(req.GameId, clusterstate.GameStatus{
+					State: st.State, Tick: st.Tick, NodeID: st.NodeId, Message: st.Message})
 			}
 		}
 		if err := send(m); err != nil {
-			return attached, true, err
+			return attached, true, nil // the client is gone
 		}
 	}
 	if ctx.Err() != nil {
@@ -496,12 +542,39 @@ func (s *gameService) relay(ctx context.Context, n fleet.NodeInfo, req *clusterv
 	return attached, false, nil
 }
 
+// watchSilence calls giveUp once d passes on clk without a call of the
+// returned alive; it stops when ctx ends. alive only stores the time (it is
+// called for every message of a stream): the watchdog wakes when its timer
+// fires, not per message, and re-arms for what is left of d after the last.
+func watchSilence(ctx context.Context, clk Clock, d time.Duration, giveUp func()) (alive func()) {
+	var last atomic.Int64 // clk.Now of the last message, Unix ns
+	last.Store(clk.Now().UnixNano())
+	t := clk.NewTimer(d)
+	go func() {
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C():
+				if left := time.Duration(last.Load()+int64(d)) - time.Duration(clk.Now().UnixNano()); left > 0 {
+					t.Reset(left)
+					continue
+				}
+				giveUp()
+				return
+			}
+		}
+	}()
+	return func() { last.Store(clk.Now().UnixNano()) }
+}
+
 // spectatorNode picks the node that serves a game's spectators: a node other
 // than the owner (it replays the game's log, so spectators never load the
 // owner), the first in the fleet's rendezvous order for the game, so every
 // gateway sends a game's spectators to the same replica. With one node, the
 // owner serves them.
-func (s *gameService) spectatorNode(ctx context.Context, gameID string, owner fleet.NodeInfo) fleet.NodeInfo {
+func (s *gameService) spectatorNode(ctx context.Context, gameID string, owner clusterstate.NodeInfo) clusterstate.NodeInfo {
 	nodes, err := s.nodes(ctx)
 	if err != nil {
 		return owner

@@ -76,3 +76,17 @@ func decodeRules(tenant string, b []byte) (matchmaking.Rules, error) {
 func decodeRulesProto(b []byte, p *ludusv1.MatchmakingRules) error { return protojson.Unmarshal(b, p) }
 
 func encodeRules(p *ludusv1.MatchmakingRules) ([]byte, error) { return protojson.Marshal(p) }
+
+// PutRules validates and stores a tenant's rules for a mode, as
+// MatchmakingAdminService.SetRules does: for operators and the dev stack,
+// which seed rules without an API key.
+func PutRules(ctx context.Context, state *clusterstate.Client, tenant string, p *ludusv1.MatchmakingRules) error {
+	if _, err := rulesFromProto(tenant, p); err != nil {
+		return err
+	}
+	b, err := encodeRules(p)
+	if err != nil {
+		return err
+	}
+	return state.PutMatchRules(ctx, tenant, p.GetMode(), b)
+}

@@ -34,11 +34,16 @@ var (
 	jsonBuf []byte
 )
 
+// errNoGame is the message of a module built without calling Register.
+const errNoGame = "ludus sdk: no game registered; call sdk.Register from an init function of package main"
+
 // game returns the registered game, trapping with a readable message when the
-// module was built without calling Register.
+// module was built without calling Register: the Go runtime writes a panic's
+// message ("panic: ...") to stderr before it traps, and the host reports it
+// (docs/ABI.md, "Errors and output").
 func game() Game {
 	if registered == nil {
-		panic("ludus sdk: no game registered; call sdk.Register from an init function of package main")
+		panic(errNoGame)
 	}
 	return registered
 }
@@ -61,11 +66,11 @@ func scratchSlice(n int32) ([]byte, bool) {
 	return scratch[:n], true
 }
 
-// logError writes to stderr, which the host captures into the match log. It
-// uses the println builtin because package os would add WASI imports.
-func logError(where string, err error) {
-	println("ludus sdk: " + where + ": " + err.Error())
-}
+// logError writes "error: TEXT" to stderr, the line the host takes as the
+// module's message when the export returns an error code (docs/ABI.md,
+// "Errors and output"); the match's guest log keeps it too. It uses the
+// println builtin because package os would add WASI imports.
+func logError(err error) { println(errorLine(err.Error())) }
 
 //go:wasmexport ludus_abi_version
 func ludusABIVersion() int32 { return abi.Version }
@@ -92,14 +97,16 @@ func ludusBuffer(size int32) int32 {
 //go:wasmexport ludus_init
 func ludusInit(seed int64, configLen int32) int32 {
 	if registered == nil {
+		println(errorLine(errNoGame))
 		return errCodeNoGame
 	}
 	cfg, ok := scratchSlice(configLen)
 	if !ok {
+		println(errorLine("ludus sdk: the config length is beyond the scratch buffer"))
 		return errCodeBadLen
 	}
 	if err := registered.Init(uint64(seed), cfg); err != nil {
-		logError("init", err)
+		logError(err)
 		return errCodeGame
 	}
 	return 0
@@ -168,7 +175,7 @@ func ludusLoad(length int32) int32 {
 		return errCodeBadLen
 	}
 	if err := cp.Load(b); err != nil {
-		logError("load", err)
+		logError(err)
 		return errCodeGame
 	}
 	return 0

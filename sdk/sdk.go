@@ -111,3 +111,21 @@ func Register(g Game) {
 
 // Registered returns the game passed to Register, or nil.
 func Registered() Game { return registered }
+
+// errorLine is the stderr line that carries an error's text to the host: one
+// line, "error: TEXT" (docs/ABI.md, "Errors and output"), so a multi-line
+// error keeps its lines joined by " / ".
+func errorLine(text string) string {
+	b := make([]byte, 0, len("error: ")+len(text))
+	b = append(b, "error: "...)
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; c {
+		case '\n':
+			b = append(b, " / "...)
+		case '\r':
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}

@@ -93,3 +93,17 @@ func TestFrame(t *testing.T) {
 	}
 	var _ Renderer = (*painter)(nil)
 }
+
+// TestErrorLine: the SDK reports an error to the host as one "error: TEXT"
+// line on stderr (docs/ABI.md, "Errors and output").
+func TestErrorLine(t *testing.T) {
+	for in, want := range map[string]string{
+		`unknown map "dust3"`: `error: unknown map "dust3"`,
+		"two\r\nlines":        "error: two / lines",
+		"":                    "error: ",
+	} {
+		if got := errorLine(in); got != want {
+			t.Errorf("errorLine(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -117,6 +117,9 @@ func (n *Node) archiveOnce(a Archiver, tenant, game string) error {
 	for _, c := range l.Chunks {
 		req.Chunks = append(req.Chunks, c.Data)
 	}
+	if gl := n.guestLogs().get(gameKey(tenant, game)); gl != nil && gl.finished() {
+		req.GuestLog = gl.snapshot()
+	}
 	if req.FinalTick == 0 && len(req.Chunks) > 0 {
 		// A status written without the tick (a game failed on takeover): the
 		// log knows where it ended.

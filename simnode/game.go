@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -57,12 +58,13 @@ type slot struct {
 // game is the actor of one match: one goroutine owns the instance and all state
 // below; everything else talks to it through inbox and reads its cells.
 type game struct {
-	n     *Node
-	sess  *clusterstate.Session // the lease the game was claimed under
-	spec  clusterstate.GameSpec
-	inst  *engine.Instance
-	claim clusterstate.Claim // owner key value and create revision (the fence)
-	log   *slog.Logger
+	deadline deadline // the match's hard deadline (deadline.go)
+	n        *Node
+	sess     *clusterstate.Session // the lease the game was claimed under
+	spec     clusterstate.GameSpec
+	inst     *engine.Instance
+	claim    clusterstate.Claim // owner key value and create revision (the fence)
+	log      *slog.Logger
 
 	inbox chan any
 	quit  chan string
@@ -104,6 +106,9 @@ type game struct {
 	ticket   *ticket
 	dropped  prometheus.Counter
 	tickTime prometheus.Counter
+
+	// glog is the match's guest log on this node (guestlog.go).
+	glog *guestLog
 }
 
 type joinReq struct {
@@ -162,6 +167,7 @@ func (a ackWaiter) answer(err error) {
 type handoffReq struct {
 	target clusterstate.NodeInfo
 	reply  chan error
+	at     *int64 // set to the tick the game moved at before reply gets nil
 }
 
 type slotReq struct {
@@ -179,7 +185,6 @@ func newGame(n *Node, sess *clusterstate.Session, spec clusterstate.GameSpec, mo
 	}
 	g := &game{
 		n: n, sess: sess, spec: spec, inst: inst, claim: claim,
-		log:      n.log.With("tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID),
 		inbox:    make(chan any, 1024),
 		quit:     make(chan string, 1),
 		done:     make(chan struct{}),
@@ -188,6 +193,9 @@ func newGame(n *Node, sess *clusterstate.Session, spec clusterstate.GameSpec, mo
 		status:   newCell(Status{State: clusterstate.StateRunning, Tick: inst.Tick()}),
 		pending:  &inputlog.Chunk{},
 	}
+	g.stepped.Store(inst.Tick())
+	g.log = slog.New(tickHandler{Handler: n.log.Handler(), tick: &g.stepped}).With("tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID)
+	g.useGuestLog(newGuestLog())
 	g.slots = make([]*slot, spec.MaxPlayers)
 	for i := range g.slots {
 		g.slots[i] = &slot{view: newFeed()}
@@ -196,9 +204,16 @@ func newGame(n *Node, sess *clusterstate.Session, spec clusterstate.GameSpec, mo
 	g.durableTick.Store(inst.Tick())
 	g.speculation = max(1, int64(n.cfg.MaxSpeculation)*int64(spec.TickRate)/int64(time.Second))
 	g.ticket = n.sched.newTicket(spec.TenantID)
+	g.deadline = n.newDeadline(spec.TenantID, mod.Meta, spec.TickRate)
 	g.dropped = n.metrics.dropped.WithLabelValues(spec.TenantID)
 	g.tickTime = n.metrics.tickCPU.WithLabelValues(spec.TenantID)
 	return g
+}
+
+// useGuestLog makes l the match's guest log: the instance's lines go there.
+func (g *game) useGuestLog(l *guestLog) {
+	g.glog = l
+	g.inst.SetOutputSink(l.add)
 }
 
 // stop asks the actor to stop; it does not wait.
@@ -232,6 +247,7 @@ func (g *game) run() {
 	defer g.drawer.close()
 	defer g.n.sched.unregister(g.n.ctx, g.ticket)
 	g.n.sched.register(g.n.ctx, g.ticket)
+	g.n.guestLogs().put(gameKey(g.spec.TenantID, g.spec.GameID), g.glog)
 	ctx := context.Background()
 	period := time.Second / time.Duration(g.spec.TickRate)
 	start := time.Now()
@@ -258,12 +274,14 @@ func (g *game) run() {
 		case <-g.sess.Done():
 			// Nothing more may be written: another node may own the game soon.
 			g.failWaiters(errGameStopped)
+			g.glog.close(StateMoved, "node lost its lease; another node resumes the game")
 			g.status.publish(Status{State: StateMoved, Tick: g.inst.Tick(), Message: "node lost its lease; another node resumes the game"})
 			g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
 			return
 		case <-timer.C:
 			if g.fencedByWriter.Load() {
 				g.failWaiters(errGameStopped)
+				g.glog.close(StateMoved, "this node can no longer write the game's log; another node resumes it")
 				g.status.publish(Status{State: StateMoved, Tick: g.inst.Tick(), Message: "this node can no longer write the game's log; another node resumes it"})
 				g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
 				g.n.release(g)
@@ -293,6 +311,14 @@ func (g *game) run() {
 				g.log.Error("game failed", "tick", g.inst.Tick(), "cause", cause, "err", err, "guest_output", g.inst.Output())
 				g.finish(ctx, clusterstate.StateFailed, failMessage(err, g.inst.Tick(), g.spec.BuildID), false)
 				return
+			}
+			if !ended {
+				// The hard deadline counts game time, so every node that runs
+				// the game (after a failover too) ends it at the same tick.
+				if msg, over := g.deadline.reached(g.inst.Tick()); over {
+					g.finish(ctx, clusterstate.StateEnded, msg, true)
+					return
+				}
 			}
 			if ended {
 				g.finish(ctx, clusterstate.StateEnded, "match ended", true)
@@ -369,7 +395,8 @@ func (g *game) dropQueued(err error) {
 }
 
 // failMessage is the status message players see when their match fails
-// because of its module; the log line carries the full error.
+// because of its module, in the module's words when it gave some (its panic
+// or error line: engine.GuestMessage); the log line carries the full error.
 func failMessage(err error, tick int64, build string) string {
 	var te *engine.TrapError
 	if errors.As(err, &te) {
@@ -379,12 +406,23 @@ func failMessage(err error, tick int64, build string) string {
 	switch {
 	case errors.Is(err, engine.ErrDeadline):
 		what = "the game module exceeded its CPU deadline"
+	case te != nil && te.Message != "":
+		return fmt.Sprintf("match failed: %s (build %.12s)", te.Reason(), build)
 	case te != nil:
-		what = fmt.Sprintf("the game module crashed (%v)", te.Err)
+		what = fmt.Sprintf("the game module crashed (%s)", firstLine(te.Err.Error()))
 	default:
-		what = fmt.Sprintf("the game module failed (%v)", err)
+		what = fmt.Sprintf("the game module failed (%s)", firstLine(err.Error()))
 	}
 	return fmt.Sprintf("match failed: %s at tick %d (build %.12s)", what, tick, build)
+}
+
+// firstLine cuts s at its first newline (wazero appends a wasm stack trace
+// to a trap's text).
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // tick steps the game once, renders due frames and flushes the log when due. A
@@ -526,12 +564,14 @@ func (g *game) finish(ctx context.Context, state, message string, ended bool) {
 		if res, err = g.inst.Result(ctx); err == nil {
 			resOK = true
 			var r abi.Result
-			if json.Unmarshal(res, &r) == nil {
+			if json.Unmarshal(res, &r) == nil && !isDeadlineMessage(message) {
 				message = fmt.Sprintf("match ended after %d ticks (build %.12s)", r.Ticks, g.spec.BuildID)
 			}
 		}
 	}
 	message = finalMessage(message)
+	// Closed before the final flush: the archive that follows it takes the log.
+	g.glog.close(state, message)
 	g.flushFinal(state, message)
 	if ended {
 		g.reportFinal(ctx)

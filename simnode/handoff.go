@@ -19,13 +19,19 @@ import (
 // to its name, replays the log and resumes at the next tick. If target is empty,
 // the node picks one by rendezvous hashing weighted by free capacity.
 func (n *Node) Handoff(ctx context.Context, tenant, gameID, target string) (string, error) {
+	to, _, err := n.handoffAt(ctx, tenant, gameID, target)
+	return to, err
+}
+
+// handoffAt is Handoff that also returns the tick at which the game moved.
+func (n *Node) handoffAt(ctx context.Context, tenant, gameID, target string) (string, int64, error) {
 	g, ok := n.game(tenant, gameID)
 	if !ok {
-		return "", nodeErrorf(errNotHere, "game %q is not running on node %s", gameID, n.cfg.ID)
+		return "", 0, nodeErrorf(errNotHere, "game %q is not running on node %s", gameID, n.cfg.ID)
 	}
 	nodes, err := n.cfg.Etcd.View().Nodes(ctx)
 	if err != nil {
-		return "", nodeErrorf(errClusterState, "the fleet cannot be read: %v", err)
+		return "", 0, nodeErrorf(errClusterState, "the fleet cannot be read: %v", err)
 	}
 	var to *clusterstate.NodeInfo
 	if target == "" {
@@ -40,30 +46,30 @@ func (n *Node) Handoff(ctx context.Context, tenant, gameID, target string) (stri
 			}
 		}
 		if to == nil {
-			return "", nodeErrorf(errNoSuchNode, "no node %q in the fleet", target)
+			return "", 0, nodeErrorf(errNoSuchNode, "no node %q in the fleet", target)
 		}
 		if to.ID == n.cfg.ID {
-			return "", nodeErrorf(errSameNode, "the game already runs on that node")
+			return "", 0, nodeErrorf(errSameNode, "the game already runs on that node")
 		}
 		if to.Draining || to.Games >= to.Capacity {
-			return "", nodeErrorf(errNoRoom, "node %s takes no new games (draining or full)", to.ID)
+			return "", 0, nodeErrorf(errNoRoom, "node %s takes no new games (draining or full)", to.ID)
 		}
 	}
 	if to == nil {
-		return "", nodeErrorf(errNoRoom, "no other node has room for the game")
+		return "", 0, nodeErrorf(errNoRoom, "no other node has room for the game")
 	}
-	reply := make(chan error, 1)
-	if err := g.send(ctx, handoffReq{target: *to, reply: reply}); err != nil {
-		return "", err
+	reply, at := make(chan error, 1), new(int64)
+	if err := g.send(ctx, handoffReq{target: *to, reply: reply, at: at}); err != nil {
+		return "", 0, err
 	}
 	select {
 	case err := <-reply:
 		if err != nil {
-			return "", err
+			return "", 0, err
 		}
-		return to.ID, nil
+		return to.ID, *at, nil
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return "", 0, ctx.Err()
 	}
 }
 
@@ -83,10 +89,12 @@ func (g *game) handoff(h handoffReq) bool {
 		return false
 	}
 	g.failWaiters(errGameStopped)
-	g.status.publish(Status{State: StateMoved, Tick: g.inst.Tick(), Players: g.players,
-		Message: fmt.Sprintf("moved to node %s", h.target.ID)})
+	moved := fmt.Sprintf("moved to node %s at tick %d", h.target.ID, g.inst.Tick())
+	g.glog.close(StateMoved, moved)
+	g.status.publish(Status{State: StateMoved, Tick: g.inst.Tick(), Players: g.players, Message: moved})
 	g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
 	g.log.Info("game handed off", "tick", g.inst.Tick(), "to", h.target.ID, "ms", time.Since(start).Milliseconds())
+	*h.at = g.inst.Tick()
 	h.reply <- nil
 	return true
 }
@@ -162,9 +170,9 @@ func (n *Node) Drained() <-chan struct{} { return n.drained }
 type control struct{ n *Node }
 
 func (c *control) HandoffGame(ctx context.Context, req *connect.Request[clusterv1.HandoffGameRequest]) (*connect.Response[clusterv1.HandoffGameResponse], error) {
-	to, err := c.n.Handoff(ctx, req.Msg.TenantId, req.Msg.GameId, req.Msg.TargetNodeId)
+	to, tick, err := c.n.handoffAt(ctx, req.Msg.TenantId, req.Msg.GameId, req.Msg.TargetNodeId)
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&clusterv1.HandoffGameResponse{ToNodeId: to}), nil
+	return connect.NewResponse(&clusterv1.HandoffGameResponse{ToNodeId: to, Tick: tick}), nil
 }

@@ -222,6 +222,7 @@ func (n *Node) Start(ctx context.Context) error {
 	go n.heartbeat()
 	go n.watchOwners()
 	go n.watchDrain()
+	n.startUsage()
 	n.log.Info("sim node registered", "addr", n.cfg.Addr, "lease_ttl_s", sess.TTL().Seconds())
 	return nil
 }

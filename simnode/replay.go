@@ -3,7 +3,6 @@ package simnode
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/sdk/abi"
@@ -14,15 +13,27 @@ import (
 // DesyncError reports a replay whose state hash differs from the one the owner
 // recorded: the module is not deterministic, or the log is damaged.
 type DesyncError struct {
+	// Tick is the first tick whose recorded state hash differs.
 	Tick      int64
 	Want, Got uint64
 	BuildID   string
 	GameID    string
+	// Matched is the last tick whose state hash matched (0 if none was
+	// checked before): the state first differs at a tick in (Matched, Tick].
+	Matched int64
 }
 
+// DesyncCauses is what a desync message suggests to look for.
+const DesyncCauses = "likely causes: a View or state hash that changes state, wall-clock time or host randomness, " +
+	"map iteration order; run `ludus ctl module check FILE` or the sdktest harness to find it"
+
 func (e *DesyncError) Error() string {
-	return fmt.Sprintf("desync in game %s (build %.12s) at tick %d: recorded state hash %016x, replay gives %016x",
-		e.GameID, e.BuildID, e.Tick, e.Want, e.Got)
+	matched := ""
+	if e.Matched > 0 {
+		matched = fmt.Sprintf(" (it still matched at tick %d)", e.Matched)
+	}
+	return fmt.Sprintf("desync in game %s (build %.12s) at tick %d%s: recorded state hash %016x, replay gives %016x; %s",
+		e.GameID, e.BuildID, e.Tick, matched, e.Want, e.Got, DesyncCauses)
 }
 
 // ReadLog reads a game's spec and every chunk of its input log from etcd.
@@ -94,6 +105,7 @@ func ReplayModule(ctx context.Context, m *engine.Module, spec clusterstate.GameS
 func replayChunks(ctx context.Context, inst *engine.Instance, spec clusterstate.GameSpec, chunks []*inputlog.Chunk) ([]inputlog.Hash, error) {
 	var hashes []inputlog.Hash
 	var events []abi.Event
+	matched := int64(0)
 	for ci, c := range chunks {
 		if c.From != inst.Tick() {
 			return nil, fmt.Errorf("log chunk %d starts at tick %d, replay is at tick %d: the log has a gap", ci, c.From, inst.Tick())
@@ -116,11 +128,12 @@ func replayChunks(ctx context.Context, inst *engine.Instance, spec clusterstate.
 				}
 				hashes = append(hashes, inputlog.Hash{Tick: inst.Tick(), Hash: got})
 				if got != c.Hashes[h].Hash {
+					// Counted here; logged by the caller, whose logger names the node.
 					desyncs.WithLabelValues(spec.BuildID).Inc()
-					slog.Warn("desync: replay state hash differs from the recorded one", "tenant", spec.TenantID, "game", spec.GameID,
-						"build", spec.BuildID, "tick", inst.Tick(), "want", fmt.Sprintf("%016x", c.Hashes[h].Hash), "got", fmt.Sprintf("%016x", got))
-					return hashes, &DesyncError{Tick: inst.Tick(), Want: c.Hashes[h].Hash, Got: got, BuildID: spec.BuildID, GameID: spec.GameID}
+					return hashes, &DesyncError{Tick: inst.Tick(), Want: c.Hashes[h].Hash, Got: got, BuildID: spec.BuildID, GameID: spec.GameID,
+						Matched: matched}
 				}
+				matched = inst.Tick()
 				h++
 			}
 		}

@@ -27,6 +27,9 @@ type scheduler struct {
 	// msgs carries every request to the dispatcher through one channel, so the
 	// messages of one game arrive in the order it sent them.
 	msgs chan schedMsg
+	// usage meters each tenant's tick cost for quotas and billing (usage.go):
+	// release adds to it, with one atomic add and no lock.
+	usage *usageMeter
 }
 
 type schedMsg struct {
@@ -48,6 +51,7 @@ type ticket struct {
 	grant  chan struct{} // buffered 1
 	cost   time.Duration // set by the game before release
 	ts     *tenantSched  // dispatcher-owned
+	use    *tenantUsage  // the tenant's usage meter
 }
 
 // tenantSched is the dispatcher's state of one tenant.
@@ -63,11 +67,12 @@ func newScheduler(workers int) *scheduler {
 	return &scheduler{
 		workers: max(workers, 1),
 		msgs:    make(chan schedMsg, 1024),
+		usage:   newUsageMeter(),
 	}
 }
 
 func (s *scheduler) newTicket(tenant string) *ticket {
-	return &ticket{tenant: tenant, grant: make(chan struct{}, 1)}
+	return &ticket{tenant: tenant, grant: make(chan struct{}, 1), use: s.usage.tenant(tenant)}
 }
 
 // register and unregister count a tenant's games, which decides whether the
@@ -99,9 +104,11 @@ func (s *scheduler) acquire(ctx context.Context, t *ticket) bool {
 	}
 }
 
-// release returns the slot and charges cost to the ticket's tenant.
+// release returns the slot and charges cost to the ticket's tenant, in the
+// fair queue and in the tenant's metered usage.
 func (s *scheduler) release(ctx context.Context, t *ticket, cost time.Duration) {
 	t.cost = cost
+	t.use.addCPU(cost)
 	s.send(ctx, t, msgRelease)
 }
 

@@ -88,8 +88,19 @@ func (n *Node) StartGame(ctx context.Context, spec clusterstate.GameSpec) (*game
 		return nil, nodeErrorf(errModuleUnusable, "the module cannot be instantiated: %v", err)
 	}
 	n.metrics.warm.WithLabelValues(strconv.FormatBool(warm)).Inc()
+	// The guest log starts before Init, so what Init prints is in it.
+	glog := newGuestLog()
+	inst.SetOutputSink(glog.add)
 	if err := inst.Init(ctx, spec.Seed, spec.Config); err != nil {
 		inst.Close(ctx)
+		var te *engine.TrapError
+		if errors.As(err, &te) {
+			// In the module's words: "module refused the config: unknown
+			// map "dust3" (Init returned 1)".
+			n.log.Info("game refused its configuration", "tenant", spec.TenantID, "game", spec.GameID, "build", spec.BuildID,
+				"tick", 0, "err", err, "guest_output", inst.Output())
+			return nil, nodeErrorf(errBadConfig, "%s", te.Reason())
+		}
 		return nil, nodeErrorf(errBadConfig, "the game refused its configuration: %v", err)
 	}
 	// The claim's own watch event must not make this node "adopt" the game.
@@ -102,6 +113,7 @@ func (n *Node) StartGame(ctx context.Context, spec clusterstate.GameSpec) (*game
 		return nil, err
 	}
 	g := newGame(n, sess, spec, mod, inst, claim)
+	g.useGuestLog(glog)
 	g.hasCheckpoint = mod.HasCheckpoint
 	n.count.Add(1)
 	n.games.Store(gameKey(spec.TenantID, spec.GameID), g)

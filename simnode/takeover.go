@@ -3,10 +3,14 @@ package simnode
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/simnode/engine"
 	"ludus.dev/ludus/simnode/inputlog"
 )
 
@@ -177,9 +181,20 @@ func (n *Node) adopt(c clusterstate.Claim) {
 		n.giveUp(c)
 		return
 	}
+	logEnd := int64(0)
+	if len(chunks) > 0 {
+		logEnd = chunks[len(chunks)-1].To
+	}
+	log = log.With("build", spec.BuildID, "tick", logEnd)
 	mod, err := n.loadModule(ctx, tenant, spec.BuildID)
 	if err != nil {
-		log.Error("cannot load the module of a game to resume", "build", spec.BuildID, "err", err)
+		if moduleGone(err) {
+			// No node can run it: fail the game rather than pass it around.
+			log.Error("the module of a game to resume is missing or unusable; the game fails", "err", err)
+			n.failGame(ctx, c, logEnd, resumeFailMessage(n.cfg.ID, fmt.Errorf("module build %.12s: %w", spec.BuildID, err)))
+			return
+		}
+		log.Error("cannot load the module of a game to resume", "err", err)
 		n.giveUp(c)
 		return
 	}
@@ -194,12 +209,12 @@ func (n *Node) adopt(c clusterstate.Claim) {
 	inst, hashes, fromCk, err := replayFrom(ctx, mod, spec, chunks, seqs, ck, log)
 	if de := (*DesyncError)(nil); errors.As(err, &de) {
 		// Counted in ludus_desyncs_total by ReplayModule.
-		log.Error("desync on resume: the game cannot resume", "build", spec.BuildID, "tick", de.Tick, "err", err)
+		log.Error("desync on resume: the game cannot resume", "tick", de.Tick, "err", err)
 	} else if err != nil {
-		log.Error("replay failed; the game cannot resume", "build", spec.BuildID, "err", err)
+		log.Error("replay failed; the game cannot resume", "err", err)
 	}
 	if err != nil {
-		n.failGame(ctx, c, err.Error())
+		n.failGame(ctx, c, logEnd, resumeFailMessage(n.cfg.ID, err))
 		return
 	}
 	// The owner key must still be ours: someone may have taken it meanwhile.
@@ -260,10 +275,34 @@ func (n *Node) giveUp(c clusterstate.Claim) {
 	_ = n.cfg.Etcd.Release(ctx, c)
 }
 
-// failGame marks a game that cannot be rebuilt (a desync, or it crashed on its
-// last tick) as failed and releases it, fenced by the claim.
-func (n *Node) failGame(ctx context.Context, c clusterstate.Claim, msg string) {
-	_ = n.cfg.Etcd.Fail(ctx, c, clusterstate.GameStatus{State: clusterstate.StateFailed, NodeID: n.cfg.ID, Message: msg})
+// failGame marks a game that cannot be rebuilt (a desync, it crashed on its
+// last tick, its module is gone) as failed at tick (its log's end) and
+// releases it, fenced by the claim. The message is what players, the
+// operator who moved the game (fleet's HandoffGame) and the archive see.
+func (n *Node) failGame(ctx context.Context, c clusterstate.Claim, tick int64, msg string) {
+	_ = n.cfg.Etcd.Fail(ctx, c, clusterstate.GameStatus{State: clusterstate.StateFailed, Tick: tick, NodeID: n.cfg.ID, Message: finalMessage(msg)})
+}
+
+// resumeFailMessage says why node could not resume a game, in the module's
+// words for a trap and with the likely causes for a desync.
+func resumeFailMessage(node string, err error) string {
+	why := firstLine(err.Error())
+	var te *engine.TrapError
+	var de *DesyncError
+	switch {
+	case errors.As(err, &de):
+		why = de.Error()
+	case errors.As(err, &te):
+		why = te.Reason()
+	}
+	return fmt.Sprintf("match failed: node %s could not resume it: %s", node, why)
+}
+
+// moduleGone reports whether a module load failed for good: the store does
+// not have the build, or it is not a usable module. Other failures (the
+// store unreachable) may pass; another node, or a later try, may succeed.
+func moduleGone(err error) bool {
+	return connect.CodeOf(err) == connect.CodeNotFound || errors.Is(err, errModuleUnusable) || errors.Is(err, errModuleMismatch)
 }
 
 // restore rebuilds the host's view of the slots (which account holds which

@@ -179,6 +179,9 @@ func (r *appendReq) append() clusterstate.Append {
 
 func (w *logWriter) succeed(group []*appendReq) {
 	for _, r := range group {
+		// Metered per tenant (usage.go): one committed append, whether it
+		// shared its transaction with other games' or not.
+		w.n.sched.usage.tenant(r.g.spec.TenantID).addEtcdWrite()
 		r.g.durableTick.Store(r.chunk.To)
 		if r.final && r.handoff == nil {
 			go w.n.archive(r.g.spec.TenantID, r.g.spec.GameID)

@@ -331,6 +331,34 @@ type GameArchive struct {
 	ArchivedAt time.Time
 }
 
+// Quotas bound what a tenant may use; 0 means unlimited (docs/OPERATIONS.md,
+// "Quotas and usage"). The backend validates them.
+type Quotas struct {
+	TenantID          string
+	LiveGames         int64
+	GamesPerMinute    int64
+	CPUSecondsPerHour int64
+	ArchiveBytes      int64
+	MaxGameDurationS  int64
+	// UpdatedAt is when they were last put; zero if never.
+	UpdatedAt time.Time
+}
+
+// UsageRecord is what a tenant used in one hour: metered by sim nodes (CPU,
+// etcd writes, games timed out), gateways (player time, stream bytes) and the
+// backend (archived bytes). Reports add to it.
+type UsageRecord struct {
+	TenantID string
+	// Hour is the start of the hour (UTC, whole hours).
+	Hour          time.Time
+	CPUMicros     int64
+	PlayerMillis  int64
+	StreamBytes   int64
+	EtcdWrites    int64
+	ArchiveBytes  int64
+	GamesTimedOut int64
+}
+
 // Store is the backend's persistence. Implementations are safe for concurrent use.
 type Store interface {
 	// CreateTenant creates a tenant together with its first API keys, atomically.
@@ -489,6 +517,24 @@ type Store interface {
 	// ListGameArchives lists a tenant's archives, newest first, without
 	// spec and chunks.
 	ListGameArchives(ctx context.Context, tenantID string, limit int) ([]GameArchive, error)
+
+	// PutQuotas replaces a tenant's quotas. ErrNotFound if the tenant does
+	// not exist.
+	PutQuotas(ctx context.Context, q Quotas) error
+	// Quotas returns a tenant's quotas: all zero (unlimited, UpdatedAt zero)
+	// if none were put.
+	Quotas(ctx context.Context, tenantID string) (Quotas, error)
+	// AddUsage adds records to the stored usage of their (tenant, hour), once
+	// per (reporter, reportID) within two days: a report seen before adds
+	// nothing (applied false). All or nothing: ErrNotFound if a record's
+	// tenant does not exist. Report ids older than two days before at are
+	// forgotten.
+	AddUsage(ctx context.Context, reporter, reportID string, at time.Time, recs []UsageRecord) (applied bool, err error)
+	// Usage returns the usage of hours starting at or after since, of one
+	// tenant or (tenantID "") of every tenant, by hour, then tenant id.
+	Usage(ctx context.Context, tenantID string, since time.Time) ([]UsageRecord, error)
+	// ArchiveBytes is the total size of a tenant's game archives.
+	ArchiveBytes(ctx context.Context, tenantID string) (int64, error)
 
 	// ListSigningKeys returns every stored signing key.
 	ListSigningKeys(ctx context.Context) ([]SigningKey, error)

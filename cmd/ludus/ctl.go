@@ -17,10 +17,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"ludus.dev/ludus/games/builtin"
+	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
-	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode"
 	"ludus.dev/ludus/simnode/engine"
 	"ludus.dev/ludus/simnode/inputlog"
@@ -41,10 +40,17 @@ const ctlUsage = `ludus ctl [--url URL] [--key-file PATH] COMMAND
   node credential NODE         print the --node-credential of sim node NODE, derived from
                                $LUDUS_CLUSTER_TOKEN (no server is asked)
   game replay GAME [--wasm FILE]
-                               re-run an archived game locally from its log (shows a crash's trap and tick)
+                               re-run an archived game locally from its log (shows a crash's trap and
+                               tick); the module comes from the backend unless --wasm gives it
+  game logs GAME [-f]          print what a game's module wrote (stdout/stderr) with ticks; -f follows
   game handoff TENANT GAME [NODE]
                                move a running game to NODE or one the fleet picks (operator key);
                                TENANT is the tenant's slug (as "ludus ctl tenants" lists) or id
+  usage [--since D] [--tenant SLUG] [--price-per-core-hour USD]
+                               metered usage (CPU, player-hours, bytes, etcd writes, archives) and
+                               a cost estimate
+  batch run|watch|get|cancel|link|rotate-link-key ...
+                               batch runs of headless games (run "ludus ctl batch help")
 
 The API key (the operator key, or a tenant's API key) comes from --key-file PATH
 (a file holding it, e.g. ludus-data/operator.key; default $LUDUS_KEY_FILE) or the
@@ -114,6 +120,7 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, *url,
 		connect.WithInterceptors(bearer.Token(*key)), connect.WithSendMaxBytes(33<<20))
 	fleetc := ludusv1connect.NewFleetServiceClient(http.DefaultClient, *url, connect.WithInterceptors(bearer.Token(*key)))
+	logsc := ludusv1connect.NewGameLogServiceClient(http.DefaultClient, *url, connect.WithInterceptors(bearer.Token(*key)), connect.WithReadMaxBytes(33<<20))
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	defer tw.Flush()
 	switch {
@@ -170,6 +177,10 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 		for _, g := range resp.Msg.Games {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\n", g.GameId, g.ModuleName, g.State, g.NodeId, g.Players, g.MaxPlayers, g.Tick)
 		}
+	case rest[0] == "batch": // ctl_batch.go
+		return batchCmd(ctx, http.DefaultClient, *url, *key, rest[1:], out)
+	case rest[0] == "usage": // ctl_usage.go
+		return usageCmd(ctx, http.DefaultClient, *url, *key, rest[1:], tw)
 	case rest[0] == "nodes":
 		resp, err := admin.ListNodes(ctx, connect.NewRequest(&ludusv1.ListNodesRequest{}))
 		if err != nil {
@@ -198,7 +209,10 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 			wasm = rest[4]
 		}
 		tw.Flush()
-		return replayGame(ctx, admin, rest[2], wasm, out)
+		return replayGame(ctx, admin, logsc, rest[2], wasm, out)
+	case rest[0] == "game" && len(rest) >= 3 && rest[1] == "logs":
+		tw.Flush()
+		return gameLogs(ctx, logsc, rest[2:], out)
 	case rest[0] == "game" && len(rest) >= 4 && rest[1] == "handoff":
 		target := ""
 		if len(rest) > 4 {
@@ -248,12 +262,12 @@ func waitDrained(ctx context.Context, admin ludusv1connect.AdminServiceClient, n
 // replayGame fetches an archived game's log and re-runs it locally, checking
 // every recorded state hash; a game that crashed shows the same trap at the
 // same tick.
-func replayGame(ctx context.Context, admin ludusv1connect.AdminServiceClient, gameID, wasmPath string, out io.Writer) error {
+func replayGame(ctx context.Context, admin ludusv1connect.AdminServiceClient, logsc ludusv1connect.GameLogServiceClient, gameID, wasmPath string, out io.Writer) error {
 	resp, err := admin.GetGameLog(ctx, connect.NewRequest(&ludusv1.GetGameLogRequest{GameId: gameID}))
 	if err != nil {
 		return err
 	}
-	var spec fleet.GameSpec
+	var spec clusterstate.GameSpec
 	if err := json.Unmarshal(resp.Msg.SpecJson, &spec); err != nil {
 		return fmt.Errorf("archived spec: %w", err)
 	}
@@ -262,15 +276,8 @@ func replayGame(ctx context.Context, admin ludusv1connect.AdminServiceClient, ga
 		if wasm, err = os.ReadFile(wasmPath); err != nil {
 			return err
 		}
-	} else {
-		for _, m := range [][]byte{builtin.Arena, builtin.Pong, builtin.DensityC, builtin.DensityGo} {
-			if engine.BuildID(m) == spec.BuildID {
-				wasm = m
-			}
-		}
-		if wasm == nil {
-			return fmt.Errorf("game %s ran build %s; pass its module with --wasm FILE", gameID, spec.BuildID)
-		}
+	} else if wasm, err = fetchBuild(ctx, logsc, spec.BuildID); err != nil {
+		return err
 	}
 	if got := engine.BuildID(wasm); got != spec.BuildID {
 		return fmt.Errorf("--wasm is build %s; the game ran build %s", got, spec.BuildID)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"ludus.dev/ludus/auth"
@@ -24,8 +25,11 @@ import (
 	"ludus.dev/ludus/backend/store"
 	"ludus.dev/ludus/backend/store/postgres"
 	"ludus.dev/ludus/backend/store/sqlite"
+	"ludus.dev/ludus/batch"
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/gateway"
+	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/matchmaker"
 	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode"
 	"ludus.dev/ludus/simnode/engine"
@@ -206,6 +210,7 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 	opKey := fs.String("operator-key", os.Getenv("LUDUS_OPERATOR_KEY"), "operator API key (tenant management)")
 	pg := fs.String("postgres", os.Getenv("LUDUS_POSTGRES"), "PostgreSQL DSN; empty stores in SQLite under --data")
 	bodyTimeout := bodyTimeoutFlag(fs)
+	batchWorkers := fs.Int("batch-workers", 0, "batch games this backend plays at once (ludus ctl batch); 0: none here")
 	noRoster := fs.Bool("no-roster", false, "accept match results for accounts not registered on the match's roster (gateways older than this backend do not register rosters)")
 	proxies := fs.String("trusted-proxies", os.Getenv("LUDUS_TRUSTED_PROXIES"),
 		`comma-separated addresses or CIDR prefixes of the gateways: their X-Forwarded-For names the client whose sign-ups are throttled; empty: loopback only; "none": no one`)
@@ -261,6 +266,23 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 		HTTPClient: &http.Client{Transport: gateway.H2CTransport()}}
 	mux := http.NewServeMux()
 	mux.Handle(control.Handler())
+	mmAdmin, err := matchmaker.NewAdminService(cli, func(ctx context.Context, h http.Header) (string, error) {
+		return srv.AuthorizeTenant(ctx, h, "MatchmakingAdminService", true)
+	})
+	if err != nil {
+		return err
+	}
+	mux.Handle(ludusv1connect.NewMatchmakingAdminServiceHandler(mmAdmin))
+	mux.Handle((&fleet.GameLogs{Etcd: cli, ClusterToken: *token, HTTPClient: &http.Client{Transport: gateway.H2CTransport()},
+		Authorize: srv.AuthorizeTenant, Store: srv}).Handler())
+	mux.Handle((&batch.Service{Etcd: cli, Backend: srv, Engine: eng, Authorize: srv.AuthorizeTenant,
+		Logger: logger.With("role", "batch")}).Handler(connect.WithReadMaxBytes(1 << 20)))
+	if *batchWorkers > 0 {
+		if _, err := batch.StartWorker(ctx, batch.WorkerConfig{Etcd: cli, Backend: srv, Engine: eng,
+			Concurrency: *batchWorkers, Logger: logger.With("role", "batch")}); err != nil {
+			return err
+		}
+	}
 	mux.Handle("/", srv.Handler())
 	return serveUntilDone(ctx, *listen, mux, bodyTimeout(), logger)
 }
@@ -285,6 +307,7 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	bodyTimeout := bodyTimeoutFlag(fs)
 	metricsAddr := metricsAddrFlag(fs, "the gateway's, by tenant; also POST /autoscale, Agones' FleetAutoscaler webhook")
 	af := addAutoscaleFlags(fs)
+	matchmaking := fs.Bool("matchmaking", true, "serve MatchmakingService and be a matchmaker replica (stateless; any number may run)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -317,6 +340,7 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	gw, err := gateway.New(gateway.Config{
 		Etcd: cli, Verifier: auth.NewVerifier(jwks, nil), BackendURL: *backendURL,
 		ClusterToken: *token, Web: web.Handler(), Logger: logger, CORSOrigins: origins,
+		Admission: gateway.NewBackendAdmission(h2c, *backendURL, *token), Matchmaking: *matchmaking,
 		Limits: gateway.Limits{MaxStreamsPerAccount: *maxStreams, InputsPerSecond: *inputRate,
 			InputBurst: *inputBurst, MaxMessageBytes: *maxMessage, MaxAuthMessageBytes: *maxAuth,
 			MaxAdminMessageBytes: *maxAdmin, MaxUploadBytes: *maxUpload, BodyReadTimeout: bodyTimeout()},
@@ -324,6 +348,8 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	defer gw.Close()
+	go gw.RunUsage(ctx, backend.NewUsageReporter(h2c, *backendURL, *token, gateway.UsageReporterName(), logger))
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
@@ -408,6 +434,7 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	n.SetUsageSink(backend.NewUsageReporter(h2c, *backendURL, moduleCred, *id, logger)) // quotas and usage
 	if err := n.Start(ctx); err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -26,9 +27,13 @@ import (
 	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/backend"
 	"ludus.dev/ludus/backend/store/sqlite"
+	"ludus.dev/ludus/batch"
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/games/builtin"
 	"ludus.dev/ludus/gateway"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/matchmaker"
 	"ludus.dev/ludus/ops/etcdserver"
 	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/simnode"
@@ -188,6 +193,20 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	control := &fleet.Control{Etcd: s.Etcd, OperatorKey: s.OperatorKey, ClusterToken: clusterToken, HTTPClient: h2c}
 	backendMux := http.NewServeMux()
 	backendMux.Handle(control.Handler())
+	// Matchmaking rules and batch runs are tenants' admin services hosted
+	// beside the backend, authorized by its API keys.
+	mmAdmin, err := matchmaker.NewAdminService(s.Etcd, func(ctx context.Context, h http.Header) (string, error) {
+		return s.Backend.AuthorizeTenant(ctx, h, "MatchmakingAdminService", true)
+	})
+	if err != nil {
+		gwLn.Close()
+		return nil, err
+	}
+	backendMux.Handle(ludusv1connect.NewMatchmakingAdminServiceHandler(mmAdmin))
+	backendMux.Handle((&fleet.GameLogs{Etcd: s.Etcd, ClusterToken: clusterToken, HTTPClient: h2c,
+		Authorize: s.Backend.AuthorizeTenant, Store: s.Backend}).Handler())
+	backendMux.Handle((&batch.Service{Etcd: s.Etcd, Backend: s.Backend, Engine: s.Engine, Authorize: s.Backend.AuthorizeTenant,
+		Logger: cfg.Logger.With("role", "batch")}).Handler(connect.WithReadMaxBytes(1 << 20)))
 	backendMux.Handle("/", s.Backend.Handler())
 	s.BackendURL, err = s.serve("127.0.0.1:0", gateway.GuardBodies(backendMux, gateway.DefaultBodyReadTimeout))
 	if err != nil {
@@ -237,6 +256,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 			gwLn.Close()
 			return nil, err
 		}
+		n.SetUsageSink(backend.NewUsageReporter(h2c, s.BackendURL, nodeCred, id, cfg.Logger)) // quotas and usage
 		if err := n.Start(ctx); err != nil {
 			ln.Close()
 			gwLn.Close()
@@ -262,12 +282,37 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		ClusterToken: clusterToken,
 		Web:          web.Handler(),
 		Logger:       cfg.Logger,
+		Admission:    gateway.NewBackendAdmission(h2c, s.BackendURL, clusterToken),
+		Matchmaking:  true,
 	})
 	if err != nil {
 		gwLn.Close()
 		return nil, err
 	}
 	s.Gateway = gw
+	s.closers = append(s.closers, func(context.Context) { gw.Close() })
+	// "Find match" works out of the box: the demo tenant's arena mode matches
+	// two teams of two, bots filling seats after 45 s.
+	if err := matchmaker.PutRules(ctx, s.Etcd, s.TenantID, DemoMatchRules()); err != nil {
+		gwLn.Close()
+		return nil, fmt.Errorf("seed matchmaking rules: %w", err)
+	}
+	// Batch runs play on this machine at a lower priority than live matches.
+	batchCtx, stopBatch := context.WithCancel(context.Background())
+	if _, err := batch.StartWorker(batchCtx, batch.WorkerConfig{ID: "devstack-batch", Etcd: s.Etcd, Backend: s.Backend,
+		Engine: s.Engine, Logger: cfg.Logger.With("role", "batch")}); err != nil {
+		stopBatch()
+		gwLn.Close()
+		return nil, err
+	}
+	s.closers = append(s.closers, func(context.Context) { stopBatch() })
+	usageCtx, stopUsage := context.WithCancel(context.Background())
+	usageDone := make(chan struct{})
+	go func() {
+		defer close(usageDone)
+		gw.RunUsage(usageCtx, backend.NewUsageReporter(h2c, s.BackendURL, clusterToken, "devstack-gateway", cfg.Logger))
+	}()
+	s.closers = append(s.closers, func(context.Context) { stopUsage(); <-usageDone })
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.Handle("/", gw.Handler())
@@ -367,4 +412,13 @@ func loadOrCreateSecret(path string) (string, error) {
 		return "", err
 	}
 	return tok, nil
+}
+
+// DemoMatchRules are the matchmaking rules `ludus dev` seeds for the demo
+// tenant's "arena" mode: the field report's band (±100, +50 every 5 s, at most
+// ±550), two teams of two, 45 s before bots fill the seats.
+func DemoMatchRules() *ludusv1.MatchmakingRules {
+	return &ludusv1.MatchmakingRules{Mode: "arena", TeamSize: 2, Teams: 2, BandStart: 100, BandStep: 50,
+		BandIntervalMs: 5000, BandCap: 550, MaxWaitMs: 45000, BotsFillAtTimeout: true,
+		MaxRttMs: map[string]int32{"local": 250}}
 }

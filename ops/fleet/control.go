@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -27,6 +28,9 @@ type Control struct {
 	ClusterToken string
 	// HTTPClient reaches the nodes (h2c).
 	HTTPClient *http.Client
+	// HandoffWait bounds how long HandoffGame waits for the new owner to
+	// report the game running (or failed); default 10 s.
+	HandoffWait time.Duration
 }
 
 // Handler returns the FleetService's path and handler.
@@ -107,5 +111,49 @@ func (c *Control) HandoffGame(ctx context.Context, req *connect.Request[ludusv1.
 	if err != nil {
 		return nil, err
 	}
+	if err := c.awaitResumed(ctx, req.Msg.TenantId, req.Msg.GameId, resp.Msg.ToNodeId, resp.Msg.Tick); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(&ludusv1.HandoffGameResponse{FromNodeId: owner.ID, ToNodeId: resp.Msg.ToNodeId}), nil
+}
+
+// awaitResumed waits until node reports the game running past tick (the
+// tick it moved at: the new owner replayed the log and stepped on), or the
+// game finished. A game that failed — the new owner's replay desynced, the
+// module trapped or is missing — is an Aborted error with the game's status
+// message; no word within HandoffWait is DeadlineExceeded.
+func (c *Control) awaitResumed(ctx context.Context, tenant, game, node string, tick int64) error {
+	wait := c.HandoffWait
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	v := c.Etcd.View()
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	var last clusterstate.Game
+	for {
+		g, err := v.Game(ctx, tenant, game)
+		switch {
+		case errors.Is(err, clusterstate.ErrGameNotFound):
+			// Finished and archived already: the archive has the outcome.
+			return nil
+		case err == nil:
+			last = g
+			if g.Status.State == clusterstate.StateFailed {
+				return connect.NewError(connect.CodeAborted, fmt.Errorf("game %s moved to node %s at tick %d, then failed: %s", game, node, tick, g.Status.Message))
+			}
+			if g.Status.Finished() || (g.Owner == node && g.Status.State == clusterstate.StateRunning && g.Status.NodeID == node && g.Status.Tick > tick) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf(
+				"game %s moved to node %s at tick %d, but the node has not reported it running within %v (owner %q, state %q at tick %d)",
+				game, node, tick, wait, last.Owner, last.Status.State, last.Status.Tick))
+		case <-poll.C:
+		}
+	}
 }

@@ -8,27 +8,7 @@ package fleet
 
 import "ludus.dev/ludus/clusterstate"
 
-// Aliases of clusterstate's records and keys for packages not yet moved to
-// it (the gateway's routing, and its tests). New code names clusterstate.
-type (
-	NodeInfo   = clusterstate.NodeInfo
-	GameSpec   = clusterstate.GameSpec
-	GameStatus = clusterstate.GameStatus
-	Game       = clusterstate.Game
-)
-
-// Game states (clusterstate's).
-const (
-	StateRunning = clusterstate.StateRunning
-	StateEnded   = clusterstate.StateEnded
-	StateFailed  = clusterstate.StateFailed
-)
-
-// ErrNotFound is clusterstate.ErrGameNotFound: View.Game's "no such game".
-var ErrNotFound = clusterstate.ErrGameNotFound
-
-// NodeKey is clusterstate.NodeKey.
-func NodeKey(node string) string { return clusterstate.NodeKey(node) }
-
-// OwnerKey is clusterstate.OwnerKey.
-func OwnerKey(tenant, game string) string { return clusterstate.OwnerKey(tenant, game) }
+// NodeInfo is clusterstate.NodeInfo. Only Rank's own body and its test
+// (rendezvous.go, rendezvous_test.go) still spell it unqualified; everything
+// else names clusterstate. Delete it once those two say clusterstate.NodeInfo.
+type NodeInfo = clusterstate.NodeInfo

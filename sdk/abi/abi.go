@@ -145,6 +145,11 @@ type Meta struct {
 	// snapshot that the module's ludus_render draws as an indexed8 frame of
 	// ViewWidth x ViewHeight (docs/ABI.md, "Snapshots").
 	SnapshotFormat string `json:"snapshot_format,omitempty"`
+	// MaxDurationS is the longest a match may run, in seconds of game time
+	// (ticks / tick_rate), 1..MaxDurationLimitS; 0 (absent) means
+	// DefaultMaxDurationS. At it the match ends (docs/ABI.md). A tenant's
+	// quota may lower it.
+	MaxDurationS int `json:"max_duration_s,omitempty"`
 
 	// The fields below are for pages that present any game (docs/ABI.md,
 	// "Metadata for pages"); the platform only checks their sizes.
@@ -174,6 +179,13 @@ type Control struct {
 	// Bit is the bit of the payload this control sets, 0..MaxControlBit.
 	Bit int `json:"bit"`
 }
+
+// Bounds of Meta.MaxDurationS: the default when a module declares none (one
+// hour), and the most it may declare (seven days).
+const (
+	DefaultMaxDurationS = 3600
+	MaxDurationLimitS   = 7 * 24 * 3600
+)
 
 // Limits of the page metadata (Meta.Title, Hint and Controls).
 const (
@@ -219,6 +231,8 @@ func (m Meta) Validate() error {
 		return fmt.Errorf("ludus_meta: view_format must be 1..32 bytes, got %q", m.ViewFormat)
 	case m.InputKind != "" && m.InputKind != InputState && m.InputKind != InputEvent:
 		return fmt.Errorf("ludus_meta: input_kind must be %q or %q, got %q", InputState, InputEvent, m.InputKind)
+	case m.MaxDurationS < 0 || m.MaxDurationS > MaxDurationLimitS:
+		return fmt.Errorf("ludus_meta: max_duration_s must be 1..%d (seconds; absent or 0: %d), got %d", MaxDurationLimitS, DefaultMaxDurationS, m.MaxDurationS)
 	case len(m.SnapshotFormat) > 32:
 		return fmt.Errorf("ludus_meta: snapshot_format must be at most 32 bytes, got %q", m.SnapshotFormat)
 	case m.SnapshotFormat != "" && m.ViewFormat != Indexed8Format:

@@ -95,3 +95,24 @@ func TestValidKeyName(t *testing.T) {
 		}
 	}
 }
+
+func TestMetaMaxDuration(t *testing.T) {
+	m, err := ParseMeta([]byte(`{"name":"g","tick_rate":30,"max_players":2,"frame_divisor":1,"view_format":"indexed8","max_duration_s":900}`))
+	if err != nil || m.MaxDurationS != 900 {
+		t.Fatalf("max_duration_s 900: %+v, %v", m, err)
+	}
+	for _, ok := range []int{0, 1, MaxDurationLimitS} {
+		m := validMeta()
+		m.MaxDurationS = ok
+		if err := m.Validate(); err != nil {
+			t.Errorf("max_duration_s %d refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []int{-1, MaxDurationLimitS + 1} {
+		m := validMeta()
+		m.MaxDurationS = bad
+		if err := m.Validate(); err == nil || !strings.Contains(err.Error(), "max_duration_s") {
+			t.Errorf("max_duration_s %d: err = %v, want a refusal naming max_duration_s", bad, err)
+		}
+	}
+}

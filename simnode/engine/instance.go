@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,7 +39,7 @@ type Instance struct {
 
 	stack  [2]uint64
 	events []byte
-	out    *cappedLog
+	out    *guestOutput
 }
 
 // InstanceOptions are per-match limits, e.g. from the tenant's quota. The zero
@@ -121,8 +120,9 @@ func (m *Module) instantiate(ctx context.Context, opts InstanceOptions) (*Instan
 	if m.minPages > limit {
 		return nil, &TrapError{Export: "_initialize", Err: fmt.Errorf("the module needs %d pages of memory at start; this match may use %d", m.minPages, limit)}
 	}
-	inst := &Instance{m: m, opts: opts, period: int64(time.Second) / 35, out: &cappedLog{max: 64 << 10},
+	inst := &Instance{m: m, opts: opts, period: int64(time.Second) / 35,
 		rand: &switchableStream{s: newSeededStream(warmSeed)}}
+	inst.out = newGuestOutput(func() int64 { return inst.tick })
 	now := func() int64 { return clockBase + inst.tick*inst.period }
 	cfg := wazero.NewModuleConfig().
 		WithName("").         // anonymous: many instances of one module may coexist
@@ -133,8 +133,8 @@ func (m *Module) instantiate(ctx context.Context, opts InstanceOptions) (*Instan
 			return t / int64(time.Second), int32(t % int64(time.Second))
 		}, 1).
 		WithRandSource(inst.rand).
-		WithStdout(inst.out).
-		WithStderr(inst.out)
+		WithStdout(stream{o: inst.out}).
+		WithStderr(stream{o: inst.out, stderr: true})
 	ictx := ctx
 	if limit < e.cfg.MemoryLimitPages {
 		ictx = experimental.WithMemoryAllocator(ctx, cappedAllocator(uint64(limit)*65536))
@@ -211,15 +211,54 @@ func (i *Instance) Ended() bool { return i.ended }
 // Output returns what the guest wrote to stdout/stderr (capped).
 func (i *Instance) Output() string { return i.out.String() }
 
-// TrapError is a guest failure: a trap, a bad return value or a broken buffer.
+// SetOutputSink sends every line the guest writes from now on to sink (nil:
+// nowhere), stamped with the tick. A line is complete at a newline or at the
+// end of the call that wrote it.
+func (i *Instance) SetOutputSink(sink OutputSink) { i.out.setSink(sink) }
+
+// TrapError is a guest failure: a trap, a bad return value, a broken buffer,
+// or a ludus_init or ludus_load that returned an error code (Code).
 type TrapError struct {
 	Export string
 	Tick   int64
 	Err    error
+	// Code is the non-zero code ludus_init or ludus_load returned; 0 for a
+	// trap.
+	Code int32
+	// Message is the module's own words about the failure, from what it
+	// wrote to stderr during the failing call (GuestMessage); empty if it
+	// wrote nothing.
+	Message string
 }
 
 func (e *TrapError) Error() string {
+	if e.Message != "" {
+		return fmt.Sprintf("game module failed in %s at tick %d: %s (%v)", e.Export, e.Tick, e.Message, e.Err)
+	}
 	return fmt.Sprintf("game module failed in %s at tick %d: %v", e.Export, e.Tick, e.Err)
+}
+
+// Reason says what went wrong in one line for players and operators, in the
+// module's words when it gave some: "module refused the config: unknown map
+// \"dust3\" (Init returned 1)", "module trapped at tick 41: MSG (wasm error:
+// unreachable)". It omits the wasm stack trace that Error keeps.
+func (e *TrapError) Reason() string {
+	what := errLine(e.Err)
+	switch {
+	case e.Code != 0 && e.Export == abi.ExportInit:
+		if e.Message != "" {
+			return fmt.Sprintf("module refused the config: %s (Init returned %d)", e.Message, e.Code)
+		}
+		return fmt.Sprintf("module refused the config (Init returned %d)", e.Code)
+	case e.Code != 0:
+		if e.Message != "" {
+			return fmt.Sprintf("module %s: %s (%s)", what, e.Message, e.Export)
+		}
+		return fmt.Sprintf("module %s (%s)", what, e.Export)
+	case e.Message != "":
+		return fmt.Sprintf("module trapped at tick %d: %s (%s)", e.Tick, e.Message, what)
+	}
+	return fmt.Sprintf("module failed in %s at tick %d: %s", e.Export, e.Tick, what)
 }
 
 func (e *TrapError) Unwrap() error { return e.Err }
@@ -235,6 +274,8 @@ func (i *Instance) callWithin(ctx context.Context, fn api.Function, d time.Durat
 	}
 	s := i.stack[:]
 	copy(s, params)
+	i.out.beginCall()
+	defer i.out.endCall()
 	var err error
 	switch {
 	case i.deadline != nil:
@@ -259,7 +300,7 @@ func (i *Instance) callWithin(ctx context.Context, fn api.Function, d time.Durat
 		case errors.Is(err, ErrStackOverflow):
 			err = fmt.Errorf("%w; the stack budget is %d KiB", ErrStackOverflow, StackLimit>>10)
 		}
-		i.failed = &TrapError{Export: fn.Definition().ExportNames()[0], Tick: i.tick, Err: err}
+		i.failed = &TrapError{Export: fn.Definition().ExportNames()[0], Tick: i.tick, Err: err, Message: i.out.message()}
 		i.mod.Close(context.WithoutCancel(ctx))
 		i.release()
 		return 0, i.failed
@@ -324,7 +365,8 @@ func (i *Instance) Init(ctx context.Context, seed uint64, config []byte) error {
 		return err
 	}
 	if int32(code) != 0 {
-		return &TrapError{Export: abi.ExportInit, Err: fmt.Errorf("refused the config (error code %d)", int32(code))}
+		return &TrapError{Export: abi.ExportInit, Code: int32(code), Message: i.out.message(),
+			Err: fmt.Errorf("refused the config (error code %d)", int32(code))}
 	}
 	return nil
 }
@@ -407,7 +449,8 @@ func (i *Instance) Load(ctx context.Context, tick int64, state []byte) error {
 		return err
 	}
 	if int32(code) != 0 {
-		return &TrapError{Export: abi.ExportLoad, Tick: i.tick, Err: fmt.Errorf("refused the checkpoint (error code %d)", int32(code))}
+		return &TrapError{Export: abi.ExportLoad, Tick: i.tick, Code: int32(code), Message: i.out.message(),
+			Err: fmt.Errorf("refused the checkpoint (error code %d)", int32(code))}
 	}
 	i.tick = tick
 	return nil
@@ -509,36 +552,4 @@ func (w *flagWatch) call(ctx context.Context, fn api.Function, s []uint64, d tim
 		}
 	}
 	return err
-}
-
-// cappedLog keeps the first max bytes a guest prints; the rest is counted, not kept,
-// so a chatty or hostile module cannot grow host memory.
-type cappedLog struct {
-	mu      sync.Mutex
-	max     int
-	buf     []byte
-	dropped int
-}
-
-func (l *cappedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	room := l.max - len(l.buf)
-	if room > len(p) {
-		room = len(p)
-	}
-	if room > 0 {
-		l.buf = append(l.buf, p[:room]...)
-	}
-	l.dropped += len(p) - max(room, 0)
-	return len(p), nil
-}
-
-func (l *cappedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.dropped > 0 {
-		return fmt.Sprintf("%s\n[%d bytes dropped]", l.buf, l.dropped)
-	}
-	return string(l.buf)
 }

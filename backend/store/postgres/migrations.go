@@ -252,4 +252,81 @@ var migrations = [][]string{
 		)`,
 		`CREATE INDEX ratings_account ON ratings(account_id)`,
 	},
+	// Version 5 (SQLite version 6): batch runs, their results, batch settings.
+	{
+		`CREATE TABLE batch_runs (
+			tenant_id  TEXT   NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			run_id     TEXT   NOT NULL,
+			state      TEXT   NOT NULL,
+			reason     TEXT   NOT NULL,
+			games      BIGINT NOT NULL,
+			done       BIGINT NOT NULL,
+			cpu_ns     BIGINT NOT NULL,
+			created_at BIGINT NOT NULL,
+			ended_at   BIGINT,
+			expires_at BIGINT NOT NULL,
+			spec       BYTEA  NOT NULL,
+			PRIMARY KEY (tenant_id, run_id)
+		)`,
+		`CREATE INDEX batch_runs_expiry ON batch_runs(expires_at)`,
+		`CREATE TABLE batch_results (
+			tenant_id TEXT   NOT NULL,
+			run_id    TEXT   NOT NULL,
+			game      BIGINT NOT NULL,
+			map       TEXT   NOT NULL,
+			seed      BIGINT NOT NULL,
+			side      BIGINT NOT NULL,
+			winner    BIGINT NOT NULL,
+			ticks     BIGINT NOT NULL,
+			ended     BIGINT NOT NULL,
+			timed_out BIGINT NOT NULL,
+			cpu_ns    BIGINT NOT NULL,
+			error     TEXT   NOT NULL,
+			worker    TEXT   NOT NULL,
+			stored_at BIGINT NOT NULL,
+			result    BYTEA  NOT NULL,
+			log       BYTEA  NOT NULL,
+			PRIMARY KEY (tenant_id, run_id, game),
+			FOREIGN KEY (tenant_id, run_id) REFERENCES batch_runs(tenant_id, run_id) ON DELETE CASCADE
+		)`,
+		`CREATE INDEX batch_results_stored ON batch_results(tenant_id, run_id, stored_at)`,
+		`CREATE TABLE batch_settings (
+			tenant_id    TEXT   PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+			retention_us BIGINT NOT NULL,
+			cap_cpu_ns   BIGINT NOT NULL,
+			link_key     BYTEA  NOT NULL
+		)`,
+	},
+	// Version 6 (SQLite version 7): tenant quotas and metered usage;
+	// usage_reports makes each usage report count once.
+	{
+		`CREATE TABLE tenant_quotas (
+			tenant_id            TEXT    PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+			live_games           BIGINT NOT NULL,
+			games_per_minute     BIGINT NOT NULL,
+			cpu_seconds_per_hour BIGINT NOT NULL,
+			archive_bytes        BIGINT NOT NULL,
+			max_game_duration_s  BIGINT NOT NULL,
+			updated_at           BIGINT NOT NULL
+		)`,
+		`CREATE TABLE tenant_usage (
+			tenant_id       TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			hour            BIGINT NOT NULL,
+			cpu_micros      BIGINT NOT NULL,
+			player_millis   BIGINT NOT NULL,
+			stream_bytes    BIGINT NOT NULL,
+			etcd_writes     BIGINT NOT NULL,
+			archive_bytes   BIGINT NOT NULL,
+			games_timed_out BIGINT NOT NULL,
+			PRIMARY KEY (tenant_id, hour)
+		)`,
+		`CREATE INDEX tenant_usage_hour ON tenant_usage(hour)`,
+		`CREATE TABLE usage_reports (
+			reporter  TEXT    NOT NULL,
+			report_id TEXT    NOT NULL,
+			at        BIGINT NOT NULL,
+			PRIMARY KEY (reporter, report_id)
+		)`,
+		`CREATE INDEX usage_reports_at ON usage_reports(at)`,
+	},
 }

@@ -262,4 +262,83 @@ var migrations = [][]string{
 		) STRICT`,
 		`CREATE INDEX ratings_account ON ratings(account_id)`,
 	},
+	// Version 6: batch runs (package batch): run records, one result per
+	// game (the primary key keeps the first), and per-tenant batch settings
+	// (archive link key, retention, spend cap). Blobs last.
+	{
+		`CREATE TABLE batch_runs (
+			tenant_id  TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			run_id     TEXT    NOT NULL,
+			state      TEXT    NOT NULL,
+			reason     TEXT    NOT NULL,
+			games      INTEGER NOT NULL,
+			done       INTEGER NOT NULL,
+			cpu_ns     INTEGER NOT NULL,
+			created_at INTEGER NOT NULL,
+			ended_at   INTEGER,
+			expires_at INTEGER NOT NULL,
+			spec       BLOB    NOT NULL,
+			PRIMARY KEY (tenant_id, run_id)
+		) STRICT`,
+		`CREATE INDEX batch_runs_expiry ON batch_runs(expires_at)`,
+		`CREATE TABLE batch_results (
+			tenant_id TEXT    NOT NULL,
+			run_id    TEXT    NOT NULL,
+			game      INTEGER NOT NULL,
+			map       TEXT    NOT NULL,
+			seed      INTEGER NOT NULL,
+			side      INTEGER NOT NULL,
+			winner    INTEGER NOT NULL,
+			ticks     INTEGER NOT NULL,
+			ended     INTEGER NOT NULL,
+			timed_out INTEGER NOT NULL,
+			cpu_ns    INTEGER NOT NULL,
+			error     TEXT    NOT NULL,
+			worker    TEXT    NOT NULL,
+			stored_at INTEGER NOT NULL,
+			result    BLOB    NOT NULL,
+			log       BLOB    NOT NULL,
+			PRIMARY KEY (tenant_id, run_id, game),
+			FOREIGN KEY (tenant_id, run_id) REFERENCES batch_runs(tenant_id, run_id) ON DELETE CASCADE
+		) STRICT`,
+		`CREATE INDEX batch_results_stored ON batch_results(tenant_id, run_id, stored_at)`,
+		`CREATE TABLE batch_settings (
+			tenant_id    TEXT    PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+			retention_us INTEGER NOT NULL,
+			cap_cpu_ns   INTEGER NOT NULL,
+			link_key     BLOB    NOT NULL
+		) STRICT`,
+	},
+	// Version 7: tenant quotas and metered usage (issue 14); usage_reports
+	// makes each usage report count once.
+	{
+		`CREATE TABLE tenant_quotas (
+			tenant_id            TEXT    PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+			live_games           INTEGER NOT NULL,
+			games_per_minute     INTEGER NOT NULL,
+			cpu_seconds_per_hour INTEGER NOT NULL,
+			archive_bytes        INTEGER NOT NULL,
+			max_game_duration_s  INTEGER NOT NULL,
+			updated_at           INTEGER NOT NULL
+		) STRICT`,
+		`CREATE TABLE tenant_usage (
+			tenant_id       TEXT    NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+			hour            INTEGER NOT NULL,
+			cpu_micros      INTEGER NOT NULL,
+			player_millis   INTEGER NOT NULL,
+			stream_bytes    INTEGER NOT NULL,
+			etcd_writes     INTEGER NOT NULL,
+			archive_bytes   INTEGER NOT NULL,
+			games_timed_out INTEGER NOT NULL,
+			PRIMARY KEY (tenant_id, hour)
+		) STRICT`,
+		`CREATE INDEX tenant_usage_hour ON tenant_usage(hour)`,
+		`CREATE TABLE usage_reports (
+			reporter  TEXT    NOT NULL,
+			report_id TEXT    NOT NULL,
+			at        INTEGER NOT NULL,
+			PRIMARY KEY (reporter, report_id)
+		) STRICT`,
+		`CREATE INDEX usage_reports_at ON usage_reports(at)`,
+	},
 }

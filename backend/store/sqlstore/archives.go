@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"time"
 
 	"ludus.dev/ludus/backend/store"
 )
@@ -16,6 +17,14 @@ func (s *DB) PutGameArchive(ctx context.Context, a store.GameArchive) error {
 		a.SpecJSON = []byte{}
 	}
 	return s.inTx(ctx, "put game archive", func(tx *tx) error {
+		// The archive's growth of the tenant's stored bytes is metered in
+		// the same transaction (tenant_usage, the hour of ArchivedAt): a
+		// re-archive counts only its difference.
+		var old int64
+		if err := tx.row(ctx, `SELECT COALESCE(SUM(size_bytes), 0) FROM game_archives WHERE tenant_id = ? AND game_id = ?`,
+			a.TenantID, a.GameID).Scan(&old); err != nil {
+			return err
+		}
 		if _, err := tx.exec(ctx, `DELETE FROM game_archive_chunks WHERE tenant_id = ? AND game_id = ?`, a.TenantID, a.GameID); err != nil {
 			return err
 		}
@@ -35,7 +44,14 @@ func (s *DB) PutGameArchive(ctx context.Context, a store.GameArchive) error {
 				return err
 			}
 		}
-		return nil
+		if size == old {
+			return nil
+		}
+		_, err := tx.exec(ctx, `INSERT INTO tenant_usage (tenant_id, hour, cpu_micros, player_millis, stream_bytes, etcd_writes,
+			archive_bytes, games_timed_out) VALUES (?, ?, 0, 0, 0, 0, ?, 0)
+			ON CONFLICT (tenant_id, hour) DO UPDATE SET archive_bytes = tenant_usage.archive_bytes + excluded.archive_bytes`,
+			a.TenantID, ToDB(a.ArchivedAt.UTC().Truncate(time.Hour)), size-old)
+		return err
 	})
 }
 

@@ -63,6 +63,9 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"StatBoards", testStatBoards},
 		{"Ratings", testRatings},
 		{"RatingsConcurrent", testRatingsConcurrent},
+		{"Quotas", testQuotas},
+		{"Usage", testUsage},
+		{"ArchiveBytes", testArchiveBytes},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newStore(t)) })

@@ -1237,7 +1237,10 @@ type ArchiveGameRequest struct {
 	// Why, for people (e.g. the trap of a crashed module).
 	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
 	// The last tick the game ran.
-	FinalTick     int64 `protobuf:"varint,7,opt,name=final_tick,json=finalTick,proto3" json:"final_tick,omitempty"`
+	FinalTick int64 `protobuf:"varint,7,opt,name=final_tick,json=finalTick,proto3" json:"final_tick,omitempty"`
+	// What the module wrote (the guest log of the node that ran its end; lines
+	// of earlier owners are not carried across handoffs), if that node has it.
+	GuestLog      *v1.GuestLog `protobuf:"bytes,8,opt,name=guest_log,json=guestLog,proto3" json:"guest_log,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1321,6 +1324,13 @@ func (x *ArchiveGameRequest) GetFinalTick() int64 {
 	return 0
 }
 
+func (x *ArchiveGameRequest) GetGuestLog() *v1.GuestLog {
+	if x != nil {
+		return x.GuestLog
+	}
+	return nil
+}
+
 type ArchiveGameResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1361,7 +1371,7 @@ var File_ludus_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\"\xdb\x01\n" +
+	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\x1a\x13ludus/v1/logs.proto\"\xdb\x01\n" +
 	"\x10StartGameRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1f\n" +
@@ -1446,7 +1456,7 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\bmatch_id\x18\x02 \x01(\tB\x1e\xbaH\x1br\x19\x10\x01\x18\x80\x012\x12^[A-Za-z0-9_.:-]+$R\amatchId\x12D\n" +
 	"\vaccount_ids\x18\x03 \x03(\tB#\xbaH \x92\x01\x1d\b\x01\x10\x80\x02\x18\x01\"\x14r\x12\x10\x01\x18@2\f^[a-z0-9_]+$R\n" +
 	"accountIds\"\x19\n" +
-	"\x17AddMatchPlayersResponse\"\xce\x01\n" +
+	"\x17AddMatchPlayersResponse\"\xff\x01\n" +
 	"\x12ArchiveGameRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1b\n" +
@@ -1455,7 +1465,8 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x1d\n" +
 	"\n" +
-	"final_tick\x18\a \x01(\x03R\tfinalTick\"\x15\n" +
+	"final_tick\x18\a \x01(\x03R\tfinalTick\x12/\n" +
+	"\tguest_log\x18\b \x01(\v2\x12.ludus.v1.GuestLogR\bguestLog\"\x15\n" +
 	"\x13ArchiveGameResponse2\x8e\x04\n" +
 	"\vNodeService\x12T\n" +
 	"\tStartGame\x12\".ludus.cluster.v1.StartGameRequest\x1a#.ludus.cluster.v1.StartGameResponse\x12N\n" +
@@ -1513,6 +1524,7 @@ var file_ludus_cluster_v1_cluster_proto_goTypes = []any{
 	(*v1.Status)(nil),                   // 25: ludus.v1.Status
 	(*v1.Module)(nil),                   // 26: ludus.v1.Module
 	(*timestamppb.Timestamp)(nil),       // 27: google.protobuf.Timestamp
+	(*v1.GuestLog)(nil),                 // 28: ludus.v1.GuestLog
 }
 var file_ludus_cluster_v1_cluster_proto_depIdxs = []int32{
 	22, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
@@ -1524,33 +1536,34 @@ var file_ludus_cluster_v1_cluster_proto_depIdxs = []int32{
 	26, // 6: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
 	26, // 7: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
 	27, // 8: ludus.cluster.v1.MintMatchCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 9: ludus.cluster.v1.NodeService.StartGame:input_type -> ludus.cluster.v1.StartGameRequest
-	2,  // 10: ludus.cluster.v1.NodeService.GetGame:input_type -> ludus.cluster.v1.GetGameRequest
-	4,  // 11: ludus.cluster.v1.NodeService.JoinGame:input_type -> ludus.cluster.v1.JoinGameRequest
-	6,  // 12: ludus.cluster.v1.NodeService.StreamFrames:input_type -> ludus.cluster.v1.StreamFramesRequest
-	11, // 13: ludus.cluster.v1.NodeService.SendInput:input_type -> ludus.cluster.v1.SendInputRequest
-	9,  // 14: ludus.cluster.v1.NodeService.Inputs:input_type -> ludus.cluster.v1.InputsRequest
-	12, // 15: ludus.cluster.v1.ModuleStoreService.ResolveModule:input_type -> ludus.cluster.v1.ResolveModuleRequest
-	14, // 16: ludus.cluster.v1.ModuleStoreService.GetModule:input_type -> ludus.cluster.v1.GetModuleRequest
-	16, // 17: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:input_type -> ludus.cluster.v1.MintMatchCredentialRequest
-	18, // 18: ludus.cluster.v1.ModuleStoreService.AddMatchPlayers:input_type -> ludus.cluster.v1.AddMatchPlayersRequest
-	20, // 19: ludus.cluster.v1.ModuleStoreService.ArchiveGame:input_type -> ludus.cluster.v1.ArchiveGameRequest
-	1,  // 20: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
-	3,  // 21: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
-	5,  // 22: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
-	7,  // 23: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
-	8,  // 24: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
-	10, // 25: ludus.cluster.v1.NodeService.Inputs:output_type -> ludus.cluster.v1.InputsResponse
-	13, // 26: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
-	15, // 27: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
-	17, // 28: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:output_type -> ludus.cluster.v1.MintMatchCredentialResponse
-	19, // 29: ludus.cluster.v1.ModuleStoreService.AddMatchPlayers:output_type -> ludus.cluster.v1.AddMatchPlayersResponse
-	21, // 30: ludus.cluster.v1.ModuleStoreService.ArchiveGame:output_type -> ludus.cluster.v1.ArchiveGameResponse
-	20, // [20:31] is the sub-list for method output_type
-	9,  // [9:20] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	28, // 9: ludus.cluster.v1.ArchiveGameRequest.guest_log:type_name -> ludus.v1.GuestLog
+	0,  // 10: ludus.cluster.v1.NodeService.StartGame:input_type -> ludus.cluster.v1.StartGameRequest
+	2,  // 11: ludus.cluster.v1.NodeService.GetGame:input_type -> ludus.cluster.v1.GetGameRequest
+	4,  // 12: ludus.cluster.v1.NodeService.JoinGame:input_type -> ludus.cluster.v1.JoinGameRequest
+	6,  // 13: ludus.cluster.v1.NodeService.StreamFrames:input_type -> ludus.cluster.v1.StreamFramesRequest
+	11, // 14: ludus.cluster.v1.NodeService.SendInput:input_type -> ludus.cluster.v1.SendInputRequest
+	9,  // 15: ludus.cluster.v1.NodeService.Inputs:input_type -> ludus.cluster.v1.InputsRequest
+	12, // 16: ludus.cluster.v1.ModuleStoreService.ResolveModule:input_type -> ludus.cluster.v1.ResolveModuleRequest
+	14, // 17: ludus.cluster.v1.ModuleStoreService.GetModule:input_type -> ludus.cluster.v1.GetModuleRequest
+	16, // 18: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:input_type -> ludus.cluster.v1.MintMatchCredentialRequest
+	18, // 19: ludus.cluster.v1.ModuleStoreService.AddMatchPlayers:input_type -> ludus.cluster.v1.AddMatchPlayersRequest
+	20, // 20: ludus.cluster.v1.ModuleStoreService.ArchiveGame:input_type -> ludus.cluster.v1.ArchiveGameRequest
+	1,  // 21: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
+	3,  // 22: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
+	5,  // 23: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
+	7,  // 24: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
+	8,  // 25: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
+	10, // 26: ludus.cluster.v1.NodeService.Inputs:output_type -> ludus.cluster.v1.InputsResponse
+	13, // 27: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
+	15, // 28: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
+	17, // 29: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:output_type -> ludus.cluster.v1.MintMatchCredentialResponse
+	19, // 30: ludus.cluster.v1.ModuleStoreService.AddMatchPlayers:output_type -> ludus.cluster.v1.AddMatchPlayersResponse
+	21, // 31: ludus.cluster.v1.ModuleStoreService.ArchiveGame:output_type -> ludus.cluster.v1.ArchiveGameResponse
+	21, // [21:32] is the sub-list for method output_type
+	10, // [10:21] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_ludus_cluster_v1_cluster_proto_init() }

@@ -9,6 +9,7 @@ package clusterv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	v1 "ludus.dev/ludus/gen/ludus/v1"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -20,6 +21,119 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// GameLogsResponse carries what the studio-facing GameLogService passes on.
+type GameLogsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Log           *v1.GameLogsResponse   `protobuf:"bytes,1,opt,name=log,proto3" json:"log,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GameLogsResponse) Reset() {
+	*x = GameLogsResponse{}
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GameLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GameLogsResponse) ProtoMessage() {}
+
+func (x *GameLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GameLogsResponse.ProtoReflect.Descriptor instead.
+func (*GameLogsResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GameLogsResponse) GetLog() *v1.GameLogsResponse {
+	if x != nil {
+		return x.Log
+	}
+	return nil
+}
+
+type GameLogsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	GameId        string                 `protobuf:"bytes,2,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
+	AfterSeq      uint64                 `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	Follow        bool                   `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GameLogsRequest) Reset() {
+	*x = GameLogsRequest{}
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GameLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GameLogsRequest) ProtoMessage() {}
+
+func (x *GameLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GameLogsRequest.ProtoReflect.Descriptor instead.
+func (*GameLogsRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GameLogsRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *GameLogsRequest) GetGameId() string {
+	if x != nil {
+		return x.GameId
+	}
+	return ""
+}
+
+func (x *GameLogsRequest) GetAfterSeq() uint64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+func (x *GameLogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
 
 type HandoffGameRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -33,7 +147,7 @@ type HandoffGameRequest struct {
 
 func (x *HandoffGameRequest) Reset() {
 	*x = HandoffGameRequest{}
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[0]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +159,7 @@ func (x *HandoffGameRequest) String() string {
 func (*HandoffGameRequest) ProtoMessage() {}
 
 func (x *HandoffGameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[0]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +172,7 @@ func (x *HandoffGameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffGameRequest.ProtoReflect.Descriptor instead.
 func (*HandoffGameRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HandoffGameRequest) GetTenantId() string {
@@ -83,15 +197,17 @@ func (x *HandoffGameRequest) GetTargetNodeId() string {
 }
 
 type HandoffGameResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ToNodeId      string                 `protobuf:"bytes,1,opt,name=to_node_id,json=toNodeId,proto3" json:"to_node_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ToNodeId string                 `protobuf:"bytes,1,opt,name=to_node_id,json=toNodeId,proto3" json:"to_node_id,omitempty"`
+	// The tick at which the game moved: the new owner resumes at it.
+	Tick          int64 `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HandoffGameResponse) Reset() {
 	*x = HandoffGameResponse{}
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[1]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -103,7 +219,7 @@ func (x *HandoffGameResponse) String() string {
 func (*HandoffGameResponse) ProtoMessage() {}
 
 func (x *HandoffGameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[1]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -116,7 +232,7 @@ func (x *HandoffGameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffGameResponse.ProtoReflect.Descriptor instead.
 func (*HandoffGameResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HandoffGameResponse) GetToNodeId() string {
@@ -126,20 +242,36 @@ func (x *HandoffGameResponse) GetToNodeId() string {
 	return ""
 }
 
+func (x *HandoffGameResponse) GetTick() int64 {
+	if x != nil {
+		return x.Tick
+	}
+	return 0
+}
+
 var File_ludus_cluster_v1_control_proto protoreflect.FileDescriptor
 
 const file_ludus_cluster_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x1eludus/cluster/v1/control.proto\x12\x10ludus.cluster.v1\"p\n" +
+	"\x1eludus/cluster/v1/control.proto\x12\x10ludus.cluster.v1\x1a\x13ludus/v1/logs.proto\"@\n" +
+	"\x10GameLogsResponse\x12,\n" +
+	"\x03log\x18\x01 \x01(\v2\x1a.ludus.v1.GameLogsResponseR\x03log\"|\n" +
+	"\x0fGameLogsRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1b\n" +
+	"\tafter_seq\x18\x03 \x01(\x04R\bafterSeq\x12\x16\n" +
+	"\x06follow\x18\x04 \x01(\bR\x06follow\"p\n" +
 	"\x12HandoffGameRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12$\n" +
-	"\x0etarget_node_id\x18\x03 \x01(\tR\ftargetNodeId\"3\n" +
+	"\x0etarget_node_id\x18\x03 \x01(\tR\ftargetNodeId\"G\n" +
 	"\x13HandoffGameResponse\x12\x1c\n" +
 	"\n" +
-	"to_node_id\x18\x01 \x01(\tR\btoNodeId2p\n" +
+	"to_node_id\x18\x01 \x01(\tR\btoNodeId\x12\x12\n" +
+	"\x04tick\x18\x02 \x01(\x03R\x04tick2\xc5\x01\n" +
 	"\x12NodeControlService\x12Z\n" +
-	"\vHandoffGame\x12$.ludus.cluster.v1.HandoffGameRequest\x1a%.ludus.cluster.v1.HandoffGameResponseB0Z.ludus.dev/ludus/gen/ludus/cluster/v1;clusterv1b\x06proto3"
+	"\vHandoffGame\x12$.ludus.cluster.v1.HandoffGameRequest\x1a%.ludus.cluster.v1.HandoffGameResponse\x12S\n" +
+	"\bGameLogs\x12!.ludus.cluster.v1.GameLogsRequest\x1a\".ludus.cluster.v1.GameLogsResponse0\x01B0Z.ludus.dev/ludus/gen/ludus/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_ludus_cluster_v1_control_proto_rawDescOnce sync.Once
@@ -153,19 +285,25 @@ func file_ludus_cluster_v1_control_proto_rawDescGZIP() []byte {
 	return file_ludus_cluster_v1_control_proto_rawDescData
 }
 
-var file_ludus_cluster_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_ludus_cluster_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_ludus_cluster_v1_control_proto_goTypes = []any{
-	(*HandoffGameRequest)(nil),  // 0: ludus.cluster.v1.HandoffGameRequest
-	(*HandoffGameResponse)(nil), // 1: ludus.cluster.v1.HandoffGameResponse
+	(*GameLogsResponse)(nil),    // 0: ludus.cluster.v1.GameLogsResponse
+	(*GameLogsRequest)(nil),     // 1: ludus.cluster.v1.GameLogsRequest
+	(*HandoffGameRequest)(nil),  // 2: ludus.cluster.v1.HandoffGameRequest
+	(*HandoffGameResponse)(nil), // 3: ludus.cluster.v1.HandoffGameResponse
+	(*v1.GameLogsResponse)(nil), // 4: ludus.v1.GameLogsResponse
 }
 var file_ludus_cluster_v1_control_proto_depIdxs = []int32{
-	0, // 0: ludus.cluster.v1.NodeControlService.HandoffGame:input_type -> ludus.cluster.v1.HandoffGameRequest
-	1, // 1: ludus.cluster.v1.NodeControlService.HandoffGame:output_type -> ludus.cluster.v1.HandoffGameResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	4, // 0: ludus.cluster.v1.GameLogsResponse.log:type_name -> ludus.v1.GameLogsResponse
+	2, // 1: ludus.cluster.v1.NodeControlService.HandoffGame:input_type -> ludus.cluster.v1.HandoffGameRequest
+	1, // 2: ludus.cluster.v1.NodeControlService.GameLogs:input_type -> ludus.cluster.v1.GameLogsRequest
+	3, // 3: ludus.cluster.v1.NodeControlService.HandoffGame:output_type -> ludus.cluster.v1.HandoffGameResponse
+	0, // 4: ludus.cluster.v1.NodeControlService.GameLogs:output_type -> ludus.cluster.v1.GameLogsResponse
+	3, // [3:5] is the sub-list for method output_type
+	1, // [1:3] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_ludus_cluster_v1_control_proto_init() }
@@ -179,7 +317,7 @@ func file_ludus_cluster_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_cluster_v1_control_proto_rawDesc), len(file_ludus_cluster_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

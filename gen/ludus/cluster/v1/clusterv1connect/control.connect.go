@@ -36,12 +36,20 @@ const (
 	// NodeControlServiceHandoffGameProcedure is the fully-qualified name of the NodeControlService's
 	// HandoffGame RPC.
 	NodeControlServiceHandoffGameProcedure = "/ludus.cluster.v1.NodeControlService/HandoffGame"
+	// NodeControlServiceGameLogsProcedure is the fully-qualified name of the NodeControlService's
+	// GameLogs RPC.
+	NodeControlServiceGameLogsProcedure = "/ludus.cluster.v1.NodeControlService/GameLogs"
 )
 
 // NodeControlServiceClient is a client for the ludus.cluster.v1.NodeControlService service.
 type NodeControlServiceClient interface {
 	// HandoffGame moves a game this node runs to another node.
 	HandoffGame(context.Context, *connect.Request[v1.HandoffGameRequest]) (*connect.Response[v1.HandoffGameResponse], error)
+	// GameLogs streams the guest log of a game this node runs (or ran, until it
+	// is archived): the lines after after_seq, then, with follow, new lines until
+	// the game finishes or leaves the node (the last message has state set, or
+	// state "moved").
+	GameLogs(context.Context, *connect.Request[v1.GameLogsRequest]) (*connect.ServerStreamForClient[v1.GameLogsResponse], error)
 }
 
 // NewNodeControlServiceClient constructs a client for the ludus.cluster.v1.NodeControlService
@@ -61,12 +69,19 @@ func NewNodeControlServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(nodeControlServiceMethods.ByName("HandoffGame")),
 			connect.WithClientOptions(opts...),
 		),
+		gameLogs: connect.NewClient[v1.GameLogsRequest, v1.GameLogsResponse](
+			httpClient,
+			baseURL+NodeControlServiceGameLogsProcedure,
+			connect.WithSchema(nodeControlServiceMethods.ByName("GameLogs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeControlServiceClient implements NodeControlServiceClient.
 type nodeControlServiceClient struct {
 	handoffGame *connect.Client[v1.HandoffGameRequest, v1.HandoffGameResponse]
+	gameLogs    *connect.Client[v1.GameLogsRequest, v1.GameLogsResponse]
 }
 
 // HandoffGame calls ludus.cluster.v1.NodeControlService.HandoffGame.
@@ -74,11 +89,21 @@ func (c *nodeControlServiceClient) HandoffGame(ctx context.Context, req *connect
 	return c.handoffGame.CallUnary(ctx, req)
 }
 
+// GameLogs calls ludus.cluster.v1.NodeControlService.GameLogs.
+func (c *nodeControlServiceClient) GameLogs(ctx context.Context, req *connect.Request[v1.GameLogsRequest]) (*connect.ServerStreamForClient[v1.GameLogsResponse], error) {
+	return c.gameLogs.CallServerStream(ctx, req)
+}
+
 // NodeControlServiceHandler is an implementation of the ludus.cluster.v1.NodeControlService
 // service.
 type NodeControlServiceHandler interface {
 	// HandoffGame moves a game this node runs to another node.
 	HandoffGame(context.Context, *connect.Request[v1.HandoffGameRequest]) (*connect.Response[v1.HandoffGameResponse], error)
+	// GameLogs streams the guest log of a game this node runs (or ran, until it
+	// is archived): the lines after after_seq, then, with follow, new lines until
+	// the game finishes or leaves the node (the last message has state set, or
+	// state "moved").
+	GameLogs(context.Context, *connect.Request[v1.GameLogsRequest], *connect.ServerStream[v1.GameLogsResponse]) error
 }
 
 // NewNodeControlServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -94,10 +119,18 @@ func NewNodeControlServiceHandler(svc NodeControlServiceHandler, opts ...connect
 		connect.WithSchema(nodeControlServiceMethods.ByName("HandoffGame")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeControlServiceGameLogsHandler := connect.NewServerStreamHandler(
+		NodeControlServiceGameLogsProcedure,
+		svc.GameLogs,
+		connect.WithSchema(nodeControlServiceMethods.ByName("GameLogs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ludus.cluster.v1.NodeControlService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeControlServiceHandoffGameProcedure:
 			nodeControlServiceHandoffGameHandler.ServeHTTP(w, r)
+		case NodeControlServiceGameLogsProcedure:
+			nodeControlServiceGameLogsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -109,4 +142,8 @@ type UnimplementedNodeControlServiceHandler struct{}
 
 func (UnimplementedNodeControlServiceHandler) HandoffGame(context.Context, *connect.Request[v1.HandoffGameRequest]) (*connect.Response[v1.HandoffGameResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.NodeControlService.HandoffGame is not implemented"))
+}
+
+func (UnimplementedNodeControlServiceHandler) GameLogs(context.Context, *connect.Request[v1.GameLogsRequest], *connect.ServerStream[v1.GameLogsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.NodeControlService.GameLogs is not implemented"))
 }

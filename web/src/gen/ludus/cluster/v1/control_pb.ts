@@ -4,13 +4,66 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GameLogsResponse as GameLogsResponse$1 } from "../../v1/logs_pb";
+import { file_ludus_v1_logs } from "../../v1/logs_pb";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file ludus/cluster/v1/control.proto.
  */
 export const file_ludus_cluster_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NvbnRyb2wucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEiUAoSSGFuZG9mZkdhbWVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdnYW1lX2lkGAIgASgJEhYKDnRhcmdldF9ub2RlX2lkGAMgASgJIikKE0hhbmRvZmZHYW1lUmVzcG9uc2USEgoKdG9fbm9kZV9pZBgBIAEoCTJwChJOb2RlQ29udHJvbFNlcnZpY2USWgoLSGFuZG9mZkdhbWUSJC5sdWR1cy5jbHVzdGVyLnYxLkhhbmRvZmZHYW1lUmVxdWVzdBolLmx1ZHVzLmNsdXN0ZXIudjEuSGFuZG9mZkdhbWVSZXNwb25zZUIwWi5sdWR1cy5kZXYvbHVkdXMvZ2VuL2x1ZHVzL2NsdXN0ZXIvdjE7Y2x1c3RlcnYxYgZwcm90bzM");
+  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NvbnRyb2wucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEiOwoQR2FtZUxvZ3NSZXNwb25zZRInCgNsb2cYASABKAsyGi5sdWR1cy52MS5HYW1lTG9nc1Jlc3BvbnNlIlgKD0dhbWVMb2dzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRIRCglhZnRlcl9zZXEYAyABKAQSDgoGZm9sbG93GAQgASgIIlAKEkhhbmRvZmZHYW1lUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRIWCg50YXJnZXRfbm9kZV9pZBgDIAEoCSI3ChNIYW5kb2ZmR2FtZVJlc3BvbnNlEhIKCnRvX25vZGVfaWQYASABKAkSDAoEdGljaxgCIAEoAzLFAQoSTm9kZUNvbnRyb2xTZXJ2aWNlEloKC0hhbmRvZmZHYW1lEiQubHVkdXMuY2x1c3Rlci52MS5IYW5kb2ZmR2FtZVJlcXVlc3QaJS5sdWR1cy5jbHVzdGVyLnYxLkhhbmRvZmZHYW1lUmVzcG9uc2USUwoIR2FtZUxvZ3MSIS5sdWR1cy5jbHVzdGVyLnYxLkdhbWVMb2dzUmVxdWVzdBoiLmx1ZHVzLmNsdXN0ZXIudjEuR2FtZUxvZ3NSZXNwb25zZTABQjBaLmx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvY2x1c3Rlci92MTtjbHVzdGVydjFiBnByb3RvMw", [file_ludus_v1_logs]);
+
+/**
+ * GameLogsResponse carries what the studio-facing GameLogService passes on.
+ *
+ * @generated from message ludus.cluster.v1.GameLogsResponse
+ */
+export type GameLogsResponse = Message<"ludus.cluster.v1.GameLogsResponse"> & {
+  /**
+   * @generated from field: ludus.v1.GameLogsResponse log = 1;
+   */
+  log?: GameLogsResponse$1 | undefined;
+};
+
+/**
+ * Describes the message ludus.cluster.v1.GameLogsResponse.
+ * Use `create(GameLogsResponseSchema)` to create a new message.
+ */
+export const GameLogsResponseSchema: GenMessage<GameLogsResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_control, 0);
+
+/**
+ * @generated from message ludus.cluster.v1.GameLogsRequest
+ */
+export type GameLogsRequest = Message<"ludus.cluster.v1.GameLogsRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * @generated from field: string game_id = 2;
+   */
+  gameId: string;
+
+  /**
+   * @generated from field: uint64 after_seq = 3;
+   */
+  afterSeq: bigint;
+
+  /**
+   * @generated from field: bool follow = 4;
+   */
+  follow: boolean;
+};
+
+/**
+ * Describes the message ludus.cluster.v1.GameLogsRequest.
+ * Use `create(GameLogsRequestSchema)` to create a new message.
+ */
+export const GameLogsRequestSchema: GenMessage<GameLogsRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_control, 1);
 
 /**
  * @generated from message ludus.cluster.v1.HandoffGameRequest
@@ -39,7 +92,7 @@ export type HandoffGameRequest = Message<"ludus.cluster.v1.HandoffGameRequest"> 
  * Use `create(HandoffGameRequestSchema)` to create a new message.
  */
 export const HandoffGameRequestSchema: GenMessage<HandoffGameRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_control, 0);
+  messageDesc(file_ludus_cluster_v1_control, 2);
 
 /**
  * @generated from message ludus.cluster.v1.HandoffGameResponse
@@ -49,6 +102,13 @@ export type HandoffGameResponse = Message<"ludus.cluster.v1.HandoffGameResponse"
    * @generated from field: string to_node_id = 1;
    */
   toNodeId: string;
+
+  /**
+   * The tick at which the game moved: the new owner resumes at it.
+   *
+   * @generated from field: int64 tick = 2;
+   */
+  tick: bigint;
 };
 
 /**
@@ -56,7 +116,7 @@ export type HandoffGameResponse = Message<"ludus.cluster.v1.HandoffGameResponse"
  * Use `create(HandoffGameResponseSchema)` to create a new message.
  */
 export const HandoffGameResponseSchema: GenMessage<HandoffGameResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_control, 1);
+  messageDesc(file_ludus_cluster_v1_control, 3);
 
 /**
  * NodeControlService is served by each sim node for fleet operations (cluster token).
@@ -73,6 +133,19 @@ export const NodeControlService: GenService<{
     methodKind: "unary";
     input: typeof HandoffGameRequestSchema;
     output: typeof HandoffGameResponseSchema;
+  },
+  /**
+   * GameLogs streams the guest log of a game this node runs (or ran, until it
+   * is archived): the lines after after_seq, then, with follow, new lines until
+   * the game finishes or leaves the node (the last message has state set, or
+   * state "moved").
+   *
+   * @generated from rpc ludus.cluster.v1.NodeControlService.GameLogs
+   */
+  gameLogs: {
+    methodKind: "server_streaming";
+    input: typeof GameLogsRequestSchema;
+    output: typeof GameLogsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ludus_cluster_v1_control, 0);

@@ -1,0 +1,196 @@
+package backend
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/backend/store"
+)
+
+// What package batch keeps in the backend: (*Server) implements
+// batch.Backend. BatchService (package batch) authorizes callers with
+// AuthorizeTenant; these methods trust the tenant id they are given.
+
+// Batch defaults.
+const (
+	// DefaultBatchRetention is how long an ended run's results and archive
+	// are kept, unless the tenant's settings say otherwise.
+	DefaultBatchRetention = 7 * 24 * time.Hour
+	// DefaultBatchCap is a tenant's batch spend cap (CPU time of games, over
+	// all its runs), unless its settings say otherwise.
+	DefaultBatchCap = 100 * time.Hour
+)
+
+var errNoBatchStore = connect.NewError(connect.CodeUnimplemented, errors.New("this backend's store keeps no batch runs"))
+
+func (s *Server) batchStore() (store.BatchStore, error) {
+	bs, ok := s.store.(store.BatchStore)
+	if !ok {
+		return nil, errNoBatchStore
+	}
+	return bs, nil
+}
+
+// BatchModule returns a module build of the tenant: buildID if given, else
+// the newest build named name.
+func (s *Server) BatchModule(ctx context.Context, tenantID, name, buildID string) (string, []byte, error) {
+	if buildID == "" {
+		if err := checkModuleName(name); err != nil {
+			return "", nil, invalidArg(err)
+		}
+		m, err := s.store.LatestModule(ctx, tenantID, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return "", nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("this tenant has no module named %q", name))
+		} else if err != nil {
+			return "", nil, s.internal(ctx, "batch module", err)
+		}
+		buildID = m.BuildID
+	}
+	if err := checkBuildID(buildID); err != nil {
+		return "", nil, invalidArg(err)
+	}
+	m, wasm, err := s.store.GetModule(ctx, tenantID, buildID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("this tenant has no module build %s", buildID))
+	} else if err != nil {
+		return "", nil, s.internal(ctx, "batch module", err)
+	}
+	if name != "" && m.Name != name {
+		return "", nil, invalidArg(fmt.Errorf("build %.12s is a build of %q, not %q", buildID, m.Name, name))
+	}
+	return buildID, wasm, nil
+}
+
+// batchSettings returns the tenant's settings with defaults filled in.
+func (s *Server) batchSettings(ctx context.Context, tenantID string) (store.BatchSettings, error) {
+	bs, err := s.batchStore()
+	if err != nil {
+		return store.BatchSettings{}, err
+	}
+	set, err := bs.BatchSettings(ctx, tenantID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return set, err
+	}
+	if set.Retention <= 0 {
+		set.Retention = DefaultBatchRetention
+	}
+	if set.CapCPUNanos <= 0 {
+		set.CapCPUNanos = int64(DefaultBatchCap)
+	}
+	return set, nil
+}
+
+// SetBatchPolicy sets a tenant's batch spend cap and archive retention (zero:
+// the defaults), keeping its link key.
+func (s *Server) SetBatchPolicy(ctx context.Context, tenantID string, capCPU, retention time.Duration) error {
+	bs, err := s.batchStore()
+	if err != nil {
+		return err
+	}
+	set, err := bs.BatchSettings(ctx, tenantID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	set.CapCPUNanos, set.Retention = int64(capCPU), retention
+	return bs.PutBatchSettings(ctx, tenantID, set)
+}
+
+// BatchCap returns the tenant's batch spend cap.
+func (s *Server) BatchCap(ctx context.Context, tenantID string) (time.Duration, error) {
+	set, err := s.batchSettings(ctx, tenantID)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(set.CapCPUNanos), nil
+}
+
+// PutBatchRun records a run; an ended run expires after the tenant's
+// retention.
+func (s *Server) PutBatchRun(ctx context.Context, r store.BatchRun) error {
+	bs, err := s.batchStore()
+	if err != nil {
+		return err
+	}
+	if r.State == "ended" {
+		set, err := s.batchSettings(ctx, r.TenantID)
+		if err != nil {
+			return err
+		}
+		end := r.EndedAt
+		if end.IsZero() {
+			end = s.now()
+		}
+		r.ExpiresAt = end.Add(set.Retention)
+	}
+	return bs.PutBatchRun(ctx, r)
+}
+
+// BatchRun returns a run's record.
+func (s *Server) BatchRun(ctx context.Context, tenantID, runID string) (store.BatchRun, error) {
+	bs, err := s.batchStore()
+	if err != nil {
+		return store.BatchRun{}, err
+	}
+	return bs.BatchRun(ctx, tenantID, runID)
+}
+
+// PutBatchResult stores a game's result unless it has one.
+func (s *Server) PutBatchResult(ctx context.Context, r store.BatchResult) (bool, error) {
+	bs, err := s.batchStore()
+	if err != nil {
+		return false, err
+	}
+	return bs.PutBatchResult(ctx, r)
+}
+
+// BatchResults returns a run's results stored at or after since.
+func (s *Server) BatchResults(ctx context.Context, tenantID, runID string, since time.Time, withLogs bool) ([]store.BatchResult, error) {
+	bs, err := s.batchStore()
+	if err != nil {
+		return nil, err
+	}
+	return bs.BatchResults(ctx, tenantID, runID, since, withLogs)
+}
+
+// SweepBatchRuns deletes the runs whose retention has passed, with their
+// results: the batch reaper calls it on every sweep.
+func (s *Server) SweepBatchRuns(ctx context.Context) (int, error) {
+	bs, err := s.batchStore()
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for {
+		n, err := bs.DeleteExpiredBatchRuns(ctx, s.now(), 100)
+		total += n
+		if err != nil || n < 100 {
+			return total, err
+		}
+	}
+}
+
+// RotateBatchLinkKey gives the tenant a new archive link key: links signed
+// with the old one stop working.
+func (s *Server) RotateBatchLinkKey(ctx context.Context, tenantID string) error {
+	_, err := s.rotateLinkKey(ctx, tenantID)
+	return err
+}
+
+func (s *Server) rotateLinkKey(ctx context.Context, tenantID string) ([]byte, error) {
+	bs, err := s.batchStore()
+	if err != nil {
+		return nil, err
+	}
+	set, err := bs.BatchSettings(ctx, tenantID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	set.LinkKey = make([]byte, 32)
+	rand.Read(set.LinkKey)
+	return set.LinkKey, bs.PutBatchSettings(ctx, tenantID, set)
+}

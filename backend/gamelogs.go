@@ -1,0 +1,47 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/backend/store"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+)
+
+// What fleet's GameLogService (ops/fleet/gamelogs.go) reads from the backend:
+// (*Server) implements fleet.DebugStore. The service authorizes callers with
+// AuthorizeTenant; these methods trust the tenant id they are given.
+
+// ArchivedGuestLog returns an archived game's guest log, state and message.
+// The archive keeps the game's state and message; the guest log lines a sim
+// node sends with the archive (ArchiveGameRequest.guest_log) are not stored
+// yet (they need a column in game_archives), so the log is nil.
+func (s *Server) ArchivedGuestLog(ctx context.Context, tenantID, gameID string) (*ludusv1.GuestLog, string, string, error) {
+	if err := checkGameID(gameID); err != nil {
+		return nil, "", "", invalidArg(err)
+	}
+	a, err := s.store.GameArchive(ctx, tenantID, gameID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, "", "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q, running or archived", gameID))
+	} else if err != nil {
+		return nil, "", "", s.internal(ctx, "game log", err)
+	}
+	return nil, a.State, a.Message, nil
+}
+
+// TenantBuild returns one of the tenant's module builds: its bytes and name.
+func (s *Server) TenantBuild(ctx context.Context, tenantID, buildID string) ([]byte, string, error) {
+	if err := checkBuildID(buildID); err != nil {
+		return nil, "", invalidArg(err)
+	}
+	m, wasm, err := s.store.GetModule(ctx, tenantID, buildID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, "", connect.NewError(connect.CodeNotFound, fmt.Errorf("this tenant has no module build %s", buildID))
+	} else if err != nil {
+		return nil, "", s.internal(ctx, "get module", err)
+	}
+	return wasm, m.Name, nil
+}

@@ -1,0 +1,83 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Batch runs (package batch) keep their results and the archive settings of
+// each tenant in the backend's database. The methods are on BatchStore, which
+// both SQL stores implement; the backend finds it with a type assertion so
+// that Store itself (and its fakes) need not grow.
+
+// BatchRun is a batch run as the backend keeps it: what it was, how it ended
+// and when its archive expires.
+type BatchRun struct {
+	TenantID, RunID string
+	// Spec is the run's spec (package batch's JSON).
+	Spec []byte
+	// State and Reason: "running", or "ended" with why.
+	State, Reason string
+	Games         int
+	Done          int
+	CPUNanos      int64
+	CreatedAt     time.Time
+	EndedAt       time.Time // zero while running
+	// ExpiresAt is when the run's results and archive are deleted.
+	ExpiresAt time.Time
+}
+
+// BatchResult is one game's result in a batch run.
+type BatchResult struct {
+	TenantID, RunID string
+	Game            int
+	Map             string
+	Seed            uint64
+	Side            int
+	Winner          int
+	Ticks           int64
+	Ended, TimedOut bool
+	CPUNanos        int64
+	// Result is the module's result JSON.
+	Result []byte
+	// Log is the game's input log (package simnode/inputlog), if kept.
+	Log    []byte
+	Error  string
+	Worker string
+	// StoredAt is set by the store.
+	StoredAt time.Time
+}
+
+// BatchSettings are a tenant's batch settings.
+type BatchSettings struct {
+	// LinkKey signs the tenant's archive links (HMAC-SHA256); replacing it
+	// revokes every link signed with the old one.
+	LinkKey []byte
+	// Retention is how long a run's results are kept after it ended; zero
+	// means the backend's default.
+	Retention time.Duration
+	// CapCPUNanos is the tenant's batch spend cap; zero means the default.
+	CapCPUNanos int64
+}
+
+// BatchStore keeps batch runs, their results and the tenants' batch settings.
+type BatchStore interface {
+	// PutBatchRun creates or replaces a run's record.
+	PutBatchRun(ctx context.Context, r BatchRun) error
+	// BatchRun returns a run's record (ErrNotFound).
+	BatchRun(ctx context.Context, tenantID, runID string) (BatchRun, error)
+	// PutBatchResult stores a game's result unless the run already has one
+	// for that game: the first result stored wins, and stored reports whether
+	// it was this one. ErrNotFound if the run has no record.
+	PutBatchResult(ctx context.Context, r BatchResult) (stored bool, err error)
+	// BatchResults returns a run's results stored at or after since, by game,
+	// with their logs when withLogs.
+	BatchResults(ctx context.Context, tenantID, runID string, since time.Time, withLogs bool) ([]BatchResult, error)
+	// BatchSettings returns a tenant's settings (ErrNotFound if never set).
+	BatchSettings(ctx context.Context, tenantID string) (BatchSettings, error)
+	// PutBatchSettings creates or replaces a tenant's settings.
+	PutBatchSettings(ctx context.Context, tenantID string, s BatchSettings) error
+	// DeleteExpiredBatchRuns deletes the runs (and their results) that
+	// expired at or before now, at most limit; it returns how many.
+	DeleteExpiredBatchRuns(ctx context.Context, now time.Time, limit int) (int, error)
+}

@@ -1,0 +1,146 @@
+package sqlstore
+
+import (
+	"context"
+	"time"
+
+	"ludus.dev/ludus/backend/store"
+)
+
+var _ store.BatchStore = (*DB)(nil)
+
+// PutBatchRun implements store.BatchStore.
+func (s *DB) PutBatchRun(ctx context.Context, r store.BatchRun) error {
+	if r.Spec == nil {
+		r.Spec = []byte{}
+	}
+	return s.inTx(ctx, "put batch run", func(tx *tx) error {
+		_, err := tx.exec(ctx, `INSERT INTO batch_runs (tenant_id, run_id, state, reason, games, done, cpu_ns, created_at, ended_at, expires_at, spec)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, run_id) DO UPDATE SET state = excluded.state,
+			reason = excluded.reason, games = excluded.games, done = excluded.done, cpu_ns = excluded.cpu_ns,
+			ended_at = excluded.ended_at, expires_at = excluded.expires_at, spec = excluded.spec`,
+			r.TenantID, r.RunID, r.State, r.Reason, r.Games, r.Done, r.CPUNanos, ToDB(r.CreatedAt), nullTime(r.EndedAt), ToDB(r.ExpiresAt), r.Spec)
+		return err
+	})
+}
+
+// BatchRun implements store.BatchStore.
+func (s *DB) BatchRun(ctx context.Context, tenantID, runID string) (store.BatchRun, error) {
+	var r store.BatchRun
+	var created, expires int64
+	var ended = nullTime(time.Time{})
+	err := s.row(ctx, `SELECT tenant_id, run_id, state, reason, games, done, cpu_ns, created_at, ended_at, expires_at, spec
+		FROM batch_runs WHERE tenant_id = ? AND run_id = ?`, tenantID, runID).
+		Scan(&r.TenantID, &r.RunID, &r.State, &r.Reason, &r.Games, &r.Done, &r.CPUNanos, &created, &ended, &expires, &r.Spec)
+	if err != nil {
+		return store.BatchRun{}, s.wrap("batch run", err)
+	}
+	r.CreatedAt, r.EndedAt, r.ExpiresAt = FromDB(created), fromNullTime(ended), FromDB(expires)
+	return r, nil
+}
+
+// PutBatchResult implements store.BatchStore.
+func (s *DB) PutBatchResult(ctx context.Context, r store.BatchResult) (bool, error) {
+	if r.Result == nil {
+		r.Result = []byte{}
+	}
+	if r.Log == nil {
+		r.Log = []byte{}
+	}
+	stored := false
+	err := s.inTx(ctx, "put batch result", func(tx *tx) error {
+		res, err := tx.exec(ctx, `INSERT INTO batch_results (tenant_id, run_id, game, map, seed, side, winner, ticks, ended, timed_out,
+			cpu_ns, error, worker, stored_at, result, log) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (tenant_id, run_id, game) DO NOTHING`,
+			r.TenantID, r.RunID, r.Game, r.Map, int64(r.Seed), r.Side, r.Winner, r.Ticks, boolInt(r.Ended), boolInt(r.TimedOut),
+			r.CPUNanos, r.Error, r.Worker, ToDB(time.Now()), r.Result, r.Log)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		stored = n == 1
+		return err
+	})
+	return stored, err
+}
+
+// BatchResults implements store.BatchStore.
+func (s *DB) BatchResults(ctx context.Context, tenantID, runID string, since time.Time, withLogs bool) ([]store.BatchResult, error) {
+	logCol := `x''`
+	if s.d.Dollar {
+		logCol = `''::bytea`
+	}
+	if withLogs {
+		logCol = `log`
+	}
+	return list(ctx, s, "batch results", func(r scanner) (store.BatchResult, error) {
+		var b store.BatchResult
+		var seed, at int64
+		var ended, timedOut int
+		err := r.Scan(&b.TenantID, &b.RunID, &b.Game, &b.Map, &seed, &b.Side, &b.Winner, &b.Ticks, &ended, &timedOut,
+			&b.CPUNanos, &b.Error, &b.Worker, &at, &b.Result, &b.Log)
+		b.Seed, b.Ended, b.TimedOut, b.StoredAt = uint64(seed), ended != 0, timedOut != 0, FromDB(at)
+		return b, err
+	}, `SELECT tenant_id, run_id, game, map, seed, side, winner, ticks, ended, timed_out, cpu_ns, error, worker, stored_at, result, `+logCol+`
+		FROM batch_results WHERE tenant_id = ? AND run_id = ? AND stored_at >= ? ORDER BY game`, tenantID, runID, ToDB(since))
+}
+
+// BatchSettings implements store.BatchStore.
+func (s *DB) BatchSettings(ctx context.Context, tenantID string) (store.BatchSettings, error) {
+	var b store.BatchSettings
+	var retention int64
+	err := s.row(ctx, `SELECT link_key, retention_us, cap_cpu_ns FROM batch_settings WHERE tenant_id = ?`, tenantID).
+		Scan(&b.LinkKey, &retention, &b.CapCPUNanos)
+	if err != nil {
+		return store.BatchSettings{}, s.wrap("batch settings", err)
+	}
+	b.Retention = time.Duration(retention) * time.Microsecond
+	return b, nil
+}
+
+// PutBatchSettings implements store.BatchStore.
+func (s *DB) PutBatchSettings(ctx context.Context, tenantID string, b store.BatchSettings) error {
+	if b.LinkKey == nil {
+		b.LinkKey = []byte{}
+	}
+	return s.inTx(ctx, "put batch settings", func(tx *tx) error {
+		_, err := tx.exec(ctx, `INSERT INTO batch_settings (tenant_id, retention_us, cap_cpu_ns, link_key) VALUES (?, ?, ?, ?)
+			ON CONFLICT (tenant_id) DO UPDATE SET retention_us = excluded.retention_us, cap_cpu_ns = excluded.cap_cpu_ns,
+			link_key = excluded.link_key`, tenantID, b.Retention.Microseconds(), b.CapCPUNanos, b.LinkKey)
+		return err
+	})
+}
+
+// DeleteExpiredBatchRuns implements store.BatchStore.
+func (s *DB) DeleteExpiredBatchRuns(ctx context.Context, now time.Time, limit int) (int, error) {
+	type key struct{ t, r string }
+	keys, err := list(ctx, s, "expired batch runs", func(r scanner) (key, error) {
+		var k key
+		return k, r.Scan(&k.t, &k.r)
+	}, `SELECT tenant_id, run_id FROM batch_runs WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`, ToDB(now), limit)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, k := range keys {
+		err := s.inTx(ctx, "delete batch run", func(tx *tx) error {
+			if _, err := tx.exec(ctx, `DELETE FROM batch_results WHERE tenant_id = ? AND run_id = ?`, k.t, k.r); err != nil {
+				return err
+			}
+			_, err := tx.exec(ctx, `DELETE FROM batch_runs WHERE tenant_id = ? AND run_id = ? AND expires_at <= ?`, k.t, k.r, ToDB(now))
+			return err
+		})
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

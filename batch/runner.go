@@ -1,0 +1,133 @@
+package batch
+
+import (
+	"context"
+	"encoding/json"
+	"runtime"
+	"time"
+
+	"ludus.dev/ludus/simnode/engine"
+	"ludus.dev/ludus/simnode/inputlog"
+)
+
+// Runner plays games headless: no views, no pacing — tick after tick as fast
+// as the CPU allows — bounded by the game's tick deadline.
+type Runner struct {
+	// ChunkTicks is how many ticks are stepped between two looks at Yield
+	// and the context. Default 35.
+	ChunkTicks int
+	// Yield, if set, is called between chunks; while it reports true (live
+	// games are late) the runner sleeps, backing off up to 50 ms. Between
+	// chunks the runner always calls runtime.Gosched.
+	Yield func() bool
+	// HashEvery is the interval, in ticks, of the state hashes a kept log
+	// records (default: the module's tick rate, one per game second).
+	HashEvery int64
+}
+
+// Play plays game g of spec on a fresh instance of m until it ends or reaches
+// spec.GameTicks. A failing module is a Result with Error set; the error
+// return is for ctx ending (the game is abandoned) alone.
+func (r *Runner) Play(ctx context.Context, m *engine.Module, spec *Spec, g Game) (res Result, _ error) {
+	res = Result{Game: g, MapName: spec.Maps[g.Map].Name, Winner: -1}
+	cfg, err := spec.Config(g)
+	if err != nil {
+		res.Error = "config: " + err.Error()
+		return res, nil
+	}
+	// The goroutine keeps its thread while it plays, so the thread's CPU
+	// time is the game's (cpu_linux.go).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu0 := threadCPU()
+	defer func() { res.CPU = threadCPU() - cpu0 }()
+
+	inst, err := m.Instantiate(ctx, g.Seed)
+	if err != nil {
+		res.Error = err.Error()
+		return res, nil
+	}
+	defer inst.Close(context.Background())
+	if err := inst.Init(ctx, g.Seed, cfg); err != nil {
+		res.Error = withOutput(err, inst)
+		return res, nil
+	}
+	chunk := int64(r.ChunkTicks)
+	if chunk <= 0 {
+		chunk = 35
+	}
+	every := r.HashEvery
+	if every <= 0 {
+		every = int64(m.Meta.TickRate)
+	}
+	var hashes []inputlog.Hash
+	limit := spec.GameTicks
+	ended := false
+	for !ended && inst.Tick() < limit {
+		end := min(inst.Tick()+chunk, limit)
+		for !ended && inst.Tick() < end {
+			if ended, err = inst.StepEncoded(ctx, nil); err != nil {
+				res.Ticks = inst.Tick()
+				res.Error = withOutput(err, inst)
+				return res, nil
+			}
+			if spec.KeepLogs && inst.Tick()%every == 0 {
+				h, err := inst.StateHash(ctx)
+				if err != nil {
+					res.Error = withOutput(err, inst)
+					return res, nil
+				}
+				hashes = append(hashes, inputlog.Hash{Tick: inst.Tick(), Hash: h})
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		runtime.Gosched()
+		if r.Yield != nil {
+			if err := backOff(ctx, r.Yield); err != nil {
+				return res, err
+			}
+		}
+	}
+	res.Ticks, res.Ended, res.TimedOut = inst.Tick(), ended, !ended
+	out, err := inst.Result(ctx)
+	if err != nil {
+		res.Error = withOutput(err, inst)
+		return res, nil
+	}
+	res.Result = out
+	var w struct {
+		Winner *int `json:"winner"`
+	}
+	if json.Unmarshal(out, &w) == nil && w.Winner != nil {
+		res.Winner = *w.Winner
+	}
+	if spec.KeepLogs {
+		res.Log = inputlog.Encode(nil, &inputlog.Chunk{From: 0, To: res.Ticks, Hashes: hashes, Ended: ended})
+	}
+	return res, nil
+}
+
+// backOff sleeps while late reports true, doubling from 1 ms to 50 ms.
+func backOff(ctx context.Context, late func() bool) error {
+	d := time.Millisecond
+	for late() {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		d = min(2*d, 50*time.Millisecond)
+	}
+	return nil
+}
+
+func withOutput(err error, inst *engine.Instance) string {
+	if out := inst.Output(); out != "" {
+		return err.Error() + "\nmodule output:\n" + out
+	}
+	return err.Error()
+}

@@ -1,0 +1,371 @@
+package batch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+
+	"ludus.dev/ludus/clusterstate"
+	"ludus.dev/ludus/simnode/engine"
+)
+
+// WorkerConfig configures a Worker. Etcd and Backend are required.
+type WorkerConfig struct {
+	// ID names the worker in leases and results; default "w-" + random hex.
+	ID string
+	// Etcd holds the queues.
+	Etcd *clusterstate.Client
+	// Backend stores results and serves module builds.
+	Backend Backend
+	// Engine runs the games; nil creates one (closed when the worker stops).
+	Engine *engine.Engine
+	// Concurrency is how many games the worker plays at once. Default
+	// GOMAXPROCS-1 (at least 1): a sim node keeps a core for its live matches.
+	Concurrency int
+	// LiveLate reports whether live matches on this node are late; while it
+	// does, games pause between chunks of ticks (Runner.Yield). Nil: never.
+	LiveLate func() bool
+	// LeaseTTL is the worker's etcd lease: a worker that vanishes gives its
+	// games back to the queue this long after its last renewal. Default 10 s.
+	LeaseTTL time.Duration
+	// Poll is how often an idle worker looks for runs. Default 1 s.
+	Poll time.Duration
+	// NoReaper keeps this worker out of the reaper election.
+	NoReaper bool
+	// Reaper configures the reaper this worker runs when elected.
+	Reaper ReaperConfig
+	// Logger gets the worker's errors; slog.Default() if nil.
+	Logger *slog.Logger
+}
+
+// Worker plays batch items. It runs until the context given to StartWorker
+// ends.
+type Worker struct {
+	cfg   WorkerConfig
+	lease *clusterstate.Lease
+	eng   *engine.Engine
+	own   bool // eng is ours to close
+	log   *slog.Logger
+	done  chan struct{}
+
+	mu      sync.Mutex
+	runs    []clusterstate.BatchRun
+	runsAt  time.Time
+	cursor  map[string]int // run -> next game to look at
+	modules map[string]*engine.Module
+	specs   map[string]*Spec // run -> decoded spec
+	next    int              // round robin over runs
+	played  int
+}
+
+// StartWorker starts a worker: Concurrency goroutines claiming items of
+// running runs, and (unless NoReaper) a candidate for the reaper. It returns
+// once the worker's lease is granted.
+func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
+	if cfg.Etcd == nil || cfg.Backend == nil {
+		return nil, errors.New("batch: WorkerConfig.Etcd and Backend are required")
+	}
+	if cfg.ID == "" {
+		var b [6]byte
+		rand.Read(b[:])
+		cfg.ID = "w-" + hex.EncodeToString(b[:])
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = max(runtime.GOMAXPROCS(0)-1, 1)
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	w := &Worker{cfg: cfg, log: cfg.Logger, eng: cfg.Engine, done: make(chan struct{}),
+		cursor: map[string]int{}, modules: map[string]*engine.Module{}, specs: map[string]*Spec{}}
+	if w.log == nil {
+		w.log = slog.Default()
+	}
+	w.log = w.log.With("batch_worker", cfg.ID)
+	lease, err := cfg.Etcd.GrantLease(ctx, cfg.LeaseTTL)
+	if err != nil {
+		return nil, err
+	}
+	w.lease = lease
+	if w.eng == nil {
+		if w.eng, err = engine.New(ctx, engine.Config{}); err != nil {
+			lease.Close()
+			return nil, err
+		}
+		w.own = true
+	}
+	var wg sync.WaitGroup
+	for range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.slot(ctx)
+		}()
+	}
+	if !cfg.NoReaper {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runReaper(ctx, cfg.Etcd, cfg.Backend, lease, cfg.ID, cfg.Reaper, w.log)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		// Revoke the lease: items still leased (none, normally) return at
+		// once. A worker whose etcd client is gone cannot; its lease expires.
+		lease.Close()
+		if w.own {
+			w.eng.Close(context.Background())
+		}
+		close(w.done)
+	}()
+	return w, nil
+}
+
+// ID is the worker's id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Done is closed once the worker has stopped.
+func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// Played counts the games this worker played to the end and acknowledged.
+func (w *Worker) Played() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.played
+}
+
+func (w *Worker) slot(ctx context.Context) {
+	runner := &Runner{Yield: w.cfg.LiveLate}
+	for ctx.Err() == nil {
+		cl, run, ok := w.claim(ctx)
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.lease.Done():
+				return
+			case <-time.After(w.cfg.Poll):
+			}
+			continue
+		}
+		w.play(ctx, runner, run, cl)
+	}
+}
+
+func (w *Worker) leaseLost() bool {
+	select {
+	case <-w.lease.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// runList returns the running runs, read from etcd at most every Poll.
+func (w *Worker) runList(ctx context.Context) []clusterstate.BatchRun {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if time.Since(w.runsAt) < w.cfg.Poll && w.runs != nil {
+		return w.runs
+	}
+	all, err := w.cfg.Etcd.BatchRuns(ctx, "")
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("batch: list runs", "err", err)
+		}
+		return nil
+	}
+	w.runs = w.runs[:0]
+	for _, r := range all {
+		if r.State == clusterstate.BatchRunning {
+			w.runs = append(w.runs, r)
+		}
+	}
+	w.runsAt = time.Now()
+	return w.runs
+}
+
+// forget drops a run from the cached list (it ended, or has no free item).
+func (w *Worker) forget(run string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, r := range w.runs {
+		if r.ID == run {
+			w.runs = append(w.runs[:i:i], w.runs[i+1:]...)
+			return
+		}
+	}
+}
+
+// claim claims a free item of some running run, round robin over runs.
+func (w *Worker) claim(ctx context.Context) (clusterstate.BatchClaim, clusterstate.BatchRun, bool) {
+	runs := w.runList(ctx)
+	for i := range runs {
+		w.mu.Lock()
+		r := runs[(w.next+i)%len(runs)]
+		from := w.cursor[r.ID]
+		w.mu.Unlock()
+		if time.Now().After(r.Deadline) {
+			continue
+		}
+		cl, ok, err := w.cfg.Etcd.ClaimBatchItem(ctx, w.lease, w.cfg.ID, r.Tenant, r.ID, from)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("batch: claim", "run", r.ID, "err", err)
+			}
+			continue
+		}
+		if !ok {
+			w.forget(r.ID)
+			continue
+		}
+		w.mu.Lock()
+		w.cursor[r.ID] = cl.N + 1
+		w.next++
+		w.mu.Unlock()
+		return cl, r, true
+	}
+	return clusterstate.BatchClaim{}, clusterstate.BatchRun{}, false
+}
+
+// setup returns the run's spec and compiled module.
+func (w *Worker) setup(ctx context.Context, r clusterstate.BatchRun) (*Spec, *engine.Module, error) {
+	w.mu.Lock()
+	spec := w.specs[r.ID]
+	w.mu.Unlock()
+	if spec == nil {
+		spec = new(Spec)
+		if err := json.Unmarshal(r.Spec, spec); err != nil {
+			return nil, nil, fmt.Errorf("run %s: spec: %w", r.ID, err)
+		}
+		w.mu.Lock()
+		w.specs[r.ID] = spec
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	m := w.modules[spec.BuildID]
+	w.mu.Unlock()
+	if m != nil {
+		return spec, m, nil
+	}
+	_, wasm, err := w.cfg.Backend.BatchModule(ctx, r.Tenant, "", spec.BuildID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("run %s: module build %s: %w", r.ID, spec.BuildID, err)
+	}
+	if m, err = w.eng.Compile(ctx, wasm); err != nil {
+		return nil, nil, fmt.Errorf("run %s: module build %s: %w", r.ID, spec.BuildID, err)
+	}
+	w.mu.Lock()
+	w.modules[spec.BuildID] = m
+	w.mu.Unlock()
+	return spec, m, nil
+}
+
+// play plays a claimed item, stores its result and acknowledges it.
+func (w *Worker) play(ctx context.Context, runner *Runner, r clusterstate.BatchRun, cl clusterstate.BatchClaim) {
+	release := func() {
+		// Give the item back now if etcd is still reachable; else the
+		// lease's expiry does it.
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = w.cfg.Etcd.ReleaseBatchItem(rctx, cl)
+	}
+	spec, m, err := w.setup(ctx, r)
+	if err != nil {
+		w.log.Error("batch: cannot play run", "run", r.ID, "err", err)
+		release()
+		w.forget(r.ID)
+		return
+	}
+	var g Game
+	if err := json.Unmarshal(cl.Item, &g); err != nil || g.Map < 0 || g.Map >= len(spec.Maps) {
+		g = spec.Game(cl.N)
+	}
+	pctx, cancel := context.WithDeadline(ctx, r.Deadline)
+	defer cancel()
+	// Stop playing when the lease is lost: another worker has the game.
+	go func() {
+		select {
+		case <-w.lease.Done():
+			cancel()
+		case <-pctx.Done():
+		}
+	}()
+	res, err := runner.Play(pctx, m, spec, g)
+	if err != nil {
+		if ctx.Err() != nil || w.leaseLost() {
+			release()
+			return
+		}
+		// The run's deadline passed mid-game.
+		w.end(r, clusterstate.BatchDeadline)
+		return
+	}
+	res.Worker = w.cfg.ID
+	// Acknowledge only what is durable: the result first, then the item.
+	if _, err := w.cfg.Backend.PutBatchResult(ctx, toStore(r.Tenant, r.ID, res)); err != nil {
+		w.log.Error("batch: store result", "run", r.ID, "game", cl.N, "err", err)
+		release()
+		return
+	}
+	p, err := w.cfg.Etcd.AckBatchItem(ctx, cl, clusterstate.BatchOutcome{Failed: res.Error != "", TimedOut: res.TimedOut, CPU: int64(res.CPU), Ticks: res.Ticks})
+	if err != nil {
+		if !errors.Is(err, clusterstate.ErrBatchLeaseLost) && ctx.Err() == nil {
+			w.log.Warn("batch: ack", "run", r.ID, "game", cl.N, "err", err)
+		}
+		return
+	}
+	w.mu.Lock()
+	w.played++
+	w.mu.Unlock()
+	switch {
+	case p.Done >= r.Games:
+		w.end(r, clusterstate.BatchComplete)
+	case p.CPU >= r.BudgetCPU:
+		w.end(r, clusterstate.BatchBudget)
+	}
+}
+
+// end ends a run and records it in the backend.
+func (w *Worker) end(r clusterstate.BatchRun, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w.forget(r.ID)
+	if err := endRun(ctx, w.cfg.Etcd, w.cfg.Backend, r.Tenant, r.ID, reason); err != nil {
+		w.log.Warn("batch: end run", "run", r.ID, "reason", reason, "err", err)
+	}
+}
+
+// endRun ends a run (if nobody did) and records it in the backend (if
+// nobody did: the reaper records what a vanished worker could not).
+func endRun(ctx context.Context, etcd *clusterstate.Client, be Backend, tenant, run, reason string) error {
+	if _, err := etcd.EndBatchRun(ctx, tenant, run, reason, time.Now()); err != nil {
+		return err
+	}
+	return recordRun(ctx, etcd, be, tenant, run)
+}
+
+func recordRun(ctx context.Context, etcd *clusterstate.Client, be Backend, tenant, run string) error {
+	r, p, err := etcd.BatchRunProgress(ctx, tenant, run)
+	if err != nil {
+		return err
+	}
+	if r.State != clusterstate.BatchEnded || r.Recorded {
+		return nil
+	}
+	if err := be.PutBatchRun(ctx, runRecord(r, p)); err != nil {
+		return err
+	}
+	return etcd.MarkBatchRunRecorded(ctx, tenant, run)
+}

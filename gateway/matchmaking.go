@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/clusterstate"
+	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
+	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/matchmaker"
+	"ludus.dev/ludus/ops/fleet"
+)
+
+// matchAllocator turns a match the matchmaker found into a running game, in
+// one step: the mode's module (a mode names the module it plays), the match
+// credential, the roster of every human seat (so the result credits exactly
+// them), and a node of the match's region chosen by the fleet's rendezvous
+// ranking, with a warm instance of the build when the node has one.
+type matchAllocator struct{ s *gameService }
+
+// Allocate implements matchmaker.Allocator.
+func (a matchAllocator) Allocate(ctx context.Context, tenant, mode, region string, seats [][]matchmaker.Seat) (matchmaker.Allocation, error) {
+	s := a.s
+	mod, err := s.g.modules.ResolveModule(ctx, connect.NewRequest(&clusterv1.ResolveModuleRequest{TenantId: tenant, Name: mode}))
+	if err != nil {
+		return matchmaker.Allocation{}, fmt.Errorf("mode %q plays the module of that name: %w", mode, err)
+	}
+	var accounts []string
+	bots := 0
+	for _, team := range seats {
+		for _, seat := range team {
+			if seat.Bot || seat.AccountID == "" {
+				bots++
+				continue
+			}
+			accounts = append(accounts, seat.AccountID)
+		}
+	}
+	var config []byte
+	if bots > 0 {
+		if config, err = withBots(nil, int32(bots)); err != nil {
+			return matchmaker.Allocation{}, err
+		}
+	}
+	var seed [8]byte
+	_, _ = rand.Read(seed[:])
+	start := &clusterv1.StartGameRequest{
+		TenantId: tenant, GameId: newGameID(), ModuleName: mode,
+		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seed[:]), Config: config,
+	}
+	cred, err := s.g.modules.MintMatchCredential(ctx, connect.NewRequest(&clusterv1.MintMatchCredentialRequest{
+		TenantId: tenant, MatchId: start.GameId, Game: mode}))
+	if err != nil {
+		return matchmaker.Allocation{}, fmt.Errorf("mint match credential: %w", err)
+	}
+	start.MatchCredential = cred.Msg.Credential
+	if len(accounts) > 0 {
+		if _, err := s.g.modules.AddMatchPlayers(ctx, connect.NewRequest(&clusterv1.AddMatchPlayersRequest{
+			TenantId: tenant, MatchId: start.GameId, AccountIds: accounts})); err != nil {
+			return matchmaker.Allocation{}, fmt.Errorf("register the match's roster: %w", err)
+		}
+	}
+	nodes, err := s.nodes(ctx)
+	if err != nil {
+		return matchmaker.Allocation{}, err
+	}
+	// Only nodes of the match's region: its players measured their RTT to it.
+	inRegion := nodes[:0:0]
+	for _, n := range nodes {
+		if n.Region == region {
+			n.Games += s.g.recentPlacements(n.ID)
+			inRegion = append(inRegion, n)
+		}
+	}
+	for _, n := range fleet.Rank(inRegion, start.GameId, fleet.RankOptions{}) {
+		nctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+		_, err := s.g.node(n).StartGame(nctx, connect.NewRequest(start))
+		cancel()
+		if err == nil {
+			s.g.placed(n.ID)
+			s.g.log.Info("match allocated", "tenant", tenant, "game", start.GameId, "mode", mode, "region", region, "node", n.ID, "players", len(accounts), "bots", bots)
+			return matchmaker.Allocation{GameID: start.GameId, NodeID: n.ID, Region: region}, nil
+		}
+		s.g.log.Warn("a node could not start a matched game", "node", n.ID, "game", start.GameId, "err", err)
+		if ctx.Err() != nil {
+			return matchmaker.Allocation{}, ctx.Err()
+		}
+	}
+	return matchmaker.Allocation{}, fmt.Errorf("no sim node of region %q can take the match", region)
+}
+
+// startMatchmaking makes this gateway a matchmaker replica: it serves
+// MatchmakingService to players (tickets as for GameService) and takes its
+// turn leading queues. Replicas are stateless; any number may run.
+func (g *Gateway) startMatchmaking(state *clusterstate.Client) (*matchmaker.Matchmaker, error) {
+	mm, err := matchmaker.New(matchmaker.Config{State: state, Allocator: matchAllocator{s: &gameService{g: g}},
+		Log: g.log.With("component", "matchmaker")})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: start matchmaking: %w", err)
+	}
+	return mm, nil
+}
+
+// matchmakingHandler serves MatchmakingService behind the player's ticket.
+func (g *Gateway) matchmakingHandler(mm *matchmaker.Matchmaker) (string, http.Handler) {
+	svc := matchmaker.NewService(mm, func(ctx context.Context) (matchmaker.Caller, error) {
+		c := claimsFrom(ctx)
+		if c == nil {
+			return matchmaker.Caller{}, errors.New("no session ticket")
+		}
+		return matchmaker.Caller{TenantID: c.TenantID, AccountID: c.AccountID}, nil
+	})
+	path, h := ludusv1connect.NewMatchmakingServiceHandler(svc,
+		connect.WithInterceptors(&ticketInterceptor{v: g.cfg.Verifier}, g.valid),
+		connect.WithReadMaxBytes(g.limits.MaxMessageBytes))
+	return path, limitBodies(h, int64(g.limits.MaxMessageBytes)+bodySlack)
+}
