@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"ludus.dev/ludus/backend/store"
@@ -115,7 +116,8 @@ func (s *moduleStore) ArchiveGame(ctx context.Context, req *connect.Request[clus
 			fmt.Errorf("game log is %d bytes; the archive takes at most %d (spec and chunks together)", size, MaxArchiveBytes))
 	}
 	a := store.GameArchive{TenantID: m.TenantId, GameID: m.GameId, SpecJSON: archivedSpec(m.SpecJson), Chunks: m.Chunks, State: m.State,
-		Message: cleanArchiveMessage(m.Message), FinalTick: m.FinalTick, ArchivedAt: s.now().UTC()}
+		Message: cleanArchiveMessage(m.Message), FinalTick: m.FinalTick, ArchivedAt: s.now().UTC(),
+		GuestLog: archivedGuestLog(m.GuestLog)}
 	switch err := s.store.PutGameArchive(ctx, a); {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown tenant %q", m.TenantId))
@@ -209,5 +211,31 @@ func retryUnary(ctx context.Context, delay time.Duration, f func() error) error 
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+// MaxArchivedGuestLogBytes bounds the guest log kept with an archive: the
+// newest lines that fit are kept, the others counted as dropped.
+const MaxArchivedGuestLogBytes = 512 << 10
+
+// archivedGuestLog encodes what the module printed for the archive, keeping
+// the newest lines within MaxArchivedGuestLogBytes (nil: no log was sent).
+func archivedGuestLog(l *ludusv1.GuestLog) []byte {
+	if l == nil || (len(l.Lines) == 0 && l.Dropped == 0) {
+		return nil
+	}
+	keep := &ludusv1.GuestLog{Lines: l.Lines, Dropped: l.Dropped}
+	for {
+		b, err := proto.Marshal(keep)
+		if err == nil && len(b) <= MaxArchivedGuestLogBytes {
+			return b
+		}
+		if err != nil || len(keep.Lines) == 0 {
+			return nil
+		}
+		// Drop the oldest eighth (at least one line) and try again.
+		n := max(1, len(keep.Lines)/8)
+		keep.Lines = keep.Lines[n:]
+		keep.Dropped += uint64(n)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"ludus.dev/ludus/backend/store"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
@@ -16,9 +17,9 @@ import (
 // AuthorizeTenant; these methods trust the tenant id they are given.
 
 // ArchivedGuestLog returns an archived game's guest log, state and message.
-// The archive keeps the game's state and message; the guest log lines a sim
-// node sends with the archive (ArchiveGameRequest.guest_log) are not stored
-// yet (they need a column in game_archives), so the log is nil.
+// The log is what the sim node sent with the archive
+// (ArchiveGameRequest.guest_log, its newest lines within
+// MaxArchivedGuestLogBytes); nil when it sent none.
 func (s *Server) ArchivedGuestLog(ctx context.Context, tenantID, gameID string) (*ludusv1.GuestLog, string, string, error) {
 	if err := checkGameID(gameID); err != nil {
 		return nil, "", "", invalidArg(err)
@@ -29,7 +30,14 @@ func (s *Server) ArchivedGuestLog(ctx context.Context, tenantID, gameID string) 
 	} else if err != nil {
 		return nil, "", "", s.internal(ctx, "game log", err)
 	}
-	return nil, a.State, a.Message, nil
+	if len(a.GuestLog) == 0 {
+		return nil, a.State, a.Message, nil
+	}
+	var l ludusv1.GuestLog
+	if err := proto.Unmarshal(a.GuestLog, &l); err != nil {
+		return nil, "", "", s.internal(ctx, "decode archived guest log", err)
+	}
+	return &l, a.State, a.Message, nil
 }
 
 // TenantBuild returns one of the tenant's module builds: its bytes and name.

@@ -326,7 +326,11 @@ type GameArchive struct {
 	State     string
 	Message   string
 	FinalTick int64
-	// SizeBytes is len(SpecJSON) plus the chunks' lengths (set by the store).
+	// GuestLog is what the module printed (an encoded ludus.v1.GuestLog);
+	// empty when the node sent none.
+	GuestLog []byte
+	// SizeBytes is len(SpecJSON) plus the chunks' and the guest log's lengths
+	// (set by the store).
 	SizeBytes  int64
 	ArchivedAt time.Time
 }

@@ -329,4 +329,8 @@ var migrations = [][]string{
 		)`,
 		`CREATE INDEX usage_reports_at ON usage_reports(at)`,
 	},
+	// Version 7 (SQLite version 8): the guest log kept with an archive.
+	{
+		`ALTER TABLE game_archives ADD COLUMN guest_log BYTEA NOT NULL DEFAULT ''`,
+	},
 }

@@ -341,4 +341,8 @@ var migrations = [][]string{
 		) STRICT`,
 		`CREATE INDEX usage_reports_at ON usage_reports(at)`,
 	},
+	// Version 8: the guest log (what the module printed) kept with an archive.
+	{
+		`ALTER TABLE game_archives ADD COLUMN guest_log BLOB NOT NULL DEFAULT x''`,
+	},
 }

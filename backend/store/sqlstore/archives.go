@@ -9,7 +9,10 @@ import (
 
 // PutGameArchive implements store.Store.
 func (s *DB) PutGameArchive(ctx context.Context, a store.GameArchive) error {
-	size := int64(len(a.SpecJSON))
+	size := int64(len(a.SpecJSON)) + int64(len(a.GuestLog))
+	if a.GuestLog == nil {
+		a.GuestLog = []byte{}
+	}
 	for _, c := range a.Chunks {
 		size += int64(len(c))
 	}
@@ -28,11 +31,11 @@ func (s *DB) PutGameArchive(ctx context.Context, a store.GameArchive) error {
 		if _, err := tx.exec(ctx, `DELETE FROM game_archive_chunks WHERE tenant_id = ? AND game_id = ?`, a.TenantID, a.GameID); err != nil {
 			return err
 		}
-		if _, err := tx.exec(ctx, `INSERT INTO game_archives (tenant_id, game_id, state, message, final_tick, size_bytes, chunks, archived_at, spec_json)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, game_id) DO UPDATE SET state = excluded.state,
+		if _, err := tx.exec(ctx, `INSERT INTO game_archives (tenant_id, game_id, state, message, final_tick, size_bytes, chunks, archived_at, spec_json, guest_log)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, game_id) DO UPDATE SET state = excluded.state,
 			message = excluded.message, final_tick = excluded.final_tick, size_bytes = excluded.size_bytes, chunks = excluded.chunks,
-			archived_at = excluded.archived_at, spec_json = excluded.spec_json`,
-			a.TenantID, a.GameID, a.State, a.Message, a.FinalTick, size, len(a.Chunks), ToDB(a.ArchivedAt), a.SpecJSON); err != nil {
+			archived_at = excluded.archived_at, spec_json = excluded.spec_json, guest_log = excluded.guest_log`,
+			a.TenantID, a.GameID, a.State, a.Message, a.FinalTick, size, len(a.Chunks), ToDB(a.ArchivedAt), a.SpecJSON, a.GuestLog); err != nil {
 			return err
 		}
 		for i, c := range a.Chunks {
@@ -76,8 +79,8 @@ func (s *DB) GameArchive(ctx context.Context, tenantID, gameID string) (store.Ga
 	defer rtx.Rollback()
 	var n int
 	var at int64
-	err = rtx.QueryRowContext(ctx, s.q(`SELECT `+archiveCols+`, chunks, spec_json FROM game_archives WHERE tenant_id = ? AND game_id = ?`),
-		tenantID, gameID).Scan(&a.TenantID, &a.GameID, &a.State, &a.Message, &a.FinalTick, &a.SizeBytes, &at, &n, &a.SpecJSON)
+	err = rtx.QueryRowContext(ctx, s.q(`SELECT `+archiveCols+`, chunks, spec_json, guest_log FROM game_archives WHERE tenant_id = ? AND game_id = ?`),
+		tenantID, gameID).Scan(&a.TenantID, &a.GameID, &a.State, &a.Message, &a.FinalTick, &a.SizeBytes, &at, &n, &a.SpecJSON, &a.GuestLog)
 	if err != nil {
 		return store.GameArchive{}, s.wrap("game archive", err)
 	}

@@ -18,13 +18,14 @@ func testGameArchives(t *testing.T, s store.Store) {
 	other := mustTenant(t, s, "arch-other")
 	a := store.GameArchive{TenantID: tn.ID, GameID: "g1", SpecJSON: []byte(`{"module":"arena","seed":7}`),
 		Chunks: [][]byte{{1, 2, 3}, {}, {0, 0xff, 'x', 0}}, State: "failed", Message: "trap: unreachable'; DROP TABLE x; --", FinalTick: 1234,
-		ArchivedAt: base}
+		GuestLog: []byte("guest\x00log"), ArchivedAt: base}
 	must(t, "PutGameArchive", s.PutGameArchive(ctx, a))
 	got, err := s.GameArchive(ctx, tn.ID, "g1")
 	must(t, "GameArchive", err)
 	if !bytes.Equal(got.SpecJSON, a.SpecJSON) || len(got.Chunks) != 3 || !bytes.Equal(got.Chunks[0], a.Chunks[0]) ||
 		len(got.Chunks[1]) != 0 || !bytes.Equal(got.Chunks[2], a.Chunks[2]) || got.State != a.State || got.Message != a.Message ||
-		got.FinalTick != 1234 || got.SizeBytes != int64(len(a.SpecJSON)+3+0+4) || !sameTime(got.ArchivedAt, base) {
+		got.FinalTick != 1234 || got.SizeBytes != int64(len(a.SpecJSON)+3+0+4+9) || !sameTime(got.ArchivedAt, base) ||
+		!bytes.Equal(got.GuestLog, a.GuestLog) {
 		t.Fatalf("GameArchive = %+v, want %+v", got, a)
 	}
 	// Another tenant's game: not found.
@@ -33,11 +34,13 @@ func testGameArchives(t *testing.T, s store.Store) {
 	// Archiving again replaces (idempotent; fewer chunks leave none behind).
 	a2 := a
 	a2.Chunks, a2.State, a2.Message, a2.ArchivedAt = [][]byte{[]byte("only")}, "ended", "match ended after 1234 ticks (build 0123456789ab)", base.Add(time.Second)
+	a2.GuestLog = nil
 	must(t, "PutGameArchive again", s.PutGameArchive(ctx, a2))
 	must(t, "PutGameArchive again", s.PutGameArchive(ctx, a2))
 	got, err = s.GameArchive(ctx, tn.ID, "g1")
 	must(t, "GameArchive", err)
-	if len(got.Chunks) != 1 || string(got.Chunks[0]) != "only" || got.State != "ended" || got.Message != a2.Message || got.FinalTick != 1234 {
+	if len(got.Chunks) != 1 || string(got.Chunks[0]) != "only" || got.State != "ended" || got.Message != a2.Message || got.FinalTick != 1234 ||
+		len(got.GuestLog) != 0 {
 		t.Fatalf("after re-archive: %+v", got)
 	}
 	// Empty log.
