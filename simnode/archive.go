@@ -45,7 +45,7 @@ func (g *game) flushFinal(state, message string) {
 	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: true})
 	g.acks = nil
 	g.pending = &inputlog.Chunk{From: c.To, To: c.To}
-	g.lastFlush = time.Now()
+	g.lastFlush = g.n.cfg.Clock.Now()
 }
 
 // Archiver stores a finished game's spec and log in the backend (for replays

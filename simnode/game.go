@@ -250,13 +250,14 @@ func (g *game) run() {
 	g.n.guestLogs().put(gameKey(g.spec.TenantID, g.spec.GameID), g.glog)
 	ctx := context.Background()
 	period := time.Second / time.Duration(g.spec.TickRate)
-	start := time.Now()
-	startTick := g.inst.Tick()
+	clk := g.n.cfg.Clock
+	start := clk.Now()
+	sched := tickSchedule{start: start, startTick: g.inst.Tick(), period: period, maxLag: maxLag}
 	due := start.Add(period) // when the next tick should start
 	g.lastFlush = start
 	g.pending.From = g.inst.Tick()
 	g.pending.To = g.pending.From
-	timer := time.NewTimer(period)
+	timer := clk.NewTimer(period)
 	defer timer.Stop()
 	for {
 		select {
@@ -278,7 +279,7 @@ func (g *game) run() {
 			g.status.publish(Status{State: StateMoved, Tick: g.inst.Tick(), Message: "node lost its lease; another node resumes the game"})
 			g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
 			return
-		case <-timer.C:
+		case <-timer.C():
 			if g.fencedByWriter.Load() {
 				g.failWaiters(errGameStopped)
 				g.glog.close(StateMoved, "this node can no longer write the game's log; another node resumes it")
@@ -296,11 +297,11 @@ func (g *game) run() {
 				continue
 			}
 			slotted := g.n.sched.acquire(g.n.ctx, g.ticket)
-			began := time.Now()
+			began := clk.Now()
 			late := began.Sub(due)
 			g.n.metrics.lateness.Observe(late.Seconds())
 			ended, err := g.tick(ctx, late)
-			spent := time.Since(began)
+			spent := clk.Now().Sub(began)
 			g.tickTime.Add(spent.Seconds())
 			if slotted {
 				g.n.sched.release(g.n.ctx, g.ticket, spent)
@@ -324,14 +325,9 @@ func (g *game) run() {
 				g.finish(ctx, clusterstate.StateEnded, "match ended", true)
 				return
 			}
-			due = start.Add(time.Duration(g.inst.Tick()-startTick+1) * period)
-			d := time.Until(due)
-			if d < -maxLag {
-				// Far behind (a stalled machine): skip ahead instead of stepping a burst.
-				start, startTick = time.Now(), g.inst.Tick()
-				due, d = start.Add(period), period
-			}
-			timer.Reset(max(d, 0))
+			var wait time.Duration
+			due, wait = sched.next(g.inst.Tick(), clk.Now())
+			timer.Reset(wait)
 		}
 	}
 }
@@ -463,7 +459,7 @@ func (g *game) tick(ctx context.Context, late time.Duration) (bool, error) {
 			return false, err
 		}
 	}
-	if time.Since(g.lastFlush) >= g.n.cfg.FlushInterval {
+	if g.n.cfg.Clock.Now().Sub(g.lastFlush) >= g.n.cfg.FlushInterval {
 		g.flush(false, "")
 		g.status.publish(Status{State: clusterstate.StateRunning, Tick: g.inst.Tick(), Players: g.players})
 	}
@@ -534,7 +530,7 @@ func (g *game) flushTo(final bool, state string, handoff *clusterstate.Handoff, 
 	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: final, handoff: handoff, done: done, checkpoint: ck})
 	g.acks = nil
 	g.pending = &inputlog.Chunk{From: c.To, To: c.To}
-	g.lastFlush = time.Now()
+	g.lastFlush = g.n.cfg.Clock.Now()
 }
 
 // finish writes the last chunk and the final status, tells every stream, and

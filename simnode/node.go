@@ -26,6 +26,7 @@ import (
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	"ludus.dev/ludus/internal/bearer"
+	"ludus.dev/ludus/internal/clock"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -67,6 +68,9 @@ type Config struct {
 	// the least-privilege way to run a node. Callers (gateways, fleet control)
 	// present the gateway-to-node credential derived from it.
 	NodeCredential string
+	// Clock times each game's tick schedule; default the system clock (tests
+	// inject one).
+	Clock clock.Clock
 	// ClusterToken is the older, all-powerful way: a node holding it accepts the
 	// raw token from callers, and derives its own credential from it. Give
 	// NodeCredential instead wherever the node runs tenants' modules.
@@ -153,6 +157,9 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("simnode: %w", err)
 		}
 		cfg.NodeCredential = cred
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System{}
 	}
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 64
