@@ -20,6 +20,26 @@
 //	/ludus/checkpoints/{tenant}/{game}   the newest checkpoint (simnode), written in
 //	                                     the same fenced transaction as a chunk
 //
+// Matchmaking (tickets.go, election.go; package matchmaker):
+//
+//	/ludus/mm/rules/{tenant}/{mode}                 rules (protojson MatchmakingRules)
+//	/ludus/mm/tickets/{tenant}/{mode}/{ticket}      QueuedTicket JSON, bound to the lease
+//	                                                of the replica holding the stream
+//	/ludus/mm/accounts/{tenant}/{account}           one search per account and tenant
+//	/ludus/mm/parties/{tenant}/{code}               Party JSON, its own 15-minute lease
+//	/ludus/mm/party-members/{tenant}/{code}/{slot}  PartyMember JSON, member's replica lease
+//	/ludus/mm/results/{replica}/{tenant}/{account}  a found match for that replica's stream
+//	/ludus/elections/mm/{tenant}/{mode}/{lease}     leader election per queue
+//
+// Batch runs (batch.go; package batch):
+//
+//	/ludus/batchruns/{tenant}/{run}                run record: spec, state, deadline, budget
+//	/ludus/batch/{tenant}/{run}/items/{n}          one per game not yet acknowledged
+//	/ludus/batch/{tenant}/{run}/leases/{n}         a worker's claim, bound to its lease
+//	/ludus/batch/{tenant}/{run}/progress           counters, updated with each ack
+//	/ludus/batchledger/{tenant}                    settled CPU of the tenant's runs
+//	/ludus/elections/batch-reaper/                 reaper election
+//
 // A finished game's keys are removed once its log is archived in the backend
 // (RemoveGame): etcd holds coordination and live logs, not history.
 package clusterstate
