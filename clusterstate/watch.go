@@ -122,6 +122,13 @@ func (c *Client) RequestDrain(ctx context.Context, node string) error {
 	return err
 }
 
+// ClearDrain removes a node's drain request once it has drained, so a node
+// restarted under the same id (a StatefulSet pod) does not drain again.
+func (c *Client) ClearDrain(ctx context.Context, node string) error {
+	_, err := c.cli.Delete(ctx, DrainKey(node))
+	return err
+}
+
 // AwaitDrain returns nil once the node's drain key is set (RequestDrain), or
 // ctx's error when ctx ends first.
 func (c *Client) AwaitDrain(ctx context.Context, node string) error {

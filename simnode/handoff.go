@@ -159,6 +159,12 @@ func (n *Node) runDrain() {
 		n.log.Warn("drain interrupted", "err", err)
 		return
 	}
+	// The request is done: a node restarted under this id must not drain again.
+	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+	if err := n.cfg.Etcd.ClearDrain(ctx, n.cfg.ID); err != nil {
+		n.log.Warn("drained, but the drain request could not be cleared; delete it before reusing this node id", "key", clusterstate.DrainKey(n.cfg.ID), "err", err)
+	}
+	cancel()
 	n.drainedOnce.Do(func() { close(n.drained) })
 }
 
