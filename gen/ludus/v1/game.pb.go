@@ -154,9 +154,15 @@ type GameInfo struct {
 	SnapshotFormat string `protobuf:"bytes,11,opt,name=snapshot_format,json=snapshotFormat,proto3" json:"snapshot_format,omitempty"`
 	// "state" (latest input wins: a superseded input is acknowledged as such) or
 	// "event" (every input applied once, in seq order); docs/API.md.
-	InputKind     string `protobuf:"bytes,12,opt,name=input_kind,json=inputKind,proto3" json:"input_kind,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	InputKind string `protobuf:"bytes,12,opt,name=input_kind,json=inputKind,proto3" json:"input_kind,omitempty"`
+	// Seats the module's bots hold (not counted in players, which are humans).
+	Bots int32 `protobuf:"varint,13,opt,name=bots,proto3" json:"bots,omitempty"`
+	// Display name of the player who created the game ("" if unknown).
+	HostName string `protobuf:"bytes,14,opt,name=host_name,json=hostName,proto3" json:"host_name,omitempty"`
+	// When the game was created, in Unix milliseconds.
+	CreatedAtUnixMs int64 `protobuf:"varint,15,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GameInfo) Reset() {
@@ -271,6 +277,27 @@ func (x *GameInfo) GetInputKind() string {
 		return x.InputKind
 	}
 	return ""
+}
+
+func (x *GameInfo) GetBots() int32 {
+	if x != nil {
+		return x.Bots
+	}
+	return 0
+}
+
+func (x *GameInfo) GetHostName() string {
+	if x != nil {
+		return x.HostName
+	}
+	return ""
+}
+
+func (x *GameInfo) GetCreatedAtUnixMs() int64 {
+	if x != nil {
+		return x.CreatedAtUnixMs
+	}
+	return 0
 }
 
 type CreateGameRequest struct {
@@ -1758,7 +1785,7 @@ var File_ludus_v1_game_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_game_proto_rawDesc = "" +
 	"\n" +
-	"\x13ludus/v1/game.proto\x12\bludus.v1\x1a\x1bbuf/validate/validate.proto\"\xe3\x02\n" +
+	"\x13ludus/v1/game.proto\x12\bludus.v1\x1a\x1bbuf/validate/validate.proto\"\xc1\x03\n" +
 	"\bGameInfo\x12\x17\n" +
 	"\agame_id\x18\x01 \x01(\tR\x06gameId\x12\x1f\n" +
 	"\vmodule_name\x18\x02 \x01(\tR\n" +
@@ -1776,7 +1803,10 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"viewFormat\x12'\n" +
 	"\x0fsnapshot_format\x18\v \x01(\tR\x0esnapshotFormat\x12\x1d\n" +
 	"\n" +
-	"input_kind\x18\f \x01(\tR\tinputKind\"\x80\x01\n" +
+	"input_kind\x18\f \x01(\tR\tinputKind\x12\x12\n" +
+	"\x04bots\x18\r \x01(\x05R\x04bots\x12\x1b\n" +
+	"\thost_name\x18\x0e \x01(\tR\bhostName\x12+\n" +
+	"\x12created_at_unix_ms\x18\x0f \x01(\x03R\x0fcreatedAtUnixMs\"\x80\x01\n" +
 	"\x11CreateGameRequest\x12*\n" +
 	"\vmodule_name\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\n" +
 	"moduleName\x12\x1d\n" +
