@@ -849,7 +849,11 @@ type Status struct {
 	// The module's metadata as it declared it through ludus_meta (JSON; docs/ABI.md):
 	// name, view size, and what a page needs to present any game (title, player
 	// hint, controls). Sent on the first status of a stream and after a re-attach.
-	ModuleMeta    string `protobuf:"bytes,14,opt,name=module_meta,json=moduleMeta,proto3" json:"module_meta,omitempty"`
+	ModuleMeta string `protobuf:"bytes,14,opt,name=module_meta,json=moduleMeta,proto3" json:"module_meta,omitempty"`
+	// On the final status of an ended game: the module's result as it reported
+	// it (ludus_result JSON, docs/ABI.md: winner, per-player scores and stats),
+	// so a page can show who won.
+	ResultJson    string `protobuf:"bytes,15,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -978,6 +982,13 @@ func (x *Status) GetBuildId() string {
 func (x *Status) GetModuleMeta() string {
 	if x != nil {
 		return x.ModuleMeta
+	}
+	return ""
+}
+
+func (x *Status) GetResultJson() string {
+	if x != nil {
+		return x.ResultJson
 	}
 	return ""
 }
@@ -1836,7 +1847,7 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\bencoding\x18\x03 \x01(\x0e2\x17.ludus.v1.FrameEncodingR\bencoding\x12\x1a\n" +
 	"\bkeyframe\x18\x04 \x01(\bR\bkeyframe\x12\x1b\n" +
 	"\tbase_tick\x18\x05 \x01(\x03R\bbaseTick\x12\x19\n" +
-	"\braw_size\x18\x06 \x01(\rR\arawSize\"\x9d\x03\n" +
+	"\braw_size\x18\x06 \x01(\rR\arawSize\"\xbe\x03\n" +
 	"\x06Status\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x12\n" +
@@ -1854,7 +1865,9 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\x0fsnapshot_format\x18\f \x01(\tR\x0esnapshotFormat\x12\x19\n" +
 	"\bbuild_id\x18\r \x01(\tR\abuildId\x12\x1f\n" +
 	"\vmodule_meta\x18\x0e \x01(\tR\n" +
-	"moduleMeta\"\x87\x01\n" +
+	"moduleMeta\x12\x1f\n" +
+	"\vresult_json\x18\x0f \x01(\tR\n" +
+	"resultJson\"\x87\x01\n" +
 	"\x10SendInputRequest\x124\n" +
 	"\agame_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x06gameId\x12\x19\n" +
 	"\x03seq\x18\x02 \x01(\x04B\a\xbaH\x042\x02(\x01R\x03seq\x12\"\n" +
