@@ -35,6 +35,9 @@ func AppendMetaJSON(dst []byte, m abi.Meta) []byte {
 		dst = append(dst, `,"snapshot_format":`...)
 		dst = appendJSONString(dst, m.SnapshotFormat)
 	}
+	if m.MaxDurationS != 0 {
+		dst = appendIntField(dst, `,"max_duration_s":`, int64(m.MaxDurationS))
+	}
 	if m.Title != "" {
 		dst = append(dst, `,"title":`...)
 		dst = appendJSONString(dst, m.Title)

@@ -16,7 +16,7 @@ var weirdStrings = []string{
 func TestJSONMatchesEncodingJSON(t *testing.T) {
 	// The hand-written encoders must cover every field of the abi structs.
 	for typ, n := range map[reflect.Type]int{
-		reflect.TypeFor[abi.Meta]():         13,
+		reflect.TypeFor[abi.Meta]():         14,
 		reflect.TypeFor[abi.Control]():      3,
 		reflect.TypeFor[abi.Result]():       4,
 		reflect.TypeFor[abi.PlayerResult](): 5,
@@ -29,7 +29,7 @@ func TestJSONMatchesEncodingJSON(t *testing.T) {
 		{Name: "arena", TickRate: 35, MaxPlayers: 8, FrameDivisor: 2, ViewFormat: "indexed8", ViewWidth: 320, ViewHeight: 200,
 			InputKind: abi.InputState, SnapshotFormat: "arena-snap-v1"},
 		{Name: "e", InputKind: abi.InputEvent}}
-	metas = append(metas, abi.Meta{Name: "p", Title: "Pong", Bots: true, Controls: []abi.Control{}},
+	metas = append(metas, abi.Meta{Name: "p", Title: "Pong", Bots: true, Controls: []abi.Control{}, MaxDurationS: 600},
 		abi.Meta{Name: "p", Controls: []abi.Control{{}, {Keys: []string{}, Label: "x", Bit: 31}, {Keys: []string{"ArrowUp", "KeyW"}, Label: "up", Bit: -3}}})
 	for _, s := range weirdStrings {
 		metas = append(metas, abi.Meta{Name: s, TickRate: -1, ViewFormat: s, ViewHeight: 7, InputKind: s, SnapshotFormat: s,
