@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,7 @@ type Client struct {
 	hc    *http.Client
 	auth  ludusv1connect.AuthServiceClient
 	games ludusv1connect.GameServiceClient
+	match ludusv1connect.MatchmakingServiceClient
 	cfg   config
 
 	authMu  sync.Mutex // serialises logins and refreshes (a refresh token works once)
@@ -70,6 +72,7 @@ type config struct {
 	connectOpts []connect.ClientOption
 	engineCfg   engine.Config
 	tls         *tls.Config
+	region      string
 }
 
 // Option configures a Client.
@@ -83,6 +86,11 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.hc = hc
 // WithTLSConfig sets the TLS configuration (e.g. the roots to trust) of the
 // default HTTP client for https:// gateways. Ignored with WithHTTPClient.
 func WithTLSConfig(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
+
+// WithRegion names the region of the gateway given to Dial, as the tenant's
+// matchmaking rules name it: the key under which MeasureRTT reports its round
+// trip. The default is DefaultRegion ("local", the region of `ludus dev`).
+func WithRegion(region string) Option { return func(c *config) { c.region = region } }
 
 // WithCompilationCache keeps the machine code wazero compiles from modules in
 // dir, so a later process loads a module in milliseconds instead of compiling
@@ -137,7 +145,9 @@ func Dial(baseURL string, opts ...Option) *Client {
 	c := &Client{base: base, hc: hc, cfg: cfg, modules: map[string]*engine.Module{}, loading: map[string]*moduleLoad{}}
 	copts := append([]connect.ClientOption{connect.WithGRPC()}, cfg.connectOpts...)
 	c.auth = ludusv1connect.NewAuthServiceClient(hc, base, copts...)
-	c.games = ludusv1connect.NewGameServiceClient(hc, base, append(copts, connect.WithInterceptors(ticketInterceptor{c}))...)
+	withTicket := append(slices.Clip(copts), connect.WithInterceptors(ticketInterceptor{c}))
+	c.games = ludusv1connect.NewGameServiceClient(hc, base, withTicket...)
+	c.match = ludusv1connect.NewMatchmakingServiceClient(hc, base, withTicket...)
 	c.openRenderer = c.moduleRenderer
 	return c
 }
@@ -292,8 +302,9 @@ func (c *Client) expireTicket(stale string) {
 	}
 }
 
-// ticketInterceptor puts the session ticket on every GameService call; unary
-// calls refresh it first when needed (streams are opened after Ticket).
+// ticketInterceptor puts the session ticket on every GameService and
+// MatchmakingService call; unary calls refresh it first when needed (streams
+// are opened after Ticket).
 type ticketInterceptor struct{ c *Client }
 
 func (t ticketInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {

@@ -34,12 +34,16 @@ type fakeGateway struct {
 	ludusv1connect.UnimplementedAuthServiceHandler
 
 	game            *ludusv1.GameInfo
-	wasm            []byte        // served for every /modules/ path
-	frameEvery      time.Duration // default 5 ms
-	refuseSnapshots bool          // Play with snapshots: FailedPrecondition
-	eventInputs     bool          // inputs apply in seq order from 1 (InputGap otherwise)
-	ticketTTL       time.Duration // default 120 s
-	dropAfterInput  atomic.Int32  // streams to end with Unavailable after applying an input, unacked
+	wasm            []byte                                   // served for every /modules/ path
+	frameEvery      time.Duration                            // default 5 ms
+	refuseSnapshots bool                                     // Play with snapshots: FailedPrecondition
+	eventInputs     bool                                     // inputs apply in seq order from 1 (InputGap otherwise)
+	ticketTTL       time.Duration                            // default 120 s
+	dropAfterInput  atomic.Int32                             // streams to end with Unavailable after applying an input, unacked
+	pingDelay       time.Duration                            // how long Ping takes to answer
+	pingErr         error                                    // what Ping answers, if not nil
+	matchmaker      ludusv1connect.MatchmakingServiceHandler // served too, if not nil
+	pings           atomic.Int32
 
 	moduleHits atomic.Int32
 	refreshes  atomic.Int32
@@ -74,6 +78,15 @@ func (f *fakeGateway) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no ticket"))
 	}
 	return connect.NewResponse(&ludusv1.JoinGameResponse{Game: f.game, Slot: 1}), nil
+}
+
+func (f *fakeGateway) Ping(ctx context.Context, req *connect.Request[ludusv1.PingRequest]) (*connect.Response[ludusv1.PingResponse], error) {
+	f.pings.Add(1)
+	time.Sleep(f.pingDelay)
+	if f.pingErr != nil {
+		return nil, f.pingErr
+	}
+	return connect.NewResponse(&ludusv1.PingResponse{ClientUnixNanos: req.Msg.ClientUnixNanos, ServerUnixNanos: time.Now().UnixNano()}), nil
 }
 
 // pixelView is the fake node's drawing of tick: a 4x2 indexed8 frame.
@@ -191,6 +204,9 @@ func (f *fakeGateway) start(t *testing.T) string {
 	mux := http.NewServeMux()
 	mux.Handle(ludusv1connect.NewGameServiceHandler(f))
 	mux.Handle(ludusv1connect.NewAuthServiceHandler(f))
+	if f.matchmaker != nil {
+		mux.Handle(ludusv1connect.NewMatchmakingServiceHandler(f.matchmaker))
+	}
 	mux.HandleFunc("GET /modules/", func(w http.ResponseWriter, r *http.Request) {
 		f.moduleHits.Add(1)
 		if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ticket-") {

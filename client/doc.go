@@ -1,7 +1,7 @@
 // Package client is a native Go client of a Ludus gateway: it signs a player in,
-// creates and joins games, and plays one over the bidirectional
-// GameService.Play stream, in either delivery mode (docs/STREAMS.md,
-// docs/ABI.md "Snapshots and ludus_render"):
+// creates games or finds matches and joins them, and plays one over the
+// bidirectional GameService.Play stream, in either delivery mode
+// (docs/STREAMS.md, docs/ABI.md "Snapshots and ludus_render"):
 //
 //   - Pixels: the sim node renders each view and the gateway streams it.
 //   - Snapshots: the node streams the module's small per-player snapshots and
@@ -31,6 +31,29 @@
 //		w, h, palette, pixels, err := f.Indexed8()
 //		...
 //		s.Send([]byte{mask})
+//	}
+//
+// # Matchmaking from Go
+//
+// FindMatch queues the player in a game mode of the tenant's matchmaking
+// rules (docs/API.md, "Matchmaking"; `ludus dev` seeds the mode "arena", two
+// teams of two, bots filling the empty seats after 45 s) and returns a Search
+// once the gateway has taken it. Its Updates channel carries Searching about
+// once a second (the rating band, the time waited), then exactly one of Found,
+// TimedOut and Cancelled; Cancel leaves the queue. The round trips sent with
+// the search come from MeasureRTT, which pings the gateway and reports the
+// median under the region named by WithRegion ("local" by default: the
+// gateway's Ping does not say its region). A party searches together: one
+// member calls CreateParty and shares its code, and every member, the creator
+// too, calls FindMatch with that code and the party's size. Play the game
+// Found names:
+//
+//	s, err := c.FindMatch(ctx, client.FindMatchOptions{Mode: "arena"}) // RTT measured
+//	for u := range s.Updates() {
+//		if f, ok := u.(client.Found); ok {
+//			session, err := c.Play(ctx, f.GameID, client.Auto)
+//			...
+//		}
 //	}
 //
 // Plain http:// gateway URLs are spoken to over h2c (HTTP/2 with prior

@@ -1,12 +1,21 @@
 // Command goclient plays the arena through a Ludus gateway with the native Go
 // client (package ludus.dev/ludus/client): it signs in as a guest, creates an
-// arena game with bots, plays it for a while in the chosen delivery mode —
-// snapshots drawn locally by the arena module's own ludus_render in wazero, or
-// pixels drawn by the sim node — turns left once, and prints what it measured:
+// arena game with bots (or, with -find, finds one through matchmaking), plays
+// it for a while in the chosen delivery mode — snapshots drawn locally by the
+// arena module's own ludus_render in wazero, or pixels drawn by the sim node —
+// turns left once, and prints what it measured:
 //
 //	go run ./cmd/ludus dev                      # in one terminal
 //	go run ./examples/goclient -mode snapshots  # in another
 //	go run ./examples/goclient -mode pixels
+//
+// With -find MODE it measures its round trip to the gateway, searches for a
+// match of MODE, prints the search's progress (rating band, time waited), and
+// plays the game it was placed in. `ludus dev` seeds the mode "arena": two
+// teams of two, bots filling the empty seats after 45 s. Start four copies to
+// be matched at once, or one and wait:
+//
+//	for i in 1 2 3 4; do go run ./examples/goclient -find arena & done; wait
 package main
 
 import (
@@ -23,50 +32,128 @@ import (
 )
 
 func main() {
-	gateway := flag.String("gateway", "http://127.0.0.1:8080", "gateway URL (as `ludus dev` serves it)")
+	gateway := flag.String("gateway", "http://127.0.0.1:8080", "gateway URL (as ludus dev serves it)")
 	tenant := flag.String("tenant", "demo", "tenant slug")
 	modeFlag := flag.String("mode", "snapshots", "delivery: snapshots, pixels or auto")
 	seconds := flag.Float64("seconds", 10, "how long to play")
-	bots := flag.Int("bots", 3, "bot players in the new game")
+	bots := flag.Int("bots", 3, "bot players in the new game (not with -find)")
+	find := flag.String("find", "", "find a match of this matchmaking `mode` (e.g. arena) instead of creating a game")
+	region := flag.String("region", client.DefaultRegion, "the gateway's region, as the matchmaking rules name it (with -find)")
 	cache := flag.String("cache", "", "directory for wazero's compiled code (default: compile in memory every run)")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: goclient [flags]\n\nPlays the arena through a Ludus gateway: a new game with bots, or with -find MODE\na match found by matchmaking. Flags:\n")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	mode, err := client.ParseMode(*modeFlag)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := run(*gateway, *tenant, mode, time.Duration(*seconds*float64(time.Second)), *bots, *cache); err != nil {
+	o := options{gateway: *gateway, tenant: *tenant, mode: mode, playFor: time.Duration(*seconds * float64(time.Second)),
+		bots: *bots, find: *find, region: *region, cache: *cache}
+	if err := run(o); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(gateway, tenant string, mode client.Mode, playFor time.Duration, bots int, cache string) error {
+type options struct {
+	gateway, tenant string
+	mode            client.Mode
+	playFor         time.Duration
+	bots            int
+	find            string // matchmaking mode, or "" to create a game
+	region          string
+	cache           string
+}
+
+func (o options) dial(gateway string) *client.Client {
+	opts := []client.Option{client.WithRegion(o.region)}
+	if o.cache != "" {
+		opts = append(opts, client.WithCompilationCache(o.cache))
+	}
+	return client.Dial(gateway, opts...)
+}
+
+func run(o options) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var opts []client.Option
-	if cache != "" {
-		opts = append(opts, client.WithCompilationCache(cache))
-	}
-	c := client.Dial(gateway, opts...)
+	c := o.dial(o.gateway)
 	defer c.Close()
 
 	host, _ := os.Hostname()
-	acc, err := c.GuestLogin(ctx, tenant, client.NewDeviceID(), "goclient@"+host)
+	device := client.NewDeviceID()
+	acc, err := c.GuestLogin(ctx, o.tenant, device, "goclient@"+host)
 	if err != nil {
 		return err
 	}
-	g, err := c.CreateGame(ctx, "arena", bots)
-	if err != nil {
-		return err
+	var gameID string
+	if o.find == "" {
+		g, err := c.CreateGame(ctx, "arena", o.bots)
+		if err != nil {
+			return err
+		}
+		gameID = g.GameId
+		fmt.Printf("signed in as %s (%s); created game %s\n", acc.DisplayName, acc.ID, gameID)
+	} else {
+		fmt.Printf("signed in as %s (%s)\n", acc.DisplayName, acc.ID)
+		found, err := findMatch(ctx, c, o.find)
+		if err != nil {
+			return err
+		}
+		gameID = found.GameID
+		if found.Gateway != "" && found.Gateway != c.BaseURL() {
+			// The game runs in another region: play it through that region's
+			// gateway, as the same guest.
+			fmt.Printf("joining through %s\n", found.Gateway)
+			c = o.dial(found.Gateway)
+			defer c.Close()
+			if _, err := c.GuestLogin(ctx, o.tenant, device, acc.DisplayName); err != nil {
+				return err
+			}
+		}
 	}
-	fmt.Printf("signed in as %s (%s); game %s on %s, module %s (snapshot format %q, %s inputs)\n",
-		acc.DisplayName, acc.ID, g.GameId, g.NodeId, g.BuildId[:12], g.SnapshotFormat, g.InputKind)
+	return play(ctx, c, gameID, o.mode, o.playFor)
+}
 
+// findMatch measures the round trip to the gateway, searches for a match of
+// mode and prints the search's progress until its outcome.
+func findMatch(ctx context.Context, c *client.Client, mode string) (client.Found, error) {
+	rtt, err := c.MeasureRTT(ctx, 5)
+	if err != nil {
+		return client.Found{}, err
+	}
+	for region, ms := range rtt {
+		fmt.Printf("round trip to the gateway (region %s): %d ms\n", region, ms)
+	}
+	fmt.Printf("searching for a match of %q\n", mode)
+	s, err := c.FindMatch(ctx, client.FindMatchOptions{Mode: mode, RTT: rtt})
+	if err != nil {
+		return client.Found{}, err
+	}
+	defer s.Cancel()
+	for u := range s.Updates() {
+		fmt.Printf("  %s\n", u)
+		switch u := u.(type) {
+		case client.Found:
+			return u, nil
+		case client.TimedOut, client.Cancelled:
+			return client.Found{}, fmt.Errorf("no match: %s", u)
+		}
+	}
+	return client.Found{}, fmt.Errorf("the search ended without a match: %v", s.Err())
+}
+
+// play joins gameID and plays it for playFor, then prints what it measured.
+func play(ctx context.Context, c *client.Client, gameID string, mode client.Mode, playFor time.Duration) error {
 	t0 := time.Now()
-	s, err := c.Play(ctx, g.GameId, mode) // snapshots: fetches, verifies and compiles the module first
+	s, err := c.Play(ctx, gameID, mode) // snapshots: fetches, verifies and compiles the module first
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	g := s.Game()
+	fmt.Printf("game %s on %s, slot %d, module %s (snapshot format %q, %s inputs)\n",
+		g.GameId, g.NodeId, s.Slot(), g.BuildId[:min(12, len(g.BuildId))], g.SnapshotFormat, g.InputKind)
 	fmt.Printf("playing in %v mode (asked %v) after %v of setup\n", s.Mode(), mode, time.Since(t0).Round(time.Millisecond))
 	if err := s.Fallback(); err != nil {
 		fmt.Printf("  fell back to pixels: %v\n", err)
