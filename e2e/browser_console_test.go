@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -103,6 +104,47 @@ func TestBrowserAccount(t *testing.T) {
 		t.Fatalf("account e2e failed: %v", err)
 	}
 	for _, name := range []string{"account-profile.png", "account-leaderboards.png", "account-phone.png"} {
+		if st, err := os.Stat(filepath.Join(artifacts, name)); err != nil || st.Size() == 0 {
+			t.Errorf("no screenshot %s", name)
+		}
+	}
+}
+
+// TestBrowserConsoleStudio drives the console's matchmaking, usage, batch and
+// game-log sections (web/e2e/console-studio.mjs) in headless Chromium on the
+// shared stack, as a studio of its own (a tenant created with the operator
+// key, the arena uploaded): matchmaking rules refused in words, then set, read
+// back and deleted; the logs of a running arena game (which prints nothing)
+// say "No output yet"; quotas set with the operator key and the usage chart;
+// a 3-game batch run followed to its end with its archive link. Screenshots:
+// artifacts/console-{matchmaking,logs,usage,batch}.png.
+func TestBrowserConsoleStudio(t *testing.T) {
+	chromium, artifacts := browserSetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin := ludusv1connect.NewAdminServiceClient(http.DefaultClient, stack.GatewayURL, connect.WithInterceptors(withTicket(&stack.OperatorKey)))
+	slug := fmt.Sprintf("studio-%d", time.Now().UnixNano()%1_000_000_000)
+	created, err := admin.CreateTenant(ctx, connect.NewRequest(&ludusv1.CreateTenantRequest{Slug: slug, Name: "Console Studio"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := created.Msg.AdminKey
+	studio := ludusv1connect.NewAdminServiceClient(http.DefaultClient, stack.GatewayURL, connect.WithInterceptors(withTicket(&key)))
+	if _, err := studio.UploadModule(ctx, connect.NewRequest(&ludusv1.UploadModuleRequest{Name: "arena", Wasm: builtin.Arena})); err != nil {
+		t.Fatal(err)
+	}
+
+	script, _ := filepath.Abs("../web/e2e/console-studio.mjs")
+	cmd := exec.CommandContext(ctx, "node", script, stack.GatewayURL+"/", artifacts)
+	// Keys go in the environment, not the arguments.
+	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium,
+		"LUDUS_TENANT="+slug, "LUDUS_KEY="+key, "LUDUS_OPERATOR_KEY="+stack.OperatorKey)
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("console studio e2e failed: %v", err)
+	}
+	for _, name := range []string{"console-matchmaking.png", "console-logs.png", "console-usage.png", "console-batch.png"} {
 		if st, err := os.Stat(filepath.Join(artifacts, name)); err != nil || st.Size() == 0 {
 			t.Errorf("no screenshot %s", name)
 		}

@@ -20,3 +20,26 @@ export function launchChromium(userDataDir, options = {}) {
     ...options,
   });
 }
+
+/**
+ * Launches the same Chromium as a browser of several contexts (separate
+ * cookies, storage and connection pools: one per simulated player, so many
+ * players' streams do not share HTTP/1.1's six connections per host).
+ */
+export function launchBrowser(options = {}) {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    headless: true,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+    ...options,
+  });
+}

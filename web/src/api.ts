@@ -6,8 +6,10 @@ import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { AuthService, type Session as AuthSession } from "./gen/ludus/v1/auth_pb";
 import { GameService } from "./gen/ludus/v1/game_pb";
 import { ProgressionService } from "./gen/ludus/v1/match_pb";
+import { MatchmakingService } from "./gen/ludus/v1/matchmaking_pb";
 
 export type GameClient = Client<typeof GameService>;
+export type MatchmakingClient = Client<typeof MatchmakingService>;
 export type ProgressionClient = Client<typeof ProgressionService>;
 
 /** AuthService calls made as the signed-in player (the ticket as bearer). */
@@ -163,6 +165,28 @@ export class TabIdentity {
   }
 }
 
+const REGION_KEY = "ludus.region";
+
+/**
+ * The region this page's gateway serves, for matchmaking's round-trip times:
+ * `?region=`, else the region the last game stream of this tab reported (the
+ * game ran next to this gateway), else "local" (what `ludus dev` calls its one
+ * region). The gateway does not say its region (neither Ping nor any other call
+ * returns it), so this is the best the page knows.
+ */
+export function gatewayRegion(url: URL = new URL(location.href)): string {
+  const ok = (r: string | null): r is string => !!r && /^[A-Za-z0-9_-]{1,64}$/.test(r);
+  const q = url.searchParams.get("region");
+  if (ok(q)) return q;
+  const seen = storageGet(REGION_KEY);
+  return ok(seen) ? seen : "local";
+}
+
+/** Remembers the region a game stream reported (see gatewayRegion). */
+export function rememberRegion(region: string): void {
+  if (region && storageGet(REGION_KEY) !== region) storageSet(REGION_KEY, region);
+}
+
 /** Renew the ticket this long before it expires. */
 const RENEW_BEFORE_MS = 30_000;
 /** Ticket lifetime assumed when the server does not say. */
@@ -177,6 +201,7 @@ const RETRY_LOGIN_MS = 5_000;
 export class Session {
   readonly game: GameClient;
   readonly progression: ProgressionClient;
+  readonly matchmaking: MatchmakingClient;
   ticket = "";
   accountId = "";
   displayName = "";
@@ -213,6 +238,7 @@ export class Session {
     this.auth = createClient(AuthService, transport);
     this.game = createClient(GameService, transport);
     this.progression = createClient(ProgressionService, transport);
+    this.matchmaking = createClient(MatchmakingService, transport);
     this.identity = new TabIdentity(cfg.profile);
   }
 

@@ -3,14 +3,20 @@
 // fleet, the operator key; both kept in this tab's sessionStorage only.
 //
 // Sections are history entries (/console#games, #modules, #keys, #webhooks,
-// #results, #nodes, #tenants): Back and Forward move between them, a reload
+// #results, #matchmaking, #usage, #batch, #nodes, #tenants): Back and Forward move between them, a reload
 // stays. Every RPC error is said in words (`words`), its raw "code: message" on
 // hover.
 
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { AdminService, ResultRuleKind, type ResultRule } from "./gen/ludus/v1/admin_pb";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
+import { BatchService, type BatchProgress, type BatchResult } from "./gen/ludus/v1/batch_pb";
 import { FleetService } from "./gen/ludus/v1/fleet_pb";
+import { GameLogService } from "./gen/ludus/v1/logs_pb";
+import { MatchmakingAdminService, type MatchmakingRules } from "./gen/ludus/v1/matchmaking_pb";
+import { QuotaService } from "./gen/ludus/v1/quota_pb";
+import { barChart } from "./chart";
 import { LeaderboardOrder } from "./gen/ludus/v1/match_pb";
 import { codeName } from "./api";
 import { button, bytes, field, h, input, say, secretBox, select, shortId, table, when, type Said } from "./dom";
@@ -137,6 +143,11 @@ const operatorTransport = createConnectTransport({ baseUrl: location.origin, use
 const admin: Admin = createClient(AdminService, tenantTransport);
 const opAdmin: Admin = createClient(AdminService, operatorTransport);
 const fleet: Fleet = createClient(FleetService, operatorTransport);
+const mmAdmin = createClient(MatchmakingAdminService, tenantTransport);
+const quota = createClient(QuotaService, tenantTransport);
+const opQuota = createClient(QuotaService, operatorTransport);
+const batch = createClient(BatchService, tenantTransport);
+const gameLogs = createClient(GameLogService, tenantTransport);
 
 /** Whether `key` is the operator key (ListTenants answers) or a tenant's (ListModules does). */
 async function probe(key: string): Promise<"operator" | "tenant"> {
@@ -218,14 +229,21 @@ const SECTIONS: Section[] = [
   { id: "keys", title: "API keys", needs: "tenant", render: keysSection },
   { id: "webhooks", title: "Webhooks", needs: "tenant", render: webhooksSection },
   { id: "results", title: "Results", needs: "tenant", render: resultsSection },
+  { id: "matchmaking", title: "Matchmaking", needs: "tenant", render: matchmakingSection },
+  { id: "usage", title: "Quotas & usage", needs: "tenant", render: usageSection },
+  { id: "batch", title: "Batch runs", needs: "tenant", render: batchSection },
   { id: "nodes", title: "Nodes", needs: "operator", render: nodesSection },
   { id: "tenants", title: "Tenants", needs: "operator", render: tenantsSection },
 ];
 
 let timers: number[] = [];
+/** Aborted when the section changes: closes its streams (game logs, a watched run). */
+let streams = new AbortController();
 function stopTimers(): void {
   for (const t of timers) clearInterval(t);
   timers = [];
+  streams.abort();
+  streams = new AbortController();
 }
 
 /** Refreshes every `ms` while the section is shown and the tab visible. */
@@ -341,7 +359,8 @@ function gamesSection(body: HTMLElement): void {
   const result = note(body, "games-note");
   const box = h("div", { id: "games-box" });
   const refresh = button("Refresh", () => void render(), { class: "small" });
-  body.append(h("div", { class: "toolbar" }, refresh), box);
+  const logs = new LogPanel();
+  body.append(h("div", { class: "toolbar" }, refresh), box, logs.el);
   if (!k.operator) body.append(h("p", { class: "note" }, "Moving a game to another node needs the operator key."));
   else if (!k.tenantId) body.append(h("p", { class: "note" }, `The operator key knows no tenant “${k.tenant}”, so games cannot be moved from here.`));
   body.append(h("p", { class: "note" }, "Ending a game from the console is not offered: the API has no call for it yet."));
@@ -354,7 +373,8 @@ function gamesSection(body: HTMLElement): void {
     }
     return table("live games", ["game", "module", "players", "tick", "node", "?state", "actions"], games.map((g) => {
       const actions = h("span", { class: "actions" },
-        h("a", { href: playerSite(`spectate=${encodeURIComponent(g.gameId)}`), target: "_blank", rel: "noopener", "aria-label": `spectate game ${g.gameId}` }, "Spectate"));
+        h("a", { href: playerSite(`spectate=${encodeURIComponent(g.gameId)}`), target: "_blank", rel: "noopener", "aria-label": `spectate game ${g.gameId}` }, "Spectate"),
+        button("Logs", () => logs.open(g.gameId), { class: "small", "aria-label": `logs of game ${g.gameId}` }));
       if (k.operator && k.tenantId && g.state === "running") {
         actions.append(button("Hand off", (b) => void handoff(b, g.gameId), { class: "small", "aria-label": `hand off game ${g.gameId} to another node` }));
       }
@@ -635,6 +655,482 @@ function resultsSection(body: HTMLElement): void {
       drawRules();
     },
   );
+}
+
+// ---- game logs (a panel of Live games) ----
+
+/**
+ * The guest log of one live game (GameLogService.GameLogs with follow): the
+ * lines the module writes, with their tick, as they come. A module that
+ * writes nothing is said so ("No output yet"), not taken for a failure.
+ */
+class LogPanel {
+  readonly el: HTMLElement;
+  private readonly title: HTMLHeadingElement;
+  private readonly state: HTMLParagraphElement;
+  private readonly list: HTMLOListElement;
+  private abort: AbortController | null = null;
+  private lines = 0;
+
+  constructor() {
+    this.title = h("h3", { id: "logs-title", tabindex: "-1" });
+    this.state = h("p", { class: "note", id: "logs-state", role: "status" });
+    this.list = h("ol", { class: "logs", id: "logs-lines", "aria-labelledby": "logs-title" });
+    const close = button("Close", () => this.close(), { class: "small", "aria-label": "close the logs" });
+    this.el = h("section", { id: "logs-panel", class: "panel", "aria-labelledby": "logs-title", hidden: true },
+      h("div", { class: "toolbar" }, this.title, close), this.state, h("div", { class: "logbox", tabindex: "0", role: "region", "aria-label": "log lines" }, this.list));
+  }
+
+  close(): void {
+    this.abort?.abort();
+    this.abort = null;
+    this.el.hidden = true;
+  }
+
+  open(gameId: string): void {
+    this.abort?.abort();
+    const abort = new AbortController();
+    this.abort = abort;
+    streams.signal.addEventListener("abort", () => abort.abort(), { once: true });
+    this.lines = 0;
+    this.list.replaceChildren();
+    this.title.textContent = `Logs of game ${gameId}`;
+    say(this.state, "Connecting to the game's node…");
+    this.el.hidden = false;
+    this.title.focus();
+    void this.follow(gameId, abort);
+  }
+
+  private async follow(gameId: string, abort: AbortController): Promise<void> {
+    let where = "";
+    try {
+      for await (const m of gameLogs.gameLogs({ gameId, afterSeq: 0n, follow: true }, { signal: abort.signal })) {
+        if (m.archived) where = "from the game's archive";
+        else if (m.nodeId) where = `live from node ${m.nodeId}`;
+        if (m.skipped > 0n) this.list.append(h("li", { class: "gap" }, `… ${m.skipped} line${m.skipped === 1n ? "" : "s"} no longer kept`));
+        for (const l of m.lines) {
+          this.lines++;
+          this.list.append(h("li", { class: l.stderr ? "stderr" : undefined, "data-seq": String(l.seq) },
+            h("span", { class: "tick" }, `tick ${l.tick}`), " ", h("span", { class: "stream" }, l.stderr ? "stderr" : "stdout"), " ", l.text));
+        }
+        if (m.lines.length) this.list.lastElementChild?.scrollIntoView({ block: "nearest" });
+        const dropped = m.dropped > 0n ? ` ${m.dropped} older line${m.dropped === 1n ? " was" : "s were"} dropped for room.` : "";
+        if (m.state) {
+          say(this.state, `The game ${m.state === "failed" ? "failed" : "ended"}${m.message ? `: ${m.message}` : ""}. ${this.count()}${dropped}`, m.state === "failed" ? "error" : "ok");
+          return;
+        }
+        say(this.state, this.lines
+          ? `Following ${where}: ${this.count()}${dropped}`
+          : `No output yet: the game's module has written nothing. Following ${where}; lines appear here as it writes them.`);
+      }
+      if (!abort.signal.aborted) say(this.state, `The log stream ended (${this.count()}): the game left its node or ended. Open the logs again to read on.`);
+    } catch (err) {
+      if (abort.signal.aborted) return;
+      fail(this.state, "Could not read the logs", err);
+    }
+  }
+
+  private count(): string {
+    return `${this.lines} line${this.lines === 1 ? "" : "s"}`;
+  }
+}
+
+// ---- matchmaking rules ----
+
+/** Labels of the rules' fields, as the form names them, by proto and Go name. */
+const RULE_FIELDS: [RegExp, string][] = [
+  [/rules\.team_size|TeamSize/g, "Team size"],
+  [/rules\.teams|\bTeams\b/g, "Teams"],
+  [/rules\.band_start|BandStart/g, "Band start"],
+  [/rules\.band_step|BandStep/g, "Band step"],
+  [/rules\.band_interval_ms|BandInterval/g, "Widen every"],
+  [/rules\.band_cap|BandCap/g, "Band cap"],
+  [/rules\.max_wait_ms|MaxWait/g, "Max wait"],
+  [/rules\.max_rtt_ms|MaxRTT/g, "Regions"],
+  [/rules\.mode|\bMode\b/g, "Mode"],
+];
+
+/** A rules validation message in the form's words (no field paths, no rule ids). */
+export function ruleWords(msg: string): string {
+  // "matchmaker: invalid request: matchmaking: invalid rules: BandCap 50 must be …" → "Band cap 50 must be …"
+  let t = msg.replace(/^.*\binvalid (?:matchmaking )?rules:\s*/is, "").replace(/^.*\binvalid request:\s*/is, "").replace(/^validation error:\s*/i, "")
+    .replace(/\s*\[[a-z0-9_.]+\]/gi, "").replace(/^\s*-\s*/gm, "").replace(/\s*\n\s*/g, "; ");
+  for (const [re, label] of RULE_FIELDS) t = t.replace(re, label);
+  return sentence(t.replace(/:\s*value must be/g, " must be"));
+}
+
+/** "local=250, eu=120" → {local: 250, eu: 120}; throws with the bad part. */
+export function parseRegions(s: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const part of s.split(/[,\s]+/).filter(Boolean)) {
+    const m = /^([A-Za-z0-9_-]{1,64})=(\d{1,5})$/.exec(part);
+    if (!m) throw new Error(`“${part}” is not region=milliseconds (e.g. local=250)`);
+    out[m[1]!] = Number(m[2]);
+  }
+  if (!Object.keys(out).length) throw new Error("list at least one region with its round-trip limit, e.g. local=250");
+  return out;
+}
+
+function regionsText(m: Record<string, number>): string {
+  return Object.entries(m).sort(([a], [b]) => a.localeCompare(b)).map(([r, ms]) => `${r}=${ms}`).join(", ");
+}
+
+function matchmakingSection(body: HTMLElement): void {
+  const num = (id: string, attrs: Record<string, string>): HTMLInputElement => input(id, { type: "number", class: "num", required: true, ...attrs });
+  const mode = input("rules-mode", { maxlength: "64", pattern: "[A-Za-z0-9_\\-]+", title: "letters, digits, - and _", required: true, placeholder: "arena", class: "narrow" });
+  const teamSize = num("rules-team-size", { min: "1", max: "32", value: "2" });
+  const teams = num("rules-teams", { min: "1", max: "32", value: "2" });
+  const bandStart = num("rules-band-start", { min: "0", max: "10000", step: "any", value: "100" });
+  const bandStep = num("rules-band-step", { min: "0", max: "10000", step: "any", value: "50" });
+  const interval = num("rules-interval", { min: "0.1", max: "3600", step: "any", value: "5" });
+  const bandCap = num("rules-band-cap", { min: "0", max: "10000", step: "any", value: "550" });
+  const maxWait = num("rules-max-wait", { min: "1", max: "3600", step: "any", value: "45" });
+  const bots = input("rules-bots", { type: "checkbox", checked: true });
+  const regions = input("rules-regions", { required: true, value: "local=250", placeholder: "local=250, eu=120", class: "narrow" });
+  const save = h("button", { type: "submit" }, "Save rules");
+  const form = h("form", { id: "rules-form", class: "grid", "aria-label": "matchmaking rules of a mode" },
+    field("Mode", mode), field("Team size", teamSize), field("Teams", teams),
+    field("Band start (±rating)", bandStart), field("Band step", bandStep), field("Widen every (s)", interval), field("Band cap", bandCap),
+    field("Max wait (s)", maxWait), field("Bots fill at max wait", bots), field("Regions (region=max RTT ms)", regions), save);
+  const result = h("p", { class: "note", id: "mm-note", role: "status" });
+  const box = h("div", { id: "mm-box" });
+  body.append(
+    h("p", { class: "note" }, "Each mode has its own queue: players searching for it are matched within the rating band, which widens as they wait; a mode plays the module of the same name."),
+    form, result, h("h3", {}, "Modes"), box);
+  /** Modes shown: the tenant's modules and any mode saved or deleted here. */
+  const extra = new Set<string>();
+
+  const fill = (r: MatchmakingRules): void => {
+    mode.value = r.mode;
+    teamSize.value = String(r.teamSize);
+    teams.value = String(r.teams);
+    bandStart.value = String(r.bandStart);
+    bandStep.value = String(r.bandStep);
+    interval.value = String(Number(r.bandIntervalMs) / 1000);
+    bandCap.value = String(r.bandCap);
+    maxWait.value = String(Number(r.maxWaitMs) / 1000);
+    bots.checked = r.botsFillAtTimeout;
+    regions.value = regionsText(r.maxRttMs);
+  };
+
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    let maxRttMs: Record<string, number>;
+    try {
+      maxRttMs = parseRegions(regions.value);
+    } catch (err) {
+      say(result, `The rules were not saved: ${sentence((err as Error).message)}`, "error");
+      regions.focus();
+      return;
+    }
+    const m = mode.value.trim();
+    save.disabled = true;
+    mmAdmin.setRules({
+      rules: {
+        mode: m, teamSize: Number(teamSize.value), teams: Number(teams.value),
+        bandStart: Number(bandStart.value), bandStep: Number(bandStep.value), bandIntervalMs: BigInt(Math.round(Number(interval.value) * 1000)),
+        bandCap: Number(bandCap.value), maxWaitMs: BigInt(Math.round(Number(maxWait.value) * 1000)), botsFillAtTimeout: bots.checked, maxRttMs,
+      },
+    }).then(
+      () => {
+        extra.add(m);
+        say(result, `Saved the rules of “${m}”: searches are matched by them from now on.`, "ok");
+        void render();
+      },
+      (err: unknown) => {
+        const ce = ConnectError.from(err);
+        if (ce.code === Code.InvalidArgument) say(result, { text: `The rules were not saved: ${ruleWords(ce.rawMessage)}`, raw: `${codeName(ce.code)}: ${ce.rawMessage}`, code: codeName(ce.code) }, "error");
+        else fail(result, "The rules were not saved", err);
+      },
+    ).finally(() => (save.disabled = false));
+  });
+
+  const remove = async (m: string): Promise<void> => {
+    if (!(await confirmAction(`Delete the rules of “${m}”? Its queue closes: new searches are refused; players already searching wait until they leave.`, "Delete"))) return;
+    try {
+      await mmAdmin.deleteRules({ mode: m });
+      extra.add(m);
+      say(result, `Deleted the rules of “${m}”: its queue is closed.`, "ok");
+    } catch (err) {
+      fail(result, `Could not delete the rules of “${m}”`, err);
+    }
+    void render();
+  };
+
+  const render = (): Promise<void> => load(box, "the modes", async () => {
+    const { modules } = await admin.listModules({});
+    const modes = [...new Set([...modules.map((x) => x.name), ...extra])].sort();
+    if (!modes.length) return h("p", { class: "note empty" }, "No modes yet: upload a module (a mode plays the module of its name), or save rules for a mode above.");
+    const rows = await Promise.all(modes.map(async (m) => {
+      try {
+        return { m, r: (await mmAdmin.getRules({ mode: m })).rules ?? null, err: null };
+      } catch (err) {
+        return { m, r: null, err: ConnectError.from(err).code === Code.NotFound ? null : err };
+      }
+    }));
+    return table("matchmaking rules", ["mode", "teams", "band", "?max wait", "?bots fill", "regions", "actions"], rows.map(({ m, r, err }) => {
+      if (!r) return [m, err ? words(err).text : "no rules: searches are refused", "—", "—", "—", "—",
+        button("Set rules", () => { mode.value = m; mode.focus(); }, { class: "small", "aria-label": `set rules of ${m}` })];
+      return [
+        m, `${r.teams} × ${r.teamSize}`, `±${r.bandStart} +${r.bandStep}/${Number(r.bandIntervalMs) / 1000} s ≤ ${r.bandCap}`,
+        `${Number(r.maxWaitMs) / 1000} s`, r.botsFillAtTimeout ? "yes" : "no", regionsText(r.maxRttMs),
+        h("span", { class: "actions" },
+          button("Edit", () => { fill(r); mode.focus(); }, { class: "small", "aria-label": `edit rules of ${m}` }),
+          button("Delete", () => void remove(m), { class: "small danger", "aria-label": `delete rules of ${m}` })),
+      ];
+    }));
+  });
+  void render();
+}
+
+// ---- quotas and usage ----
+
+type QuotaKey = "liveGames" | "gamesPerMinute" | "cpuSecondsPerHour" | "archiveBytes" | "maxGameDurationS";
+
+const QUOTAS: [QuotaKey, string, string][] = [
+  ["liveGames", "Live games at once", "games"],
+  ["gamesPerMinute", "Games per player per minute", "per minute"],
+  ["cpuSecondsPerHour", "CPU-seconds per hour", "CPU-s"],
+  ["archiveBytes", "Archived logs", "bytes"],
+  ["maxGameDurationS", "Longest game", "s"],
+];
+
+function usageSection(body: HTMLElement): void {
+  const k = keys!;
+  const qbox = h("div", { id: "quotas-box" });
+  const qnote = h("p", { class: "note", id: "quotas-note", role: "status" });
+  const ubox = h("div", { id: "usage-box" });
+  body.append(h("h3", {}, "Quotas"), qbox, qnote, h("h3", {}, "Usage, last 24 hours"), ubox);
+
+  const renderQuotas = (): Promise<void> => load(qbox, "the quotas", async () => {
+    const r = await quota.getQuotas({ tenant: "" });
+    const q = r.quotas;
+    const value = (key: QuotaKey, unit: string): string => {
+      const v = q ? q[key] : 0n;
+      if (!v) return "unlimited";
+      return key === "archiveBytes" ? bytes(v) : `${v} ${unit}`;
+    };
+    const dl = h("dl", { class: "facts", id: "quotas-list" });
+    for (const [key, label, unit] of QUOTAS) dl.append(h("dt", {}, label), h("dd", {}, value(key, unit)));
+    const out = h("div", {}, dl, h("p", { class: "note" }, r.updatedAt ? `Set ${when(r.updatedAt)}.` : "Never set: nothing is limited."));
+    if (!k.operator) {
+      out.append(h("p", { class: "note" }, "Quotas are set by the operator: sign in with the operator key as well to change them."));
+      return out;
+    }
+    const fields = QUOTAS.map(([key, label]) => [key, input(`quota-${key}`, { type: "number", min: "0", step: "1", class: "num", value: String(q ? q[key] : 0n), "aria-describedby": "quota-help" }), label] as const);
+    const set = h("button", { type: "submit" }, "Set quotas");
+    const form = h("form", { id: "quotas-form", class: "grid", "aria-label": "set the quotas" }, ...fields.map(([, el, label]) => field(label, el)), set);
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      set.disabled = true;
+      const quotas = Object.fromEntries(fields.map(([key, el]) => [key, BigInt(/^\d+$/.test(el.value) ? el.value : "0")])) as Record<QuotaKey, bigint>;
+      opQuota.setQuotas({ tenant: k.tenant, quotas }).then(
+        () => {
+          say(qnote, "Quotas set; gateways apply them within a minute.", "ok");
+          void renderQuotas();
+        },
+        (err: unknown) => fail(qnote, "The quotas were not set", err),
+      ).finally(() => (set.disabled = false));
+    });
+    out.append(form, h("p", { class: "note", id: "quota-help" }, "0 means unlimited."));
+    return out;
+  });
+
+  const renderUsage = (): Promise<void> => load(ubox, "the usage", async () => {
+    const { records } = await quota.getUsage({ tenant: "" });
+    const HOUR = 3_600_000;
+    const now = Math.floor(Date.now() / HOUR) * HOUR;
+    const hours = Array.from({ length: 24 }, (_, i) => now - (23 - i) * HOUR);
+    const cpu = hours.map(() => 0);
+    const player = hours.map(() => 0);
+    for (const r of records) {
+      const i = r.hour ? hours.indexOf(Math.floor(timestampMs(r.hour) / HOUR) * HOUR) : -1;
+      if (i < 0) continue;
+      cpu[i]! += r.cpuSeconds;
+      player[i]! += r.playerSeconds / 3600;
+    }
+    const labels = hours.map((t) => `${String(new Date(t).getHours()).padStart(2, "0")}:00`);
+    const fmt = (v: number): string => (v >= 100 ? v.toFixed(0) : v >= 1 ? v.toFixed(1) : v.toFixed(2));
+    const chart = barChart("Usage per hour, last 24 hours", labels, [
+      { name: "CPU-seconds", cls: "s-cpu", values: cpu, format: (v) => `${fmt(v)} CPU-s` },
+      { name: "player-hours", cls: "s-player", values: player, format: (v) => `${fmt(v)} player-h` },
+    ]);
+    const out = h("div", {}, h("figure", { class: "chartbox", id: "usage-chart" }, chart));
+    if (!records.length) {
+      out.append(h("p", { class: "note empty" }, "No usage in the last 24 hours: usage is metered while games run and reported every minute."));
+      return out;
+    }
+    out.append(table("usage per hour", ["hour", "CPU-s", "player-h", "?stream", "?etcd writes", "?archived", "?timed out"], [...records].reverse().map((r) => [
+      when(r.hour), fmt(r.cpuSeconds), fmt(r.playerSeconds / 3600), bytes(r.streamBytes), String(r.etcdWrites), bytes(r.archiveBytes), String(r.gamesTimedOut),
+    ])));
+    return out;
+  });
+  void renderQuotas();
+  void renderUsage();
+  every(60_000, () => void renderUsage());
+}
+
+// ---- batch runs ----
+
+const RUN_KEY = "ludus.console.run";
+
+const REASONS: Record<string, string> = {
+  complete: "every game was played",
+  deadline: "it reached its deadline",
+  budget: "it used its CPU budget",
+  canceled: "it was cancelled",
+  orphaned: "its workers were lost",
+};
+
+/** A run's results summed up: wins per slot, draws, failures, mean length. */
+export function resultSummary(results: BatchResult[]): string {
+  if (!results.length) return "No results yet.";
+  const wins = new Map<number, number>();
+  let draws = 0;
+  let failed = 0;
+  let timedOut = 0;
+  let ticks = 0;
+  for (const r of results) {
+    if (r.error) failed++;
+    else if (r.timedOut) timedOut++;
+    if (r.winner >= 0) wins.set(r.winner, (wins.get(r.winner) ?? 0) + 1);
+    else if (!r.error) draws++;
+    ticks += Number(r.ticks);
+  }
+  const parts = [...wins].sort(([a], [b]) => a - b).map(([slot, n]) => `slot ${slot} won ${n}`);
+  if (draws) parts.push(`${draws} without a winner`);
+  if (timedOut) parts.push(`${timedOut} timed out`);
+  if (failed) parts.push(`${failed} failed`);
+  return `${results.length} result${results.length === 1 ? "" : "s"}: ${parts.join(", ")}; ${Math.round(ticks / results.length)} ticks a game on average.`;
+}
+
+function batchSection(body: HTMLElement): void {
+  const module = input("run-module", { maxlength: "64", required: true, value: "arena", class: "narrow" });
+  const games = input("run-games", { type: "number", min: "1", max: "100000", step: "1", required: true, value: "10", class: "num" });
+  const budget = input("run-budget", { type: "number", min: "0.1", step: "any", required: true, value: "60", class: "num" });
+  const config = input("run-config", { maxlength: "4096", placeholder: "{\"bots\":4,\"time_limit_s\":5}", "aria-describedby": "run-help" });
+  const keep = input("run-keep", { type: "checkbox" });
+  const start = h("button", { type: "submit" }, "Start run");
+  const form = h("form", { id: "run-form", class: "grid", "aria-label": "start a batch run" },
+    field("Module", module), field("Games", games), field("Budget (CPU-s)", budget), field("Config (JSON)", config), field("Keep input logs", keep), start);
+  const result = h("p", { class: "note", id: "run-note", role: "status" });
+  const box = h("div", { id: "run-box" });
+  body.append(
+    h("p", { class: "note", id: "run-help" }, "Bot games of a module's newest build, played by the fleet as fast as it can, within a CPU budget. The config is the module's (empty: its defaults)."),
+    form, result, box);
+
+  let watching: AbortController | null = null;
+  const results: BatchResult[] = [];
+
+  const show = (p: BatchProgress): void => {
+    const ended = p.state === "ended";
+    const bar = h("progress", { id: "run-progress", max: String(Math.max(1, p.games)), value: String(p.done), "aria-label": "games played" });
+    const facts = h("dl", { class: "facts" },
+      h("dt", {}, "run"), h("dd", {}, shortId(p.runId, 20)),
+      h("dt", {}, "state"), h("dd", { id: "run-state" }, ended ? `ended: ${REASONS[p.reason] ?? p.reason}` : p.state),
+      h("dt", {}, "games"), h("dd", { id: "run-done" }, `${p.done} of ${p.games} played${p.failed ? `, ${p.failed} failed` : ""}${p.timedOut ? `, ${p.timedOut} timed out` : ""}`),
+      h("dt", {}, "CPU"), h("dd", {}, `${p.cpuS.toFixed(1)} of ${p.budgetCpuS} CPU-s`),
+      h("dt", {}, "speed"), h("dd", {}, p.speedup > 0 ? `${p.speedup.toFixed(1)}× real time` : "—"));
+    const actions = h("div", { class: "toolbar", id: "run-actions" });
+    if (!ended) actions.append(button("Cancel run", (b) => void cancel(b, p.runId), { class: "small danger" }));
+    box.replaceChildren(h("div", { class: "progress" }, bar, h("span", {}, `${p.games ? Math.floor((100 * p.done) / p.games) : 0}%`)), facts,
+      h("p", { class: "note", id: "run-summary" }, resultSummary(results)), actions);
+    if (ended) void archive(p.runId, actions);
+  };
+
+  const archive = async (runId: string, actions: HTMLElement): Promise<void> => {
+    try {
+      const r = await batch.runArchiveLink({ runId, ttlS: 0n });
+      const href = new URL(r.url, location.origin).href;
+      const a = h("a", { href, id: "run-archive", download: "" }, "Download the archive (.tar.gz)");
+      const copy = button("Copy link", (b) => {
+        void navigator.clipboard?.writeText(href).then(() => (b.textContent = "Copied"), () => (b.textContent = "Select and copy it"));
+      }, { class: "small", "aria-label": "copy the archive link" });
+      actions.append(a, copy, h("span", { class: "note" }, `No sign-in needed; valid until ${when(r.expiresAt)}.`));
+    } catch (err) {
+      const p = h("p", { class: "note" });
+      fail(p, "No archive link", err);
+      actions.append(p);
+    }
+  };
+
+  const watch = async (runId: string): Promise<void> => {
+    watching?.abort();
+    const abort = new AbortController();
+    watching = abort;
+    streams.signal.addEventListener("abort", () => abort.abort(), { once: true });
+    results.length = 0;
+    try {
+      for await (const m of batch.watchRun({ runId }, { signal: abort.signal })) {
+        results.push(...m.results);
+        if (m.progress) show(m.progress);
+      }
+    } catch (err) {
+      if (abort.signal.aborted) return;
+      fail(result, "Stopped following the run", err);
+      if (ConnectError.from(err).code === Code.NotFound) sessionStorage.removeItem(RUN_KEY);
+    }
+  };
+
+  const cancel = async (b: HTMLButtonElement, runId: string): Promise<void> => {
+    if (!(await confirmAction("Cancel this run? Games not played yet are not played; results already in are kept.", "Cancel run"))) return;
+    b.disabled = true;
+    try {
+      await batch.cancelRun({ runId });
+      say(result, "Run cancelled.", "ok");
+    } catch (err) {
+      fail(result, "Could not cancel the run", err);
+      b.disabled = false;
+    }
+  };
+
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const cfg = config.value.trim();
+    if (cfg) {
+      try {
+        JSON.parse(cfg);
+      } catch {
+        say(result, "The run was not started: the config is not valid JSON.", "error");
+        config.focus();
+        return;
+      }
+    }
+    start.disabled = true;
+    batch.startRun({
+      spec: {
+        module: module.value.trim(), games: Number(games.value), budgetCpuS: Number(budget.value), keepLogs: keep.checked,
+        maps: cfg ? [{ name: "", configJson: cfg }] : [],
+      },
+    }).then(
+      (r) => {
+        const p = r.progress;
+        if (!p) return;
+        say(result, `Started run ${p.runId}: ${p.games} games of ${p.spec?.module || module.value.trim()}.`, "ok");
+        try {
+          sessionStorage.setItem(RUN_KEY, p.runId);
+        } catch {
+          // storage disabled: the run is shown while the page stays
+        }
+        show(p);
+        void watch(p.runId);
+      },
+      (err: unknown) => fail(result, "The run was not started", err),
+    ).finally(() => (start.disabled = false));
+  });
+
+  let last: string | null = null;
+  try {
+    last = sessionStorage.getItem(RUN_KEY);
+  } catch {
+    last = null;
+  }
+  if (last) {
+    box.replaceChildren(h("p", { class: "note" }, "Loading the last run started in this tab…"));
+    void watch(last);
+  } else {
+    box.replaceChildren(h("p", { class: "note empty" }, "No run started in this tab yet: start one above."));
+  }
 }
 
 // ---- nodes (operator) ----

@@ -57,8 +57,10 @@ export class GameList {
     const id = cell(tr, g.gameId.length > 12 ? `${g.gameId.slice(0, 10)}…` : g.gameId);
     id.title = g.gameId;
     id.className = "id";
-    cell(tr, g.moduleName);
-    cell(tr, `${g.players}/${g.maxPlayers}`);
+    cell(tr, gameName(g, Date.now())).className = "name";
+    const seats = cell(tr, seatsText(g));
+    seats.className = "seats";
+    if (g.maxPlayers > 0) seats.title = `${g.players + g.bots} of ${g.maxPlayers} places taken`;
     cell(tr, String(g.tick)).className = "opt";
     cell(tr, g.state).className = "opt";
     cell(tr, g.nodeId).className = "opt";
@@ -72,6 +74,32 @@ export class GameList {
     }
     return tr;
   }
+}
+
+/** "2 min ago"; "just now" under a minute. */
+export function age(createdMs: number, now: number): string {
+  const min = Math.floor((now - createdMs) / 60_000);
+  if (min < 1) return "just now";
+  if (min < 60) return `${min} min ago`;
+  const h = Math.floor(min / 60);
+  if (h < 48) return `${h} h ago`;
+  return `${Math.floor(h / 24)} days ago`;
+}
+
+/** "arena · ada's game · 2 min ago": the module, then the host and age when the server says them. */
+export function gameName(g: Pick<GameInfo, "moduleName" | "hostName" | "createdAtUnixMs">, now: number): string {
+  const parts = [g.moduleName];
+  const host = g.hostName.trim();
+  if (host) parts.push(`${host}${/s$/i.test(host) ? "’" : "’s"} game`);
+  const created = Number(g.createdAtUnixMs);
+  if (created > 0) parts.push(age(created, now));
+  return parts.join(" · ");
+}
+
+/** "2 players + 3 bots" (bots only when there are some). */
+export function seatsText(g: Pick<GameInfo, "players" | "bots">): string {
+  const people = `${g.players} player${g.players === 1 ? "" : "s"}`;
+  return g.bots > 0 ? `${people} + ${g.bots} bot${g.bots === 1 ? "" : "s"}` : people;
 }
 
 function cell(tr: HTMLTableRowElement, text: string): HTMLTableCellElement {

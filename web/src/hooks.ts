@@ -51,8 +51,15 @@ export interface Hooks {
   lastMigrationMs: number | null;
   /** Current input payload mask (held controls). */
   inputMask: number;
-  /** The view shown: "lobby", "play:ID", "spectate:ID" ("" before the first). */
+  /** The view shown: "lobby", "play:ID", "spectate:ID", "party:CODE" ("" before the first). */
   route: () => string;
+  /**
+   * The lobby's match search: "" (none yet), "searching", "found", "timed_out",
+   * "cancelled" (by the server), "stopped" (Cancel) or "error".
+   */
+  search: string;
+  /** What the last search found: the game, the team and slot (0-based), the region. */
+  found: { gameId: string; team: number; slot: number; region: string } | null;
 }
 
 export const hooks: Hooks = {
@@ -70,6 +77,8 @@ export const hooks: Hooks = {
   lastMigrationMs: null,
   inputMask: 0,
   route: () => "",
+  search: "",
+  found: null,
 };
 
 (globalThis as unknown as { ludus: Hooks }).ludus = hooks;

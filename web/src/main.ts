@@ -2,13 +2,15 @@
 //
 // URL: ?tenant=&protocol=grpcweb&player=&module=&bots=&delivery=pixels|snapshots
 // (all optional), then #game=ID (join that game) or #spectate=ID / ?spectate=ID,
-// or #account / #leaderboards (account.ts).
+// or #account / #leaderboards (account.ts), or #party=CODE&mode=&size= (a party's
+// invite link: the lobby's "Find match" joins that party, findmatch.ts).
 // Views are history entries: Back from a match returns to the lobby, Forward goes
 // back into the match (this tab re-joins it at once: its identity is kept in
 // sessionStorage, see api.ts TabIdentity).
 
 import { AccountPages } from "./account";
 import { readConfig, Session, trouble, type Trouble } from "./api";
+import { MatchFinder, type Party } from "./findmatch";
 import { GameList } from "./games";
 import { hooks } from "./hooks";
 import { Match } from "./match";
@@ -54,6 +56,8 @@ const ui = {
   gamesNote: byId("games-note"),
   account: byId("account"),
   boards: byId("boards"),
+  findPanel: byId("find-panel"),
+  find: byId<HTMLButtonElement>("find"),
 };
 
 const cfg = readConfig(new URL(location.href));
@@ -61,6 +65,35 @@ const session = new Session(cfg);
 const status = new StatusBar(byId("status"));
 const list = new GameList(session, ui.games, ui.gamesNote);
 const share = new Share(byId("qr"), byId("qr-code"), byId("qr-caption"));
+const partyShare = new Share(byId("party-qr"), byId("party-qr-code"), byId("party-qr-caption"));
+const finder = new MatchFinder(session, {
+  form: byId<HTMLFormElement>("find-form"),
+  mode: byId<HTMLInputElement>("mode"),
+  size: byId<HTMLSelectElement>("party-size"),
+  find: ui.find,
+  party: byId("party"),
+  partyText: byId("party-text"),
+  partyLink: byId<HTMLAnchorElement>("party-link"),
+  search: byId("search"),
+  searchText: byId("search-text"),
+  cancel: byId<HTMLButtonElement>("cancel-search"),
+  note: byId("find-note"),
+}, {
+  name: () => ui.name.value.trim(),
+  inviteUrl: (p) => shareUrl(`party=${encodeURIComponent(p.code)}&mode=${encodeURIComponent(p.mode)}&size=${p.size}`),
+  onFound: (f) => {
+    const game = `game=${encodeURIComponent(f.gameId)}`;
+    const there = f.gateway ? new URL(f.gateway, location.href) : null;
+    if (there && there.origin !== location.origin) {
+      // Another region's gateway: this tab's session belongs to this one, so play there.
+      there.search = new URL(shareUrl("")).search;
+      there.hash = game;
+      location.assign(there.href);
+      return;
+    }
+    navigate(pageUrl(game));
+  },
+});
 const pages = new AccountPages(session, ui.account, ui.boards, () => ui.module.value.trim() || cfg.module);
 
 type Route =
@@ -68,7 +101,8 @@ type Route =
   | { kind: "play"; id: string }
   | { kind: "spectate"; id: string }
   | { kind: "account" }
-  | { kind: "leaderboards" };
+  | { kind: "leaderboards" }
+  | { kind: "party"; id: string; party: Party };
 type GameRoute = Route & { kind: "play" | "spectate" };
 
 /** The hash wins over the query, so links like #game=ID work from a ?spectate= page. */
@@ -79,6 +113,12 @@ function routeOf(loc: Location): Route {
   const game = hash.get("game");
   if (spectate) return { kind: "spectate", id: spectate };
   if (game) return { kind: "play", id: game };
+  const code = hash.get("party") ?? "";
+  if (/^[A-Z0-9]{1,16}$/.test(code)) {
+    const size = Number.parseInt(hash.get("size") ?? "", 10);
+    const mode = hash.get("mode") ?? "";
+    return { kind: "party", id: code, party: { code, mode: /^[A-Za-z0-9_-]{1,64}$/.test(mode) ? mode : "arena", size: size >= 2 && size <= 32 ? size : 2 } };
+  }
   if (hash.has("account")) return { kind: "account" };
   if (hash.has("leaderboards")) return { kind: "leaderboards" };
   if (query.get("spectate")) return { kind: "spectate", id: query.get("spectate")! };
@@ -96,12 +136,12 @@ function pageUrl(hash: string, params: Record<string, string> = {}): string {
 
 /**
  * A link for someone else: without what only matters to this tab (?player=, which
- * tabs no longer need as they have identities of their own, and the new-game
- * settings ?module= and ?bots=).
+ * tabs no longer need as they have identities of their own, the new-game
+ * settings ?module= and ?bots=, and ?mode= and ?region= of Find match).
  */
 function shareUrl(hash: string): string {
   const u = new URL(pageUrl(hash));
-  for (const k of ["player", "module", "bots"]) u.searchParams.delete(k);
+  for (const k of ["player", "module", "bots", "mode", "region"]) u.searchParams.delete(k);
   return u.href;
 }
 
@@ -121,6 +161,8 @@ let meta: ModuleMeta | null = null;
 
 function leaveView(): number {
   pages.hide();
+  finder.stop();
+  partyShare.hide();
   match?.close();
   match = null;
   meta = null;
@@ -131,9 +173,9 @@ function leaveView(): number {
 
 const backToLobby = (): void => navigate(pageUrl(""));
 
-function showLobby(gameId = ""): void {
+function showLobby(gameId = "", party: Party | null = null): void {
   leaveView();
-  shown = gameId ? { kind: "play", id: gameId } : { kind: "lobby" };
+  shown = party ? { kind: "party", id: party.code, party } : gameId ? { kind: "play", id: gameId } : { kind: "lobby" };
   list.current = gameId;
   document.title = gameId ? `Join game ${gameId} — Ludus` : "Lobby — Ludus";
   ui.lobby.hidden = false;
@@ -144,7 +186,10 @@ function showLobby(gameId = ""): void {
     : `Starts a new game of “${ui.module.value || cfg.module}”; bots fill empty places if the game has them.`;
   ui.name.value = session.identity.name;
   ui.play.disabled = false;
-  ui.play.focus();
+  ui.findPanel.hidden = gameId !== "";
+  if (!gameId) finder.show(party);
+  if (party) ui.find.focus();
+  else ui.play.focus();
 }
 
 function showMatch(route: GameRoute): void {
@@ -368,6 +413,7 @@ function route(): void {
   }
   if (r.kind === "spectate") void spectate(r.id);
   else if (r.kind === "play" && (session.loggedIn || session.identity.signedIn)) void play(r.id);
+  else if (r.kind === "party") showLobby("", r.party);
   else showLobby(r.kind === "play" ? r.id : "");
 }
 
@@ -396,6 +442,7 @@ function applyTenant(): boolean {
 
 ui.tenant.value = cfg.tenant;
 ui.module.value = cfg.module;
+byId<HTMLInputElement>("mode").value = new URLSearchParams(location.search).get("mode") || "arena";
 ui.bots.value = String(cfg.bots);
 ui.tenant.addEventListener("change", () => void applyTenant());
 ui.module.addEventListener("input", () => {
@@ -430,6 +477,7 @@ for (const a of [ui.home, ui.lobbyLink]) {
   });
 }
 share.bind(document.querySelector("nav.links")!);
+partyShare.bind(byId("share-party"));
 
 ui.home.href = ui.lobbyLink.href = pageUrl("");
 window.addEventListener("popstate", route);

@@ -10,7 +10,7 @@
 // with pixels and the status bar says why.
 
 import { Code, ConnectError } from "@connectrpc/connect";
-import { describeError, trouble, type Session } from "./api";
+import { describeError, rememberRegion, trouble, type Session } from "./api";
 import { deltaDeflateSupported, FrameDecoder } from "./codec";
 import { Delivery, FrameEncoding, type Frame, type Status } from "./gen/ludus/v1/game_pb";
 import { sha256Hex } from "./hash";
@@ -399,6 +399,7 @@ export class Match {
     if (this.streamMode === null) this.startDelivery(s, asked);
     else if (this.streamMode === "snapshots" && s.buildId && this.snap && s.buildId !== this.snap.module) this.snap.load(s.buildId);
     this.status.set({ node: s.nodeId, region: s.region, tick: s.tick, state: s.state });
+    rememberRegion(s.region);
     if (!this.o.spectate && s.slot >= 0) this.status.set({ slot: s.slot });
     switch (s.state) {
       case "ended":
