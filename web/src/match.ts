@@ -9,6 +9,7 @@
 // fetched or verified, or its render traps or runs away, the stream is opened again
 // with pixels and the status bar says why.
 
+import { describeResult } from "./result";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describeError, rememberRegion, trouble, type Session } from "./api";
 import { deltaDeflateSupported, FrameDecoder } from "./codec";
@@ -402,10 +403,17 @@ export class Match {
     rememberRegion(s.region);
     if (!this.o.spectate && s.slot >= 0) this.status.set({ slot: s.slot });
     switch (s.state) {
-      case "ended":
+      case "ended": {
         this.o.onGone?.();
-        this.finish(s.message ? `Match over: ${s.message}` : "Match over.", "ok");
+        const result = describeResult(s.resultJson, this.o.spectate ? -1 : s.slot);
+        if (result) {
+          this.showOverlay(`Match over. ${result.headline}\n${result.scores}`);
+          this.finish(`Match over: ${result.headline} Scores: ${result.scores}.`, "ok", s.message);
+        } else {
+          this.finish(s.message ? `Match over: ${s.message}` : "Match over.", "ok");
+        }
         break;
+      }
       case "failed":
         this.o.onGone?.();
         this.finish("The game stopped because of an error on the server.", "error", s.message);
