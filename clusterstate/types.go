@@ -45,6 +45,12 @@ type GameSpec struct {
 	// result to the backend (and only this match's). It lives with the spec so it
 	// survives failover; etcd is cluster-internal.
 	MatchCredential string `json:"match_credential,omitempty"`
+	// Bots is how many seats the module's bots hold (the "bots" count of the
+	// config the game was created with); the lobby shows it.
+	Bots int `json:"bots,omitempty"`
+	// HostName is the display name of the player who created the game ("" if
+	// unknown: created by the matchmaker or an operator).
+	HostName string `json:"host_name,omitempty"`
 }
 
 // Game states.

@@ -156,7 +156,10 @@ const (
 	endMoved  = "moved"  // a Status{State: "moved"}, then the stream ends
 	endError  = "error"  // the stream fails with Unavailable
 	endFreeze = "freeze" // nothing more is sent; the stream stays open
-	endFailed = "failed" // a Status{State: "failed", Message: failReason}, then the stream ends
+	// endReplaced: Aborted, as a node ends the stream of a player another
+	// stream took over.
+	endReplaced = "replaced"
+	endFailed   = "failed" // a Status{State: "failed", Message: failReason}, then the stream ends
 )
 
 // failReason is what a fake node says of a game that failed on it.
@@ -184,6 +187,8 @@ type fakeNode struct {
 	sendInputs   []uint64 // SendInput seqs, in arrival order
 	inputs       []uint64 // Inputs seqs, in arrival order (every stream)
 	acks         []uint64 // Inputs acks sent, in order
+	frameCtl     []string // the controller header of each StreamFrames call
+	inputCtl     []string // the controller header of each Inputs stream
 	starts       []string // StartGame game ids placed here
 	startCalls   int
 	// Behaviour.
@@ -343,6 +348,7 @@ func (n *fakeNode) StreamFrames(ctx context.Context, req *connect.Request[cluste
 	n.mu.Lock()
 	end := n.streamEnd
 	n.frameStreams++
+	n.frameCtl = append(n.frameCtl, req.Header().Get(controllerHeader))
 	n.mu.Unlock()
 	if err := stream.Send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
 		NodeId: n.id, State: clusterstate.StateRunning, Tick: n.tick(), TickRate: 1000, ViewFormat: "fake"}}}); err != nil {
@@ -365,6 +371,8 @@ func (n *fakeNode) StreamFrames(ctx context.Context, req *connect.Request[cluste
 					NodeId: n.id, State: "moved", Message: "handed off"}}})
 			case endError:
 				return connect.NewError(connect.CodeUnavailable, fmt.Errorf("node %s at %s is shutting down", n.id, n.url))
+			case endReplaced:
+				return connect.NewError(connect.CodeAborted, errors.New("this player is now controlled from another window"))
 			case endFailed:
 				return stream.Send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
 					NodeId: n.id, State: clusterstate.StateFailed, Tick: n.tick(), Message: failReason}}})
@@ -390,6 +398,7 @@ func (n *fakeNode) Inputs(ctx context.Context, stream *connect.BidiStream[cluste
 	}
 	n.mu.Lock()
 	n.inputStreams++
+	n.inputCtl = append(n.inputCtl, stream.RequestHeader().Get(controllerHeader))
 	n.mu.Unlock()
 	if n.isFrozen() {
 		return hang(ctx)

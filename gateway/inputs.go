@@ -121,7 +121,9 @@ type playInputs struct {
 	s      *gameService
 	c      *auth.Claims
 	gameID string
-	send   func(*ludusv1.PlayResponse) error
+	// controller is the Play stream's controller id (controllerHeader).
+	controller string
+	send       func(*ludusv1.PlayResponse) error
 
 	mu      sync.Mutex
 	pending []pendingInput // in seq order; the first is the next to be acked
@@ -197,6 +199,7 @@ func (p *playInputs) upstream(ctx context.Context, n clusterstate.NodeInfo) (pro
 	ctx, cancel := context.WithCancel(tracked)
 	defer cancel()
 	up := p.s.g.node(n).Inputs(ctx)
+	up.RequestHeader().Set(controllerHeader, p.controller)
 	defer up.CloseResponse()
 	header := &clusterv1.InputsRequest{TenantId: p.c.TenantID, GameId: p.gameID, AccountId: p.c.AccountID}
 	fed := make(chan struct{})

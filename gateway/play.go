@@ -58,7 +58,10 @@ func (s *gameService) Play(ctx context.Context, stream *connect.BidiStream[ludus
 		return stream.Send(m)
 	}
 	var owner atomic.Pointer[clusterstate.NodeInfo]
-	inputs := &playInputs{s: s, c: c, gameID: start.GameId, send: send, wake: make(chan struct{}, 1)}
+	// The stream's frames and inputs share one controller id: the node
+	// refuses its inputs once another stream of the player takes the slot.
+	controller := newControllerID()
+	inputs := &playInputs{s: s, c: c, gameID: start.GameId, controller: controller, send: send, wake: make(chan struct{}, 1)}
 	go func() {
 		if err := s.receiveInputs(c, stream, inputs); err != nil {
 			cancel(err)
@@ -72,7 +75,7 @@ func (s *gameService) Play(ctx context.Context, stream *connect.BidiStream[ludus
 			cancel(err)
 		}
 	}()
-	err = s.streamGame(ctx, c, kindPlay, start.GameId, start.AcceptEncodings, start.Delivery, frameSink{
+	err = s.streamGame(ctx, c, kindPlay, start.GameId, controller, start.AcceptEncodings, start.Delivery, frameSink{
 		frame: func(f *ludusv1.Frame) error {
 			return send(&ludusv1.PlayResponse{Msg: &ludusv1.PlayResponse_Frame{Frame: f}})
 		},

@@ -163,10 +163,22 @@ func (s *gameService) ListGames(ctx context.Context, req *connect.Request[ludusv
 	resp := &ludusv1.ListGamesResponse{}
 	for _, g := range games {
 		if g.Status.State == clusterstate.StateRunning && g.Owner != "" {
-			resp.Games = append(resp.Games, fleet.GameInfo(g))
+			resp.Games = append(resp.Games, lobbyInfo(g))
 		}
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// lobbyInfo is a game as the lobby lists it: players counts humans, bots the
+// seats the module's bots hold, with who created the game and when (from the
+// spec its node wrote).
+func lobbyInfo(g clusterstate.Game) *ludusv1.GameInfo {
+	info := fleet.GameInfo(g)
+	info.Bots, info.HostName = int32(g.Spec.Bots), g.Spec.HostName
+	if !g.Spec.CreatedAt.IsZero() {
+		info.CreatedAtUnixMs = g.Spec.CreatedAt.UnixMilli()
+	}
+	return info
 }
 
 // owner finds the node running a game of the caller's tenant. Games of other
@@ -308,12 +320,27 @@ type frameSink struct {
 	attached func(clusterstate.NodeInfo)
 }
 
+// controllerHeader names the client stream a node call belongs to
+// (simnode.ControllerHeader): the node lets one client stream control a
+// player's slot, the newest, and ends the others' streams with Aborted.
+const controllerHeader = "Ludus-Controller"
+
+// newControllerID returns the id of one client stream of a player: its node
+// frame streams (one per node it attaches to) and, for Play, its node Inputs
+// streams all carry it.
+func newControllerID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])
+}
+
 // streamGame relays a game's frames to one client stream, encoding them as the
 // client asked and counting them, until the game ends or the client leaves.
-func (s *gameService) streamGame(ctx context.Context, c *auth.Claims, kind, gameID string, accept []ludusv1.FrameEncoding, delivery ludusv1.Delivery, sink frameSink) error {
+// controller is the client stream's controller id ("" for spectators).
+func (s *gameService) streamGame(ctx context.Context, c *auth.Claims, kind, gameID, controller string, accept []ludusv1.FrameEncoding, delivery ludusv1.Delivery, sink frameSink) error {
 	fs := framecodec.NewStream(accept)
 	meter := s.g.metrics.meter(c.TenantID, kind)
-	return s.forward(ctx, c, gameID, kind == kindSpectator, delivery, func(m *clusterv1.StreamFramesResponse) error {
+	return s.forward(ctx, c, gameID, controller, kind == kindSpectator, delivery, func(m *clusterv1.StreamFramesResponse) error {
 		switch v := m.Msg.(type) {
 		case *clusterv1.StreamFramesResponse_Frame:
 			return fs.Send(v.Frame, func(f *ludusv1.Frame) error {
@@ -339,7 +366,7 @@ func (s *gameService) StreamFrames(ctx context.Context, req *connect.Request[lud
 	}
 	defer done()
 	// Frames are encoded per client: deltas against the last frame this stream sent.
-	return s.streamGame(ctx, c, kindPlayer, req.Msg.GameId, req.Msg.AcceptEncodings, req.Msg.Delivery, frameSink{
+	return s.streamGame(ctx, c, kindPlayer, req.Msg.GameId, newControllerID(), req.Msg.AcceptEncodings, req.Msg.Delivery, frameSink{
 		frame: func(f *ludusv1.Frame) error {
 			return stream.Send(&ludusv1.StreamFramesResponse{Msg: &ludusv1.StreamFramesResponse_Frame{Frame: f}})
 		},
@@ -356,7 +383,7 @@ func (s *gameService) Spectate(ctx context.Context, req *connect.Request[ludusv1
 		return err
 	}
 	defer done()
-	return s.streamGame(ctx, c, kindSpectator, req.Msg.GameId, req.Msg.AcceptEncodings, req.Msg.Delivery, frameSink{
+	return s.streamGame(ctx, c, kindSpectator, req.Msg.GameId, "", req.Msg.AcceptEncodings, req.Msg.Delivery, frameSink{
 		frame: func(f *ludusv1.Frame) error {
 			return stream.Send(&ludusv1.SpectateResponse{Msg: &ludusv1.SpectateResponse_Frame{Frame: f}})
 		},
@@ -386,8 +413,11 @@ const (
 // with Unavailable.
 //
 // attached, if not nil, is told every node the stream attaches to (Play sends
-// the stream's inputs there).
-func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string, spectator bool, delivery ludusv1.Delivery, send func(*clusterv1.StreamFramesResponse) error, reattached func(), attachedTo func(clusterstate.NodeInfo)) error {
+// the stream's inputs there). controller names the client stream to the node
+// (controllerHeader): the same on every node and re-attach, so a stream that
+// follows its game never takes its own slot over. A node ends the stream of a
+// player another stream took over with Aborted, which is passed on.
+func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID, controller string, spectator bool, delivery ludusv1.Delivery, send func(*clusterv1.StreamFramesResponse) error, reattached func(), attachedTo func(clusterstate.NodeInfo)) error {
 	req := &clusterv1.StreamFramesRequest{TenantId: c.TenantID, GameId: gameID, Spectator: spectator, Delivery: delivery}
 	if !spectator {
 		req.AccountId = c.AccountID
@@ -406,7 +436,7 @@ func (s *gameService) forward(ctx context.Context, c *auth.Claims, gameID string
 		if err == nil {
 			var attached bool
 			var ended bool
-			attached, ended, err = s.relay(ctx, n, req, send, func() {
+			attached, ended, err = s.relay(ctx, n, req, controller, send, func() {
 				if attachedTo != nil {
 					attachedTo(n)
 				}
@@ -496,10 +526,14 @@ func statusMsg(st *ludusv1.Status) *clusterv1.StreamFramesResponse {
 // the node accepted the stream (its first message arrived); ended whether the
 // stream is over: the game ended (err nil), failed (err says why, after its
 // "failed" status was sent) or the client went away (err nil).
-func (s *gameService) relay(ctx context.Context, n clusterstate.NodeInfo, req *clusterv1.StreamFramesRequest, send func(*clusterv1.StreamFramesResponse) error, onAttach func()) (attached, ended bool, err error) {
+func (s *gameService) relay(ctx context.Context, n clusterstate.NodeInfo, req *clusterv1.StreamFramesRequest, controller string, send func(*clusterv1.StreamFramesResponse) error, onAttach func()) (attached, ended bool, err error) {
 	upCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	up, err := s.g.node(n).StreamFrames(upCtx, connect.NewRequest(req))
+	upReq := connect.NewRequest(req)
+	if controller != "" {
+		upReq.Header().Set(controllerHeader, controller)
+	}
+	up, err := s.g.node(n).StreamFrames(upCtx, upReq)
 	if err != nil {
 		return false, false, err
 	}

@@ -70,6 +70,8 @@ func connectError(err error) error {
 		code = connect.CodeUnavailable
 	case errors.Is(err, errInputGap):
 		return inputGapDetail(err)
+	case errors.Is(err, errReplaced):
+		code = connect.CodeAborted
 	case errors.Is(err, errBadConfig), errors.Is(err, errSameNode):
 		code = connect.CodeInvalidArgument
 	case errors.Is(err, clusterstate.ErrGameExists):

@@ -53,6 +53,8 @@ type slot struct {
 	held map[uint64]heldInput
 
 	view *feed // the player's view, as its streams want it (views.go)
+	// ctl is who controls the slot, and since when no stream has (control.go).
+	ctl slotControl
 }
 
 // game is the actor of one match: one goroutine owns the instance and all state
@@ -109,6 +111,10 @@ type game struct {
 
 	// glog is the match's guest log on this node (guestlog.go).
 	glog *guestLog
+
+	// emptySince is when the game last had no player (zero while it has
+	// some): it ends after Config.IdleEnd without (control.go).
+	emptySince time.Time
 }
 
 type joinReq struct {
@@ -123,9 +129,12 @@ type joinResult struct {
 
 type inputReq struct {
 	account string
-	seq     uint64
-	payload []byte
-	reply   chan inputResult
+	// controller is the client stream the input came from ("" for unary
+	// inputs): inputs of a replaced controller are refused (control.go).
+	controller string
+	seq        uint64
+	payload    []byte
+	reply      chan inputResult
 }
 
 type inputResult struct {
@@ -325,6 +334,10 @@ func (g *game) run() {
 				g.finish(ctx, clusterstate.StateEnded, "match ended", true)
 				return
 			}
+			if g.idleOver(clk.Now()) {
+				g.finish(ctx, clusterstate.StateEnded, idleMessage(g.n.cfg.IdleEnd), true)
+				return
+			}
 			var wait time.Duration
 			due, wait = sched.next(g.inst.Tick(), clk.Now())
 			timer.Reset(wait)
@@ -359,6 +372,7 @@ func (g *game) join(account, name string) joinResult {
 	for i, s := range g.slots {
 		if s.account == "" {
 			s.account, s.name, s.lastSeq, s.lastTick, s.joinTick = account, name, 0, 0, g.inst.Tick()
+			s.ctl.join(account, g.n.cfg.Clock.Now())
 			g.accounts[account] = i
 			g.players++
 			ev := abi.Event{Kind: abi.EventJoin, Slot: uint8(i), Payload: []byte(name)}
@@ -427,6 +441,7 @@ func firstLine(s string) string {
 func (g *game) tick(ctx context.Context, late time.Duration) (bool, error) {
 	t := g.inst.Tick()
 	g.expireHeld(time.Now())
+	g.leaveAbandoned(g.n.cfg.Clock.Now())
 	for i := range g.entries {
 		g.entries[i].Tick = t
 	}
@@ -560,7 +575,7 @@ func (g *game) finish(ctx context.Context, state, message string, ended bool) {
 		if res, err = g.inst.Result(ctx); err == nil {
 			resOK = true
 			var r abi.Result
-			if json.Unmarshal(res, &r) == nil && !isDeadlineMessage(message) {
+			if json.Unmarshal(res, &r) == nil && !isDeadlineMessage(message) && !strings.HasPrefix(message, idlePrefix) {
 				message = fmt.Sprintf("match ended after %d ticks (build %.12s)", r.Ticks, g.spec.BuildID)
 			}
 		}

@@ -59,6 +59,10 @@ func (g *game) input(m inputReq) {
 		return
 	}
 	s := g.slots[i]
+	if s.ctl.refuses(m.controller) {
+		m.reply <- inputResult{err: errReplaced}
+		return
+	}
 	switch {
 	case m.seq == s.lastSeq:
 		// A re-send of the input applied last: it rides along with (or after)
@@ -146,6 +150,9 @@ func (s *service) Inputs(ctx context.Context, stream *connect.BidiStream[cluster
 	if err != nil {
 		return err
 	}
+	// The Play stream the inputs come from: refused once another stream of
+	// the player took its slot over (control.go).
+	controller := stream.RequestHeader().Get(ControllerHeader)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// replies are answered in order by the actor and the log writer; the sender
@@ -163,7 +170,7 @@ func (s *service) Inputs(ctx context.Context, stream *connect.BidiStream[cluster
 				if len(m.Payload) > maxPayloadBytes {
 					return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("input payload is %d bytes; the limit is %d", len(m.Payload), maxPayloadBytes))
 				}
-				req := inputReq{account: first.AccountId, seq: m.Seq, payload: append([]byte(nil), m.Payload...), reply: make(chan inputResult, 1)}
+				req := inputReq{account: first.AccountId, controller: controller, seq: m.Seq, payload: append([]byte(nil), m.Payload...), reply: make(chan inputResult, 1)}
 				if err := g.send(ctx, req); err != nil {
 					return connectError(err)
 				}

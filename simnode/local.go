@@ -67,21 +67,15 @@ func (n *Node) WatchMode(ctx context.Context, tenant, gameID, account string, sn
 		return errNoRenderer
 	}
 	view := g.specView
+	var replaced <-chan struct{}
 	if account != "" {
-		reply := make(chan int, 1)
-		if err := g.send(ctx, slotReq{account: account, reply: reply}); err != nil {
+		// A watcher is a stream of the player: it controls the slot (control.go).
+		slot, ctl, err := g.attachPlayer(ctx, account, "")
+		if err != nil {
 			return err
 		}
-		var slot int
-		select {
-		case slot = <-reply:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if slot < 0 {
-			return errNotJoined
-		}
-		view = g.slots[slot].view
+		defer g.detachPlayer(slot, ctl)
+		view, replaced = g.slots[slot].view, ctl.ended
 	}
 	frames, counter := view.stream(snapshots)
 	counter.Add(1)
@@ -97,6 +91,8 @@ func (n *Node) WatchMode(ctx context.Context, tenant, gameID, account string, sn
 		case <-v.next:
 		case <-ctx.Done():
 			return nil
+		case <-replaced:
+			return errReplaced
 		case <-g.done:
 			if st := g.status.load().v; st.State != clusterstate.StateRunning {
 				return errors.New(st.Message)

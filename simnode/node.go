@@ -68,9 +68,17 @@ type Config struct {
 	// the least-privilege way to run a node. Callers (gateways, fleet control)
 	// present the gateway-to-node credential derived from it.
 	NodeCredential string
-	// Clock times each game's tick schedule; default the system clock (tests
-	// inject one).
+	// Clock times each game's tick schedule, the abandon grace and the idle
+	// end; default the system clock (tests inject one).
 	Clock clock.Clock
+	// AbandonGrace is how long a player's slot may have no stream attached
+	// (no StreamFrames or Play of the player) before the player leaves the
+	// match: a leave event in its log. Default 30 s; negative disables.
+	AbandonGrace time.Duration
+	// IdleEnd is how long a game may have no player (none joined yet, or all
+	// left or abandoned; bots do not count) before it ends, with the message
+	// "ended: no players for 60 s". Default 60 s; negative disables.
+	IdleEnd time.Duration
 	// ClusterToken is the older, all-powerful way: a node holding it accepts the
 	// raw token from callers, and derives its own credential from it. Give
 	// NodeCredential instead wherever the node runs tenants' modules.
@@ -178,6 +186,12 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.CheckpointEvery == 0 {
 		cfg.CheckpointEvery = 10 * time.Second
+	}
+	if cfg.AbandonGrace == 0 {
+		cfg.AbandonGrace = 30 * time.Second
+	}
+	if cfg.IdleEnd == 0 {
+		cfg.IdleEnd = 60 * time.Second
 	}
 	if cfg.HashEvery <= 0 {
 		cfg.HashEvery = 35

@@ -68,7 +68,8 @@ func (n *Node) StartGame(ctx context.Context, spec clusterstate.GameSpec) (*game
 	if meta, err := json.Marshal(mod.Meta); err == nil {
 		spec.ModuleMeta = meta
 	}
-	if bots := configBots(spec.Config); bots > 0 && !mod.Meta.Bots {
+	spec.Bots = configBots(spec.Config)
+	if spec.Bots > 0 && !mod.Meta.Bots {
 		return nil, nodeErrorf(errBadConfig, "module %s does not take bots (its metadata does not declare \"bots\": true); create the game with bots 0", mod.Meta.Name)
 	}
 	if spec.ModuleName == "" {
@@ -167,6 +168,7 @@ func (g *game) info() *ludusv1.GameInfo {
 		NodeId: g.n.cfg.ID, MaxPlayers: int32(g.spec.MaxPlayers), Players: int32(st.Players),
 		Tick: st.Tick, State: st.State, TickRate: int32(g.spec.TickRate), ViewFormat: g.spec.ViewFormat,
 		SnapshotFormat: g.spec.SnapshotFormat, InputKind: g.spec.InputKind,
+		Bots: int32(g.spec.Bots), HostName: g.spec.HostName, CreatedAtUnixMs: g.spec.CreatedAt.UnixMilli(),
 	}
 }
 
@@ -265,7 +267,7 @@ func (s *service) StreamFrames(ctx context.Context, req *connect.Request[cluster
 		defer r.viewerLeft()
 		counter.Add(1)
 		defer counter.Add(-1)
-		return s.pump(ctx, r.spec, -1, snapshots, frames, r.status, r.done, stream)
+		return s.pump(ctx, r.spec, -1, snapshots, frames, r.status, r.done, nil, stream)
 	}
 	g, err := s.lookup(m.TenantId, m.GameId)
 	if err != nil {
@@ -277,31 +279,28 @@ func (s *service) StreamFrames(ctx context.Context, req *connect.Request[cluster
 	}
 	slot := -1
 	view := g.specView
+	var replaced <-chan struct{}
 	if !m.Spectator {
-		reply := make(chan int, 1)
-		if err := g.send(ctx, slotReq{account: m.AccountId, reply: reply}); err != nil {
+		// The stream controls the player's slot until a newer one takes it
+		// over (control.go); while none is attached the player may abandon it.
+		var ctl *controller
+		if slot, ctl, err = g.attachPlayer(ctx, m.AccountId, req.Header().Get(ControllerHeader)); err != nil {
 			return connectError(err)
 		}
-		select {
-		case slot = <-reply:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if slot < 0 {
-			return connectError(errNotJoined)
-		}
-		view = g.slots[slot].view
+		defer g.detachPlayer(slot, ctl)
+		view, replaced = g.slots[slot].view, ctl.ended
 	}
 	frames, counter := view.stream(snapshots)
 	counter.Add(1)
 	defer counter.Add(-1)
-	return s.pump(ctx, g.spec, slot, snapshots, frames, g.status, g.done, stream)
+	return s.pump(ctx, g.spec, slot, snapshots, frames, g.status, g.done, replaced, stream)
 }
 
 // pump sends the newest frame whenever one is published and every status change,
-// until the game stops or the client goes away. It never waits on the game: a
+// until the game stops, the client goes away or (replaced closed) another
+// stream of the player takes its slot over. It never waits on the game: a
 // slow client just sees fewer frames.
-func (s *service) pump(ctx context.Context, spec clusterstate.GameSpec, slot int, snapshots bool, frames *cell[Frame], status *cell[Status], done <-chan struct{}, stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
+func (s *service) pump(ctx context.Context, spec clusterstate.GameSpec, slot int, snapshots bool, frames *cell[Frame], status *cell[Status], done, replaced <-chan struct{}, stream *connect.ServerStream[clusterv1.StreamFramesResponse]) error {
 	delivery, snapshotFormat, buildID := deliveryPixels, "", ""
 	if snapshots {
 		delivery, snapshotFormat, buildID = deliverySnapshots, spec.SnapshotFormat, spec.BuildID
@@ -333,6 +332,8 @@ func (s *service) pump(ctx context.Context, spec clusterstate.GameSpec, slot int
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-replaced:
+			return connectError(errReplaced)
 		case <-fv.next:
 			fv = frames.load()
 		case <-stv.next:

@@ -320,6 +320,7 @@ func (g *game) restore(chunks []*inputlog.Chunk) {
 			case 1: // join
 				if s.account == "" && e.Account != "" {
 					s.account, s.name, s.lastSeq, s.lastTick, s.joinTick = e.Account, string(e.Event.Payload), 0, 0, e.Tick
+					s.ctl.join(e.Account, g.n.cfg.Clock.Now())
 					g.accounts[e.Account] = i
 					g.players++
 				}
@@ -327,6 +328,7 @@ func (g *game) restore(chunks []*inputlog.Chunk) {
 				if s.account != "" {
 					delete(g.accounts, s.account)
 					s.account, s.name = "", ""
+					s.ctl.leave()
 					g.players--
 				}
 			case 3: // input

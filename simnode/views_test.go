@@ -22,7 +22,11 @@ func collect(t *testing.T, c clusterv1connect.NodeServiceClient, req *clusterv1.
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := c.StreamFrames(ctx, connect.NewRequest(req))
+	// One client: its streams (two at once, to compare deliveries) share a
+	// controller, so neither takes the slot from the other.
+	r := connect.NewRequest(req)
+	r.Header().Set(ControllerHeader, "views-test")
+	st, err := c.StreamFrames(ctx, r)
 	if err != nil {
 		t.Fatal(err)
 	}
