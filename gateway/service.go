@@ -65,7 +65,7 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	_, _ = rand.Read(seedBytes[:])
 	start := &clusterv1.StartGameRequest{
 		TenantId: c.TenantID, GameId: newGameID(), ModuleName: m.ModuleName,
-		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seedBytes[:]), Config: config,
+		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seedBytes[:]), Config: config, HostName: c.DisplayName,
 	}
 	// The backend registers the match and mints the credential the sim node
 	// reports its result with; the node never holds database credentials.

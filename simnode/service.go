@@ -36,7 +36,7 @@ func (s *service) StartGame(ctx context.Context, req *connect.Request[clusterv1.
 	}
 	g, err := s.n.StartGame(ctx, clusterstate.GameSpec{
 		TenantID: m.TenantId, GameID: m.GameId, ModuleName: m.ModuleName, BuildID: m.BuildId,
-		Seed: m.Seed, Config: m.Config, MatchCredential: m.MatchCredential,
+		Seed: m.Seed, Config: m.Config, MatchCredential: m.MatchCredential, HostName: m.HostName,
 	})
 	if err != nil {
 		return nil, connectError(err)

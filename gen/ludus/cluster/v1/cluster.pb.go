@@ -35,8 +35,10 @@ type StartGameRequest struct {
 	// Match-scoped credential from the backend (MintMatchCredential): the only
 	// right the node gets to report this match's progress and result.
 	MatchCredential string `protobuf:"bytes,7,opt,name=match_credential,json=matchCredential,proto3" json:"match_credential,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Display name of the player who created the game, for lobbies.
+	HostName      string `protobuf:"bytes,8,opt,name=host_name,json=hostName,proto3" json:"host_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartGameRequest) Reset() {
@@ -114,6 +116,13 @@ func (x *StartGameRequest) GetConfig() []byte {
 func (x *StartGameRequest) GetMatchCredential() string {
 	if x != nil {
 		return x.MatchCredential
+	}
+	return ""
+}
+
+func (x *StartGameRequest) GetHostName() string {
+	if x != nil {
+		return x.HostName
 	}
 	return ""
 }
@@ -1371,7 +1380,7 @@ var File_ludus_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\x1a\x13ludus/v1/logs.proto\"\xdb\x01\n" +
+	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\x1a\x13ludus/v1/logs.proto\"\xf8\x01\n" +
 	"\x10StartGameRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1f\n" +
@@ -1380,7 +1389,8 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\bbuild_id\x18\x04 \x01(\tR\abuildId\x12\x12\n" +
 	"\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x16\n" +
 	"\x06config\x18\x06 \x01(\fR\x06config\x12)\n" +
-	"\x10match_credential\x18\a \x01(\tR\x0fmatchCredential\";\n" +
+	"\x10match_credential\x18\a \x01(\tR\x0fmatchCredential\x12\x1b\n" +
+	"\thost_name\x18\b \x01(\tR\bhostName\";\n" +
 	"\x11StartGameResponse\x12&\n" +
 	"\x04game\x18\x01 \x01(\v2\x12.ludus.v1.GameInfoR\x04game\"F\n" +
 	"\x0eGetGameRequest\x12\x1b\n" +
