@@ -22,6 +22,9 @@ import (
 // failover); clients reconnect and find its new owner.
 const StateMoved = "moved"
 
+// maxStatusResult bounds the result JSON a final status carries to players.
+const maxStatusResult = 64 << 10
+
 // maxLag is how late a game may fall before it stops trying to catch up.
 const maxLag = 500 * time.Millisecond
 
@@ -37,6 +40,8 @@ type Status struct {
 	Tick    int64
 	Players int
 	Message string
+	// Result is the module's result JSON on an ended game's final status.
+	Result []byte
 }
 
 // slot is one player slot. Only the actor writes account/name/lastSeq/held;
@@ -592,7 +597,11 @@ func (g *game) finish(ctx context.Context, state, message string, ended bool) {
 	} else {
 		g.log.Warn("match stopped", "tick", g.inst.Tick(), "state", state, "reason", message)
 	}
-	g.status.publish(Status{State: state, Tick: g.inst.Tick(), Players: g.players, Message: message})
+	final := Status{State: state, Tick: g.inst.Tick(), Players: g.players, Message: message}
+	if resOK && len(res) <= maxStatusResult {
+		final.Result = res
+	}
+	g.status.publish(final)
 	g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
 }
 

@@ -310,7 +310,7 @@ func (s *service) pump(ctx context.Context, spec clusterstate.GameSpec, slot int
 		err := stream.Send(&clusterv1.StreamFramesResponse{Msg: &clusterv1.StreamFramesResponse_Status{Status: &ludusv1.Status{
 			NodeId: s.n.cfg.ID, Region: s.n.cfg.Region, Tick: st.Tick, State: st.State, Message: st.Message,
 			Slot: int32(slot), ViewFormat: spec.ViewFormat, TickRate: int32(spec.TickRate),
-			Delivery: delivery, SnapshotFormat: snapshotFormat, BuildId: buildID, ModuleMeta: meta,
+			Delivery: delivery, SnapshotFormat: snapshotFormat, BuildId: buildID, ModuleMeta: meta, ResultJson: string(st.Result),
 		}}})
 		meta = ""
 		return err

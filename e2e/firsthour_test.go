@@ -1,0 +1,71 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/ops/devstack"
+	"ludus.dev/ludus/simnode/engine"
+)
+
+// TestStudioFirstHour walks a studio's first hour end to end: `ludus new`
+// writes a game, its build script builds it (offline, with the SDK copy the
+// binary carries), it is uploaded, a game is created with the module's own
+// config, and two players play it in Chromium from an invite link: the page
+// shows the module's title, hint, keys and square aspect, its keys move the
+// player, and the end of the match shows who won (web/e2e/firsthour.mjs).
+func TestStudioFirstHour(t *testing.T) {
+	chromium, artifacts := browserSetup(t)
+	bin := ludusBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "gemrun")
+	if out, err := exec.CommandContext(ctx, bin, "new", "gemrun", "--dir", dir).CombinedOutput(); err != nil {
+		t.Fatalf("ludus new: %v\n%s", err, out)
+	}
+	build := exec.CommandContext(ctx, "sh", "build.sh")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build.sh: %v\n%s", err, out)
+	}
+	wasm, err := os.ReadFile(filepath.Join(dir, "gemrun.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build2, err := stack.Backend.EnsureModule(ctx, stack.TenantID, "gemrun", wasm)
+	if err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	if build2 != engine.BuildID(wasm) {
+		t.Fatalf("uploaded build %s, want %s", build2, engine.BuildID(wasm))
+	}
+	// The config passes through to the module untouched: a 10 s match.
+	host := login(t, protocols()[0], devstack.DemoTenant)
+	g, err := host.games.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "gemrun", Config: []byte(`{"time_limit_s":10}`)}))
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	// A module that takes no bots says so.
+	_, err = host.games.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "gemrun", Bots: 1}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+
+	script, _ := filepath.Abs("../web/e2e/firsthour.mjs")
+	cmd := exec.CommandContext(ctx, "node", script, stack.GatewayURL+"/", artifacts, g.Msg.Game.GameId, "gemrun")
+	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	t.Logf("%s%s", stdout.String(), stderr.String())
+	if err != nil {
+		t.Fatalf("first-hour browser walk-through failed: %v", err)
+	}
+}

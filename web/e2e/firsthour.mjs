@@ -1,0 +1,138 @@
+// A studio's first hour, seen by two players: a module made with `ludus new`
+// (built, uploaded and its game created by the Go driver, e2e/firsthour_test.go)
+// played in Chromium from an invite link, one browser context per player.
+//
+//   node e2e/firsthour.mjs BASE_URL ARTIFACTS_DIR GAME_ID TITLE
+//
+// Checks, for both players: the page takes the module's title, hint and key hints
+// from its metadata, the screen keeps the module's square aspect (128×128, whole
+// multiples), the module's own keys move the player, and when the match ends the
+// page shows its result (who won, the scores) in words. Prints a JSON summary and
+// exits 0, or prints the failure and exits 1. Screenshot: ARTIFACTS_DIR/first-hour.png.
+
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { launchChromium } from "./chromium.mjs";
+
+const TOTAL_MS = 90_000;
+const [base, artifacts, gameId, title] = process.argv.slice(2);
+if (!base || !artifacts || !gameId || !title) {
+  console.error("usage: node e2e/firsthour.mjs BASE_URL ARTIFACTS_DIR GAME_ID TITLE");
+  process.exit(2);
+}
+
+const started = Date.now();
+const dirs = [];
+const contexts = [];
+const pageErrors = [];
+
+async function cleanup() {
+  for (const c of contexts) await Promise.race([c.close().catch(() => {}), new Promise((r) => setTimeout(r, 5000))]);
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+}
+
+async function fail(message) {
+  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
+  console.error(`first-hour e2e failed after ${((Date.now() - started) / 1000).toFixed(1)} s: ${message}${errors}`);
+  await cleanup();
+  process.exit(1);
+}
+
+setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
+
+function check(cond, what) {
+  if (!cond) throw new Error(what);
+}
+
+async function until(page, ms, what, fn) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) {
+      const msg = await page.evaluate(() => document.querySelector("#status .message")?.textContent ?? "").catch(() => "");
+      throw new Error(`${what}; status: ${msg}`);
+    }
+    await page.waitForTimeout(100);
+  }
+}
+
+/** A hash of the canvas, and whether it shows more than one colour. */
+function canvasState() {
+  const c = document.getElementById("view");
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let h = 0x811c9dc5;
+  let uniform = true;
+  for (let i = 0; i < d.length; i += 4) {
+    const v = d[i] | (d[i + 1] << 8) | (d[i + 2] << 16);
+    if (i > 0 && v !== (d[0] | (d[1] << 8) | (d[2] << 16))) uniform = false;
+    h = Math.imul(h ^ v, 16777619) >>> 0;
+  }
+  return { drawn: !uniform, hash: h, frames: window.ludus?.framesDrawn ?? 0 };
+}
+
+async function player(n) {
+  const dir = mkdtempSync(join(tmpdir(), "ludus-firsthour-"));
+  dirs.push(dir);
+  const context = await launchChromium(dir, { viewport: { width: 900, height: 800 } });
+  contexts.push(context);
+  const page = context.pages()[0] ?? (await context.newPage());
+  page.on("pageerror", (err) => pageErrors.push(`player ${n}: ${err.message}`));
+  const u = new URL(base);
+  u.hash = `game=${gameId}`;
+  await page.goto(u.href, { waitUntil: "load", timeout: 15_000 });
+  await page.fill("#name", `player${n}`);
+  await page.getByRole("button", { name: "Play as guest" }).click({ timeout: 10_000 });
+  await until(page, 20_000, `player ${n}: no frame drawn`, async () => {
+    const s = await page.evaluate(canvasState);
+    return s.drawn && s.frames > 0;
+  });
+  return page;
+}
+
+try {
+  const pages = [await player(1), await player(2)];
+  for (const [i, page] of pages.entries()) {
+    await until(page, 5000, `player ${i + 1}: the module's metadata never reached the page`, () =>
+      page.evaluate(() => window.ludus?.meta?.title ?? ""));
+    const shown = await page.evaluate(() => ({
+      title: document.getElementById("match-title").textContent ?? "",
+      doc: document.title,
+      hint: document.getElementById("hint").textContent ?? "",
+      keys: document.getElementById("keys").textContent ?? "",
+      w: document.getElementById("screen").getBoundingClientRect().width,
+      h: document.getElementById("screen").getBoundingClientRect().height,
+    }));
+    check(shown.title.startsWith(title) && shown.doc.includes(title), `title ${JSON.stringify(shown)}; want ${title}`);
+    check(shown.hint.includes("gem"), `hint: ${shown.hint}`);
+    check(/up: .*↑/.test(shown.keys) && /right: .*→/.test(shown.keys), `key hints: ${shown.keys}`);
+    check(!/arena|fire/i.test(shown.keys + shown.hint + shown.title), `arena text left on the page: ${JSON.stringify(shown)}`);
+    check(Math.abs(shown.w - shown.h) < 1 && shown.w % 128 === 0, `screen ${shown.w}x${shown.h} is not a whole multiple of 128x128`);
+  }
+  // The module's keys move the player: its view changes while ArrowRight is held.
+  const before = (await pages[0].evaluate(canvasState)).hash;
+  await pages[0].keyboard.down("ArrowRight");
+  await until(pages[0], 5000, "ArrowRight did not move the player", async () => (await pages[0].evaluate(canvasState)).hash !== before);
+  await pages[0].keyboard.up("ArrowRight");
+  // The match ends at its time limit; the page says who won and the scores.
+  const results = [];
+  for (const [i, page] of pages.entries()) {
+    const msg = await until(page, 40_000, `player ${i + 1}: the end of the match was never shown`, () =>
+      page.evaluate(() => {
+        const m = document.querySelector("#status .message")?.textContent ?? "";
+        return m.startsWith("Match over") ? m : "";
+      }));
+    check(/(wins|You win|No winner)/.test(msg) && /Scores: .*you \d+/.test(msg), `player ${i + 1}: result not in words: ${msg}`);
+    const overlay = await page.evaluate(() => document.getElementById("overlay").textContent ?? "");
+    check(overlay.includes("Match over"), `player ${i + 1}: no result over the screen: ${overlay}`);
+    results.push(msg);
+  }
+  await pages[0].screenshot({ path: join(artifacts, "first-hour.png") });
+  check(pageErrors.length === 0, `page errors: ${pageErrors.join(" | ")}`);
+  console.log(JSON.stringify({ ok: true, seconds: (Date.now() - started) / 1000, results }));
+  await cleanup();
+  process.exit(0);
+} catch (err) {
+  await fail(err instanceof Error ? err.message : String(err));
+}
