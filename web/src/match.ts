@@ -290,6 +290,16 @@ export class Match {
         said = t.text;
         raw = t.raw;
         const code = ConnectError.from(err).code;
+        if (code === Code.Aborted && /another window/i.test(ConnectError.from(err).rawMessage)) {
+          // One controller per slot: another tab or device took this player over.
+          // Retrying would take it back and forth; the player chooses instead.
+          this.finished = true;
+          this.stopInput();
+          const back = this.o.onLeave ? [{ label: "Back to lobby", run: this.o.onLeave }] : [];
+          this.status.say("This player is now controlled from another window.", "error",
+            [{ label: "Play here", run: () => location.reload() }, ...back], t.raw);
+          break;
+        }
         if (t.gone) {
           // The game is over or never was: nothing to retry, nothing to share.
           this.o.onGone?.();
