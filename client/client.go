@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -38,6 +39,8 @@ type Client struct {
 	games ludusv1connect.GameServiceClient
 	match ludusv1connect.MatchmakingServiceClient
 	cfg   config
+	// pingRegion is the region the gateway's last Ping named.
+	pingRegion atomic.Pointer[string]
 
 	authMu  sync.Mutex // serialises logins and refreshes (a refresh token works once)
 	sessMu  sync.Mutex // guards the fields below
@@ -362,8 +365,13 @@ func (c *Client) Join(ctx context.Context, gameID string) (game *ludusv1.GameInf
 // Ping measures the round-trip time to the gateway.
 func (c *Client) Ping(ctx context.Context) (time.Duration, error) {
 	t0 := time.Now()
-	if _, err := c.games.Ping(ctx, connect.NewRequest(&ludusv1.PingRequest{ClientUnixNanos: t0.UnixNano()})); err != nil {
+	resp, err := c.games.Ping(ctx, connect.NewRequest(&ludusv1.PingRequest{ClientUnixNanos: t0.UnixNano()}))
+	if err != nil {
 		return 0, err
 	}
-	return time.Since(t0), nil
+	d := time.Since(t0)
+	if r := resp.Msg.Region; r != "" {
+		c.pingRegion.Store(&r)
+	}
+	return d, nil
 }

@@ -30,6 +30,7 @@ import (
 // and GET /modules/, to drive a Session through what a real one may do.
 
 type fakeGateway struct {
+	region string // what Ping names
 	ludusv1connect.UnimplementedGameServiceHandler
 	ludusv1connect.UnimplementedAuthServiceHandler
 
@@ -86,7 +87,7 @@ func (f *fakeGateway) Ping(ctx context.Context, req *connect.Request[ludusv1.Pin
 	if f.pingErr != nil {
 		return nil, f.pingErr
 	}
-	return connect.NewResponse(&ludusv1.PingResponse{ClientUnixNanos: req.Msg.ClientUnixNanos, ServerUnixNanos: time.Now().UnixNano()}), nil
+	return connect.NewResponse(&ludusv1.PingResponse{ClientUnixNanos: req.Msg.ClientUnixNanos, ServerUnixNanos: time.Now().UnixNano(), Region: f.region}), nil
 }
 
 // pixelView is the fake node's drawing of tick: a 4x2 indexed8 frame.

@@ -25,9 +25,8 @@ const maxRTTMillis = 10000
 
 // MeasureRTT pings the gateway n times (1 to MaxRTTSamples, one after
 // another) and returns the median round trip in whole milliseconds, keyed by
-// the gateway's region, for FindMatchOptions.RTT. PingResponse does not name
-// the gateway's region, so the key is the one WithRegion gave, DefaultRegion
-// ("local") without it. Round trips over 10 s count as 10 s, the most
+// the gateway's region, for FindMatchOptions.RTT: the one WithRegion gave,
+// else the one the gateway's Ping names, else DefaultRegion ("local"). Round trips over 10 s count as 10 s, the most
 // FindMatch accepts. Any failed ping fails the measurement.
 func (c *Client) MeasureRTT(ctx context.Context, n int) (map[string]int32, error) {
 	if n < 1 || n > MaxRTTSamples {
@@ -49,6 +48,9 @@ func (c *Client) MeasureRTT(ctx context.Context, n int) (map[string]int32, error
 func (c *Client) region() string {
 	if c.cfg.region != "" {
 		return c.cfg.region
+	}
+	if r := c.pingRegion.Load(); r != nil {
+		return *r
 	}
 	return DefaultRegion
 }

@@ -356,6 +356,12 @@ func TestMeasureRTT(t *testing.T) {
 	if f.pings.Load() != 3 {
 		t.Fatalf("refused measurements pinged (%d pings)", f.pings.Load())
 	}
+	// A gateway that names its region in Ping: the measurement is keyed by it.
+	named := &fakeGateway{game: arenaGame(), region: "us-east"}
+	nc := dialFake(t, named.start(t))
+	if rtt, err := nc.MeasureRTT(ctx, 1); err != nil || len(rtt) != 1 || rtt["us-east"] < 0 {
+		t.Fatalf("rtt %v, %v; want it keyed by the gateway's region us-east", rtt, err)
+	}
 	eu := dialFake(t, url, WithRegion("eu-west"))
 	if rtt, err := eu.MeasureRTT(ctx, 1); err != nil || len(rtt) != 1 || rtt["eu-west"] < 30 {
 		t.Fatalf("WithRegion: rtt %v, %v", rtt, err)

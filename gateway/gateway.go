@@ -74,6 +74,9 @@ type Config struct {
 	// upstream silence watchdog and the retry budget of calls to a moving
 	// game. Nil: the system clock.
 	Clock Clock
+	// Region is the region this gateway serves, told to clients by Ping
+	// (default "local", as sim nodes').
+	Region string
 	// Matchmaking makes the gateway a matchmaker replica: it serves
 	// MatchmakingService to players and takes its turn leading queues
 	// (matchmaking.go). Call Close to leave.
@@ -152,6 +155,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = systemClock{}
+	}
+	if cfg.Region == "" {
+		cfg.Region = "local"
 	}
 	limits := cfg.Limits.withDefaults()
 	valid, err := newValidator()

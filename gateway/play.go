@@ -19,7 +19,7 @@ import (
 // Ping answers at once with the gateway's clock.
 func (s *gameService) Ping(ctx context.Context, req *connect.Request[ludusv1.PingRequest]) (*connect.Response[ludusv1.PingResponse], error) {
 	return connect.NewResponse(&ludusv1.PingResponse{
-		ClientUnixNanos: req.Msg.ClientUnixNanos, ServerUnixNanos: time.Now().UnixNano()}), nil
+		ClientUnixNanos: req.Msg.ClientUnixNanos, ServerUnixNanos: time.Now().UnixNano(), Region: s.g.cfg.Region}), nil
 }
 
 // Play multiplexes one bidirectional client stream onto the node's calls: a

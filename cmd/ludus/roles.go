@@ -307,6 +307,7 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	bodyTimeout := bodyTimeoutFlag(fs)
 	metricsAddr := metricsAddrFlag(fs, "the gateway's, by tenant; also POST /autoscale, Agones' FleetAutoscaler webhook")
 	af := addAutoscaleFlags(fs)
+	region := fs.String("region", envOr("LUDUS_REGION", "local"), "region this gateway serves (told to clients by Ping; sim nodes of the same region take its matches)")
 	matchmaking := fs.Bool("matchmaking", true, "serve MatchmakingService and be a matchmaker replica (stateless; any number may run)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -340,7 +341,7 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	gw, err := gateway.New(gateway.Config{
 		Etcd: cli, Verifier: auth.NewVerifier(jwks, nil), BackendURL: *backendURL,
 		ClusterToken: *token, Web: web.Handler(), Logger: logger, CORSOrigins: origins,
-		Admission: gateway.NewBackendAdmission(h2c, *backendURL, *token), Matchmaking: *matchmaking,
+		Admission: gateway.NewBackendAdmission(h2c, *backendURL, *token), Matchmaking: *matchmaking, Region: *region,
 		Limits: gateway.Limits{MaxStreamsPerAccount: *maxStreams, InputsPerSecond: *inputRate,
 			InputBurst: *inputBurst, MaxMessageBytes: *maxMessage, MaxAuthMessageBytes: *maxAuth,
 			MaxAdminMessageBytes: *maxAdmin, MaxUploadBytes: *maxUpload, BodyReadTimeout: bodyTimeout()},

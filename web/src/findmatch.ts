@@ -5,7 +5,7 @@
 // found match is played as any other (main.ts joins it).
 
 import { Code, ConnectError } from "@connectrpc/connect";
-import { gatewayRegion, trouble, type Session, type Trouble } from "./api";
+import { gatewayRegion, rememberRegion, trouble, type Session, type Trouble } from "./api";
 import type { FindMatchResponse, MatchFound } from "./gen/ludus/v1/matchmaking_pb";
 import { hooks } from "./hooks";
 
@@ -163,8 +163,9 @@ export class MatchFinder {
     for (let i = 0; i < PINGS; i++) {
       const t0 = performance.now();
       try {
-        await this.session.game.ping({ clientUnixNanos: BigInt(Date.now()) * 1_000_000n }, { signal, timeoutMs: PING_TIMEOUT_MS });
+        const resp = await this.session.game.ping({ clientUnixNanos: BigInt(Date.now()) * 1_000_000n }, { signal, timeoutMs: PING_TIMEOUT_MS });
         times.push(performance.now() - t0);
+        if (resp.region) rememberRegion(resp.region); // the region this gateway serves
       } catch (err) {
         if (signal.aborted) throw err;
         last = err;
@@ -215,8 +216,8 @@ export class MatchFinder {
         this.showParty();
       }
       step("Measuring the round trip to the server…");
-      const region = gatewayRegion();
       const rtt = await this.measureRtt(abort.signal);
+      const region = gatewayRegion();
       const party = size > 1 ? this.party : null;
       step(`Searching for a match of “${mode}” (${rtt} ms to ${region})…`);
       for (let attempt = 0; ; attempt++) {

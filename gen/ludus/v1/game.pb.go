@@ -1744,8 +1744,11 @@ type PingResponse struct {
 	ClientUnixNanos int64 `protobuf:"varint,1,opt,name=client_unix_nanos,json=clientUnixNanos,proto3" json:"client_unix_nanos,omitempty"`
 	// The gateway's clock when it answered, in Unix nanoseconds.
 	ServerUnixNanos int64 `protobuf:"varint,2,opt,name=server_unix_nanos,json=serverUnixNanos,proto3" json:"server_unix_nanos,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The region this gateway serves (its --region): what a client times Ping
+	// against to fill FindMatchRequest.rtt_ms.
+	Region        string `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PingResponse) Reset() {
@@ -1790,6 +1793,13 @@ func (x *PingResponse) GetServerUnixNanos() int64 {
 		return x.ServerUnixNanos
 	}
 	return 0
+}
+
+func (x *PingResponse) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
 }
 
 var File_ludus_v1_game_proto protoreflect.FileDescriptor
@@ -1910,10 +1920,11 @@ const file_ludus_v1_game_proto_rawDesc = "" +
 	"\x04tick\x18\x02 \x01(\x03R\x04tick\x12*\n" +
 	"\x11superseded_by_seq\x18\x03 \x01(\x04R\x0fsupersededBySeq\"9\n" +
 	"\vPingRequest\x12*\n" +
-	"\x11client_unix_nanos\x18\x01 \x01(\x03R\x0fclientUnixNanos\"f\n" +
+	"\x11client_unix_nanos\x18\x01 \x01(\x03R\x0fclientUnixNanos\"~\n" +
 	"\fPingResponse\x12*\n" +
 	"\x11client_unix_nanos\x18\x01 \x01(\x03R\x0fclientUnixNanos\x12*\n" +
-	"\x11server_unix_nanos\x18\x02 \x01(\x03R\x0fserverUnixNanos*Q\n" +
+	"\x11server_unix_nanos\x18\x02 \x01(\x03R\x0fserverUnixNanos\x12\x16\n" +
+	"\x06region\x18\x03 \x01(\tR\x06region*Q\n" +
 	"\bDelivery\x12\x18\n" +
 	"\x14DELIVERY_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12DELIVERY_SNAPSHOTS\x10\x01\x12\x13\n" +
