@@ -101,3 +101,27 @@ func TestNodeCredentialRoles(t *testing.T) {
 	_, err = e2.modules.ResolveModule(ctx, req(&clusterv1.ResolveModuleRequest{TenantId: tn.Id, Name: "arena"}, nodeCred(t, "x", "simnode-1")))
 	wantCode(t, err, connect.CodeUnauthenticated, "disabled")
 }
+
+// TestGetRatings: the matchmaker's read of players' ratings in a mode; the
+// cluster token only; an account never rated is left out (a new player).
+func TestGetRatings(t *testing.T) {
+	e := newEnv(t)
+	tn, admin := e.createTenant("ratings-read")
+	acc, err := e.admin.CreateAccount(ctx, req(&ludusv1.CreateAccountRequest{CustomId: "rated"}, admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := acc.Msg.Account.Id
+	got, err := e.modules.GetRatings(ctx, req(&clusterv1.GetRatingsRequest{TenantId: tn.Id, Mode: "arena", AccountIds: []string{id}}, clusterToken))
+	if err != nil || len(got.Msg.Ratings) != 0 {
+		t.Fatalf("an unrated account: %v, %v; want no rating", got, err)
+	}
+	_, err = e.modules.GetRatings(ctx, req(&clusterv1.GetRatingsRequest{TenantId: tn.Id, Mode: "arena", AccountIds: []string{id}}, nodeCred(t, clusterToken, "simnode-1")))
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("GetRatings with a node credential: %v, want PermissionDenied", err)
+	}
+	_, err = e.modules.GetRatings(ctx, req(&clusterv1.GetRatingsRequest{TenantId: tn.Id, Mode: "arena"}, clusterToken))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("GetRatings of no account: %v, want InvalidArgument", err)
+	}
+}

@@ -584,3 +584,29 @@ func (s *Server) RunWebhooks(ctx context.Context, interval time.Duration) {
 		}
 	}
 }
+
+// GetRatings implements the cluster RPC (cluster token only): the matchmaker
+// reads players' ratings in a mode; an account never rated is left out.
+func (s *moduleStore) GetRatings(ctx context.Context, req *connect.Request[clusterv1.GetRatingsRequest]) (*connect.Response[clusterv1.GetRatingsResponse], error) {
+	if _, err := s.cluster(req.Header(), "GetRatings", clusterOnly); err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	if m.TenantId == "" || m.Mode == "" || len(m.Mode) > 64 {
+		return nil, invalidArg(errors.New("tenant_id and mode (1..64 characters) are required"))
+	}
+	if len(m.AccountIds) == 0 || len(m.AccountIds) > MaxPlayers {
+		return nil, invalidArg(fmt.Errorf("account_ids must name 1..%d accounts, got %d", MaxPlayers, len(m.AccountIds)))
+	}
+	got, err := s.store.Ratings(ctx, m.TenantId, m.Mode, m.AccountIds)
+	if err != nil {
+		return nil, s.internal(ctx, "ratings", err)
+	}
+	resp := &clusterv1.GetRatingsResponse{}
+	for _, id := range m.AccountIds {
+		if r, ok := got[id]; ok {
+			resp.Ratings = append(resp.Ratings, &clusterv1.PlayerRating{AccountId: id, Rating: r.Rating, Rd: r.RD, Volatility: r.Volatility, Matches: r.Matches})
+		}
+	}
+	return connect.NewResponse(resp), nil
+}

@@ -15,6 +15,7 @@ import (
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
 	"ludus.dev/ludus/matchmaker"
 	"ludus.dev/ludus/ops/fleet"
+	"ludus.dev/ludus/ratings"
 )
 
 // matchAllocator turns a match the matchmaker found into a running game, in
@@ -100,7 +101,7 @@ func (a matchAllocator) Allocate(ctx context.Context, tenant, mode, region strin
 // turn leading queues. Replicas are stateless; any number may run.
 func (g *Gateway) startMatchmaking(state *clusterstate.Client) (*matchmaker.Matchmaker, error) {
 	mm, err := matchmaker.New(matchmaker.Config{State: state, Allocator: matchAllocator{s: &gameService{g: g}},
-		Log: g.log.With("component", "matchmaker")})
+		Ratings: backendRatings{g: g}, Log: g.log.With("component", "matchmaker")})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: start matchmaking: %w", err)
 	}
@@ -120,4 +121,23 @@ func (g *Gateway) matchmakingHandler(mm *matchmaker.Matchmaker) (string, http.Ha
 		connect.WithInterceptors(&ticketInterceptor{v: g.cfg.Verifier}, g.valid),
 		connect.WithReadMaxBytes(g.limits.MaxMessageBytes))
 	return path, limitBodies(h, int64(g.limits.MaxMessageBytes)+bodySlack)
+}
+
+// backendRatings reads a player's rating in a mode from the backend, which
+// updates it from every rated match's result (ModuleStoreService.GetRatings).
+type backendRatings struct{ g *Gateway }
+
+// Rating implements matchmaker.RatingSource; a player never rated is new.
+func (r backendRatings) Rating(ctx context.Context, tenant, mode, account string) (ratings.Rating, error) {
+	resp, err := r.g.modules.GetRatings(ctx, connect.NewRequest(&clusterv1.GetRatingsRequest{
+		TenantId: tenant, Mode: mode, AccountIds: []string{account}}))
+	if err != nil {
+		return ratings.Rating{}, fmt.Errorf("rating of %s in %q: %w", account, mode, err)
+	}
+	for _, p := range resp.Msg.Ratings {
+		if p.AccountId == account {
+			return ratings.Rating{Rating: p.Rating, RD: p.Rd, Volatility: p.Volatility}, nil
+		}
+	}
+	return ratings.New(), nil
 }

@@ -1376,6 +1376,186 @@ func (*ArchiveGameResponse) Descriptor() ([]byte, []int) {
 	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
+type GetRatingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Mode          string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	AccountIds    []string               `protobuf:"bytes,3,rep,name=account_ids,json=accountIds,proto3" json:"account_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRatingsRequest) Reset() {
+	*x = GetRatingsRequest{}
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRatingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRatingsRequest) ProtoMessage() {}
+
+func (x *GetRatingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRatingsRequest.ProtoReflect.Descriptor instead.
+func (*GetRatingsRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetRatingsRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *GetRatingsRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *GetRatingsRequest) GetAccountIds() []string {
+	if x != nil {
+		return x.AccountIds
+	}
+	return nil
+}
+
+type PlayerRating struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AccountId     string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	Rating        float64                `protobuf:"fixed64,2,opt,name=rating,proto3" json:"rating,omitempty"`
+	Rd            float64                `protobuf:"fixed64,3,opt,name=rd,proto3" json:"rd,omitempty"`
+	Volatility    float64                `protobuf:"fixed64,4,opt,name=volatility,proto3" json:"volatility,omitempty"`
+	Matches       int64                  `protobuf:"varint,5,opt,name=matches,proto3" json:"matches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlayerRating) Reset() {
+	*x = PlayerRating{}
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlayerRating) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlayerRating) ProtoMessage() {}
+
+func (x *PlayerRating) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlayerRating.ProtoReflect.Descriptor instead.
+func (*PlayerRating) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PlayerRating) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *PlayerRating) GetRating() float64 {
+	if x != nil {
+		return x.Rating
+	}
+	return 0
+}
+
+func (x *PlayerRating) GetRd() float64 {
+	if x != nil {
+		return x.Rd
+	}
+	return 0
+}
+
+func (x *PlayerRating) GetVolatility() float64 {
+	if x != nil {
+		return x.Volatility
+	}
+	return 0
+}
+
+func (x *PlayerRating) GetMatches() int64 {
+	if x != nil {
+		return x.Matches
+	}
+	return 0
+}
+
+type GetRatingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ratings       []*PlayerRating        `protobuf:"bytes,1,rep,name=ratings,proto3" json:"ratings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRatingsResponse) Reset() {
+	*x = GetRatingsResponse{}
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRatingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRatingsResponse) ProtoMessage() {}
+
+func (x *GetRatingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_cluster_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRatingsResponse.ProtoReflect.Descriptor instead.
+func (*GetRatingsResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_cluster_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GetRatingsResponse) GetRatings() []*PlayerRating {
+	if x != nil {
+		return x.Ratings
+	}
+	return nil
+}
+
 var File_ludus_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
@@ -1477,19 +1657,37 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"final_tick\x18\a \x01(\x03R\tfinalTick\x12/\n" +
 	"\tguest_log\x18\b \x01(\v2\x12.ludus.v1.GuestLogR\bguestLog\"\x15\n" +
-	"\x13ArchiveGameResponse2\x8e\x04\n" +
+	"\x13ArchiveGameResponse\"\xa0\x01\n" +
+	"\x11GetRatingsRequest\x12&\n" +
+	"\ttenant_id\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\btenantId\x12\x1d\n" +
+	"\x04mode\x18\x02 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\x04mode\x12D\n" +
+	"\vaccount_ids\x18\x03 \x03(\tB#\xbaH \x92\x01\x1d\b\x01\x10\x80\x02\x18\x01\"\x14r\x12\x10\x01\x18@2\f^[a-z0-9_]+$R\n" +
+	"accountIds\"\x8f\x01\n" +
+	"\fPlayerRating\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x16\n" +
+	"\x06rating\x18\x02 \x01(\x01R\x06rating\x12\x0e\n" +
+	"\x02rd\x18\x03 \x01(\x01R\x02rd\x12\x1e\n" +
+	"\n" +
+	"volatility\x18\x04 \x01(\x01R\n" +
+	"volatility\x12\x18\n" +
+	"\amatches\x18\x05 \x01(\x03R\amatches\"N\n" +
+	"\x12GetRatingsResponse\x128\n" +
+	"\aratings\x18\x01 \x03(\v2\x1e.ludus.cluster.v1.PlayerRatingR\aratings2\x8e\x04\n" +
 	"\vNodeService\x12T\n" +
 	"\tStartGame\x12\".ludus.cluster.v1.StartGameRequest\x1a#.ludus.cluster.v1.StartGameResponse\x12N\n" +
 	"\aGetGame\x12 .ludus.cluster.v1.GetGameRequest\x1a!.ludus.cluster.v1.GetGameResponse\x12Q\n" +
 	"\bJoinGame\x12!.ludus.cluster.v1.JoinGameRequest\x1a\".ludus.cluster.v1.JoinGameResponse\x12_\n" +
 	"\fStreamFrames\x12%.ludus.cluster.v1.StreamFramesRequest\x1a&.ludus.cluster.v1.StreamFramesResponse0\x01\x12T\n" +
 	"\tSendInput\x12\".ludus.cluster.v1.SendInputRequest\x1a#.ludus.cluster.v1.SendInputResponse\x12O\n" +
-	"\x06Inputs\x12\x1f.ludus.cluster.v1.InputsRequest\x1a .ludus.cluster.v1.InputsResponse(\x010\x012\x84\x04\n" +
+	"\x06Inputs\x12\x1f.ludus.cluster.v1.InputsRequest\x1a .ludus.cluster.v1.InputsResponse(\x010\x012\xdd\x04\n" +
 	"\x12ModuleStoreService\x12`\n" +
 	"\rResolveModule\x12&.ludus.cluster.v1.ResolveModuleRequest\x1a'.ludus.cluster.v1.ResolveModuleResponse\x12T\n" +
 	"\tGetModule\x12\".ludus.cluster.v1.GetModuleRequest\x1a#.ludus.cluster.v1.GetModuleResponse\x12r\n" +
 	"\x13MintMatchCredential\x12,.ludus.cluster.v1.MintMatchCredentialRequest\x1a-.ludus.cluster.v1.MintMatchCredentialResponse\x12f\n" +
-	"\x0fAddMatchPlayers\x12(.ludus.cluster.v1.AddMatchPlayersRequest\x1a).ludus.cluster.v1.AddMatchPlayersResponse\x12Z\n" +
+	"\x0fAddMatchPlayers\x12(.ludus.cluster.v1.AddMatchPlayersRequest\x1a).ludus.cluster.v1.AddMatchPlayersResponse\x12W\n" +
+	"\n" +
+	"GetRatings\x12#.ludus.cluster.v1.GetRatingsRequest\x1a$.ludus.cluster.v1.GetRatingsResponse\x12Z\n" +
 	"\vArchiveGame\x12$.ludus.cluster.v1.ArchiveGameRequest\x1a%.ludus.cluster.v1.ArchiveGameResponseB0Z.ludus.dev/ludus/gen/ludus/cluster/v1;clusterv1b\x06proto3"
 
 var (
@@ -1504,7 +1702,7 @@ func file_ludus_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ludus_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ludus_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_ludus_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_ludus_cluster_v1_cluster_proto_goTypes = []any{
 	(*StartGameRequest)(nil),            // 0: ludus.cluster.v1.StartGameRequest
 	(*StartGameResponse)(nil),           // 1: ludus.cluster.v1.StartGameResponse
@@ -1528,52 +1726,58 @@ var file_ludus_cluster_v1_cluster_proto_goTypes = []any{
 	(*AddMatchPlayersResponse)(nil),     // 19: ludus.cluster.v1.AddMatchPlayersResponse
 	(*ArchiveGameRequest)(nil),          // 20: ludus.cluster.v1.ArchiveGameRequest
 	(*ArchiveGameResponse)(nil),         // 21: ludus.cluster.v1.ArchiveGameResponse
-	(*v1.GameInfo)(nil),                 // 22: ludus.v1.GameInfo
-	(v1.Delivery)(0),                    // 23: ludus.v1.Delivery
-	(*v1.Frame)(nil),                    // 24: ludus.v1.Frame
-	(*v1.Status)(nil),                   // 25: ludus.v1.Status
-	(*v1.Module)(nil),                   // 26: ludus.v1.Module
-	(*timestamppb.Timestamp)(nil),       // 27: google.protobuf.Timestamp
-	(*v1.GuestLog)(nil),                 // 28: ludus.v1.GuestLog
+	(*GetRatingsRequest)(nil),           // 22: ludus.cluster.v1.GetRatingsRequest
+	(*PlayerRating)(nil),                // 23: ludus.cluster.v1.PlayerRating
+	(*GetRatingsResponse)(nil),          // 24: ludus.cluster.v1.GetRatingsResponse
+	(*v1.GameInfo)(nil),                 // 25: ludus.v1.GameInfo
+	(v1.Delivery)(0),                    // 26: ludus.v1.Delivery
+	(*v1.Frame)(nil),                    // 27: ludus.v1.Frame
+	(*v1.Status)(nil),                   // 28: ludus.v1.Status
+	(*v1.Module)(nil),                   // 29: ludus.v1.Module
+	(*timestamppb.Timestamp)(nil),       // 30: google.protobuf.Timestamp
+	(*v1.GuestLog)(nil),                 // 31: ludus.v1.GuestLog
 }
 var file_ludus_cluster_v1_cluster_proto_depIdxs = []int32{
-	22, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
-	22, // 1: ludus.cluster.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
-	22, // 2: ludus.cluster.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
-	23, // 3: ludus.cluster.v1.StreamFramesRequest.delivery:type_name -> ludus.v1.Delivery
-	24, // 4: ludus.cluster.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
-	25, // 5: ludus.cluster.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
-	26, // 6: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
-	26, // 7: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
-	27, // 8: ludus.cluster.v1.MintMatchCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
-	28, // 9: ludus.cluster.v1.ArchiveGameRequest.guest_log:type_name -> ludus.v1.GuestLog
-	0,  // 10: ludus.cluster.v1.NodeService.StartGame:input_type -> ludus.cluster.v1.StartGameRequest
-	2,  // 11: ludus.cluster.v1.NodeService.GetGame:input_type -> ludus.cluster.v1.GetGameRequest
-	4,  // 12: ludus.cluster.v1.NodeService.JoinGame:input_type -> ludus.cluster.v1.JoinGameRequest
-	6,  // 13: ludus.cluster.v1.NodeService.StreamFrames:input_type -> ludus.cluster.v1.StreamFramesRequest
-	11, // 14: ludus.cluster.v1.NodeService.SendInput:input_type -> ludus.cluster.v1.SendInputRequest
-	9,  // 15: ludus.cluster.v1.NodeService.Inputs:input_type -> ludus.cluster.v1.InputsRequest
-	12, // 16: ludus.cluster.v1.ModuleStoreService.ResolveModule:input_type -> ludus.cluster.v1.ResolveModuleRequest
-	14, // 17: ludus.cluster.v1.ModuleStoreService.GetModule:input_type -> ludus.cluster.v1.GetModuleRequest
-	16, // 18: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:input_type -> ludus.cluster.v1.MintMatchCredentialRequest
-	18, // 19: ludus.cluster.v1.ModuleStoreService.AddMatchPlayers:input_type -> ludus.cluster.v1.AddMatchPlayersRequest
-	20, // 20: ludus.cluster.v1.ModuleStoreService.ArchiveGame:input_type -> ludus.cluster.v1.ArchiveGameRequest
-	1,  // 21: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
-	3,  // 22: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
-	5,  // 23: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
-	7,  // 24: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
-	8,  // 25: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
-	10, // 26: ludus.cluster.v1.NodeService.Inputs:output_type -> ludus.cluster.v1.InputsResponse
-	13, // 27: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
-	15, // 28: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
-	17, // 29: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:output_type -> ludus.cluster.v1.MintMatchCredentialResponse
-	19, // 30: ludus.cluster.v1.ModuleStoreService.AddMatchPlayers:output_type -> ludus.cluster.v1.AddMatchPlayersResponse
-	21, // 31: ludus.cluster.v1.ModuleStoreService.ArchiveGame:output_type -> ludus.cluster.v1.ArchiveGameResponse
-	21, // [21:32] is the sub-list for method output_type
-	10, // [10:21] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	25, // 0: ludus.cluster.v1.StartGameResponse.game:type_name -> ludus.v1.GameInfo
+	25, // 1: ludus.cluster.v1.GetGameResponse.game:type_name -> ludus.v1.GameInfo
+	25, // 2: ludus.cluster.v1.JoinGameResponse.game:type_name -> ludus.v1.GameInfo
+	26, // 3: ludus.cluster.v1.StreamFramesRequest.delivery:type_name -> ludus.v1.Delivery
+	27, // 4: ludus.cluster.v1.StreamFramesResponse.frame:type_name -> ludus.v1.Frame
+	28, // 5: ludus.cluster.v1.StreamFramesResponse.status:type_name -> ludus.v1.Status
+	29, // 6: ludus.cluster.v1.ResolveModuleResponse.module:type_name -> ludus.v1.Module
+	29, // 7: ludus.cluster.v1.GetModuleResponse.module:type_name -> ludus.v1.Module
+	30, // 8: ludus.cluster.v1.MintMatchCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 9: ludus.cluster.v1.ArchiveGameRequest.guest_log:type_name -> ludus.v1.GuestLog
+	23, // 10: ludus.cluster.v1.GetRatingsResponse.ratings:type_name -> ludus.cluster.v1.PlayerRating
+	0,  // 11: ludus.cluster.v1.NodeService.StartGame:input_type -> ludus.cluster.v1.StartGameRequest
+	2,  // 12: ludus.cluster.v1.NodeService.GetGame:input_type -> ludus.cluster.v1.GetGameRequest
+	4,  // 13: ludus.cluster.v1.NodeService.JoinGame:input_type -> ludus.cluster.v1.JoinGameRequest
+	6,  // 14: ludus.cluster.v1.NodeService.StreamFrames:input_type -> ludus.cluster.v1.StreamFramesRequest
+	11, // 15: ludus.cluster.v1.NodeService.SendInput:input_type -> ludus.cluster.v1.SendInputRequest
+	9,  // 16: ludus.cluster.v1.NodeService.Inputs:input_type -> ludus.cluster.v1.InputsRequest
+	12, // 17: ludus.cluster.v1.ModuleStoreService.ResolveModule:input_type -> ludus.cluster.v1.ResolveModuleRequest
+	14, // 18: ludus.cluster.v1.ModuleStoreService.GetModule:input_type -> ludus.cluster.v1.GetModuleRequest
+	16, // 19: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:input_type -> ludus.cluster.v1.MintMatchCredentialRequest
+	18, // 20: ludus.cluster.v1.ModuleStoreService.AddMatchPlayers:input_type -> ludus.cluster.v1.AddMatchPlayersRequest
+	22, // 21: ludus.cluster.v1.ModuleStoreService.GetRatings:input_type -> ludus.cluster.v1.GetRatingsRequest
+	20, // 22: ludus.cluster.v1.ModuleStoreService.ArchiveGame:input_type -> ludus.cluster.v1.ArchiveGameRequest
+	1,  // 23: ludus.cluster.v1.NodeService.StartGame:output_type -> ludus.cluster.v1.StartGameResponse
+	3,  // 24: ludus.cluster.v1.NodeService.GetGame:output_type -> ludus.cluster.v1.GetGameResponse
+	5,  // 25: ludus.cluster.v1.NodeService.JoinGame:output_type -> ludus.cluster.v1.JoinGameResponse
+	7,  // 26: ludus.cluster.v1.NodeService.StreamFrames:output_type -> ludus.cluster.v1.StreamFramesResponse
+	8,  // 27: ludus.cluster.v1.NodeService.SendInput:output_type -> ludus.cluster.v1.SendInputResponse
+	10, // 28: ludus.cluster.v1.NodeService.Inputs:output_type -> ludus.cluster.v1.InputsResponse
+	13, // 29: ludus.cluster.v1.ModuleStoreService.ResolveModule:output_type -> ludus.cluster.v1.ResolveModuleResponse
+	15, // 30: ludus.cluster.v1.ModuleStoreService.GetModule:output_type -> ludus.cluster.v1.GetModuleResponse
+	17, // 31: ludus.cluster.v1.ModuleStoreService.MintMatchCredential:output_type -> ludus.cluster.v1.MintMatchCredentialResponse
+	19, // 32: ludus.cluster.v1.ModuleStoreService.AddMatchPlayers:output_type -> ludus.cluster.v1.AddMatchPlayersResponse
+	24, // 33: ludus.cluster.v1.ModuleStoreService.GetRatings:output_type -> ludus.cluster.v1.GetRatingsResponse
+	21, // 34: ludus.cluster.v1.ModuleStoreService.ArchiveGame:output_type -> ludus.cluster.v1.ArchiveGameResponse
+	23, // [23:35] is the sub-list for method output_type
+	11, // [11:23] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_ludus_cluster_v1_cluster_proto_init() }
@@ -1591,7 +1795,7 @@ func file_ludus_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_cluster_v1_cluster_proto_rawDesc), len(file_ludus_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -60,6 +60,9 @@ const (
 	// ModuleStoreServiceAddMatchPlayersProcedure is the fully-qualified name of the
 	// ModuleStoreService's AddMatchPlayers RPC.
 	ModuleStoreServiceAddMatchPlayersProcedure = "/ludus.cluster.v1.ModuleStoreService/AddMatchPlayers"
+	// ModuleStoreServiceGetRatingsProcedure is the fully-qualified name of the ModuleStoreService's
+	// GetRatings RPC.
+	ModuleStoreServiceGetRatingsProcedure = "/ludus.cluster.v1.ModuleStoreService/GetRatings"
 	// ModuleStoreServiceArchiveGameProcedure is the fully-qualified name of the ModuleStoreService's
 	// ArchiveGame RPC.
 	ModuleStoreServiceArchiveGameProcedure = "/ludus.cluster.v1.ModuleStoreService/ArchiveGame"
@@ -298,6 +301,10 @@ type ModuleStoreServiceClient interface {
 	// is unknown in the tenant (nothing is added); FailedPrecondition once the
 	// match's final result is stored. Cluster token only.
 	AddMatchPlayers(context.Context, *connect.Request[v1.AddMatchPlayersRequest]) (*connect.Response[v1.AddMatchPlayersResponse], error)
+	// GetRatings returns players' Glicko-2 ratings in a mode, for the
+	// matchmaker; an account never rated is absent (a new player). Cluster
+	// token only.
+	GetRatings(context.Context, *connect.Request[v1.GetRatingsRequest]) (*connect.Response[v1.GetRatingsResponse], error)
 	// ArchiveGame stores an ended game's spec and full input log in the
 	// backend (for replays: ludus ctl game replay). Idempotent: archiving the
 	// same game again replaces the archive. At most 64 MiB of spec and chunks
@@ -340,6 +347,12 @@ func NewModuleStoreServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(moduleStoreServiceMethods.ByName("AddMatchPlayers")),
 			connect.WithClientOptions(opts...),
 		),
+		getRatings: connect.NewClient[v1.GetRatingsRequest, v1.GetRatingsResponse](
+			httpClient,
+			baseURL+ModuleStoreServiceGetRatingsProcedure,
+			connect.WithSchema(moduleStoreServiceMethods.ByName("GetRatings")),
+			connect.WithClientOptions(opts...),
+		),
 		archiveGame: connect.NewClient[v1.ArchiveGameRequest, v1.ArchiveGameResponse](
 			httpClient,
 			baseURL+ModuleStoreServiceArchiveGameProcedure,
@@ -355,6 +368,7 @@ type moduleStoreServiceClient struct {
 	getModule           *connect.Client[v1.GetModuleRequest, v1.GetModuleResponse]
 	mintMatchCredential *connect.Client[v1.MintMatchCredentialRequest, v1.MintMatchCredentialResponse]
 	addMatchPlayers     *connect.Client[v1.AddMatchPlayersRequest, v1.AddMatchPlayersResponse]
+	getRatings          *connect.Client[v1.GetRatingsRequest, v1.GetRatingsResponse]
 	archiveGame         *connect.Client[v1.ArchiveGameRequest, v1.ArchiveGameResponse]
 }
 
@@ -376,6 +390,11 @@ func (c *moduleStoreServiceClient) MintMatchCredential(ctx context.Context, req 
 // AddMatchPlayers calls ludus.cluster.v1.ModuleStoreService.AddMatchPlayers.
 func (c *moduleStoreServiceClient) AddMatchPlayers(ctx context.Context, req *connect.Request[v1.AddMatchPlayersRequest]) (*connect.Response[v1.AddMatchPlayersResponse], error) {
 	return c.addMatchPlayers.CallUnary(ctx, req)
+}
+
+// GetRatings calls ludus.cluster.v1.ModuleStoreService.GetRatings.
+func (c *moduleStoreServiceClient) GetRatings(ctx context.Context, req *connect.Request[v1.GetRatingsRequest]) (*connect.Response[v1.GetRatingsResponse], error) {
+	return c.getRatings.CallUnary(ctx, req)
 }
 
 // ArchiveGame calls ludus.cluster.v1.ModuleStoreService.ArchiveGame.
@@ -403,6 +422,10 @@ type ModuleStoreServiceHandler interface {
 	// is unknown in the tenant (nothing is added); FailedPrecondition once the
 	// match's final result is stored. Cluster token only.
 	AddMatchPlayers(context.Context, *connect.Request[v1.AddMatchPlayersRequest]) (*connect.Response[v1.AddMatchPlayersResponse], error)
+	// GetRatings returns players' Glicko-2 ratings in a mode, for the
+	// matchmaker; an account never rated is absent (a new player). Cluster
+	// token only.
+	GetRatings(context.Context, *connect.Request[v1.GetRatingsRequest]) (*connect.Response[v1.GetRatingsResponse], error)
 	// ArchiveGame stores an ended game's spec and full input log in the
 	// backend (for replays: ludus ctl game replay). Idempotent: archiving the
 	// same game again replaces the archive. At most 64 MiB of spec and chunks
@@ -441,6 +464,12 @@ func NewModuleStoreServiceHandler(svc ModuleStoreServiceHandler, opts ...connect
 		connect.WithSchema(moduleStoreServiceMethods.ByName("AddMatchPlayers")),
 		connect.WithHandlerOptions(opts...),
 	)
+	moduleStoreServiceGetRatingsHandler := connect.NewUnaryHandler(
+		ModuleStoreServiceGetRatingsProcedure,
+		svc.GetRatings,
+		connect.WithSchema(moduleStoreServiceMethods.ByName("GetRatings")),
+		connect.WithHandlerOptions(opts...),
+	)
 	moduleStoreServiceArchiveGameHandler := connect.NewUnaryHandler(
 		ModuleStoreServiceArchiveGameProcedure,
 		svc.ArchiveGame,
@@ -457,6 +486,8 @@ func NewModuleStoreServiceHandler(svc ModuleStoreServiceHandler, opts ...connect
 			moduleStoreServiceMintMatchCredentialHandler.ServeHTTP(w, r)
 		case ModuleStoreServiceAddMatchPlayersProcedure:
 			moduleStoreServiceAddMatchPlayersHandler.ServeHTTP(w, r)
+		case ModuleStoreServiceGetRatingsProcedure:
+			moduleStoreServiceGetRatingsHandler.ServeHTTP(w, r)
 		case ModuleStoreServiceArchiveGameProcedure:
 			moduleStoreServiceArchiveGameHandler.ServeHTTP(w, r)
 		default:
@@ -482,6 +513,10 @@ func (UnimplementedModuleStoreServiceHandler) MintMatchCredential(context.Contex
 
 func (UnimplementedModuleStoreServiceHandler) AddMatchPlayers(context.Context, *connect.Request[v1.AddMatchPlayersRequest]) (*connect.Response[v1.AddMatchPlayersResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.ModuleStoreService.AddMatchPlayers is not implemented"))
+}
+
+func (UnimplementedModuleStoreServiceHandler) GetRatings(context.Context, *connect.Request[v1.GetRatingsRequest]) (*connect.Response[v1.GetRatingsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.ModuleStoreService.GetRatings is not implemented"))
 }
 
 func (UnimplementedModuleStoreServiceHandler) ArchiveGame(context.Context, *connect.Request[v1.ArchiveGameRequest]) (*connect.Response[v1.ArchiveGameResponse], error) {
