@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"ludus.dev/ludus/ops/devstack"
@@ -19,6 +20,7 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 	data := fs.String("data", "ludus-data", "directory for etcd data, the SQLite database and caches")
 	nodes := fs.Int("nodes", 2, "number of sim nodes")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:0", "operator listener serving GET /metrics (gateway and sim nodes, labelled by tenant); default a free loopback port, printed at start")
+	regions := fs.String("regions", "", `comma-separated regions (e.g. "eu,us"): sim nodes spread over them, one gateway each (the first on --http); default one region, "local"`)
 	watch := fs.String("watch", "", "a game module's project directory: rebuild (build.sh, Makefile or go build) and upload it to the demo tenant whenever its sources change")
 	watchName := fs.String("watch-name", "", "module name for --watch (default: the directory's name)")
 	if err := fs.Parse(args); err != nil {
@@ -40,12 +42,25 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 		watcher = &modulewatch.Watcher{Dir: *watch, Name: name, Log: logger}
 	}
 	start := time.Now()
-	s, err := devstack.Start(ctx, devstack.Config{HTTPAddr: *httpAddr, DataDir: *data, Nodes: *nodes, MetricsAddr: *metricsAddr, Logger: logger})
+	var regionList []string
+	for _, r := range strings.Split(*regions, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			regionList = append(regionList, r)
+		}
+	}
+	s, err := devstack.Start(ctx, devstack.Config{HTTPAddr: *httpAddr, DataDir: *data, Nodes: *nodes, MetricsAddr: *metricsAddr,
+		Regions: regionList, Logger: logger})
 	if err != nil {
 		return err
 	}
 	fmt.Printf("\nLudus is running (started in %v):\n  play:     %s\n  health:   %s/healthz\n  metrics:  %s/metrics (operators only: this listener, not the play port)\n  admin:    ludus ctl --url %s --key-file %s nodes\n\nCtrl-C stops everything.\n\n",
 		time.Since(start).Round(time.Millisecond), s.GatewayURL, s.GatewayURL, s.MetricsURL, s.GatewayURL, filepath.Join(*data, "operator.key"))
+	if len(regionList) > 1 {
+		for _, r := range regionList {
+			fmt.Printf("  region %-8s gateway %s\n", r, s.RegionURLs[r])
+		}
+		fmt.Println()
+	}
 	if watcher != nil {
 		watcher.Upload = func(ctx context.Context, name string, wasm []byte) (string, error) {
 			return s.Backend.EnsureModule(ctx, s.TenantID, name, wasm)

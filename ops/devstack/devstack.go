@@ -58,12 +58,18 @@ type Config struct {
 	// and every sim node's series (labelled by tenant), never served on
 	// HTTPAddr. Default 127.0.0.1:0, a free loopback port (Stack.MetricsURL).
 	MetricsAddr string
-	Logger      *slog.Logger
+	// Regions, when set, spreads the sim nodes over these regions in turn and
+	// runs one gateway per region: the first on HTTPAddr, the others on free
+	// loopback ports (Stack.RegionURLs). Default: one region, "local".
+	Regions []string
+	Logger  *slog.Logger
 }
 
 // Stack is a running dev stack.
 type Stack struct {
 	GatewayURL string
+	// RegionURLs maps each region to its gateway's URL (GatewayURL for the first).
+	RegionURLs map[string]string
 	// MetricsURL is the base URL of the operator listener: GET
 	// MetricsURL+"/metrics" returns the gateway's and the sim nodes' metrics.
 	MetricsURL  string
@@ -102,6 +108,14 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	}
 	if cfg.MetricsAddr == "" {
 		cfg.MetricsAddr = "127.0.0.1:0"
+	}
+	if len(cfg.Regions) == 0 {
+		cfg.Regions = []string{"local"}
+	}
+	for _, r := range cfg.Regions {
+		if !clusterstate.ValidID(r) {
+			return nil, fmt.Errorf("devstack: region %q must be 1 to 64 letters, digits, - or _", r)
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -243,7 +257,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 			return nil, err
 		}
 		n, err := simnode.New(simnode.Config{
-			ID: id, Region: "local", Addr: "http://" + ln.Addr().String(),
+			ID: id, Region: cfg.Regions[i%len(cfg.Regions)], Addr: "http://" + ln.Addr().String(),
 			Etcd: s.Etcd, LeaseTTL: cfg.LeaseTTL, Engine: s.Engine,
 			Modules:        simnode.NewModuleStore(h2c, s.BackendURL, nodeCred),
 			Results:        simnode.NewBackendReporter(h2c, s.BackendURL),
@@ -284,16 +298,33 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		Logger:       cfg.Logger,
 		Admission:    gateway.NewBackendAdmission(h2c, s.BackendURL, clusterToken),
 		Matchmaking:  true,
+		Region:       cfg.Regions[0],
 	})
 	if err != nil {
 		gwLn.Close()
 		return nil, err
 	}
 	s.Gateway = gw
+	s.RegionURLs = map[string]string{cfg.Regions[0]: s.GatewayURL}
+	// One more gateway per further region, each a matchmaker replica too.
+	for _, region := range cfg.Regions[1:] {
+		rgw, err := gateway.New(gateway.Config{Etcd: s.Etcd, Verifier: auth.NewVerifier(jwks, nil), BackendURL: s.BackendURL,
+			ClusterToken: clusterToken, Web: web.Handler(), Logger: cfg.Logger.With("region", region),
+			Admission: gateway.NewBackendAdmission(h2c, s.BackendURL, clusterToken), Matchmaking: true, Region: region})
+		if err != nil {
+			gwLn.Close()
+			return nil, err
+		}
+		s.closers = append(s.closers, func(context.Context) { rgw.Close() })
+		if s.RegionURLs[region], err = s.serve("127.0.0.1:0", rgw.Handler()); err != nil {
+			gwLn.Close()
+			return nil, err
+		}
+	}
 	s.closers = append(s.closers, func(context.Context) { gw.Close() })
 	// "Find match" works out of the box: the demo tenant's arena mode matches
 	// two teams of two, bots filling seats after 45 s.
-	if err := matchmaker.PutRules(ctx, s.Etcd, s.TenantID, DemoMatchRules()); err != nil {
+	if err := matchmaker.PutRules(ctx, s.Etcd, s.TenantID, DemoMatchRules(cfg.Regions...)); err != nil {
 		gwLn.Close()
 		return nil, fmt.Errorf("seed matchmaking rules: %w", err)
 	}
@@ -416,9 +447,16 @@ func loadOrCreateSecret(path string) (string, error) {
 
 // DemoMatchRules are the matchmaking rules `ludus dev` seeds for the demo
 // tenant's "arena" mode: the field report's band (±100, +50 every 5 s, at most
-// ±550), two teams of two, 45 s before bots fill the seats.
-func DemoMatchRules() *ludusv1.MatchmakingRules {
+// ±550), two teams of two, 45 s before bots fill the seats, in every region
+// given (default "local") at up to 250 ms.
+func DemoMatchRules(regions ...string) *ludusv1.MatchmakingRules {
+	if len(regions) == 0 {
+		regions = []string{"local"}
+	}
+	rtt := map[string]int32{}
+	for _, r := range regions {
+		rtt[r] = 250
+	}
 	return &ludusv1.MatchmakingRules{Mode: "arena", TeamSize: 2, Teams: 2, BandStart: 100, BandStep: 50,
-		BandIntervalMs: 5000, BandCap: 550, MaxWaitMs: 45000, BotsFillAtTimeout: true,
-		MaxRttMs: map[string]int32{"local": 250}}
+		BandIntervalMs: 5000, BandCap: 550, MaxWaitMs: 45000, BotsFillAtTimeout: true, MaxRttMs: rtt}
 }
