@@ -99,6 +99,8 @@ export class Match {
   private readonly fpsTimer: number;
   private readonly pingTimer: number;
   private metaJson: string | null = null;
+  /** The module metadata the server last sent (Status.module_meta). */
+  private serverMeta = "";
   private migrations = 0;
   /** Resolves the wait after MAX_FAILURES (the Retry button). */
   private retry: (() => void) | null = null;
@@ -398,7 +400,12 @@ export class Match {
     if (s.viewFormat) this.setFormat(s.viewFormat);
     // The first Status of every stream carries the module's metadata; none
     // (an older server): present the game as the arena, as this page always did.
-    if (s.moduleMeta || this.metaJson === null) this.applyMeta(s.moduleMeta);
+    // Every stream's first status repeats the module's metadata: apply it when
+    // it changed (a new build), not again on each re-attach.
+    if ((s.moduleMeta && s.moduleMeta !== this.serverMeta) || this.metaJson === null) {
+      this.serverMeta = s.moduleMeta;
+      this.applyMeta(s.moduleMeta);
+    }
     if (s.migrationMs > 0n) {
       this.migrations++;
       hooks.migrations = this.migrations;
