@@ -225,7 +225,9 @@ async function metaFlow(page) {
     aspect: document.getElementById("screen").dataset.aspect,
     w: document.getElementById("screen").getBoundingClientRect().width,
     h: document.getElementById("screen").getBoundingClientRect().height,
-    body: document.body.innerText,
+    // The match view and the page's header (the lobby's games table, shown
+    // beside it, lists other tests' games, some with "3 bots").
+    body: `${document.getElementById("match").innerText}\n${document.querySelector("header")?.innerText ?? ""}`,
   }));
   check(after.title.startsWith("Test Drive") && after.doc.includes("Test Drive") && !after.doc.includes("Arena"), `custom title: ${JSON.stringify(after)}`);
   check(after.hint === "Hold J to spin.", `custom hint: ${after.hint}`);
