@@ -273,8 +273,9 @@ func (s *Search) run(ctx context.Context, mode string, partySize int, st *connec
 		}
 		s.cancel(nil)
 		s.err = err
-		close(s.updates)
+		// done first: a reader who sees Updates closed can read Err at once.
 		close(s.done)
+		close(s.updates)
 	}()
 	for {
 		if u := update(st.Msg(), partySize); u != nil {
@@ -299,7 +300,8 @@ func (s *Search) run(ctx context.Context, mode string, partySize int, st *connec
 // that falls behind loses the oldest Searching updates, never the outcome.
 func (s *Search) Updates() <-chan Update { return s.updates }
 
-// Done is closed when the search has ended and Updates is closed.
+// Done is closed when the search has ended (Err is then final); Updates is
+// closed right after it.
 func (s *Search) Done() <-chan struct{} { return s.done }
 
 // Err is why the search ended without an outcome: nil after an outcome or
