@@ -76,7 +76,6 @@ func Simulate(rules Rules, arrivalsPerSec float64, duration time.Duration, seed 
 	gap := func() time.Duration {
 		return time.Duration(rng.ExpFloat64() / arrivalsPerSec * float64(time.Second))
 	}
-	clamp := func(v float64) float64 { return min(max(v, MinRating), MaxRating) }
 	var (
 		rep     SimReport
 		queue   []Ticket
@@ -86,33 +85,10 @@ func Simulate(rules Rules, arrivalsPerSec float64, duration time.Duration, seed 
 		rtts    []float64
 	)
 	newTicket := func(at time.Time) Ticket {
-		size := 1
-		switch x := rng.Float64(); {
-		case x >= 0.9:
-			size = 4
-		case x >= 0.8:
-			size = 3
-		case x >= 0.55:
-			size = 2
-		}
-		size = min(size, rules.TeamSize)
-		base := rng.NormFloat64()*300 + 1500
-		home := rng.IntN(len(regions))
-		t := Ticket{ID: "t" + strconv.Itoa(rep.Tickets), Tenant: rules.Tenant, Mode: rules.Mode, EnqueuedAt: at}
-		for range size {
-			rtt := make(map[string]float64, len(regions))
-			for i, region := range regions {
-				lo, hi := 0.5, 2.5
-				if i == home {
-					lo, hi = 0.1, 0.75
-				}
-				rtt[region] = math.Round(rules.MaxRTT[region] * (lo + (hi-lo)*rng.Float64()))
-			}
-			t.Party = append(t.Party, Member{
-				AccountID: "a" + strconv.Itoa(rep.Players),
-				Rating:    clamp(base + rng.NormFloat64()*100),
-				RTT:       rtt,
-			})
+		t := Ticket{ID: "t" + strconv.Itoa(rep.Tickets), Tenant: rules.Tenant, Mode: rules.Mode, EnqueuedAt: at,
+			Party: SyntheticParty(rng, regions, rules.MaxRTT, rules.TeamSize)}
+		for i := range t.Party {
+			t.Party[i].AccountID = "a" + strconv.Itoa(rep.Players)
 			rep.Players++
 		}
 		rep.Tickets++
@@ -184,4 +160,38 @@ func percentile[T int64 | float64 | time.Duration](xs []T, q float64) T {
 	slices.Sort(xs)
 	i := int(math.Ceil(q*float64(len(xs)))) - 1
 	return xs[min(max(i, 0), len(xs)-1)]
+}
+
+// SyntheticParty draws one party of the simulated population (Simulate, and
+// `ludus bench matchmaking`): 1 player (55 %), 2 (25 %), 3 (10 %) or 4 (10 %),
+// at most maxSize; a party mean rating from N(1500, 300) and each member's
+// rating from N(mean, 100), kept in [MinRating, MaxRating]; and per region a
+// round trip drawn from 10–75 % of maxRTT in one home region, 50–250 % in the
+// others. AccountIDs are left for the caller.
+func SyntheticParty(rng *rand.Rand, regions []string, maxRTT map[string]float64, maxSize int) []Member {
+	size := 1
+	switch x := rng.Float64(); {
+	case x >= 0.9:
+		size = 4
+	case x >= 0.8:
+		size = 3
+	case x >= 0.55:
+		size = 2
+	}
+	size = min(size, maxSize)
+	base := rng.NormFloat64()*300 + 1500
+	home := rng.IntN(len(regions))
+	party := make([]Member, size)
+	for j := range party {
+		rtt := make(map[string]float64, len(regions))
+		for i, region := range regions {
+			lo, hi := 0.5, 2.5
+			if i == home {
+				lo, hi = 0.1, 0.75
+			}
+			rtt[region] = math.Round(maxRTT[region] * (lo + (hi-lo)*rng.Float64()))
+		}
+		party[j] = Member{Rating: min(max(base+rng.NormFloat64()*100, MinRating), MaxRating), RTT: rtt}
+	}
+	return party
 }

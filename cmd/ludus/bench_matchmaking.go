@@ -21,6 +21,7 @@ import (
 	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/matchmaker"
+	"ludus.dev/ludus/matchmaking"
 	"ludus.dev/ludus/ops/etcdserver"
 	"ludus.dev/ludus/ratings"
 )
@@ -197,33 +198,19 @@ func benchMatchmaking(ctx context.Context, progress io.Writer, rate float64, dur
 		if d := time.Until(next); d > 0 {
 			time.Sleep(d)
 		}
-		size := 1
-		switch x := rng.Float64(); {
-		case x >= 0.9:
-			size = 4
-		case x >= 0.8:
-			size = 3
-		case x >= 0.55:
-			size = 2
-		}
-		base := rng.NormFloat64()*300 + 1500
-		home := rng.IntN(len(regions))
+		party := matchmaking.SyntheticParty(rng, regions, maxRTT, matchmaking.MaxSeats)
+		size := len(party)
 		tk := &mmTicket{arrived: time.Now(), found: map[string]*ludusv1.MatchFound{}, other: map[string]string{}}
 		reqs := make([]*ludusv1.FindMatchRequest, size)
 		sum := 0.0
-		for j := range size {
+		for j, m := range party {
 			acc := "p" + strconv.FormatInt(seq.Add(1), 36)
-			r := min(max(base+rng.NormFloat64()*100, 0), 10000)
-			sum += r
-			rs.m.Store(acc, r)
+			sum += m.Rating
+			rs.m.Store(acc, m.Rating)
 			tk.accounts = append(tk.accounts, acc)
-			rtt := map[string]int32{}
-			for i, region := range regions {
-				lo, hi := 0.5, 2.5
-				if i == home {
-					lo, hi = 0.1, 0.75
-				}
-				rtt[region] = int32(math.Round(maxRTT[region] * (lo + (hi-lo)*rng.Float64())))
+			rtt := make(map[string]int32, len(m.RTT))
+			for region, ms := range m.RTT {
+				rtt[region] = int32(ms)
 			}
 			reqs[j] = &ludusv1.FindMatchRequest{Mode: mode, RttMs: rtt}
 		}
