@@ -19,16 +19,10 @@ import { QuotaService } from "./gen/ludus/v1/quota_pb";
 import { barChart } from "./chart";
 import { LeaderboardOrder } from "./gen/ludus/v1/match_pb";
 import { codeName } from "./api";
-import { button, bytes, field, h, input, say, secretBox, select, shortId, table, when, type Said } from "./dom";
+import { button, byId, bytes, field, h, input, say, secretBox, select, shortId, table, when, type Said } from "./dom";
 
 type Admin = Client<typeof AdminService>;
 type Fleet = Client<typeof FleetService>;
-
-function byId<T extends HTMLElement>(id: string): T {
-  const el = document.getElementById(id);
-  if (!el) throw new Error(`page is missing #${id}`);
-  return el as T;
-}
 
 const ui = {
   who: byId("who"),

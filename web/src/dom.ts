@@ -1,11 +1,18 @@
 // Small DOM helpers shared by the studio console (console.ts) and the player
-// site's account pages (account.ts): elements, tables, notes that say what went
+// site (main.ts, account.ts): elements by id, tables, notes that say what went
 // wrong in words with the raw error on hover.
 
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
 type Child = Node | string;
+
+/** The page's element with this id; a missing one is a bug in the page. */
+export function byId<T extends HTMLElement>(id: string): T {
+  const el = document.getElementById(id);
+  if (!el) throw new Error(`page is missing #${id}`);
+  return el as T;
+}
 
 /** An element with attributes (`class`, `for`, `aria-*`, …) and children. */
 export function h<K extends keyof HTMLElementTagNameMap>(

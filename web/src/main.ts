@@ -9,6 +9,7 @@
 // sessionStorage, see api.ts TabIdentity).
 
 import { AccountPages } from "./account";
+import { byId } from "./dom";
 import { readConfig, Session, trouble, type Trouble } from "./api";
 import { MatchFinder, type Party } from "./findmatch";
 import { GameList } from "./games";
@@ -17,12 +18,6 @@ import { Match } from "./match";
 import { keyHints, type ModuleMeta } from "./meta";
 import { Share } from "./share";
 import { StatusBar } from "./status";
-
-function byId<T extends HTMLElement>(id: string): T {
-  const el = document.getElementById(id);
-  if (!el) throw new Error(`page is missing #${id}`);
-  return el as T;
-}
 
 const ui = {
   who: byId("who"),
