@@ -64,7 +64,7 @@ var errLink = errors.New("this link is not valid (wrong signature, or its key wa
 func (s *Server) serveBatchArchive(w http.ResponseWriter, r *http.Request) {
 	tenant, run := r.PathValue("tenant"), r.PathValue("run")
 	exp, err := strconv.ParseInt(r.URL.Query().Get("exp"), 10, 64)
-	sig, serr := base64.RawURLEncoding.DecodeString(r.URL.Query().Get("sig"))
+	sig, serr := base64.RawURLEncoding.Strict().DecodeString(r.URL.Query().Get("sig"))
 	if err != nil || serr != nil || len(sig) != sha256.Size || len(tenant) > 64 || len(run) > 64 {
 		http.Error(w, errLink.Error(), http.StatusForbidden)
 		return

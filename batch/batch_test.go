@@ -402,7 +402,7 @@ func TestArchiveLinks(t *testing.T) {
 	}
 	// Tampered: another run, another expiry, a flipped signature.
 	for _, bad := range []string{
-		strings.Replace(u, run.ID, run.ID[:len(run.ID)-1]+"x", 1),
+		strings.Replace(u, run.ID, run.ID[:len(run.ID)-1]+flip(run.ID[len(run.ID)-1:]), 1),
 		strings.Replace(u, "exp=", "exp=9", 1),
 		u[:len(u)-2] + flip(u[len(u)-2:]),
 		strings.Replace(u, "sig=", "nosig=", 1),
@@ -447,6 +447,9 @@ func TestArchiveLinks(t *testing.T) {
 	}
 }
 
+// flip changes the first character of s, whatever it is (a fixed replacement
+// would be no change at all when s already ends with it: a run id ending in
+// "x" once made the "another run" case a valid link).
 func flip(s string) string {
 	if s[0] == 'A' {
 		return "B" + s[1:]
