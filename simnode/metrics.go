@@ -78,6 +78,9 @@ func newNodeMetrics(n *Node, reg *prometheus.Registry) *nodeMetrics {
 			func() float64 { return float64(n.count.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ludus_scheduler_workers", Help: "Games that may tick at once."},
 			func() float64 { return float64(n.sched.workers) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ludus_warm_instances_target",
+			Help: "Warm instances the node keeps, summed over builds (each build's pool is sized by its recent starts)."},
+			func() float64 { return float64(n.warm.total()) }),
 	)
 	if err := reg.Register(desyncs); err != nil {
 		var are prometheus.AlreadyRegisteredError

@@ -96,10 +96,13 @@ type Config struct {
 	// hash): a call running longer fails the match with "exceeded its CPU
 	// deadline". Default 100 ms (a 35 Hz tick is 28.6 ms).
 	CallDeadline time.Duration
-	// WarmInstances is how many pre-instantiated instances the node keeps per
-	// build once a build has been used, so starting a match does not pay
-	// instantiation. Default 2; negative disables warm pools.
+	// WarmInstances is the fewest pre-instantiated instances the node keeps
+	// per build once a build has been used, so starting a match does not pay
+	// instantiation; a build's pool grows with its recent demand up to
+	// WarmInstancesMax (warmpool.go). Default 2; negative disables warm pools.
 	WarmInstances int
+	// WarmInstancesMax caps each build's warm pool. Default 16.
+	WarmInstancesMax int
 
 	// Scheduling (docs/RATIONALE.md).
 
@@ -121,7 +124,7 @@ type Node struct {
 	writer  *logWriter
 	sched   *scheduler
 	metrics *nodeMetrics
-	warmed  sync.Map // build id -> true once its warm pool was started
+	warm    *warmDemand
 
 	games    sync.Map // gameKey -> *game
 	resuming sync.Map // gameKey -> true while a claim or adoption is under way
@@ -211,6 +214,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.WarmInstances == 0 {
 		cfg.WarmInstances = 2
 	}
+	if cfg.WarmInstancesMax <= 0 {
+		cfg.WarmInstancesMax = 16
+	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = runtime.GOMAXPROCS(0)
 	}
@@ -220,6 +226,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), drained: make(chan struct{}), replicas: map[string]*replica{}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.writer = newLogWriter(n)
+	n.warm = newWarmDemand(cfg.WarmInstances, cfg.WarmInstancesMax)
 	n.sched = newScheduler(cfg.Workers)
 	n.metrics = newNodeMetrics(n, cfg.Metrics)
 	go n.sched.run(n.ctx)

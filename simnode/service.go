@@ -79,11 +79,7 @@ func (n *Node) StartGame(ctx context.Context, spec clusterstate.GameSpec) (*game
 	// Each match gets its own instance with the node's memory cap and call
 	// deadline, from the build's warm pool when it has one ready.
 	opts := n.instanceOptions(spec)
-	if n.cfg.WarmInstances > 0 {
-		if _, done := n.warmed.LoadOrStore(mod.BuildID, true); !done {
-			mod.Warm(n.cfg.WarmInstances, opts)
-		}
-	}
+	n.warm.started(n.cfg.Clock.Now(), mod, opts)
 	inst, warm, err := mod.Acquire(ctx, spec.Seed, opts)
 	if err != nil {
 		return nil, nodeErrorf(errModuleUnusable, "the module cannot be instantiated: %v", err)
