@@ -65,7 +65,7 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	_, _ = rand.Read(seedBytes[:])
 	start := &clusterv1.StartGameRequest{
 		TenantId: c.TenantID, GameId: newGameID(), ModuleName: m.ModuleName,
-		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seedBytes[:]), Config: config, HostName: c.DisplayName,
+		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seedBytes[:]), Config: config, HostName: playerName(c),
 	}
 	// The backend registers the match and mints the credential the sim node
 	// reports its result with; the node never holds database credentials.
@@ -256,7 +256,7 @@ func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 	var resp *clusterv1.JoinGameResponse
 	err := s.callOwner(ctx, c, req.Msg.GameId, func(ctx context.Context, n clusterstate.NodeInfo) error {
 		r, err := s.g.node(n).JoinGame(ctx, connect.NewRequest(&clusterv1.JoinGameRequest{
-			TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, DisplayName: c.DisplayName}))
+			TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, DisplayName: playerName(c)}))
 		if err == nil {
 			resp = r.Msg
 		}
@@ -617,4 +617,23 @@ func (s *gameService) spectatorNode(ctx context.Context, gameID string, owner cl
 		return r[0]
 	}
 	return owner
+}
+
+// playerName is the name other players see: the ticket's display name, or for
+// a guest who never gave one "guest-" and the last four characters of the
+// account id, so the lobby says whose game it is and the scoreboard tells two
+// nameless guests apart. A name is never made up from anything but the
+// account id, which the player's own ticket already carries.
+func playerName(c *auth.Claims) string {
+	if name := strings.TrimSpace(c.DisplayName); name != "" {
+		return c.DisplayName
+	}
+	id := c.AccountID
+	if len(id) > 4 {
+		id = id[len(id)-4:]
+	}
+	if id == "" {
+		return ""
+	}
+	return "guest-" + strings.ToLower(id)
 }
