@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -36,6 +37,20 @@ func (s *adminService) SetWebhook(ctx context.Context, req *connect.Request[ludu
 		return nil, s.internal(ctx, "set webhook", err)
 	}
 	return connect.NewResponse(&ludusv1.SetWebhookResponse{Secret: secret}), nil
+}
+
+// GetWebhook returns the tenant's webhook URL (never its secret, which is
+// shown once, when it is set).
+func (s *adminService) GetWebhook(ctx context.Context, req *connect.Request[ludusv1.GetWebhookRequest]) (*connect.Response[ludusv1.GetWebhookResponse], error) {
+	tenantID, err := s.tenantCall(ctx, req.Header(), "GetWebhook", needRead)
+	if err != nil {
+		return nil, err
+	}
+	w, err := s.store.Webhook(ctx, tenantID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, s.internal(ctx, "get webhook", err)
+	}
+	return connect.NewResponse(&ludusv1.GetWebhookResponse{Url: w.URL}), nil
 }
 
 // ListWebhookDeliveries shows the delivery state of the tenant's webhooks.

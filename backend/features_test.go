@@ -168,6 +168,7 @@ func TestScopesOnEveryAdminCall(t *testing.T) {
 			return err
 		}},
 		"SetWebhook": {"admin", func(k string) error { _, err := c.SetWebhook(ctx, req(&ludusv1.SetWebhookRequest{}, k)); return err }},
+		"GetWebhook": {"admin server read-only", func(k string) error { _, err := c.GetWebhook(ctx, req(&ludusv1.GetWebhookRequest{}, k)); return err }},
 		"ListWebhookDeliveries": {"admin server read-only", func(k string) error {
 			_, err := c.ListWebhookDeliveries(ctx, req(&ludusv1.ListWebhookDeliveriesRequest{}, k))
 			return err
@@ -508,9 +509,15 @@ func testWebhooks(t *testing.T, e *env) {
 		}
 	}))
 	defer hook.Close()
+	if got, err := e.admin.GetWebhook(ctx, req(&ludusv1.GetWebhookRequest{}, admin)); err != nil || got.Msg.Url != "" {
+		t.Fatalf("webhook before one is set: %v %v", got, err)
+	}
 	sw, err := e.admin.SetWebhook(ctx, req(&ludusv1.SetWebhookRequest{Url: hook.URL + "/ludus"}, admin))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got, err := e.admin.GetWebhook(ctx, req(&ludusv1.GetWebhookRequest{}, admin)); err != nil || got.Msg.Url != hook.URL+"/ludus" {
+		t.Fatalf("webhook read back: %v %v", got, err)
 	}
 	mu.Lock()
 	secret = sw.Msg.Secret

@@ -250,6 +250,7 @@ async function consoleFlow(page) {
   // ---- webhooks ----
   await section(page, "webhooks", "Webhooks");
   await until(page, 5000, "no deliveries empty state", async () => /No deliveries yet/.test(await text(page, "#deliveries-box")));
+  await until(page, 5000, "the console does not say no webhook is set", async () => /No webhook is set/.test(await text(page, "#webhook-current")));
   // A name that does not resolve here (no network): refused, in words.
   await page.fill("#webhook-url", "https://studio.example/ludus-hook");
   await page.getByRole("button", { name: "Set webhook" }).click();
@@ -263,6 +264,12 @@ async function consoleFlow(page) {
   await page.getByRole("button", { name: "Set webhook" }).click();
   await until(page, 5000, "no webhook secret", async () => (await text(page, "#webhook-secret .secret-value")).length > 8);
   check((await text(page, "#webhook-note")).includes("Webhook set"), "no webhook confirmation");
+  // Read back: the section says where results go, also after a reload.
+  await until(page, 5000, "the webhook URL is not read back", async () => (await text(page, "#webhook-current")).includes("https://93.184.215.14/ludus-hook"));
+  await page.reload();
+  await until(page, 5000, "the webhook URL is not shown after a reload", async () =>
+    (await text(page, "#webhook-current")).includes("https://93.184.215.14/ludus-hook") &&
+    (await page.inputValue("#webhook-url")) === "https://93.184.215.14/ludus-hook");
   step("webhook set");
 
   // ---- results: rules (a bad one refused), leaderboard, match results ----

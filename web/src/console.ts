@@ -504,11 +504,23 @@ function webhooksSection(body: HTMLElement): void {
   const url = input("webhook-url", { type: "url", maxlength: "2048", placeholder: "https://studio.example/ludus-hook" });
   const save = h("button", { type: "submit" }, "Set webhook");
   const form = h("form", { id: "webhook-form", "aria-label": "set the webhook" }, field("URL", url), save);
-  const help = h("p", { class: "note" }, "Match results are POSTed to this URL, signed with the secret shown once when you set it. An empty URL removes the webhook. (The API does not return the current URL.)");
+  const help = h("p", { class: "note" }, "Match results are POSTed to this URL, signed with the secret shown once when you set it. An empty URL removes the webhook.");
+  const current = h("p", { class: "note", id: "webhook-current" });
   const secret = h("div", { id: "webhook-secret" });
   const result = h("p", { class: "note", id: "webhook-note", role: "status" });
   const box = h("div", { id: "deliveries-box" });
-  body.append(form, help, secret, result, h("h3", {}, "Deliveries"), box);
+  body.append(current, form, help, secret, result, h("h3", {}, "Deliveries"), box);
+
+  const showCurrent = (): void => {
+    admin.getWebhook({}).then(
+      (w) => {
+        current.textContent = w.url ? `Results go to ${w.url}` : "No webhook is set.";
+        if (w.url && !url.value) url.value = w.url;
+      },
+      (err: unknown) => fail(current, "Could not read the webhook", err),
+    );
+  };
+  showCurrent();
 
   form.addEventListener("submit", (e) => {
     e.preventDefault();
@@ -523,6 +535,7 @@ function webhooksSection(body: HTMLElement): void {
           secret.replaceChildren();
           say(result, "Webhook removed.", "ok");
         }
+        showCurrent();
       },
       (err: unknown) => fail(result, "Could not set the webhook", err),
     ).finally(() => (save.disabled = false));

@@ -2405,6 +2405,87 @@ func (x *SetWebhookResponse) GetSecret() string {
 	return ""
 }
 
+type GetWebhookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWebhookRequest) Reset() {
+	*x = GetWebhookRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWebhookRequest) ProtoMessage() {}
+
+func (x *GetWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWebhookRequest.ProtoReflect.Descriptor instead.
+func (*GetWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+type GetWebhookResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The webhook's URL; empty when the tenant has none.
+	Url           string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWebhookResponse) Reset() {
+	*x = GetWebhookResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWebhookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWebhookResponse) ProtoMessage() {}
+
+func (x *GetWebhookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWebhookResponse.ProtoReflect.Descriptor instead.
+func (*GetWebhookResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GetWebhookResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
 type ListWebhookDeliveriesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Limit         int32                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -2414,7 +2495,7 @@ type ListWebhookDeliveriesRequest struct {
 
 func (x *ListWebhookDeliveriesRequest) Reset() {
 	*x = ListWebhookDeliveriesRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[45]
+	mi := &file_ludus_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +2507,7 @@ func (x *ListWebhookDeliveriesRequest) String() string {
 func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[45]
+	mi := &file_ludus_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +2520,7 @@ func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListWebhookDeliveriesRequest) GetLimit() int32 {
@@ -2467,7 +2548,7 @@ type WebhookDelivery struct {
 
 func (x *WebhookDelivery) Reset() {
 	*x = WebhookDelivery{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[46]
+	mi := &file_ludus_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2560,7 @@ func (x *WebhookDelivery) String() string {
 func (*WebhookDelivery) ProtoMessage() {}
 
 func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[46]
+	mi := &file_ludus_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2573,7 @@ func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
 func (*WebhookDelivery) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WebhookDelivery) GetId() string {
@@ -2560,7 +2641,7 @@ type ListWebhookDeliveriesResponse struct {
 
 func (x *ListWebhookDeliveriesResponse) Reset() {
 	*x = ListWebhookDeliveriesResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[47]
+	mi := &file_ludus_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2653,7 @@ func (x *ListWebhookDeliveriesResponse) String() string {
 func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[47]
+	mi := &file_ludus_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2666,7 @@ func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
@@ -2604,7 +2685,7 @@ type GetGameLogRequest struct {
 
 func (x *GetGameLogRequest) Reset() {
 	*x = GetGameLogRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[48]
+	mi := &file_ludus_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +2697,7 @@ func (x *GetGameLogRequest) String() string {
 func (*GetGameLogRequest) ProtoMessage() {}
 
 func (x *GetGameLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[48]
+	mi := &file_ludus_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +2710,7 @@ func (x *GetGameLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameLogRequest.ProtoReflect.Descriptor instead.
 func (*GetGameLogRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetGameLogRequest) GetGameId() string {
@@ -2655,7 +2736,7 @@ type GetGameLogResponse struct {
 
 func (x *GetGameLogResponse) Reset() {
 	*x = GetGameLogResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[49]
+	mi := &file_ludus_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2748,7 @@ func (x *GetGameLogResponse) String() string {
 func (*GetGameLogResponse) ProtoMessage() {}
 
 func (x *GetGameLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[49]
+	mi := &file_ludus_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2761,7 @@ func (x *GetGameLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameLogResponse.ProtoReflect.Descriptor instead.
 func (*GetGameLogResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetGameLogResponse) GetSpecJson() []byte {
@@ -2728,7 +2809,7 @@ type ListArchivedGamesRequest struct {
 
 func (x *ListArchivedGamesRequest) Reset() {
 	*x = ListArchivedGamesRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[50]
+	mi := &file_ludus_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2740,7 +2821,7 @@ func (x *ListArchivedGamesRequest) String() string {
 func (*ListArchivedGamesRequest) ProtoMessage() {}
 
 func (x *ListArchivedGamesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[50]
+	mi := &file_ludus_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2753,7 +2834,7 @@ func (x *ListArchivedGamesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedGamesRequest.ProtoReflect.Descriptor instead.
 func (*ListArchivedGamesRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListArchivedGamesRequest) GetLimit() int32 {
@@ -2778,7 +2859,7 @@ type ArchivedGame struct {
 
 func (x *ArchivedGame) Reset() {
 	*x = ArchivedGame{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[51]
+	mi := &file_ludus_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +2871,7 @@ func (x *ArchivedGame) String() string {
 func (*ArchivedGame) ProtoMessage() {}
 
 func (x *ArchivedGame) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[51]
+	mi := &file_ludus_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +2884,7 @@ func (x *ArchivedGame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivedGame.ProtoReflect.Descriptor instead.
 func (*ArchivedGame) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ArchivedGame) GetGameId() string {
@@ -2857,7 +2938,7 @@ type ListArchivedGamesResponse struct {
 
 func (x *ListArchivedGamesResponse) Reset() {
 	*x = ListArchivedGamesResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[52]
+	mi := &file_ludus_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +2950,7 @@ func (x *ListArchivedGamesResponse) String() string {
 func (*ListArchivedGamesResponse) ProtoMessage() {}
 
 func (x *ListArchivedGamesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[52]
+	mi := &file_ludus_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +2963,7 @@ func (x *ListArchivedGamesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedGamesResponse.ProtoReflect.Descriptor instead.
 func (*ListArchivedGamesResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListArchivedGamesResponse) GetGames() []*ArchivedGame {
@@ -2913,7 +2994,7 @@ type ResultRule struct {
 
 func (x *ResultRule) Reset() {
 	*x = ResultRule{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[53]
+	mi := &file_ludus_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2925,7 +3006,7 @@ func (x *ResultRule) String() string {
 func (*ResultRule) ProtoMessage() {}
 
 func (x *ResultRule) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[53]
+	mi := &file_ludus_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2938,7 +3019,7 @@ func (x *ResultRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultRule.ProtoReflect.Descriptor instead.
 func (*ResultRule) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ResultRule) GetGame() string {
@@ -2993,7 +3074,7 @@ type SetResultRulesRequest struct {
 
 func (x *SetResultRulesRequest) Reset() {
 	*x = SetResultRulesRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[54]
+	mi := &file_ludus_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3005,7 +3086,7 @@ func (x *SetResultRulesRequest) String() string {
 func (*SetResultRulesRequest) ProtoMessage() {}
 
 func (x *SetResultRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[54]
+	mi := &file_ludus_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3018,7 +3099,7 @@ func (x *SetResultRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetResultRulesRequest.ProtoReflect.Descriptor instead.
 func (*SetResultRulesRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetResultRulesRequest) GetRules() []*ResultRule {
@@ -3036,7 +3117,7 @@ type SetResultRulesResponse struct {
 
 func (x *SetResultRulesResponse) Reset() {
 	*x = SetResultRulesResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[55]
+	mi := &file_ludus_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3129,7 @@ func (x *SetResultRulesResponse) String() string {
 func (*SetResultRulesResponse) ProtoMessage() {}
 
 func (x *SetResultRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[55]
+	mi := &file_ludus_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3142,7 @@ func (x *SetResultRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetResultRulesResponse.ProtoReflect.Descriptor instead.
 func (*SetResultRulesResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 type GetResultRulesRequest struct {
@@ -3072,7 +3153,7 @@ type GetResultRulesRequest struct {
 
 func (x *GetResultRulesRequest) Reset() {
 	*x = GetResultRulesRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[56]
+	mi := &file_ludus_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3165,7 @@ func (x *GetResultRulesRequest) String() string {
 func (*GetResultRulesRequest) ProtoMessage() {}
 
 func (x *GetResultRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[56]
+	mi := &file_ludus_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3178,7 @@ func (x *GetResultRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResultRulesRequest.ProtoReflect.Descriptor instead.
 func (*GetResultRulesRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 type GetResultRulesResponse struct {
@@ -3109,7 +3190,7 @@ type GetResultRulesResponse struct {
 
 func (x *GetResultRulesResponse) Reset() {
 	*x = GetResultRulesResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[57]
+	mi := &file_ludus_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3202,7 @@ func (x *GetResultRulesResponse) String() string {
 func (*GetResultRulesResponse) ProtoMessage() {}
 
 func (x *GetResultRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[57]
+	mi := &file_ludus_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3215,7 @@ func (x *GetResultRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResultRulesResponse.ProtoReflect.Descriptor instead.
 func (*GetResultRulesResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetResultRulesResponse) GetRules() []*ResultRule {
@@ -3155,7 +3236,7 @@ type GetRatingRequest struct {
 
 func (x *GetRatingRequest) Reset() {
 	*x = GetRatingRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[58]
+	mi := &file_ludus_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3248,7 @@ func (x *GetRatingRequest) String() string {
 func (*GetRatingRequest) ProtoMessage() {}
 
 func (x *GetRatingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[58]
+	mi := &file_ludus_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3261,7 @@ func (x *GetRatingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRatingRequest.ProtoReflect.Descriptor instead.
 func (*GetRatingRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetRatingRequest) GetMode() string {
@@ -3217,7 +3298,7 @@ type Rating struct {
 
 func (x *Rating) Reset() {
 	*x = Rating{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[59]
+	mi := &file_ludus_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3310,7 @@ func (x *Rating) String() string {
 func (*Rating) ProtoMessage() {}
 
 func (x *Rating) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[59]
+	mi := &file_ludus_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3323,7 @@ func (x *Rating) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rating.ProtoReflect.Descriptor instead.
 func (*Rating) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Rating) GetMode() string {
@@ -3303,7 +3384,7 @@ type GetRatingResponse struct {
 
 func (x *GetRatingResponse) Reset() {
 	*x = GetRatingResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[60]
+	mi := &file_ludus_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3315,7 +3396,7 @@ func (x *GetRatingResponse) String() string {
 func (*GetRatingResponse) ProtoMessage() {}
 
 func (x *GetRatingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[60]
+	mi := &file_ludus_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3328,7 +3409,7 @@ func (x *GetRatingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRatingResponse.ProtoReflect.Descriptor instead.
 func (*GetRatingResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetRatingResponse) GetRating() *Rating {
@@ -3491,7 +3572,10 @@ const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\x11SetWebhookRequest\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\",\n" +
 	"\x12SetWebhookResponse\x12\x16\n" +
-	"\x06secret\x18\x01 \x01(\tR\x06secret\"4\n" +
+	"\x06secret\x18\x01 \x01(\tR\x06secret\"\x13\n" +
+	"\x11GetWebhookRequest\"&\n" +
+	"\x12GetWebhookResponse\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\"4\n" +
 	"\x1cListWebhookDeliveriesRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\"\xc2\x02\n" +
 	"\x0fWebhookDelivery\x12\x0e\n" +
@@ -3570,7 +3654,7 @@ const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\x13RESULT_RULE_KIND_XP\x10\x01\x12\x1d\n" +
 	"\x19RESULT_RULE_KIND_CURRENCY\x10\x02\x12\x19\n" +
 	"\x15RESULT_RULE_KIND_ITEM\x10\x03\x12 \n" +
-	"\x1cRESULT_RULE_KIND_LEADERBOARD\x10\x042\x89\x11\n" +
+	"\x1cRESULT_RULE_KIND_LEADERBOARD\x10\x042\xd2\x11\n" +
 	"\fAdminService\x12M\n" +
 	"\fCreateTenant\x12\x1d.ludus.v1.CreateTenantRequest\x1a\x1e.ludus.v1.CreateTenantResponse\x12J\n" +
 	"\vListTenants\x12\x1c.ludus.v1.ListTenantsRequest\x1a\x1d.ludus.v1.ListTenantsResponse\x12M\n" +
@@ -3596,7 +3680,9 @@ const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\x0eGetResultRules\x12\x1f.ludus.v1.GetResultRulesRequest\x1a .ludus.v1.GetResultRulesResponse\x12D\n" +
 	"\tGetRating\x12\x1a.ludus.v1.GetRatingRequest\x1a\x1b.ludus.v1.GetRatingResponse\x12G\n" +
 	"\n" +
-	"SetWebhook\x12\x1b.ludus.v1.SetWebhookRequest\x1a\x1c.ludus.v1.SetWebhookResponse\x12h\n" +
+	"SetWebhook\x12\x1b.ludus.v1.SetWebhookRequest\x1a\x1c.ludus.v1.SetWebhookResponse\x12G\n" +
+	"\n" +
+	"GetWebhook\x12\x1b.ludus.v1.GetWebhookRequest\x1a\x1c.ludus.v1.GetWebhookResponse\x12h\n" +
 	"\x15ListWebhookDeliveries\x12&.ludus.v1.ListWebhookDeliveriesRequest\x1a'.ludus.v1.ListWebhookDeliveriesResponse\x12G\n" +
 	"\n" +
 	"GetGameLog\x12\x1b.ludus.v1.GetGameLogRequest\x1a\x1c.ludus.v1.GetGameLogResponse\x12\\\n" +
@@ -3615,7 +3701,7 @@ func file_ludus_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_ludus_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ludus_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_ludus_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_ludus_v1_admin_proto_goTypes = []any{
 	(ResultRuleKind)(0),                   // 0: ludus.v1.ResultRuleKind
 	(*Tenant)(nil),                        // 1: ludus.v1.Tenant
@@ -3663,68 +3749,70 @@ var file_ludus_v1_admin_proto_goTypes = []any{
 	(*GetAdminLeaderboardResponse)(nil),   // 43: ludus.v1.GetAdminLeaderboardResponse
 	(*SetWebhookRequest)(nil),             // 44: ludus.v1.SetWebhookRequest
 	(*SetWebhookResponse)(nil),            // 45: ludus.v1.SetWebhookResponse
-	(*ListWebhookDeliveriesRequest)(nil),  // 46: ludus.v1.ListWebhookDeliveriesRequest
-	(*WebhookDelivery)(nil),               // 47: ludus.v1.WebhookDelivery
-	(*ListWebhookDeliveriesResponse)(nil), // 48: ludus.v1.ListWebhookDeliveriesResponse
-	(*GetGameLogRequest)(nil),             // 49: ludus.v1.GetGameLogRequest
-	(*GetGameLogResponse)(nil),            // 50: ludus.v1.GetGameLogResponse
-	(*ListArchivedGamesRequest)(nil),      // 51: ludus.v1.ListArchivedGamesRequest
-	(*ArchivedGame)(nil),                  // 52: ludus.v1.ArchivedGame
-	(*ListArchivedGamesResponse)(nil),     // 53: ludus.v1.ListArchivedGamesResponse
-	(*ResultRule)(nil),                    // 54: ludus.v1.ResultRule
-	(*SetResultRulesRequest)(nil),         // 55: ludus.v1.SetResultRulesRequest
-	(*SetResultRulesResponse)(nil),        // 56: ludus.v1.SetResultRulesResponse
-	(*GetResultRulesRequest)(nil),         // 57: ludus.v1.GetResultRulesRequest
-	(*GetResultRulesResponse)(nil),        // 58: ludus.v1.GetResultRulesResponse
-	(*GetRatingRequest)(nil),              // 59: ludus.v1.GetRatingRequest
-	(*Rating)(nil),                        // 60: ludus.v1.Rating
-	(*GetRatingResponse)(nil),             // 61: ludus.v1.GetRatingResponse
-	nil,                                   // 62: ludus.v1.GrantProgressionRequest.CurrencyEntry
-	nil,                                   // 63: ludus.v1.GrantProgressionRequest.ItemsEntry
-	(*timestamppb.Timestamp)(nil),         // 64: google.protobuf.Timestamp
-	(*GameInfo)(nil),                      // 65: ludus.v1.GameInfo
-	(*Progression)(nil),                   // 66: ludus.v1.Progression
-	(*LedgerEntry)(nil),                   // 67: ludus.v1.LedgerEntry
-	(*MatchResult)(nil),                   // 68: ludus.v1.MatchResult
-	(*LeaderboardRequest)(nil),            // 69: ludus.v1.LeaderboardRequest
-	(*LeaderboardEntry)(nil),              // 70: ludus.v1.LeaderboardEntry
+	(*GetWebhookRequest)(nil),             // 46: ludus.v1.GetWebhookRequest
+	(*GetWebhookResponse)(nil),            // 47: ludus.v1.GetWebhookResponse
+	(*ListWebhookDeliveriesRequest)(nil),  // 48: ludus.v1.ListWebhookDeliveriesRequest
+	(*WebhookDelivery)(nil),               // 49: ludus.v1.WebhookDelivery
+	(*ListWebhookDeliveriesResponse)(nil), // 50: ludus.v1.ListWebhookDeliveriesResponse
+	(*GetGameLogRequest)(nil),             // 51: ludus.v1.GetGameLogRequest
+	(*GetGameLogResponse)(nil),            // 52: ludus.v1.GetGameLogResponse
+	(*ListArchivedGamesRequest)(nil),      // 53: ludus.v1.ListArchivedGamesRequest
+	(*ArchivedGame)(nil),                  // 54: ludus.v1.ArchivedGame
+	(*ListArchivedGamesResponse)(nil),     // 55: ludus.v1.ListArchivedGamesResponse
+	(*ResultRule)(nil),                    // 56: ludus.v1.ResultRule
+	(*SetResultRulesRequest)(nil),         // 57: ludus.v1.SetResultRulesRequest
+	(*SetResultRulesResponse)(nil),        // 58: ludus.v1.SetResultRulesResponse
+	(*GetResultRulesRequest)(nil),         // 59: ludus.v1.GetResultRulesRequest
+	(*GetResultRulesResponse)(nil),        // 60: ludus.v1.GetResultRulesResponse
+	(*GetRatingRequest)(nil),              // 61: ludus.v1.GetRatingRequest
+	(*Rating)(nil),                        // 62: ludus.v1.Rating
+	(*GetRatingResponse)(nil),             // 63: ludus.v1.GetRatingResponse
+	nil,                                   // 64: ludus.v1.GrantProgressionRequest.CurrencyEntry
+	nil,                                   // 65: ludus.v1.GrantProgressionRequest.ItemsEntry
+	(*timestamppb.Timestamp)(nil),         // 66: google.protobuf.Timestamp
+	(*GameInfo)(nil),                      // 67: ludus.v1.GameInfo
+	(*Progression)(nil),                   // 68: ludus.v1.Progression
+	(*LedgerEntry)(nil),                   // 69: ludus.v1.LedgerEntry
+	(*MatchResult)(nil),                   // 70: ludus.v1.MatchResult
+	(*LeaderboardRequest)(nil),            // 71: ludus.v1.LeaderboardRequest
+	(*LeaderboardEntry)(nil),              // 72: ludus.v1.LeaderboardEntry
 }
 var file_ludus_v1_admin_proto_depIdxs = []int32{
-	64, // 0: ludus.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	66, // 0: ludus.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: ludus.v1.CreateTenantResponse.tenant:type_name -> ludus.v1.Tenant
 	1,  // 2: ludus.v1.ListTenantsResponse.tenants:type_name -> ludus.v1.Tenant
-	64, // 3: ludus.v1.Module.created_at:type_name -> google.protobuf.Timestamp
+	66, // 3: ludus.v1.Module.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 4: ludus.v1.UploadModuleResponse.module:type_name -> ludus.v1.Module
 	6,  // 5: ludus.v1.ListModulesResponse.modules:type_name -> ludus.v1.Module
-	65, // 6: ludus.v1.AdminServiceListGamesResponse.games:type_name -> ludus.v1.GameInfo
+	67, // 6: ludus.v1.AdminServiceListGamesResponse.games:type_name -> ludus.v1.GameInfo
 	13, // 7: ludus.v1.ListNodesResponse.nodes:type_name -> ludus.v1.Node
-	64, // 8: ludus.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	66, // 8: ludus.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
 	16, // 9: ludus.v1.CreateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
 	16, // 10: ludus.v1.ListAPIKeysResponse.keys:type_name -> ludus.v1.APIKey
 	16, // 11: ludus.v1.RotateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
-	64, // 12: ludus.v1.Account.created_at:type_name -> google.protobuf.Timestamp
-	64, // 13: ludus.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
+	66, // 12: ludus.v1.Account.created_at:type_name -> google.protobuf.Timestamp
+	66, // 13: ludus.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
 	27, // 14: ludus.v1.CreateAccountResponse.account:type_name -> ludus.v1.Account
 	27, // 15: ludus.v1.GetAccountResponse.account:type_name -> ludus.v1.Account
-	62, // 16: ludus.v1.GrantProgressionRequest.currency:type_name -> ludus.v1.GrantProgressionRequest.CurrencyEntry
-	63, // 17: ludus.v1.GrantProgressionRequest.items:type_name -> ludus.v1.GrantProgressionRequest.ItemsEntry
-	66, // 18: ludus.v1.GrantProgressionResponse.progression:type_name -> ludus.v1.Progression
-	66, // 19: ludus.v1.GetAccountProgressionResponse.progression:type_name -> ludus.v1.Progression
-	67, // 20: ludus.v1.GetAccountProgressionResponse.ledger:type_name -> ludus.v1.LedgerEntry
-	68, // 21: ludus.v1.ListMatchResultsResponse.results:type_name -> ludus.v1.MatchResult
-	69, // 22: ludus.v1.GetAdminLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
-	70, // 23: ludus.v1.GetAdminLeaderboardResponse.entries:type_name -> ludus.v1.LeaderboardEntry
-	64, // 24: ludus.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	64, // 25: ludus.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
-	64, // 26: ludus.v1.WebhookDelivery.updated_at:type_name -> google.protobuf.Timestamp
-	47, // 27: ludus.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> ludus.v1.WebhookDelivery
-	64, // 28: ludus.v1.ArchivedGame.archived_at:type_name -> google.protobuf.Timestamp
-	52, // 29: ludus.v1.ListArchivedGamesResponse.games:type_name -> ludus.v1.ArchivedGame
+	64, // 16: ludus.v1.GrantProgressionRequest.currency:type_name -> ludus.v1.GrantProgressionRequest.CurrencyEntry
+	65, // 17: ludus.v1.GrantProgressionRequest.items:type_name -> ludus.v1.GrantProgressionRequest.ItemsEntry
+	68, // 18: ludus.v1.GrantProgressionResponse.progression:type_name -> ludus.v1.Progression
+	68, // 19: ludus.v1.GetAccountProgressionResponse.progression:type_name -> ludus.v1.Progression
+	69, // 20: ludus.v1.GetAccountProgressionResponse.ledger:type_name -> ludus.v1.LedgerEntry
+	70, // 21: ludus.v1.ListMatchResultsResponse.results:type_name -> ludus.v1.MatchResult
+	71, // 22: ludus.v1.GetAdminLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
+	72, // 23: ludus.v1.GetAdminLeaderboardResponse.entries:type_name -> ludus.v1.LeaderboardEntry
+	66, // 24: ludus.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	66, // 25: ludus.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	66, // 26: ludus.v1.WebhookDelivery.updated_at:type_name -> google.protobuf.Timestamp
+	49, // 27: ludus.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> ludus.v1.WebhookDelivery
+	66, // 28: ludus.v1.ArchivedGame.archived_at:type_name -> google.protobuf.Timestamp
+	54, // 29: ludus.v1.ListArchivedGamesResponse.games:type_name -> ludus.v1.ArchivedGame
 	0,  // 30: ludus.v1.ResultRule.kind:type_name -> ludus.v1.ResultRuleKind
-	54, // 31: ludus.v1.SetResultRulesRequest.rules:type_name -> ludus.v1.ResultRule
-	54, // 32: ludus.v1.GetResultRulesResponse.rules:type_name -> ludus.v1.ResultRule
-	64, // 33: ludus.v1.Rating.updated_at:type_name -> google.protobuf.Timestamp
-	60, // 34: ludus.v1.GetRatingResponse.rating:type_name -> ludus.v1.Rating
+	56, // 31: ludus.v1.SetResultRulesRequest.rules:type_name -> ludus.v1.ResultRule
+	56, // 32: ludus.v1.GetResultRulesResponse.rules:type_name -> ludus.v1.ResultRule
+	66, // 33: ludus.v1.Rating.updated_at:type_name -> google.protobuf.Timestamp
+	62, // 34: ludus.v1.GetRatingResponse.rating:type_name -> ludus.v1.Rating
 	2,  // 35: ludus.v1.AdminService.CreateTenant:input_type -> ludus.v1.CreateTenantRequest
 	4,  // 36: ludus.v1.AdminService.ListTenants:input_type -> ludus.v1.ListTenantsRequest
 	7,  // 37: ludus.v1.AdminService.UploadModule:input_type -> ludus.v1.UploadModuleRequest
@@ -3744,41 +3832,43 @@ var file_ludus_v1_admin_proto_depIdxs = []int32{
 	38, // 51: ludus.v1.AdminService.GetAccountProgression:input_type -> ludus.v1.GetAccountProgressionRequest
 	40, // 52: ludus.v1.AdminService.ListMatchResults:input_type -> ludus.v1.ListMatchResultsRequest
 	42, // 53: ludus.v1.AdminService.GetAdminLeaderboard:input_type -> ludus.v1.GetAdminLeaderboardRequest
-	55, // 54: ludus.v1.AdminService.SetResultRules:input_type -> ludus.v1.SetResultRulesRequest
-	57, // 55: ludus.v1.AdminService.GetResultRules:input_type -> ludus.v1.GetResultRulesRequest
-	59, // 56: ludus.v1.AdminService.GetRating:input_type -> ludus.v1.GetRatingRequest
+	57, // 54: ludus.v1.AdminService.SetResultRules:input_type -> ludus.v1.SetResultRulesRequest
+	59, // 55: ludus.v1.AdminService.GetResultRules:input_type -> ludus.v1.GetResultRulesRequest
+	61, // 56: ludus.v1.AdminService.GetRating:input_type -> ludus.v1.GetRatingRequest
 	44, // 57: ludus.v1.AdminService.SetWebhook:input_type -> ludus.v1.SetWebhookRequest
-	46, // 58: ludus.v1.AdminService.ListWebhookDeliveries:input_type -> ludus.v1.ListWebhookDeliveriesRequest
-	49, // 59: ludus.v1.AdminService.GetGameLog:input_type -> ludus.v1.GetGameLogRequest
-	51, // 60: ludus.v1.AdminService.ListArchivedGames:input_type -> ludus.v1.ListArchivedGamesRequest
-	3,  // 61: ludus.v1.AdminService.CreateTenant:output_type -> ludus.v1.CreateTenantResponse
-	5,  // 62: ludus.v1.AdminService.ListTenants:output_type -> ludus.v1.ListTenantsResponse
-	8,  // 63: ludus.v1.AdminService.UploadModule:output_type -> ludus.v1.UploadModuleResponse
-	10, // 64: ludus.v1.AdminService.ListModules:output_type -> ludus.v1.ListModulesResponse
-	12, // 65: ludus.v1.AdminService.ListGames:output_type -> ludus.v1.AdminServiceListGamesResponse
-	15, // 66: ludus.v1.AdminService.ListNodes:output_type -> ludus.v1.ListNodesResponse
-	18, // 67: ludus.v1.AdminService.CreateAPIKey:output_type -> ludus.v1.CreateAPIKeyResponse
-	20, // 68: ludus.v1.AdminService.ListAPIKeys:output_type -> ludus.v1.ListAPIKeysResponse
-	22, // 69: ludus.v1.AdminService.RotateAPIKey:output_type -> ludus.v1.RotateAPIKeyResponse
-	24, // 70: ludus.v1.AdminService.RevokeAPIKey:output_type -> ludus.v1.RevokeAPIKeyResponse
-	26, // 71: ludus.v1.AdminService.RotateSigningKey:output_type -> ludus.v1.RotateSigningKeyResponse
-	29, // 72: ludus.v1.AdminService.CreateAccount:output_type -> ludus.v1.CreateAccountResponse
-	31, // 73: ludus.v1.AdminService.GetAccount:output_type -> ludus.v1.GetAccountResponse
-	33, // 74: ludus.v1.AdminService.DeleteAccount:output_type -> ludus.v1.DeleteAccountResponse
-	35, // 75: ludus.v1.AdminService.ExportAccount:output_type -> ludus.v1.ExportAccountResponse
-	37, // 76: ludus.v1.AdminService.GrantProgression:output_type -> ludus.v1.GrantProgressionResponse
-	39, // 77: ludus.v1.AdminService.GetAccountProgression:output_type -> ludus.v1.GetAccountProgressionResponse
-	41, // 78: ludus.v1.AdminService.ListMatchResults:output_type -> ludus.v1.ListMatchResultsResponse
-	43, // 79: ludus.v1.AdminService.GetAdminLeaderboard:output_type -> ludus.v1.GetAdminLeaderboardResponse
-	56, // 80: ludus.v1.AdminService.SetResultRules:output_type -> ludus.v1.SetResultRulesResponse
-	58, // 81: ludus.v1.AdminService.GetResultRules:output_type -> ludus.v1.GetResultRulesResponse
-	61, // 82: ludus.v1.AdminService.GetRating:output_type -> ludus.v1.GetRatingResponse
-	45, // 83: ludus.v1.AdminService.SetWebhook:output_type -> ludus.v1.SetWebhookResponse
-	48, // 84: ludus.v1.AdminService.ListWebhookDeliveries:output_type -> ludus.v1.ListWebhookDeliveriesResponse
-	50, // 85: ludus.v1.AdminService.GetGameLog:output_type -> ludus.v1.GetGameLogResponse
-	53, // 86: ludus.v1.AdminService.ListArchivedGames:output_type -> ludus.v1.ListArchivedGamesResponse
-	61, // [61:87] is the sub-list for method output_type
-	35, // [35:61] is the sub-list for method input_type
+	46, // 58: ludus.v1.AdminService.GetWebhook:input_type -> ludus.v1.GetWebhookRequest
+	48, // 59: ludus.v1.AdminService.ListWebhookDeliveries:input_type -> ludus.v1.ListWebhookDeliveriesRequest
+	51, // 60: ludus.v1.AdminService.GetGameLog:input_type -> ludus.v1.GetGameLogRequest
+	53, // 61: ludus.v1.AdminService.ListArchivedGames:input_type -> ludus.v1.ListArchivedGamesRequest
+	3,  // 62: ludus.v1.AdminService.CreateTenant:output_type -> ludus.v1.CreateTenantResponse
+	5,  // 63: ludus.v1.AdminService.ListTenants:output_type -> ludus.v1.ListTenantsResponse
+	8,  // 64: ludus.v1.AdminService.UploadModule:output_type -> ludus.v1.UploadModuleResponse
+	10, // 65: ludus.v1.AdminService.ListModules:output_type -> ludus.v1.ListModulesResponse
+	12, // 66: ludus.v1.AdminService.ListGames:output_type -> ludus.v1.AdminServiceListGamesResponse
+	15, // 67: ludus.v1.AdminService.ListNodes:output_type -> ludus.v1.ListNodesResponse
+	18, // 68: ludus.v1.AdminService.CreateAPIKey:output_type -> ludus.v1.CreateAPIKeyResponse
+	20, // 69: ludus.v1.AdminService.ListAPIKeys:output_type -> ludus.v1.ListAPIKeysResponse
+	22, // 70: ludus.v1.AdminService.RotateAPIKey:output_type -> ludus.v1.RotateAPIKeyResponse
+	24, // 71: ludus.v1.AdminService.RevokeAPIKey:output_type -> ludus.v1.RevokeAPIKeyResponse
+	26, // 72: ludus.v1.AdminService.RotateSigningKey:output_type -> ludus.v1.RotateSigningKeyResponse
+	29, // 73: ludus.v1.AdminService.CreateAccount:output_type -> ludus.v1.CreateAccountResponse
+	31, // 74: ludus.v1.AdminService.GetAccount:output_type -> ludus.v1.GetAccountResponse
+	33, // 75: ludus.v1.AdminService.DeleteAccount:output_type -> ludus.v1.DeleteAccountResponse
+	35, // 76: ludus.v1.AdminService.ExportAccount:output_type -> ludus.v1.ExportAccountResponse
+	37, // 77: ludus.v1.AdminService.GrantProgression:output_type -> ludus.v1.GrantProgressionResponse
+	39, // 78: ludus.v1.AdminService.GetAccountProgression:output_type -> ludus.v1.GetAccountProgressionResponse
+	41, // 79: ludus.v1.AdminService.ListMatchResults:output_type -> ludus.v1.ListMatchResultsResponse
+	43, // 80: ludus.v1.AdminService.GetAdminLeaderboard:output_type -> ludus.v1.GetAdminLeaderboardResponse
+	58, // 81: ludus.v1.AdminService.SetResultRules:output_type -> ludus.v1.SetResultRulesResponse
+	60, // 82: ludus.v1.AdminService.GetResultRules:output_type -> ludus.v1.GetResultRulesResponse
+	63, // 83: ludus.v1.AdminService.GetRating:output_type -> ludus.v1.GetRatingResponse
+	45, // 84: ludus.v1.AdminService.SetWebhook:output_type -> ludus.v1.SetWebhookResponse
+	47, // 85: ludus.v1.AdminService.GetWebhook:output_type -> ludus.v1.GetWebhookResponse
+	50, // 86: ludus.v1.AdminService.ListWebhookDeliveries:output_type -> ludus.v1.ListWebhookDeliveriesResponse
+	52, // 87: ludus.v1.AdminService.GetGameLog:output_type -> ludus.v1.GetGameLogResponse
+	55, // 88: ludus.v1.AdminService.ListArchivedGames:output_type -> ludus.v1.ListArchivedGamesResponse
+	62, // [62:89] is the sub-list for method output_type
+	35, // [35:62] is the sub-list for method input_type
 	35, // [35:35] is the sub-list for extension type_name
 	35, // [35:35] is the sub-list for extension extendee
 	0,  // [0:35] is the sub-list for field type_name
@@ -3797,7 +3887,7 @@ func file_ludus_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_admin_proto_rawDesc), len(file_ludus_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   63,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

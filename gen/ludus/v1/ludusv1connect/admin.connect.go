@@ -97,6 +97,8 @@ const (
 	AdminServiceGetRatingProcedure = "/ludus.v1.AdminService/GetRating"
 	// AdminServiceSetWebhookProcedure is the fully-qualified name of the AdminService's SetWebhook RPC.
 	AdminServiceSetWebhookProcedure = "/ludus.v1.AdminService/SetWebhook"
+	// AdminServiceGetWebhookProcedure is the fully-qualified name of the AdminService's GetWebhook RPC.
+	AdminServiceGetWebhookProcedure = "/ludus.v1.AdminService/GetWebhook"
 	// AdminServiceListWebhookDeliveriesProcedure is the fully-qualified name of the AdminService's
 	// ListWebhookDeliveries RPC.
 	AdminServiceListWebhookDeliveriesProcedure = "/ludus.v1.AdminService/ListWebhookDeliveries"
@@ -155,6 +157,9 @@ type AdminServiceClient interface {
 	GetRating(context.Context, *connect.Request[v1.GetRatingRequest]) (*connect.Response[v1.GetRatingResponse], error)
 	// Webhooks (scope "admin" to set).
 	SetWebhook(context.Context, *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error)
+	// GetWebhook returns the URL results are POSTed to (never the secret).
+	// Any scope.
+	GetWebhook(context.Context, *connect.Request[v1.GetWebhookRequest]) (*connect.Response[v1.GetWebhookResponse], error)
 	ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error)
 	// Game log archive (any scope): ended games' specs and input logs, as the
 	// sim nodes archived them (ludus ctl game replay). Another tenant's game
@@ -314,6 +319,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("SetWebhook")),
 			connect.WithClientOptions(opts...),
 		),
+		getWebhook: connect.NewClient[v1.GetWebhookRequest, v1.GetWebhookResponse](
+			httpClient,
+			baseURL+AdminServiceGetWebhookProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetWebhook")),
+			connect.WithClientOptions(opts...),
+		),
 		listWebhookDeliveries: connect.NewClient[v1.ListWebhookDeliveriesRequest, v1.ListWebhookDeliveriesResponse](
 			httpClient,
 			baseURL+AdminServiceListWebhookDeliveriesProcedure,
@@ -360,6 +371,7 @@ type adminServiceClient struct {
 	getResultRules        *connect.Client[v1.GetResultRulesRequest, v1.GetResultRulesResponse]
 	getRating             *connect.Client[v1.GetRatingRequest, v1.GetRatingResponse]
 	setWebhook            *connect.Client[v1.SetWebhookRequest, v1.SetWebhookResponse]
+	getWebhook            *connect.Client[v1.GetWebhookRequest, v1.GetWebhookResponse]
 	listWebhookDeliveries *connect.Client[v1.ListWebhookDeliveriesRequest, v1.ListWebhookDeliveriesResponse]
 	getGameLog            *connect.Client[v1.GetGameLogRequest, v1.GetGameLogResponse]
 	listArchivedGames     *connect.Client[v1.ListArchivedGamesRequest, v1.ListArchivedGamesResponse]
@@ -480,6 +492,11 @@ func (c *adminServiceClient) SetWebhook(ctx context.Context, req *connect.Reques
 	return c.setWebhook.CallUnary(ctx, req)
 }
 
+// GetWebhook calls ludus.v1.AdminService.GetWebhook.
+func (c *adminServiceClient) GetWebhook(ctx context.Context, req *connect.Request[v1.GetWebhookRequest]) (*connect.Response[v1.GetWebhookResponse], error) {
+	return c.getWebhook.CallUnary(ctx, req)
+}
+
 // ListWebhookDeliveries calls ludus.v1.AdminService.ListWebhookDeliveries.
 func (c *adminServiceClient) ListWebhookDeliveries(ctx context.Context, req *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error) {
 	return c.listWebhookDeliveries.CallUnary(ctx, req)
@@ -543,6 +560,9 @@ type AdminServiceHandler interface {
 	GetRating(context.Context, *connect.Request[v1.GetRatingRequest]) (*connect.Response[v1.GetRatingResponse], error)
 	// Webhooks (scope "admin" to set).
 	SetWebhook(context.Context, *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error)
+	// GetWebhook returns the URL results are POSTed to (never the secret).
+	// Any scope.
+	GetWebhook(context.Context, *connect.Request[v1.GetWebhookRequest]) (*connect.Response[v1.GetWebhookResponse], error)
 	ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error)
 	// Game log archive (any scope): ended games' specs and input logs, as the
 	// sim nodes archived them (ludus ctl game replay). Another tenant's game
@@ -698,6 +718,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("SetWebhook")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceGetWebhookHandler := connect.NewUnaryHandler(
+		AdminServiceGetWebhookProcedure,
+		svc.GetWebhook,
+		connect.WithSchema(adminServiceMethods.ByName("GetWebhook")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceListWebhookDeliveriesHandler := connect.NewUnaryHandler(
 		AdminServiceListWebhookDeliveriesProcedure,
 		svc.ListWebhookDeliveries,
@@ -764,6 +790,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceGetRatingHandler.ServeHTTP(w, r)
 		case AdminServiceSetWebhookProcedure:
 			adminServiceSetWebhookHandler.ServeHTTP(w, r)
+		case AdminServiceGetWebhookProcedure:
+			adminServiceGetWebhookHandler.ServeHTTP(w, r)
 		case AdminServiceListWebhookDeliveriesProcedure:
 			adminServiceListWebhookDeliveriesHandler.ServeHTTP(w, r)
 		case AdminServiceGetGameLogProcedure:
@@ -869,6 +897,10 @@ func (UnimplementedAdminServiceHandler) GetRating(context.Context, *connect.Requ
 
 func (UnimplementedAdminServiceHandler) SetWebhook(context.Context, *connect.Request[v1.SetWebhookRequest]) (*connect.Response[v1.SetWebhookResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.SetWebhook is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetWebhook(context.Context, *connect.Request[v1.GetWebhookRequest]) (*connect.Response[v1.GetWebhookResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.GetWebhook is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error) {
