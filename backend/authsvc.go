@@ -2,11 +2,10 @@ package backend
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/auth"
 	"ludus.dev/ludus/backend/store"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 )
@@ -70,9 +69,5 @@ func (s *authService) GuestLogin(ctx context.Context, req *connect.Request[ludus
 	}), nil
 }
 
-// guestName is the display name of a guest who gave none: "guest-" and four
-// hex digits derived from the account id, so it is stable.
-func guestName(accountID string) string {
-	sum := sha256.Sum256([]byte(accountID))
-	return "guest-" + hex.EncodeToString(sum[:2])
-}
+// guestName is the display name of a guest who gave none (auth.GuestName).
+func guestName(accountID string) string { return auth.GuestName(accountID) }

@@ -619,21 +619,13 @@ func (s *gameService) spectatorNode(ctx context.Context, gameID string, owner cl
 	return owner
 }
 
-// playerName is the name other players see: the ticket's display name, or for
-// a guest who never gave one "guest-" and the last four characters of the
-// account id, so the lobby says whose game it is and the scoreboard tells two
-// nameless guests apart. A name is never made up from anything but the
-// account id, which the player's own ticket already carries.
+// playerName is the name other players see: the ticket's display name, or
+// for an account that has none the name the backend gives a nameless guest
+// (auth.GuestName), so the lobby says whose game it is and the scoreboard
+// tells two nameless players apart.
 func playerName(c *auth.Claims) string {
-	if name := strings.TrimSpace(c.DisplayName); name != "" {
+	if strings.TrimSpace(c.DisplayName) != "" || c.AccountID == "" {
 		return c.DisplayName
 	}
-	id := c.AccountID
-	if len(id) > 4 {
-		id = id[len(id)-4:]
-	}
-	if id == "" {
-		return ""
-	}
-	return "guest-" + strings.ToLower(id)
+	return auth.GuestName(c.AccountID)
 }
