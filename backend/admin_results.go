@@ -61,6 +61,9 @@ func (s *adminService) GetAdminLeaderboard(ctx context.Context, req *connect.Req
 	if err != nil {
 		return nil, err
 	}
+	if err := s.nameEntries(ctx, tenantID, es); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(&ludusv1.GetAdminLeaderboardResponse{Entries: es}), nil
 }
 

@@ -399,6 +399,9 @@ func (s *progressionService) GetLeaderboard(ctx context.Context, req *connect.Re
 	if err != nil {
 		return nil, err
 	}
+	if err := s.nameEntries(ctx, c.TenantID, es); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(&ludusv1.GetLeaderboardResponse{Entries: es}), nil
 }
 

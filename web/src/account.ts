@@ -1,12 +1,14 @@
 // The player site's account pages (#account, #leaderboards): keep a guest account
 // by adding an email and password (AuthService.LinkEmail), sign in with an email
 // (EmailLogin), sign out; the profile (ProgressionService.GetProgression: level,
-// XP, wallet, inventory) and a game's leaderboards (GetLeaderboard).
+// XP, wallet, inventory; recent matches, history.ts) and a game's leaderboards
+// (GetLeaderboard), players by name.
 
 import { Code, ConnectError } from "@connectrpc/connect";
 import { trouble, type Session } from "./api";
-import { counts, field, h, input, say, select, shortId, table, type Said } from "./dom";
+import { counts, field, h, input, say, select, table, type Said } from "./dom";
 import { LeaderboardOrder } from "./gen/ludus/v1/match_pb";
+import { playerName, showRecentMatches } from "./history";
 
 /** Words for an error of a sign-in form. */
 function authWords(err: unknown): Said {
@@ -55,12 +57,15 @@ export class AccountPages {
     const title = h("h2", { id: "account-title", tabindex: "-1" }, "Account");
     const profile = h("div", { id: "profile", "aria-live": "polite" }, h("p", { class: "note" }, "Loading…"));
     const msg = h("p", { class: "note", id: "account-note", role: "status" });
-    this.account.replaceChildren(title, profile, msg);
+    const history = h("div", { id: "history", "aria-live": "polite" });
+    this.account.replaceChildren(title, profile,
+      h("h3", { id: "history-title" }, "Recent matches"), history, msg);
     title.focus();
 
     try {
       if (!s.loggedIn) await s.login();
       if (gen !== this.gen) return;
+      void showRecentMatches(history, s.progression, () => gen !== this.gen);
       const { progression: p } = await s.progression.getProgression({});
       if (gen !== this.gen) return;
       const email = s.identity.email;
@@ -175,9 +180,14 @@ export class AccountPages {
           return;
         }
         const me = this.session.accountId;
-        const t = table(`${g} leaderboard`, ["rank", "player", "best", "sum", "matches"], entries.map((e) => [
-          String(e.rank), e.accountId === me ? h("strong", {}, "you") : shortId(e.accountId, 14), String(e.best), String(e.sum), String(e.matches),
-        ]));
+        const t = table(`${g} leaderboard`, ["rank", "player", "best", "sum", "matches"], entries.map((e) => {
+          const name = playerName(e.displayName, e.accountId);
+          return [
+            String(e.rank),
+            e.accountId === me ? h("strong", { title: e.accountId }, `${name} (you)`) : h("span", { title: e.accountId }, name),
+            String(e.best), String(e.sum), String(e.matches),
+          ];
+        }));
         t.querySelectorAll("tbody tr").forEach((tr, i) => {
           if (entries[i]?.accountId === me) tr.classList.add("me");
         });

@@ -73,6 +73,64 @@ func (LeaderboardOrder) EnumDescriptor() ([]byte, []int) {
 	return file_ludus_v1_match_proto_rawDescGZIP(), []int{0}
 }
 
+// MatchOutcome is how a match went for one player, read from the places of
+// the reported players (bots are not reported: a draw with a bot reads as won).
+type MatchOutcome int32
+
+const (
+	// Not known: the match has no places (one side only, or not rated).
+	MatchOutcome_MATCH_OUTCOME_UNSPECIFIED MatchOutcome = 0
+	// Placed first, alone.
+	MatchOutcome_MATCH_OUTCOME_WON MatchOutcome = 1
+	// Placed first together with another side (equal places are a draw).
+	MatchOutcome_MATCH_OUTCOME_DRAW MatchOutcome = 2
+	// Placed behind another side.
+	MatchOutcome_MATCH_OUTCOME_LOST MatchOutcome = 3
+)
+
+// Enum value maps for MatchOutcome.
+var (
+	MatchOutcome_name = map[int32]string{
+		0: "MATCH_OUTCOME_UNSPECIFIED",
+		1: "MATCH_OUTCOME_WON",
+		2: "MATCH_OUTCOME_DRAW",
+		3: "MATCH_OUTCOME_LOST",
+	}
+	MatchOutcome_value = map[string]int32{
+		"MATCH_OUTCOME_UNSPECIFIED": 0,
+		"MATCH_OUTCOME_WON":         1,
+		"MATCH_OUTCOME_DRAW":        2,
+		"MATCH_OUTCOME_LOST":        3,
+	}
+)
+
+func (x MatchOutcome) Enum() *MatchOutcome {
+	p := new(MatchOutcome)
+	*p = x
+	return p
+}
+
+func (x MatchOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MatchOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_ludus_v1_match_proto_enumTypes[1].Descriptor()
+}
+
+func (MatchOutcome) Type() protoreflect.EnumType {
+	return &file_ludus_v1_match_proto_enumTypes[1]
+}
+
+func (x MatchOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MatchOutcome.Descriptor instead.
+func (MatchOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_ludus_v1_match_proto_rawDescGZIP(), []int{1}
+}
+
 type Progression struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Xp    int64                  `protobuf:"varint,1,opt,name=xp,proto3" json:"xp,omitempty"`
@@ -398,12 +456,15 @@ func (x *LeaderboardRequest) GetStat() string {
 }
 
 type LeaderboardEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rank          int64                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
-	AccountId     string                 `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
-	Best          int64                  `protobuf:"varint,3,opt,name=best,proto3" json:"best,omitempty"`
-	Sum           int64                  `protobuf:"varint,4,opt,name=sum,proto3" json:"sum,omitempty"`
-	Matches       int64                  `protobuf:"varint,5,opt,name=matches,proto3" json:"matches,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Rank      int64                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	AccountId string                 `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	Best      int64                  `protobuf:"varint,3,opt,name=best,proto3" json:"best,omitempty"`
+	Sum       int64                  `protobuf:"varint,4,opt,name=sum,proto3" json:"sum,omitempty"`
+	Matches   int64                  `protobuf:"varint,5,opt,name=matches,proto3" json:"matches,omitempty"`
+	// The account's display name; for an account without one, its guest form
+	// "guest-xxxx" (the name a guest account gets when it signs in unnamed).
+	DisplayName   string `protobuf:"bytes,6,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -471,6 +532,13 @@ func (x *LeaderboardEntry) GetMatches() int64 {
 		return x.Matches
 	}
 	return 0
+}
+
+func (x *LeaderboardEntry) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
 }
 
 type GetLeaderboardRequest struct {
@@ -570,6 +638,288 @@ func (x *GetLeaderboardResponse) GetEntries() []*LeaderboardEntry {
 	return nil
 }
 
+type ListMyMatchesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Matches to return, newest first: 0 means 20, at most 50. There is no
+	// cursor: the newest matches only.
+	Limit         int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMyMatchesRequest) Reset() {
+	*x = ListMyMatchesRequest{}
+	mi := &file_ludus_v1_match_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMyMatchesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMyMatchesRequest) ProtoMessage() {}
+
+func (x *ListMyMatchesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_match_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMyMatchesRequest.ProtoReflect.Descriptor instead.
+func (*ListMyMatchesRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_match_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListMyMatchesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListMyMatchesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first (by end time).
+	Matches       []*MyMatch `protobuf:"bytes,1,rep,name=matches,proto3" json:"matches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMyMatchesResponse) Reset() {
+	*x = ListMyMatchesResponse{}
+	mi := &file_ludus_v1_match_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMyMatchesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMyMatchesResponse) ProtoMessage() {}
+
+func (x *ListMyMatchesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_match_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMyMatchesResponse.ProtoReflect.Descriptor instead.
+func (*ListMyMatchesResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_match_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListMyMatchesResponse) GetMatches() []*MyMatch {
+	if x != nil {
+		return x.Matches
+	}
+	return nil
+}
+
+// MyMatch is one finished match of the caller, as the caller sees it.
+type MyMatch struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	MatchId string                 `protobuf:"bytes,1,opt,name=match_id,json=matchId,proto3" json:"match_id,omitempty"`
+	// Module name of the game.
+	Game    string                 `protobuf:"bytes,2,opt,name=game,proto3" json:"game,omitempty"`
+	EndedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// How long the match ran as its players saw it: the longest time any
+	// reported player was in it, in milliseconds (the caller's own time is in
+	// you.duration_ms).
+	DurationMs int64 `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// The caller's own figures: score, place, team, stats, and what the match
+	// granted (xp, currency, items).
+	You     *PlayerResult `protobuf:"bytes,5,opt,name=you,proto3" json:"you,omitempty"`
+	Outcome MatchOutcome  `protobuf:"varint,6,opt,name=outcome,proto3,enum=ludus.v1.MatchOutcome" json:"outcome,omitempty"`
+	// The other players whose slots accounts held (bots are not reported),
+	// best place first, then by score; at most 16.
+	Others []*OtherPlayer `protobuf:"bytes,7,rep,name=others,proto3" json:"others,omitempty"`
+	// How many other players the match had, also beyond the 16 listed.
+	OthersTotal   int32 `protobuf:"varint,8,opt,name=others_total,json=othersTotal,proto3" json:"others_total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MyMatch) Reset() {
+	*x = MyMatch{}
+	mi := &file_ludus_v1_match_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MyMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MyMatch) ProtoMessage() {}
+
+func (x *MyMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_match_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MyMatch.ProtoReflect.Descriptor instead.
+func (*MyMatch) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_match_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *MyMatch) GetMatchId() string {
+	if x != nil {
+		return x.MatchId
+	}
+	return ""
+}
+
+func (x *MyMatch) GetGame() string {
+	if x != nil {
+		return x.Game
+	}
+	return ""
+}
+
+func (x *MyMatch) GetEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAt
+	}
+	return nil
+}
+
+func (x *MyMatch) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *MyMatch) GetYou() *PlayerResult {
+	if x != nil {
+		return x.You
+	}
+	return nil
+}
+
+func (x *MyMatch) GetOutcome() MatchOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return MatchOutcome_MATCH_OUTCOME_UNSPECIFIED
+}
+
+func (x *MyMatch) GetOthers() []*OtherPlayer {
+	if x != nil {
+		return x.Others
+	}
+	return nil
+}
+
+func (x *MyMatch) GetOthersTotal() int32 {
+	if x != nil {
+		return x.OthersTotal
+	}
+	return 0
+}
+
+// OtherPlayer is another player of a match, as the caller sees them.
+type OtherPlayer struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// Their display name; for an account without one, its guest form
+	// "guest-xxxx". (Deleting an account deletes its part of every result.)
+	DisplayName string `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	Score       int64  `protobuf:"varint,3,opt,name=score,proto3" json:"score,omitempty"`
+	// 0: not known.
+	Place int32 `protobuf:"varint,4,opt,name=place,proto3" json:"place,omitempty"`
+	// 0: no team.
+	Team          int32 `protobuf:"varint,5,opt,name=team,proto3" json:"team,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OtherPlayer) Reset() {
+	*x = OtherPlayer{}
+	mi := &file_ludus_v1_match_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OtherPlayer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OtherPlayer) ProtoMessage() {}
+
+func (x *OtherPlayer) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_match_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OtherPlayer.ProtoReflect.Descriptor instead.
+func (*OtherPlayer) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_match_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *OtherPlayer) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *OtherPlayer) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *OtherPlayer) GetScore() int64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *OtherPlayer) GetPlace() int32 {
+	if x != nil {
+		return x.Place
+	}
+	return 0
+}
+
+func (x *OtherPlayer) GetTeam() int32 {
+	if x != nil {
+		return x.Team
+	}
+	return 0
+}
+
 // PlayerResult is one player's cumulative figures in a match.
 type PlayerResult struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -600,7 +950,7 @@ type PlayerResult struct {
 
 func (x *PlayerResult) Reset() {
 	*x = PlayerResult{}
-	mi := &file_ludus_v1_match_proto_msgTypes[8]
+	mi := &file_ludus_v1_match_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +962,7 @@ func (x *PlayerResult) String() string {
 func (*PlayerResult) ProtoMessage() {}
 
 func (x *PlayerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_match_proto_msgTypes[8]
+	mi := &file_ludus_v1_match_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +975,7 @@ func (x *PlayerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerResult.ProtoReflect.Descriptor instead.
 func (*PlayerResult) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_match_proto_rawDescGZIP(), []int{8}
+	return file_ludus_v1_match_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PlayerResult) GetAccountId() string {
@@ -717,7 +1067,7 @@ type MatchResult struct {
 
 func (x *MatchResult) Reset() {
 	*x = MatchResult{}
-	mi := &file_ludus_v1_match_proto_msgTypes[9]
+	mi := &file_ludus_v1_match_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +1079,7 @@ func (x *MatchResult) String() string {
 func (*MatchResult) ProtoMessage() {}
 
 func (x *MatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_match_proto_msgTypes[9]
+	mi := &file_ludus_v1_match_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +1092,7 @@ func (x *MatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MatchResult.ProtoReflect.Descriptor instead.
 func (*MatchResult) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_match_proto_rawDescGZIP(), []int{9}
+	return file_ludus_v1_match_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MatchResult) GetMatchId() string {
@@ -785,7 +1135,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_ludus_v1_match_proto_msgTypes[10]
+	mi := &file_ludus_v1_match_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +1147,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_match_proto_msgTypes[10]
+	mi := &file_ludus_v1_match_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +1160,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_match_proto_rawDescGZIP(), []int{10}
+	return file_ludus_v1_match_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReportProgressRequest) GetMatchId() string {
@@ -844,7 +1194,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_ludus_v1_match_proto_msgTypes[11]
+	mi := &file_ludus_v1_match_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1206,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_match_proto_msgTypes[11]
+	mi := &file_ludus_v1_match_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1219,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_match_proto_rawDescGZIP(), []int{11}
+	return file_ludus_v1_match_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReportProgressResponse) GetApplied() bool {
@@ -891,7 +1241,7 @@ type ReportMatchResultRequest struct {
 
 func (x *ReportMatchResultRequest) Reset() {
 	*x = ReportMatchResultRequest{}
-	mi := &file_ludus_v1_match_proto_msgTypes[12]
+	mi := &file_ludus_v1_match_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1253,7 @@ func (x *ReportMatchResultRequest) String() string {
 func (*ReportMatchResultRequest) ProtoMessage() {}
 
 func (x *ReportMatchResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_match_proto_msgTypes[12]
+	mi := &file_ludus_v1_match_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1266,7 @@ func (x *ReportMatchResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportMatchResultRequest.ProtoReflect.Descriptor instead.
 func (*ReportMatchResultRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_match_proto_rawDescGZIP(), []int{12}
+	return file_ludus_v1_match_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportMatchResultRequest) GetMatchId() string {
@@ -950,7 +1300,7 @@ type ReportMatchResultResponse struct {
 
 func (x *ReportMatchResultResponse) Reset() {
 	*x = ReportMatchResultResponse{}
-	mi := &file_ludus_v1_match_proto_msgTypes[13]
+	mi := &file_ludus_v1_match_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1312,7 @@ func (x *ReportMatchResultResponse) String() string {
 func (*ReportMatchResultResponse) ProtoMessage() {}
 
 func (x *ReportMatchResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_match_proto_msgTypes[13]
+	mi := &file_ludus_v1_match_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1325,7 @@ func (x *ReportMatchResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportMatchResultResponse.ProtoReflect.Descriptor instead.
 func (*ReportMatchResultResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_match_proto_rawDescGZIP(), []int{13}
+	return file_ludus_v1_match_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportMatchResultResponse) GetApplied() bool {
@@ -1018,19 +1368,41 @@ const file_ludus_v1_match_proto_rawDesc = "" +
 	"\x04game\x18\x01 \x01(\tR\x04game\x120\n" +
 	"\x05order\x18\x02 \x01(\x0e2\x1a.ludus.v1.LeaderboardOrderR\x05order\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x126\n" +
-	"\x04stat\x18\x04 \x01(\tB\"\xbaH\x1fr\x1d\x18 2\x19^([a-z][a-z0-9_]{0,31})?$R\x04stat\"\x85\x01\n" +
+	"\x04stat\x18\x04 \x01(\tB\"\xbaH\x1fr\x1d\x18 2\x19^([a-z][a-z0-9_]{0,31})?$R\x04stat\"\xa8\x01\n" +
 	"\x10LeaderboardEntry\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x03R\x04rank\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x02 \x01(\tR\taccountId\x12\x12\n" +
 	"\x04best\x18\x03 \x01(\x03R\x04best\x12\x10\n" +
 	"\x03sum\x18\x04 \x01(\x03R\x03sum\x12\x18\n" +
-	"\amatches\x18\x05 \x01(\x03R\amatches\"h\n" +
+	"\amatches\x18\x05 \x01(\x03R\amatches\x12!\n" +
+	"\fdisplay_name\x18\x06 \x01(\tR\vdisplayName\"h\n" +
 	"\x15GetLeaderboardRequest\x122\n" +
 	"\x05query\x18\x01 \x01(\v2\x1c.ludus.v1.LeaderboardRequestR\x05query\x12\x1b\n" +
 	"\taround_me\x18\x02 \x01(\bR\baroundMe\"N\n" +
 	"\x16GetLeaderboardResponse\x124\n" +
-	"\aentries\x18\x01 \x03(\v2\x1a.ludus.v1.LeaderboardEntryR\aentries\"\xdd\x05\n" +
+	"\aentries\x18\x01 \x03(\v2\x1a.ludus.v1.LeaderboardEntryR\aentries\"7\n" +
+	"\x14ListMyMatchesRequest\x12\x1f\n" +
+	"\x05limit\x18\x01 \x01(\x05B\t\xbaH\x06\x1a\x04\x182(\x00R\x05limit\"D\n" +
+	"\x15ListMyMatchesResponse\x12+\n" +
+	"\amatches\x18\x01 \x03(\v2\x11.ludus.v1.MyMatchR\amatches\"\xbe\x02\n" +
+	"\aMyMatch\x12\x19\n" +
+	"\bmatch_id\x18\x01 \x01(\tR\amatchId\x12\x12\n" +
+	"\x04game\x18\x02 \x01(\tR\x04game\x125\n" +
+	"\bended_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x1f\n" +
+	"\vduration_ms\x18\x04 \x01(\x03R\n" +
+	"durationMs\x12(\n" +
+	"\x03you\x18\x05 \x01(\v2\x16.ludus.v1.PlayerResultR\x03you\x120\n" +
+	"\aoutcome\x18\x06 \x01(\x0e2\x16.ludus.v1.MatchOutcomeR\aoutcome\x12-\n" +
+	"\x06others\x18\a \x03(\v2\x15.ludus.v1.OtherPlayerR\x06others\x12!\n" +
+	"\fothers_total\x18\b \x01(\x05R\vothersTotal\"\x8f\x01\n" +
+	"\vOtherPlayer\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12!\n" +
+	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12\x14\n" +
+	"\x05score\x18\x03 \x01(\x03R\x05score\x12\x14\n" +
+	"\x05place\x18\x04 \x01(\x05R\x05place\x12\x12\n" +
+	"\x04team\x18\x05 \x01(\x05R\x04team\"\xdd\x05\n" +
 	"\fPlayerResult\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x14\n" +
@@ -1083,10 +1455,16 @@ const file_ludus_v1_match_proto_rawDesc = "" +
 	"\x10LeaderboardOrder\x12!\n" +
 	"\x1dLEADERBOARD_ORDER_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16LEADERBOARD_ORDER_BEST\x10\x01\x12\x19\n" +
-	"\x15LEADERBOARD_ORDER_SUM\x10\x022\xbe\x01\n" +
+	"\x15LEADERBOARD_ORDER_SUM\x10\x02*t\n" +
+	"\fMatchOutcome\x12\x1d\n" +
+	"\x19MATCH_OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11MATCH_OUTCOME_WON\x10\x01\x12\x16\n" +
+	"\x12MATCH_OUTCOME_DRAW\x10\x02\x12\x16\n" +
+	"\x12MATCH_OUTCOME_LOST\x10\x032\x90\x02\n" +
 	"\x12ProgressionService\x12S\n" +
 	"\x0eGetProgression\x12\x1f.ludus.v1.GetProgressionRequest\x1a .ludus.v1.GetProgressionResponse\x12S\n" +
-	"\x0eGetLeaderboard\x12\x1f.ludus.v1.GetLeaderboardRequest\x1a .ludus.v1.GetLeaderboardResponse2\xc7\x01\n" +
+	"\x0eGetLeaderboard\x12\x1f.ludus.v1.GetLeaderboardRequest\x1a .ludus.v1.GetLeaderboardResponse\x12P\n" +
+	"\rListMyMatches\x12\x1e.ludus.v1.ListMyMatchesRequest\x1a\x1f.ludus.v1.ListMyMatchesResponse2\xc7\x01\n" +
 	"\x12MatchReportService\x12S\n" +
 	"\x0eReportProgress\x12\x1f.ludus.v1.ReportProgressRequest\x1a .ludus.v1.ReportProgressResponse\x12\\\n" +
 	"\x11ReportMatchResult\x12\".ludus.v1.ReportMatchResultRequest\x1a#.ludus.v1.ReportMatchResultResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
@@ -1103,61 +1481,73 @@ func file_ludus_v1_match_proto_rawDescGZIP() []byte {
 	return file_ludus_v1_match_proto_rawDescData
 }
 
-var file_ludus_v1_match_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ludus_v1_match_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_ludus_v1_match_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_ludus_v1_match_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_ludus_v1_match_proto_goTypes = []any{
 	(LeaderboardOrder)(0),             // 0: ludus.v1.LeaderboardOrder
-	(*Progression)(nil),               // 1: ludus.v1.Progression
-	(*LedgerEntry)(nil),               // 2: ludus.v1.LedgerEntry
-	(*GetProgressionRequest)(nil),     // 3: ludus.v1.GetProgressionRequest
-	(*GetProgressionResponse)(nil),    // 4: ludus.v1.GetProgressionResponse
-	(*LeaderboardRequest)(nil),        // 5: ludus.v1.LeaderboardRequest
-	(*LeaderboardEntry)(nil),          // 6: ludus.v1.LeaderboardEntry
-	(*GetLeaderboardRequest)(nil),     // 7: ludus.v1.GetLeaderboardRequest
-	(*GetLeaderboardResponse)(nil),    // 8: ludus.v1.GetLeaderboardResponse
-	(*PlayerResult)(nil),              // 9: ludus.v1.PlayerResult
-	(*MatchResult)(nil),               // 10: ludus.v1.MatchResult
-	(*ReportProgressRequest)(nil),     // 11: ludus.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),    // 12: ludus.v1.ReportProgressResponse
-	(*ReportMatchResultRequest)(nil),  // 13: ludus.v1.ReportMatchResultRequest
-	(*ReportMatchResultResponse)(nil), // 14: ludus.v1.ReportMatchResultResponse
-	nil,                               // 15: ludus.v1.Progression.CurrencyEntry
-	nil,                               // 16: ludus.v1.Progression.ItemsEntry
-	nil,                               // 17: ludus.v1.PlayerResult.ItemsUsedEntry
-	nil,                               // 18: ludus.v1.PlayerResult.CurrencyEntry
-	nil,                               // 19: ludus.v1.PlayerResult.ItemsEntry
-	nil,                               // 20: ludus.v1.PlayerResult.StatsEntry
-	(*timestamppb.Timestamp)(nil),     // 21: google.protobuf.Timestamp
+	(MatchOutcome)(0),                 // 1: ludus.v1.MatchOutcome
+	(*Progression)(nil),               // 2: ludus.v1.Progression
+	(*LedgerEntry)(nil),               // 3: ludus.v1.LedgerEntry
+	(*GetProgressionRequest)(nil),     // 4: ludus.v1.GetProgressionRequest
+	(*GetProgressionResponse)(nil),    // 5: ludus.v1.GetProgressionResponse
+	(*LeaderboardRequest)(nil),        // 6: ludus.v1.LeaderboardRequest
+	(*LeaderboardEntry)(nil),          // 7: ludus.v1.LeaderboardEntry
+	(*GetLeaderboardRequest)(nil),     // 8: ludus.v1.GetLeaderboardRequest
+	(*GetLeaderboardResponse)(nil),    // 9: ludus.v1.GetLeaderboardResponse
+	(*ListMyMatchesRequest)(nil),      // 10: ludus.v1.ListMyMatchesRequest
+	(*ListMyMatchesResponse)(nil),     // 11: ludus.v1.ListMyMatchesResponse
+	(*MyMatch)(nil),                   // 12: ludus.v1.MyMatch
+	(*OtherPlayer)(nil),               // 13: ludus.v1.OtherPlayer
+	(*PlayerResult)(nil),              // 14: ludus.v1.PlayerResult
+	(*MatchResult)(nil),               // 15: ludus.v1.MatchResult
+	(*ReportProgressRequest)(nil),     // 16: ludus.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),    // 17: ludus.v1.ReportProgressResponse
+	(*ReportMatchResultRequest)(nil),  // 18: ludus.v1.ReportMatchResultRequest
+	(*ReportMatchResultResponse)(nil), // 19: ludus.v1.ReportMatchResultResponse
+	nil,                               // 20: ludus.v1.Progression.CurrencyEntry
+	nil,                               // 21: ludus.v1.Progression.ItemsEntry
+	nil,                               // 22: ludus.v1.PlayerResult.ItemsUsedEntry
+	nil,                               // 23: ludus.v1.PlayerResult.CurrencyEntry
+	nil,                               // 24: ludus.v1.PlayerResult.ItemsEntry
+	nil,                               // 25: ludus.v1.PlayerResult.StatsEntry
+	(*timestamppb.Timestamp)(nil),     // 26: google.protobuf.Timestamp
 }
 var file_ludus_v1_match_proto_depIdxs = []int32{
-	15, // 0: ludus.v1.Progression.currency:type_name -> ludus.v1.Progression.CurrencyEntry
-	16, // 1: ludus.v1.Progression.items:type_name -> ludus.v1.Progression.ItemsEntry
-	21, // 2: ludus.v1.LedgerEntry.at:type_name -> google.protobuf.Timestamp
-	1,  // 3: ludus.v1.GetProgressionResponse.progression:type_name -> ludus.v1.Progression
+	20, // 0: ludus.v1.Progression.currency:type_name -> ludus.v1.Progression.CurrencyEntry
+	21, // 1: ludus.v1.Progression.items:type_name -> ludus.v1.Progression.ItemsEntry
+	26, // 2: ludus.v1.LedgerEntry.at:type_name -> google.protobuf.Timestamp
+	2,  // 3: ludus.v1.GetProgressionResponse.progression:type_name -> ludus.v1.Progression
 	0,  // 4: ludus.v1.LeaderboardRequest.order:type_name -> ludus.v1.LeaderboardOrder
-	5,  // 5: ludus.v1.GetLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
-	6,  // 6: ludus.v1.GetLeaderboardResponse.entries:type_name -> ludus.v1.LeaderboardEntry
-	17, // 7: ludus.v1.PlayerResult.items_used:type_name -> ludus.v1.PlayerResult.ItemsUsedEntry
-	18, // 8: ludus.v1.PlayerResult.currency:type_name -> ludus.v1.PlayerResult.CurrencyEntry
-	19, // 9: ludus.v1.PlayerResult.items:type_name -> ludus.v1.PlayerResult.ItemsEntry
-	20, // 10: ludus.v1.PlayerResult.stats:type_name -> ludus.v1.PlayerResult.StatsEntry
-	9,  // 11: ludus.v1.MatchResult.players:type_name -> ludus.v1.PlayerResult
-	21, // 12: ludus.v1.MatchResult.ended_at:type_name -> google.protobuf.Timestamp
-	9,  // 13: ludus.v1.ReportProgressRequest.players:type_name -> ludus.v1.PlayerResult
-	9,  // 14: ludus.v1.ReportMatchResultRequest.players:type_name -> ludus.v1.PlayerResult
-	3,  // 15: ludus.v1.ProgressionService.GetProgression:input_type -> ludus.v1.GetProgressionRequest
-	7,  // 16: ludus.v1.ProgressionService.GetLeaderboard:input_type -> ludus.v1.GetLeaderboardRequest
-	11, // 17: ludus.v1.MatchReportService.ReportProgress:input_type -> ludus.v1.ReportProgressRequest
-	13, // 18: ludus.v1.MatchReportService.ReportMatchResult:input_type -> ludus.v1.ReportMatchResultRequest
-	4,  // 19: ludus.v1.ProgressionService.GetProgression:output_type -> ludus.v1.GetProgressionResponse
-	8,  // 20: ludus.v1.ProgressionService.GetLeaderboard:output_type -> ludus.v1.GetLeaderboardResponse
-	12, // 21: ludus.v1.MatchReportService.ReportProgress:output_type -> ludus.v1.ReportProgressResponse
-	14, // 22: ludus.v1.MatchReportService.ReportMatchResult:output_type -> ludus.v1.ReportMatchResultResponse
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	6,  // 5: ludus.v1.GetLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
+	7,  // 6: ludus.v1.GetLeaderboardResponse.entries:type_name -> ludus.v1.LeaderboardEntry
+	12, // 7: ludus.v1.ListMyMatchesResponse.matches:type_name -> ludus.v1.MyMatch
+	26, // 8: ludus.v1.MyMatch.ended_at:type_name -> google.protobuf.Timestamp
+	14, // 9: ludus.v1.MyMatch.you:type_name -> ludus.v1.PlayerResult
+	1,  // 10: ludus.v1.MyMatch.outcome:type_name -> ludus.v1.MatchOutcome
+	13, // 11: ludus.v1.MyMatch.others:type_name -> ludus.v1.OtherPlayer
+	22, // 12: ludus.v1.PlayerResult.items_used:type_name -> ludus.v1.PlayerResult.ItemsUsedEntry
+	23, // 13: ludus.v1.PlayerResult.currency:type_name -> ludus.v1.PlayerResult.CurrencyEntry
+	24, // 14: ludus.v1.PlayerResult.items:type_name -> ludus.v1.PlayerResult.ItemsEntry
+	25, // 15: ludus.v1.PlayerResult.stats:type_name -> ludus.v1.PlayerResult.StatsEntry
+	14, // 16: ludus.v1.MatchResult.players:type_name -> ludus.v1.PlayerResult
+	26, // 17: ludus.v1.MatchResult.ended_at:type_name -> google.protobuf.Timestamp
+	14, // 18: ludus.v1.ReportProgressRequest.players:type_name -> ludus.v1.PlayerResult
+	14, // 19: ludus.v1.ReportMatchResultRequest.players:type_name -> ludus.v1.PlayerResult
+	4,  // 20: ludus.v1.ProgressionService.GetProgression:input_type -> ludus.v1.GetProgressionRequest
+	8,  // 21: ludus.v1.ProgressionService.GetLeaderboard:input_type -> ludus.v1.GetLeaderboardRequest
+	10, // 22: ludus.v1.ProgressionService.ListMyMatches:input_type -> ludus.v1.ListMyMatchesRequest
+	16, // 23: ludus.v1.MatchReportService.ReportProgress:input_type -> ludus.v1.ReportProgressRequest
+	18, // 24: ludus.v1.MatchReportService.ReportMatchResult:input_type -> ludus.v1.ReportMatchResultRequest
+	5,  // 25: ludus.v1.ProgressionService.GetProgression:output_type -> ludus.v1.GetProgressionResponse
+	9,  // 26: ludus.v1.ProgressionService.GetLeaderboard:output_type -> ludus.v1.GetLeaderboardResponse
+	11, // 27: ludus.v1.ProgressionService.ListMyMatches:output_type -> ludus.v1.ListMyMatchesResponse
+	17, // 28: ludus.v1.MatchReportService.ReportProgress:output_type -> ludus.v1.ReportProgressResponse
+	19, // 29: ludus.v1.MatchReportService.ReportMatchResult:output_type -> ludus.v1.ReportMatchResultResponse
+	25, // [25:30] is the sub-list for method output_type
+	20, // [20:25] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_ludus_v1_match_proto_init() }
@@ -1170,8 +1560,8 @@ func file_ludus_v1_match_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_match_proto_rawDesc), len(file_ludus_v1_match_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   20,
+			NumEnums:      2,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

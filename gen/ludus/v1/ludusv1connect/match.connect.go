@@ -41,6 +41,9 @@ const (
 	// ProgressionServiceGetLeaderboardProcedure is the fully-qualified name of the ProgressionService's
 	// GetLeaderboard RPC.
 	ProgressionServiceGetLeaderboardProcedure = "/ludus.v1.ProgressionService/GetLeaderboard"
+	// ProgressionServiceListMyMatchesProcedure is the fully-qualified name of the ProgressionService's
+	// ListMyMatches RPC.
+	ProgressionServiceListMyMatchesProcedure = "/ludus.v1.ProgressionService/ListMyMatches"
 	// MatchReportServiceReportProgressProcedure is the fully-qualified name of the MatchReportService's
 	// ReportProgress RPC.
 	MatchReportServiceReportProgressProcedure = "/ludus.v1.MatchReportService/ReportProgress"
@@ -55,6 +58,10 @@ type ProgressionServiceClient interface {
 	GetProgression(context.Context, *connect.Request[v1.GetProgressionRequest]) (*connect.Response[v1.GetProgressionResponse], error)
 	// GetLeaderboard returns a game's top entries, or the entries around the caller.
 	GetLeaderboard(context.Context, *connect.Request[v1.GetLeaderboardRequest]) (*connect.Response[v1.GetLeaderboardResponse], error)
+	// ListMyMatches returns the caller's finished matches in their tenant,
+	// newest first: the caller's own figures, the outcome and the other
+	// players' names and scores. Guests included.
+	ListMyMatches(context.Context, *connect.Request[v1.ListMyMatchesRequest]) (*connect.Response[v1.ListMyMatchesResponse], error)
 }
 
 // NewProgressionServiceClient constructs a client for the ludus.v1.ProgressionService service. By
@@ -80,6 +87,12 @@ func NewProgressionServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(progressionServiceMethods.ByName("GetLeaderboard")),
 			connect.WithClientOptions(opts...),
 		),
+		listMyMatches: connect.NewClient[v1.ListMyMatchesRequest, v1.ListMyMatchesResponse](
+			httpClient,
+			baseURL+ProgressionServiceListMyMatchesProcedure,
+			connect.WithSchema(progressionServiceMethods.ByName("ListMyMatches")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -87,6 +100,7 @@ func NewProgressionServiceClient(httpClient connect.HTTPClient, baseURL string, 
 type progressionServiceClient struct {
 	getProgression *connect.Client[v1.GetProgressionRequest, v1.GetProgressionResponse]
 	getLeaderboard *connect.Client[v1.GetLeaderboardRequest, v1.GetLeaderboardResponse]
+	listMyMatches  *connect.Client[v1.ListMyMatchesRequest, v1.ListMyMatchesResponse]
 }
 
 // GetProgression calls ludus.v1.ProgressionService.GetProgression.
@@ -99,12 +113,21 @@ func (c *progressionServiceClient) GetLeaderboard(ctx context.Context, req *conn
 	return c.getLeaderboard.CallUnary(ctx, req)
 }
 
+// ListMyMatches calls ludus.v1.ProgressionService.ListMyMatches.
+func (c *progressionServiceClient) ListMyMatches(ctx context.Context, req *connect.Request[v1.ListMyMatchesRequest]) (*connect.Response[v1.ListMyMatchesResponse], error) {
+	return c.listMyMatches.CallUnary(ctx, req)
+}
+
 // ProgressionServiceHandler is an implementation of the ludus.v1.ProgressionService service.
 type ProgressionServiceHandler interface {
 	// GetProgression returns the caller's XP, level, wallet and inventory.
 	GetProgression(context.Context, *connect.Request[v1.GetProgressionRequest]) (*connect.Response[v1.GetProgressionResponse], error)
 	// GetLeaderboard returns a game's top entries, or the entries around the caller.
 	GetLeaderboard(context.Context, *connect.Request[v1.GetLeaderboardRequest]) (*connect.Response[v1.GetLeaderboardResponse], error)
+	// ListMyMatches returns the caller's finished matches in their tenant,
+	// newest first: the caller's own figures, the outcome and the other
+	// players' names and scores. Guests included.
+	ListMyMatches(context.Context, *connect.Request[v1.ListMyMatchesRequest]) (*connect.Response[v1.ListMyMatchesResponse], error)
 }
 
 // NewProgressionServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -126,12 +149,20 @@ func NewProgressionServiceHandler(svc ProgressionServiceHandler, opts ...connect
 		connect.WithSchema(progressionServiceMethods.ByName("GetLeaderboard")),
 		connect.WithHandlerOptions(opts...),
 	)
+	progressionServiceListMyMatchesHandler := connect.NewUnaryHandler(
+		ProgressionServiceListMyMatchesProcedure,
+		svc.ListMyMatches,
+		connect.WithSchema(progressionServiceMethods.ByName("ListMyMatches")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ludus.v1.ProgressionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProgressionServiceGetProgressionProcedure:
 			progressionServiceGetProgressionHandler.ServeHTTP(w, r)
 		case ProgressionServiceGetLeaderboardProcedure:
 			progressionServiceGetLeaderboardHandler.ServeHTTP(w, r)
+		case ProgressionServiceListMyMatchesProcedure:
+			progressionServiceListMyMatchesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -147,6 +178,10 @@ func (UnimplementedProgressionServiceHandler) GetProgression(context.Context, *c
 
 func (UnimplementedProgressionServiceHandler) GetLeaderboard(context.Context, *connect.Request[v1.GetLeaderboardRequest]) (*connect.Response[v1.GetLeaderboardResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.ProgressionService.GetLeaderboard is not implemented"))
+}
+
+func (UnimplementedProgressionServiceHandler) ListMyMatches(context.Context, *connect.Request[v1.ListMyMatchesRequest]) (*connect.Response[v1.ListMyMatchesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.ProgressionService.ListMyMatches is not implemented"))
 }
 
 // MatchReportServiceClient is a client for the ludus.v1.MatchReportService service.

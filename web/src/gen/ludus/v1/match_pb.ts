@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/v1/match.proto.
  */
 export const file_ludus_v1_match: GenFile = /*@__PURE__*/
-  fileDesc("ChRsdWR1cy92MS9tYXRjaC5wcm90bxIIbHVkdXMudjEihgIKC1Byb2dyZXNzaW9uEgoKAnhwGAEgASgDEg0KBWxldmVsGAIgASgFEhUKDW5leHRfbGV2ZWxfeHAYAyABKAMSNQoIY3VycmVuY3kYBCADKAsyIy5sdWR1cy52MS5Qcm9ncmVzc2lvbi5DdXJyZW5jeUVudHJ5Ei8KBWl0ZW1zGAUgAygLMiAubHVkdXMudjEuUHJvZ3Jlc3Npb24uSXRlbXNFbnRyeRovCg1DdXJyZW5jeUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEaLAoKSXRlbXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBIp0BCgtMZWRnZXJFbnRyeRILCgNzZXEYASABKAMSEAoIY3VycmVuY3kYAiABKAkSDQoFZGVsdGEYAyABKAMSDwoHYmFsYW5jZRgEIAEoAxIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSDgoGcmVhc29uGAYgASgJEiYKAmF0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIXChVHZXRQcm9ncmVzc2lvblJlcXVlc3QiRAoWR2V0UHJvZ3Jlc3Npb25SZXNwb25zZRIqCgtwcm9ncmVzc2lvbhgBIAEoCzIVLmx1ZHVzLnYxLlByb2dyZXNzaW9uIo4BChJMZWFkZXJib2FyZFJlcXVlc3QSDAoEZ2FtZRgBIAEoCRIpCgVvcmRlchgCIAEoDjIaLmx1ZHVzLnYxLkxlYWRlcmJvYXJkT3JkZXISDQoFbGltaXQYAyABKAUSMAoEc3RhdBgEIAEoCUIiukgfch0YIDIZXihbYS16XVthLXowLTlfXXswLDMxfSk/JCJgChBMZWFkZXJib2FyZEVudHJ5EgwKBHJhbmsYASABKAMSEgoKYWNjb3VudF9pZBgCIAEoCRIMCgRiZXN0GAMgASgDEgsKA3N1bRgEIAEoAxIPCgdtYXRjaGVzGAUgASgDIlcKFUdldExlYWRlcmJvYXJkUmVxdWVzdBIrCgVxdWVyeRgBIAEoCzIcLmx1ZHVzLnYxLkxlYWRlcmJvYXJkUmVxdWVzdBIRCglhcm91bmRfbWUYAiABKAgiRQoWR2V0TGVhZGVyYm9hcmRSZXNwb25zZRIrCgdlbnRyaWVzGAEgAygLMhoubHVkdXMudjEuTGVhZGVyYm9hcmRFbnRyeSLTBAoMUGxheWVyUmVzdWx0EhIKCmFjY291bnRfaWQYASABKAkSDQoFc2NvcmUYAiABKAMSEwoLZHVyYXRpb25fbXMYAyABKAMSDgoGZGFtYWdlGAQgASgDEjkKCml0ZW1zX3VzZWQYBSADKAsyJS5sdWR1cy52MS5QbGF5ZXJSZXN1bHQuSXRlbXNVc2VkRW50cnkSCgoCeHAYBiABKAMSNgoIY3VycmVuY3kYByADKAsyJC5sdWR1cy52MS5QbGF5ZXJSZXN1bHQuQ3VycmVuY3lFbnRyeRIwCgVpdGVtcxgIIAMoCzIhLmx1ZHVzLnYxLlBsYXllclJlc3VsdC5JdGVtc0VudHJ5ElYKBXN0YXRzGAkgAygLMiEubHVkdXMudjEuUGxheWVyUmVzdWx0LlN0YXRzRW50cnlCJLpIIZoBHhBAIhpyGDIWXlthLXpdW2EtejAtOV9dezAsMzF9JBIZCgVwbGFjZRgKIAEoBUIKukgHGgUYgAgoABIYCgR0ZWFtGAsgASgFQgq6SAcaBRiACCgAGjAKDkl0ZW1zVXNlZEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEaLwoNQ3VycmVuY3lFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBGiwKCkl0ZW1zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ARosCgpTdGF0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEihAEKC01hdGNoUmVzdWx0EhAKCG1hdGNoX2lkGAEgASgJEgwKBGdhbWUYAiABKAkSJwoHcGxheWVycxgDIAMoCzIWLmx1ZHVzLnYxLlBsYXllclJlc3VsdBIsCghlbmRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiXwoVUmVwb3J0UHJvZ3Jlc3NSZXF1ZXN0EhAKCG1hdGNoX2lkGAEgASgJEgsKA3NlcRgCIAEoAxInCgdwbGF5ZXJzGAMgAygLMhYubHVkdXMudjEuUGxheWVyUmVzdWx0IikKFlJlcG9ydFByb2dyZXNzUmVzcG9uc2USDwoHYXBwbGllZBgBIAEoCCJiChhSZXBvcnRNYXRjaFJlc3VsdFJlcXVlc3QSEAoIbWF0Y2hfaWQYASABKAkSJwoHcGxheWVycxgCIAMoCzIWLmx1ZHVzLnYxLlBsYXllclJlc3VsdBILCgNzZXEYAyABKAMiLAoZUmVwb3J0TWF0Y2hSZXN1bHRSZXNwb25zZRIPCgdhcHBsaWVkGAEgASgIKmwKEExlYWRlcmJvYXJkT3JkZXISIQodTEVBREVSQk9BUkRfT1JERVJfVU5TUEVDSUZJRUQQABIaChZMRUFERVJCT0FSRF9PUkRFUl9CRVNUEAESGQoVTEVBREVSQk9BUkRfT1JERVJfU1VNEAIyvgEKElByb2dyZXNzaW9uU2VydmljZRJTCg5HZXRQcm9ncmVzc2lvbhIfLmx1ZHVzLnYxLkdldFByb2dyZXNzaW9uUmVxdWVzdBogLmx1ZHVzLnYxLkdldFByb2dyZXNzaW9uUmVzcG9uc2USUwoOR2V0TGVhZGVyYm9hcmQSHy5sdWR1cy52MS5HZXRMZWFkZXJib2FyZFJlcXVlc3QaIC5sdWR1cy52MS5HZXRMZWFkZXJib2FyZFJlc3BvbnNlMscBChJNYXRjaFJlcG9ydFNlcnZpY2USUwoOUmVwb3J0UHJvZ3Jlc3MSHy5sdWR1cy52MS5SZXBvcnRQcm9ncmVzc1JlcXVlc3QaIC5sdWR1cy52MS5SZXBvcnRQcm9ncmVzc1Jlc3BvbnNlElwKEVJlcG9ydE1hdGNoUmVzdWx0EiIubHVkdXMudjEuUmVwb3J0TWF0Y2hSZXN1bHRSZXF1ZXN0GiMubHVkdXMudjEuUmVwb3J0TWF0Y2hSZXN1bHRSZXNwb25zZUImWiRsdWR1cy5kZXYvbHVkdXMvZ2VuL2x1ZHVzL3YxO2x1ZHVzdjFiBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_timestamp]);
+  fileDesc("ChRsdWR1cy92MS9tYXRjaC5wcm90bxIIbHVkdXMudjEihgIKC1Byb2dyZXNzaW9uEgoKAnhwGAEgASgDEg0KBWxldmVsGAIgASgFEhUKDW5leHRfbGV2ZWxfeHAYAyABKAMSNQoIY3VycmVuY3kYBCADKAsyIy5sdWR1cy52MS5Qcm9ncmVzc2lvbi5DdXJyZW5jeUVudHJ5Ei8KBWl0ZW1zGAUgAygLMiAubHVkdXMudjEuUHJvZ3Jlc3Npb24uSXRlbXNFbnRyeRovCg1DdXJyZW5jeUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEaLAoKSXRlbXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBIp0BCgtMZWRnZXJFbnRyeRILCgNzZXEYASABKAMSEAoIY3VycmVuY3kYAiABKAkSDQoFZGVsdGEYAyABKAMSDwoHYmFsYW5jZRgEIAEoAxIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSDgoGcmVhc29uGAYgASgJEiYKAmF0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIXChVHZXRQcm9ncmVzc2lvblJlcXVlc3QiRAoWR2V0UHJvZ3Jlc3Npb25SZXNwb25zZRIqCgtwcm9ncmVzc2lvbhgBIAEoCzIVLmx1ZHVzLnYxLlByb2dyZXNzaW9uIo4BChJMZWFkZXJib2FyZFJlcXVlc3QSDAoEZ2FtZRgBIAEoCRIpCgVvcmRlchgCIAEoDjIaLmx1ZHVzLnYxLkxlYWRlcmJvYXJkT3JkZXISDQoFbGltaXQYAyABKAUSMAoEc3RhdBgEIAEoCUIiukgfch0YIDIZXihbYS16XVthLXowLTlfXXswLDMxfSk/JCJ2ChBMZWFkZXJib2FyZEVudHJ5EgwKBHJhbmsYASABKAMSEgoKYWNjb3VudF9pZBgCIAEoCRIMCgRiZXN0GAMgASgDEgsKA3N1bRgEIAEoAxIPCgdtYXRjaGVzGAUgASgDEhQKDGRpc3BsYXlfbmFtZRgGIAEoCSJXChVHZXRMZWFkZXJib2FyZFJlcXVlc3QSKwoFcXVlcnkYASABKAsyHC5sdWR1cy52MS5MZWFkZXJib2FyZFJlcXVlc3QSEQoJYXJvdW5kX21lGAIgASgIIkUKFkdldExlYWRlcmJvYXJkUmVzcG9uc2USKwoHZW50cmllcxgBIAMoCzIaLmx1ZHVzLnYxLkxlYWRlcmJvYXJkRW50cnkiMAoUTGlzdE15TWF0Y2hlc1JlcXVlc3QSGAoFbGltaXQYASABKAVCCbpIBhoEGDIoACI7ChVMaXN0TXlNYXRjaGVzUmVzcG9uc2USIgoHbWF0Y2hlcxgBIAMoCzIRLmx1ZHVzLnYxLk15TWF0Y2gi9wEKB015TWF0Y2gSEAoIbWF0Y2hfaWQYASABKAkSDAoEZ2FtZRgCIAEoCRIsCghlbmRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZHVyYXRpb25fbXMYBCABKAMSIwoDeW91GAUgASgLMhYubHVkdXMudjEuUGxheWVyUmVzdWx0EicKB291dGNvbWUYBiABKA4yFi5sdWR1cy52MS5NYXRjaE91dGNvbWUSJQoGb3RoZXJzGAcgAygLMhUubHVkdXMudjEuT3RoZXJQbGF5ZXISFAoMb3RoZXJzX3RvdGFsGAggASgFImMKC090aGVyUGxheWVyEhIKCmFjY291bnRfaWQYASABKAkSFAoMZGlzcGxheV9uYW1lGAIgASgJEg0KBXNjb3JlGAMgASgDEg0KBXBsYWNlGAQgASgFEgwKBHRlYW0YBSABKAUi0wQKDFBsYXllclJlc3VsdBISCgphY2NvdW50X2lkGAEgASgJEg0KBXNjb3JlGAIgASgDEhMKC2R1cmF0aW9uX21zGAMgASgDEg4KBmRhbWFnZRgEIAEoAxI5CgppdGVtc191c2VkGAUgAygLMiUubHVkdXMudjEuUGxheWVyUmVzdWx0Lkl0ZW1zVXNlZEVudHJ5EgoKAnhwGAYgASgDEjYKCGN1cnJlbmN5GAcgAygLMiQubHVkdXMudjEuUGxheWVyUmVzdWx0LkN1cnJlbmN5RW50cnkSMAoFaXRlbXMYCCADKAsyIS5sdWR1cy52MS5QbGF5ZXJSZXN1bHQuSXRlbXNFbnRyeRJWCgVzdGF0cxgJIAMoCzIhLmx1ZHVzLnYxLlBsYXllclJlc3VsdC5TdGF0c0VudHJ5QiS6SCGaAR4QQCIachgyFl5bYS16XVthLXowLTlfXXswLDMxfSQSGQoFcGxhY2UYCiABKAVCCrpIBxoFGIAIKAASGAoEdGVhbRgLIAEoBUIKukgHGgUYgAgoABowCg5JdGVtc1VzZWRFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBGi8KDUN1cnJlbmN5RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ARosCgpJdGVtc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEaLAoKU3RhdHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBIoQBCgtNYXRjaFJlc3VsdBIQCghtYXRjaF9pZBgBIAEoCRIMCgRnYW1lGAIgASgJEicKB3BsYXllcnMYAyADKAsyFi5sdWR1cy52MS5QbGF5ZXJSZXN1bHQSLAoIZW5kZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl8KFVJlcG9ydFByb2dyZXNzUmVxdWVzdBIQCghtYXRjaF9pZBgBIAEoCRILCgNzZXEYAiABKAMSJwoHcGxheWVycxgDIAMoCzIWLmx1ZHVzLnYxLlBsYXllclJlc3VsdCIpChZSZXBvcnRQcm9ncmVzc1Jlc3BvbnNlEg8KB2FwcGxpZWQYASABKAgiYgoYUmVwb3J0TWF0Y2hSZXN1bHRSZXF1ZXN0EhAKCG1hdGNoX2lkGAEgASgJEicKB3BsYXllcnMYAiADKAsyFi5sdWR1cy52MS5QbGF5ZXJSZXN1bHQSCwoDc2VxGAMgASgDIiwKGVJlcG9ydE1hdGNoUmVzdWx0UmVzcG9uc2USDwoHYXBwbGllZBgBIAEoCCpsChBMZWFkZXJib2FyZE9yZGVyEiEKHUxFQURFUkJPQVJEX09SREVSX1VOU1BFQ0lGSUVEEAASGgoWTEVBREVSQk9BUkRfT1JERVJfQkVTVBABEhkKFUxFQURFUkJPQVJEX09SREVSX1NVTRACKnQKDE1hdGNoT3V0Y29tZRIdChlNQVRDSF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASFQoRTUFUQ0hfT1VUQ09NRV9XT04QARIWChJNQVRDSF9PVVRDT01FX0RSQVcQAhIWChJNQVRDSF9PVVRDT01FX0xPU1QQAzKQAgoSUHJvZ3Jlc3Npb25TZXJ2aWNlElMKDkdldFByb2dyZXNzaW9uEh8ubHVkdXMudjEuR2V0UHJvZ3Jlc3Npb25SZXF1ZXN0GiAubHVkdXMudjEuR2V0UHJvZ3Jlc3Npb25SZXNwb25zZRJTCg5HZXRMZWFkZXJib2FyZBIfLmx1ZHVzLnYxLkdldExlYWRlcmJvYXJkUmVxdWVzdBogLmx1ZHVzLnYxLkdldExlYWRlcmJvYXJkUmVzcG9uc2USUAoNTGlzdE15TWF0Y2hlcxIeLmx1ZHVzLnYxLkxpc3RNeU1hdGNoZXNSZXF1ZXN0Gh8ubHVkdXMudjEuTGlzdE15TWF0Y2hlc1Jlc3BvbnNlMscBChJNYXRjaFJlcG9ydFNlcnZpY2USUwoOUmVwb3J0UHJvZ3Jlc3MSHy5sdWR1cy52MS5SZXBvcnRQcm9ncmVzc1JlcXVlc3QaIC5sdWR1cy52MS5SZXBvcnRQcm9ncmVzc1Jlc3BvbnNlElwKEVJlcG9ydE1hdGNoUmVzdWx0EiIubHVkdXMudjEuUmVwb3J0TWF0Y2hSZXN1bHRSZXF1ZXN0GiMubHVkdXMudjEuUmVwb3J0TWF0Y2hSZXN1bHRSZXNwb25zZUImWiRsdWR1cy5kZXYvbHVkdXMvZ2VuL2x1ZHVzL3YxO2x1ZHVzdjFiBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message ludus.v1.Progression
@@ -202,6 +202,14 @@ export type LeaderboardEntry = Message<"ludus.v1.LeaderboardEntry"> & {
    * @generated from field: int64 matches = 5;
    */
   matches: bigint;
+
+  /**
+   * The account's display name; for an account without one, its guest form
+   * "guest-xxxx" (the name a guest account gets when it signs in unnamed).
+   *
+   * @generated from field: string display_name = 6;
+   */
+  displayName: string;
 };
 
 /**
@@ -251,6 +259,159 @@ export type GetLeaderboardResponse = Message<"ludus.v1.GetLeaderboardResponse"> 
  */
 export const GetLeaderboardResponseSchema: GenMessage<GetLeaderboardResponse> = /*@__PURE__*/
   messageDesc(file_ludus_v1_match, 7);
+
+/**
+ * @generated from message ludus.v1.ListMyMatchesRequest
+ */
+export type ListMyMatchesRequest = Message<"ludus.v1.ListMyMatchesRequest"> & {
+  /**
+   * Matches to return, newest first: 0 means 20, at most 50. There is no
+   * cursor: the newest matches only.
+   *
+   * @generated from field: int32 limit = 1;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message ludus.v1.ListMyMatchesRequest.
+ * Use `create(ListMyMatchesRequestSchema)` to create a new message.
+ */
+export const ListMyMatchesRequestSchema: GenMessage<ListMyMatchesRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_match, 8);
+
+/**
+ * @generated from message ludus.v1.ListMyMatchesResponse
+ */
+export type ListMyMatchesResponse = Message<"ludus.v1.ListMyMatchesResponse"> & {
+  /**
+   * Newest first (by end time).
+   *
+   * @generated from field: repeated ludus.v1.MyMatch matches = 1;
+   */
+  matches: MyMatch[];
+};
+
+/**
+ * Describes the message ludus.v1.ListMyMatchesResponse.
+ * Use `create(ListMyMatchesResponseSchema)` to create a new message.
+ */
+export const ListMyMatchesResponseSchema: GenMessage<ListMyMatchesResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_match, 9);
+
+/**
+ * MyMatch is one finished match of the caller, as the caller sees it.
+ *
+ * @generated from message ludus.v1.MyMatch
+ */
+export type MyMatch = Message<"ludus.v1.MyMatch"> & {
+  /**
+   * @generated from field: string match_id = 1;
+   */
+  matchId: string;
+
+  /**
+   * Module name of the game.
+   *
+   * @generated from field: string game = 2;
+   */
+  game: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp ended_at = 3;
+   */
+  endedAt?: Timestamp | undefined;
+
+  /**
+   * How long the match ran as its players saw it: the longest time any
+   * reported player was in it, in milliseconds (the caller's own time is in
+   * you.duration_ms).
+   *
+   * @generated from field: int64 duration_ms = 4;
+   */
+  durationMs: bigint;
+
+  /**
+   * The caller's own figures: score, place, team, stats, and what the match
+   * granted (xp, currency, items).
+   *
+   * @generated from field: ludus.v1.PlayerResult you = 5;
+   */
+  you?: PlayerResult | undefined;
+
+  /**
+   * @generated from field: ludus.v1.MatchOutcome outcome = 6;
+   */
+  outcome: MatchOutcome;
+
+  /**
+   * The other players whose slots accounts held (bots are not reported),
+   * best place first, then by score; at most 16.
+   *
+   * @generated from field: repeated ludus.v1.OtherPlayer others = 7;
+   */
+  others: OtherPlayer[];
+
+  /**
+   * How many other players the match had, also beyond the 16 listed.
+   *
+   * @generated from field: int32 others_total = 8;
+   */
+  othersTotal: number;
+};
+
+/**
+ * Describes the message ludus.v1.MyMatch.
+ * Use `create(MyMatchSchema)` to create a new message.
+ */
+export const MyMatchSchema: GenMessage<MyMatch> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_match, 10);
+
+/**
+ * OtherPlayer is another player of a match, as the caller sees them.
+ *
+ * @generated from message ludus.v1.OtherPlayer
+ */
+export type OtherPlayer = Message<"ludus.v1.OtherPlayer"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * Their display name; for an account without one, its guest form
+   * "guest-xxxx". (Deleting an account deletes its part of every result.)
+   *
+   * @generated from field: string display_name = 2;
+   */
+  displayName: string;
+
+  /**
+   * @generated from field: int64 score = 3;
+   */
+  score: bigint;
+
+  /**
+   * 0: not known.
+   *
+   * @generated from field: int32 place = 4;
+   */
+  place: number;
+
+  /**
+   * 0: no team.
+   *
+   * @generated from field: int32 team = 5;
+   */
+  team: number;
+};
+
+/**
+ * Describes the message ludus.v1.OtherPlayer.
+ * Use `create(OtherPlayerSchema)` to create a new message.
+ */
+export const OtherPlayerSchema: GenMessage<OtherPlayer> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_match, 11);
 
 /**
  * PlayerResult is one player's cumulative figures in a match.
@@ -333,7 +494,7 @@ export type PlayerResult = Message<"ludus.v1.PlayerResult"> & {
  * Use `create(PlayerResultSchema)` to create a new message.
  */
 export const PlayerResultSchema: GenMessage<PlayerResult> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_match, 8);
+  messageDesc(file_ludus_v1_match, 12);
 
 /**
  * @generated from message ludus.v1.MatchResult
@@ -365,7 +526,7 @@ export type MatchResult = Message<"ludus.v1.MatchResult"> & {
  * Use `create(MatchResultSchema)` to create a new message.
  */
 export const MatchResultSchema: GenMessage<MatchResult> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_match, 9);
+  messageDesc(file_ludus_v1_match, 13);
 
 /**
  * @generated from message ludus.v1.ReportProgressRequest
@@ -394,7 +555,7 @@ export type ReportProgressRequest = Message<"ludus.v1.ReportProgressRequest"> & 
  * Use `create(ReportProgressRequestSchema)` to create a new message.
  */
 export const ReportProgressRequestSchema: GenMessage<ReportProgressRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_match, 10);
+  messageDesc(file_ludus_v1_match, 14);
 
 /**
  * @generated from message ludus.v1.ReportProgressResponse
@@ -413,7 +574,7 @@ export type ReportProgressResponse = Message<"ludus.v1.ReportProgressResponse"> 
  * Use `create(ReportProgressResponseSchema)` to create a new message.
  */
 export const ReportProgressResponseSchema: GenMessage<ReportProgressResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_match, 11);
+  messageDesc(file_ludus_v1_match, 15);
 
 /**
  * @generated from message ludus.v1.ReportMatchResultRequest
@@ -442,7 +603,7 @@ export type ReportMatchResultRequest = Message<"ludus.v1.ReportMatchResultReques
  * Use `create(ReportMatchResultRequestSchema)` to create a new message.
  */
 export const ReportMatchResultRequestSchema: GenMessage<ReportMatchResultRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_match, 12);
+  messageDesc(file_ludus_v1_match, 16);
 
 /**
  * @generated from message ludus.v1.ReportMatchResultResponse
@@ -461,7 +622,7 @@ export type ReportMatchResultResponse = Message<"ludus.v1.ReportMatchResultRespo
  * Use `create(ReportMatchResultResponseSchema)` to create a new message.
  */
 export const ReportMatchResultResponseSchema: GenMessage<ReportMatchResultResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_match, 13);
+  messageDesc(file_ludus_v1_match, 17);
 
 /**
  * LeaderboardOrder orders a game's leaderboard.
@@ -494,6 +655,48 @@ export const LeaderboardOrderSchema: GenEnum<LeaderboardOrder> = /*@__PURE__*/
   enumDesc(file_ludus_v1_match, 0);
 
 /**
+ * MatchOutcome is how a match went for one player, read from the places of
+ * the reported players (bots are not reported: a draw with a bot reads as won).
+ *
+ * @generated from enum ludus.v1.MatchOutcome
+ */
+export enum MatchOutcome {
+  /**
+   * Not known: the match has no places (one side only, or not rated).
+   *
+   * @generated from enum value: MATCH_OUTCOME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Placed first, alone.
+   *
+   * @generated from enum value: MATCH_OUTCOME_WON = 1;
+   */
+  WON = 1,
+
+  /**
+   * Placed first together with another side (equal places are a draw).
+   *
+   * @generated from enum value: MATCH_OUTCOME_DRAW = 2;
+   */
+  DRAW = 2,
+
+  /**
+   * Placed behind another side.
+   *
+   * @generated from enum value: MATCH_OUTCOME_LOST = 3;
+   */
+  LOST = 3,
+}
+
+/**
+ * Describes the enum ludus.v1.MatchOutcome.
+ */
+export const MatchOutcomeSchema: GenEnum<MatchOutcome> = /*@__PURE__*/
+  enumDesc(file_ludus_v1_match, 1);
+
+/**
  * ProgressionService is what players call about their own progression, with a
  * session ticket ("Authorization: Bearer <ticket>"). Served by the backend.
  *
@@ -519,6 +722,18 @@ export const ProgressionService: GenService<{
     methodKind: "unary";
     input: typeof GetLeaderboardRequestSchema;
     output: typeof GetLeaderboardResponseSchema;
+  },
+  /**
+   * ListMyMatches returns the caller's finished matches in their tenant,
+   * newest first: the caller's own figures, the outcome and the other
+   * players' names and scores. Guests included.
+   *
+   * @generated from rpc ludus.v1.ProgressionService.ListMyMatches
+   */
+  listMyMatches: {
+    methodKind: "unary";
+    input: typeof ListMyMatchesRequestSchema;
+    output: typeof ListMyMatchesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ludus_v1_match, 0);
