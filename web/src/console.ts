@@ -602,8 +602,8 @@ function resultsSection(body: HTMLElement): void {
         aroundAccountId: "",
       });
       if (!entries.length) return h("p", { class: "note empty" }, `No entries on ${game.value.trim()}${stat.value ? ` / ${stat.value}` : ""} yet: entries come from finished matches (a stat board also needs a leaderboard rule below).`);
-      return table("leaderboard", ["rank", "account", "best", "sum", "matches"], entries.map((x) => [
-        String(x.rank), shortId(x.accountId, 16), String(x.best), String(x.sum), String(x.matches),
+      return table("leaderboard", ["rank", "player", "?account", "best", "sum", "matches"], entries.map((x) => [
+        String(x.rank), x.displayName || "—", shortId(x.accountId, 16), String(x.best), String(x.sum), String(x.matches),
       ]));
     });
   });
