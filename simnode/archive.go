@@ -37,10 +37,15 @@ func finalMessage(s string) string {
 // status — state, tick and reason — which the archive is made from (see
 // archive). It is flushTo's final case (no handoff, no checkpoint) with the
 // message, which flushTo's status does not carry; keep the two in step.
-func (g *game) flushFinal(state, message string) {
+func (g *game) flushFinal(ctx context.Context, state, message string) {
 	c := g.pending
 	c.Ended = state == clusterstate.StateEnded
 	g.logSeq++
+	if c.Ended {
+		// Before the chunk is queued: its commit starts the archive, which
+		// delivers the result (report.go).
+		g.keepResult(ctx, c)
+	}
 	st := clusterstate.GameStatus{State: state, Tick: g.inst.Tick(), Players: g.players, NodeID: g.n.cfg.ID, Message: message}
 	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: true})
 	g.acks = nil
@@ -61,13 +66,16 @@ func (s *ModuleStore) ArchiveGame(ctx context.Context, req *clusterv1.ArchiveGam
 }
 
 // archive moves a finished game out of etcd: it reads the spec and the whole
-// log, stores them in the backend, and only then deletes every key of the game
-// from etcd — etcd holds coordination and live logs, not history. It retries
-// for a while; a game left in etcd is picked up again by the sweep.
+// log, delivers an ended game's final result (report.go), stores spec and log
+// in the backend, and only then deletes every key of the game from etcd — etcd
+// holds coordination and live logs, not history. It retries for a while; a
+// game left in etcd is picked up again by the sweep, on whichever node ranks
+// first for it. Without an Archiver it only delivers the result this node
+// kept, and the game stays in etcd.
 func (n *Node) archive(tenant, game string) {
-	a, ok := n.cfg.Modules.(Archiver)
-	if !ok {
-		return
+	a, _ := n.cfg.Modules.(Archiver)
+	if a == nil && n.results().get(gameKey(tenant, game)) == nil {
+		return // nowhere to archive to, and no result of this node's to deliver
 	}
 	key := gameKey(tenant, game) + "#archive"
 	if _, busy := n.resuming.LoadOrStore(key, true); busy {
@@ -83,7 +91,7 @@ func (n *Node) archive(tenant, game string) {
 			return
 		}
 		if time.Now().After(deadline) || n.ctx.Err() != nil {
-			log.Warn("game log not archived yet; it stays in etcd until a sweep archives it", "err", err)
+			log.Warn("game not archived yet; it stays in etcd, its result perhaps undelivered, until a sweep archives it", "err", err)
 			return
 		}
 		select {
@@ -96,10 +104,11 @@ func (n *Node) archive(tenant, game string) {
 }
 
 func (n *Node) archiveOnce(a Archiver, tenant, game string) error {
-	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
+	rctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
 	defer cancel()
-	l, err := n.cfg.Etcd.ReadLog(ctx, tenant, game)
+	l, err := n.cfg.Etcd.ReadLog(rctx, tenant, game)
 	if errors.Is(err, clusterstate.ErrGameNotFound) {
+		n.results().drop(gameKey(tenant, game))
 		return nil // already archived and removed
 	}
 	if err != nil {
@@ -112,6 +121,19 @@ func (n *Node) archiveOnce(a Archiver, tenant, game string) error {
 	if !st.Finished() {
 		return fmt.Errorf("game %s is %q, not finished", game, st.State)
 	}
+	// The result first: once the log leaves etcd nothing is left to read it
+	// from. Only a node that can archive replays the log for it: without an
+	// archive the game stays in etcd, and every sweep would replay it again.
+	if err := n.deliverResult(tenant, game, l, a != nil); err != nil {
+		return err
+	}
+	if a == nil {
+		n.results().drop(gameKey(tenant, game))
+		return nil
+	}
+	// Timed from here: a replay for the result may have taken a while.
+	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
+	defer cancel()
 	req := &clusterv1.ArchiveGameRequest{TenantId: tenant, GameId: game, SpecJson: l.SpecJSON, // the backend strips the match credential
 		State: st.State, Message: st.Message, FinalTick: st.Tick}
 	for _, c := range l.Chunks {
@@ -133,6 +155,7 @@ func (n *Node) archiveOnce(a Archiver, tenant, game string) error {
 	// Delete only what was archived: the spec's create revision must be unchanged.
 	_, err = n.cfg.Etcd.RemoveGame(ctx, tenant, game, l.SpecRevision)
 	if err == nil {
+		n.results().drop(gameKey(tenant, game))
 		n.log.Info("game log archived and removed from etcd", "tenant", tenant, "game", game, "chunks", len(req.Chunks), "state", st.State)
 	}
 	return err

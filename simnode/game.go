@@ -588,9 +588,10 @@ func (g *game) finish(ctx context.Context, state, message string, ended bool) {
 	message = finalMessage(message)
 	// Closed before the final flush: the archive that follows it takes the log.
 	g.glog.close(state, message)
-	g.flushFinal(state, message)
+	// An ended game's result is reported once this chunk is durable, by the
+	// archive its commit starts (report.go).
+	g.flushFinal(ctx, state, message)
 	if ended {
-		g.reportFinal(ctx)
 		if resOK {
 			g.log.Info("match ended", "tick", g.inst.Tick(), "result", string(res))
 		}

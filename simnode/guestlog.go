@@ -168,17 +168,9 @@ type guestLogTable struct {
 	logs map[string]*guestLog
 }
 
-// nodeGuestLogs holds each node's table (*Node -> *guestLogTable).
-// TODO(lead): a field of Node (node.go) instead.
-var nodeGuestLogs sync.Map
+func newGuestLogTable() *guestLogTable { return &guestLogTable{logs: map[string]*guestLog{}} }
 
-func (n *Node) guestLogs() *guestLogTable {
-	if t, ok := nodeGuestLogs.Load(n); ok {
-		return t.(*guestLogTable)
-	}
-	t, _ := nodeGuestLogs.LoadOrStore(n, &guestLogTable{logs: map[string]*guestLog{}})
-	return t.(*guestLogTable)
-}
+func (n *Node) guestLogs() *guestLogTable { return n.guestLogTab }
 
 // put makes l the log of the game key, replacing an older one (a game that
 // came back to this node), and forgets logs kept long enough.

@@ -125,6 +125,11 @@ type Node struct {
 	sched   *scheduler
 	metrics *nodeMetrics
 	warm    *warmDemand
+	// guestLogTab holds the guest logs of the node's games and of games that
+	// left it recently (guestlog.go); resultTab the final results it read
+	// and has not archived yet (report.go).
+	guestLogTab *guestLogTable
+	resultTab   *resultTable
 
 	games    sync.Map // gameKey -> *game
 	resuming sync.Map // gameKey -> true while a claim or adoption is under way
@@ -227,6 +232,7 @@ func New(cfg Config) (*Node, error) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.writer = newLogWriter(n)
 	n.warm = newWarmDemand(cfg.WarmInstances, cfg.WarmInstancesMax)
+	n.guestLogTab, n.resultTab = newGuestLogTable(), newResultTable()
 	n.sched = newScheduler(cfg.Workers)
 	n.metrics = newNodeMetrics(n, cfg.Metrics)
 	go n.sched.run(n.ctx)

@@ -3,22 +3,29 @@ package simnode
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/simnode/inputlog"
 )
 
 // ResultReporter delivers a match's interim progress and final result to the
 // backend with the match's own credential (lesson 3 of the brief: the
-// simulation never holds database credentials).
+// simulation never holds database credentials). The final result goes out
+// once the match's last log chunk is durable, perhaps from another node and
+// more than once ("Final results" below): the backend applies it once.
 type ResultReporter interface {
 	Report(ctx context.Context, credential, matchID string, seq int64, final bool, players []*ludusv1.PlayerResult) error
 }
@@ -268,39 +275,195 @@ func (g *game) maybeReportProgress(ctx context.Context) {
 	}()
 }
 
-// reportFinal delivers the final result, retrying with backoff for up to two
-// minutes: it is applied exactly once however often it arrives.
-func (g *game) reportFinal(ctx context.Context) {
+// Final results. A match's final result is reported once the chunk that ends
+// its log is durable, by the node that archives the game and before the game
+// leaves etcd (archive.go): a finished game still in etcd is a result perhaps
+// not delivered yet, and whichever node archives it delivers it — the result
+// the node that ended the game kept, or, if that node died or forgot it, the
+// result read again by replaying the log. The backend applies a match's final
+// result once (the report claims the match row), so a result delivered twice
+// is applied, credited and sent to the webhook once. docs/RATIONALE.md, "Why
+// a final result is reported from the durable log".
+
+// finalResult is an ended game's final result, bound to the chunk that ends
+// the log it was read from.
+type finalResult struct {
+	seq     int64  // the final tick: the report's sequence
+	logSeq  uint64 // the final chunk's sequence number
+	chunk   [sha256.Size]byte
+	players []*ludusv1.PlayerResult
+	// err is why there is no result to report, for good: the module's result
+	// is not valid, or the log does not replay.
+	err error
+	// replayed: read by replaying the log, not kept by the node that ended
+	// the game.
+	replayed  bool
+	at        time.Time // when it was read, on the node's clock
+	delivered atomic.Bool
+}
+
+// of reports whether r was read from the log that ends with chunk c: a log
+// whose last chunk has the same sequence number and encoding. (Two runs that
+// append the same last chunk to the same durable log reach the same end.)
+func (r *finalResult) of(c clusterstate.LogChunk) bool {
+	return c.Seq == r.logSeq && sha256.Sum256(c.Data) == r.chunk
+}
+
+// resultKeep is how long a node keeps a result it read: past it, a node that
+// archives the game replays the log instead.
+const resultKeep = 10 * time.Minute
+
+// resultTable is a node's final results not yet archived, by game key.
+type resultTable struct {
+	mu sync.Mutex
+	m  map[string]*finalResult
+}
+
+func newResultTable() *resultTable { return &resultTable{m: map[string]*finalResult{}} }
+
+func (n *Node) results() *resultTable { return n.resultTab }
+
+// put keeps r as the result of the game key and forgets results older than
+// resultKeep.
+func (t *resultTable) put(key string, r *finalResult) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, o := range t.m {
+		if r.at.Sub(o.at) > resultKeep {
+			delete(t.m, k)
+		}
+	}
+	t.m[key] = r
+}
+
+func (t *resultTable) get(key string) *finalResult {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[key]
+}
+
+func (t *resultTable) drop(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, key)
+}
+
+// keepResult reads the result of a game that ends with chunk final and keeps
+// it for deliverResult. It runs before the chunk is queued: the chunk's commit
+// starts the archive, which delivers the result.
+func (g *game) keepResult(ctx context.Context, final *inputlog.Chunk) {
 	if g.n.cfg.Results == nil || g.spec.MatchCredential == "" {
 		return
 	}
-	players, err := g.resultPlayers(ctx)
-	if err != nil {
-		g.log.Error("cannot read the match result", "tick", g.inst.Tick(), "err", err)
-		return
+	r := &finalResult{seq: g.inst.Tick(), logSeq: g.logSeq, chunk: sha256.Sum256(inputlog.Encode(nil, final)), at: g.n.cfg.Clock.Now()}
+	if r.players, r.err = g.resultPlayers(ctx); r.err != nil {
+		g.log.Error("cannot read the match result; none is reported", "tick", r.seq, "err", r.err)
 	}
-	seq, log := g.inst.Tick(), g.log
-	go func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		delay := 200 * time.Millisecond
-		for {
-			err := g.n.cfg.Results.Report(rctx, g.spec.MatchCredential, g.spec.GameID, seq, true, players)
-			if err == nil {
-				log.Info("match result delivered", "tick", seq, "players", len(players))
-				return
-			}
-			if c := connect.CodeOf(err); c == connect.CodePermissionDenied || c == connect.CodeInvalidArgument || c == connect.CodeFailedPrecondition {
-				log.Error("match result refused", "tick", seq, "err", err)
-				return
-			}
-			select {
-			case <-rctx.Done():
-				log.Error("match result not delivered", "tick", seq, "err", err)
-				return
-			case <-time.After(delay):
-			}
-			delay = min(delay*2, 10*time.Second)
+	g.n.results().put(gameKey(g.spec.TenantID, g.spec.GameID), r)
+}
+
+// deliverResult reports the final result of an ended game whose log l was read
+// from etcd, unless this node delivered it before or it was refused for good.
+// The result is the one this node kept, if it was read from this log; if not
+// and replay is set, it is read again by replaying the log (and kept, so a
+// retry does not replay it again). An error means "try again later": the game
+// must stay in etcd until deliverResult returns nil.
+func (n *Node) deliverResult(tenant, game string, l *clusterstate.GameLog, replay bool) error {
+	if n.cfg.Results == nil || l.Status.State != clusterstate.StateEnded || l.Spec.MatchCredential == "" || len(l.Chunks) == 0 {
+		return nil
+	}
+	key := gameKey(tenant, game)
+	r := n.results().get(key)
+	if r == nil || !r.of(l.Chunks[len(l.Chunks)-1]) {
+		if !replay {
+			return nil
 		}
-	}()
+		var err error
+		if r, err = n.replayResult(tenant, game, l); err != nil {
+			return err
+		}
+		n.results().put(key, r)
+	}
+	if r.err != nil || r.delivered.Load() {
+		return nil
+	}
+	log := n.log.With("tenant", tenant, "game", game, "tick", r.seq, "replayed", r.replayed)
+	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
+	defer cancel()
+	err := n.cfg.Results.Report(ctx, l.Spec.MatchCredential, game, r.seq, true, r.players)
+	switch {
+	case err == nil:
+		log.Info("match result delivered", "players", len(r.players))
+	case refusedForGood(err):
+		log.Error("match result refused; it is not reported again", "err", err)
+	default:
+		return fmt.Errorf("match result not delivered: %w", err)
+	}
+	r.delivered.Store(true)
+	return nil
+}
+
+// refusedForGood reports whether the backend refused a report in a way no
+// retry changes: a credential unknown, expired or not the match's, a player
+// not on the roster, a report it finds invalid, a match already ended.
+func refusedForGood(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
+		return true
+	}
+	return false
+}
+
+// replayResult reads an ended game's result again: it replays the log on a
+// fresh instance, checking every recorded state hash, and seats the players as
+// a takeover does (restore). A failure no retry mends — the module is gone or
+// unusable, the log does not decode or replay, the result is not valid — is
+// the result's err; other errors (the module store unreachable, the node
+// stopping) are returned. The replay has no deadline of its own: it runs as
+// fast as the module steps (an hour of arena with 8 bots, 126,000 ticks, in
+// about a second), each call bounded by the module's call deadline.
+func (n *Node) replayResult(tenant, gameID string, l *clusterstate.GameLog) (*finalResult, error) {
+	ctx := n.ctx
+	last := l.Chunks[len(l.Chunks)-1]
+	r := &finalResult{logSeq: last.Seq, chunk: sha256.Sum256(last.Data), at: n.cfg.Clock.Now(), replayed: true}
+	log := n.log.With("tenant", tenant, "game", gameID, "build", l.Spec.BuildID)
+	forGood := func(err error) (*finalResult, error) {
+		if ctx.Err() != nil {
+			return nil, err // the node is stopping
+		}
+		log.Error("the match result cannot be read again from its log; none is reported", "err", err)
+		r.err = err
+		return r, nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	mod, err := n.loadModule(fctx, tenant, l.Spec.BuildID)
+	cancel()
+	if err != nil {
+		if !moduleGone(err) {
+			return nil, err
+		}
+		return forGood(fmt.Errorf("module build %.12s: %w", l.Spec.BuildID, err))
+	}
+	chunks, _, err := decodeChunks(l.Chunks)
+	if err != nil {
+		return forGood(err)
+	}
+	start := time.Now()
+	inst, _, err := ReplayModule(ctx, mod, l.Spec, chunks)
+	if err != nil {
+		return forGood(err)
+	}
+	defer inst.Close(context.Background())
+	// A game that never runs: the slots and the instance resultPlayers reads.
+	g := &game{n: n, spec: l.Spec, inst: inst, log: log, accounts: map[string]int{}, slots: make([]*slot, l.Spec.MaxPlayers)}
+	for i := range g.slots {
+		g.slots[i] = &slot{}
+	}
+	g.restore(chunks)
+	r.seq = inst.Tick()
+	if r.players, err = g.resultPlayers(ctx); err != nil {
+		return forGood(err)
+	}
+	log.Info("match result read again by replaying its log", "tick", r.seq, "players", len(r.players), "replay_ms", time.Since(start).Milliseconds())
+	return r, nil
 }
