@@ -17,7 +17,9 @@
 // frames everywhere.
 //
 // Input is one byte per message, the held buttons (BtnForward ... BtnFire); the
-// latest byte applies every tick until the next one. Config is optional JSON,
+// latest byte applies every tick until the next one. A page with mouse look
+// appends the aim (events.go, takeAim): the player turns towards it no faster
+// than the turn keys turn it. Config is optional JSON,
 // {"bots":N,"score_limit":S,"time_limit_s":T} (see Config). Bots take the
 // highest slots and steer through the same input path as humans. Score is
 // kills; the match ends at the score limit or the time limit.
@@ -96,7 +98,10 @@ const (
 )
 
 // controls are the arena's buttons as page controls: bit i of the input byte is
-// the button 1<<i (BtnForward ... BtnFire). Callers of Meta must not modify them.
+// the button 1<<i (BtnForward ... BtnFire). Fire also lists "Mouse", which asks
+// pages for mouse look (docs/ABI.md, "Metadata for pages"): with the pointer
+// locked on the view, the mouse button fires and the movement is sent as the
+// aim that takeAim reads. Callers of Meta must not modify them.
 var controls = []abi.Control{
 	{Keys: []string{"KeyW", "ArrowUp"}, Label: "forward", Bit: 0},
 	{Keys: []string{"KeyS", "ArrowDown"}, Label: "back", Bit: 1},
@@ -104,7 +109,7 @@ var controls = []abi.Control{
 	{Keys: []string{"KeyD", "ArrowRight"}, Label: "turn right", Bit: 3},
 	{Keys: []string{"KeyQ"}, Label: "strafe left", Bit: 4},
 	{Keys: []string{"KeyE"}, Label: "strafe right", Bit: 5},
-	{Keys: []string{"Space"}, Label: "fire", Bit: 6},
+	{Keys: []string{"Space", "Mouse"}, Label: "fire", Bit: 6},
 }
 
 // Init starts a new match from seed and a JSON config (see Config). Invalid JSON

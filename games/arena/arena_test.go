@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"ludus.dev/ludus/sdk"
@@ -32,6 +33,11 @@ func TestMeta(t *testing.T) {
 	}
 	if abi.InputBytes(m.Controls) != 1 {
 		t.Error("the arena's input is one byte")
+	}
+	// The mouse (mouse look, and its button) fires: a page sends the aim
+	// after the button byte (takeAim).
+	if fire := m.Controls[len(m.Controls)-1]; fire.Bit != 6 || !slices.Contains(fire.Keys, "Mouse") {
+		t.Errorf("the fire control %+v does not ask for the mouse", fire)
 	}
 }
 
@@ -387,7 +393,7 @@ func TestNoAllocs(t *testing.T) {
 		t.Errorf("StateHash allocates %.1f times", n)
 	}
 	g.Join(0, "ada")
-	ev := events(input(0, BtnFire), input(0, BtnForward, 1, 2), input(3, 1), leave(5))
+	ev := events(input(0, BtnFire), input(0, BtnForward, 1, 2), input(3, 1), leave(5), input(0, aimInput(BtnFire, 900, 3)...))
 	if n := testing.AllocsPerRun(100, func() { _ = sdk.ApplyEvents(g, ev) }); n != 0 {
 		t.Errorf("applying input events allocates %.1f times", n)
 	}

@@ -10,15 +10,22 @@ import (
 )
 
 // The checkpoint is a fixed little-endian layout: a header, then every player
-// slot with a length-prefixed name, then the kill feed. The same encoding
-// feeds StateHash, so the hash covers exactly what a checkpoint restores.
+// slot with a length-prefixed name, then the kill feed, then one aim record
+// per player whose mouse-look state is not zero. The same encoding feeds
+// StateHash, so the hash covers exactly what a checkpoint restores.
+//
+// Aim records come last and only when needed so that a match nobody played
+// with a mouse has the checkpoints and state hashes it had before mouse look
+// existed (replays of key inputs hash as they always did), and older
+// checkpoints still load.
 const (
 	ckptMagic    = "ARN2"
 	ckptHeader   = 4 + 8 + 8 + 1 + 8 + 4 + 4
 	ckptPlayer   = 1 + 1 + 4*2 + 2 + 4*5 + 4*2 + 4*2 + 4 + 8 + 8 + 1 + 1 + 1 + 1 // without the name
 	ckptKill     = 8 + 1 + 1 + 2*feedNameLen
+	ckptAim      = 1 + 1 + 2 + 4 + 4 // slot, on, lock, last, owed
 	ckptMinBytes = ckptHeader + MaxPlayers*ckptPlayer + feedLen*ckptKill
-	ckptMaxBytes = ckptMinBytes + MaxPlayers*maxNameBytes
+	ckptMaxBytes = ckptMinBytes + MaxPlayers*maxNameBytes + MaxPlayers*ckptAim
 )
 
 // Player flag bits in a checkpoint.
@@ -97,6 +104,16 @@ func (s *state) appendTo(b []byte) []byte {
 		b = append(b, k.killer, k.victim)
 		b = append(b, k.killerName[:]...)
 		b = append(b, k.victimName[:]...)
+	}
+	for i := range s.players {
+		p := &s.players[i]
+		if !p.aimOn && p.aimOwed == 0 {
+			continue // then aimLock and aimLast are zero too (takeAim)
+		}
+		b = append(b, byte(i), boolByte(p.aimOn))
+		b = le.AppendUint16(b, p.aimLock)
+		b = le.AppendUint32(b, uint32(p.aimLast))
+		b = le.AppendUint32(b, uint32(p.aimOwed))
 	}
 	return b
 }
@@ -177,8 +194,40 @@ func (s *state) decode(b []byte) error {
 			return ckptError("kill " + strconv.Itoa(i) + ": out of order")
 		}
 	}
+	for next := 0; len(r.b) > 0 && !r.bad; {
+		slot := int(r.u8())
+		if slot < next || slot >= MaxPlayers {
+			return ckptError("aim record of slot " + strconv.Itoa(slot) + " out of order")
+		}
+		if err := s.players[slot].decodeAim(r); err != nil {
+			return ckptError("aim of slot " + strconv.Itoa(slot) + ": " + err.Error())
+		}
+		next = slot + 1
+	}
 	if r.bad || len(r.b) != 0 {
 		return ckptError("wrong length")
+	}
+	return nil
+}
+
+// decodeAim reads one aim record (after the slot) and checks it is one the
+// game could hold: a human's, not all zero, no lock or total without mouse
+// look, the owed turn in range and zero while dead.
+func (p *player) decodeAim(r *reader) error {
+	on := r.u8()
+	p.aimOn = on == 1
+	p.aimLock = r.u16()
+	p.aimLast = r.i32()
+	p.aimOwed = r.i32()
+	switch {
+	case r.bad:
+		return errors.New("truncated")
+	case !p.active || p.bot:
+		return errors.New("not a human's slot")
+	case on > 1 || !p.aimOn && (p.aimLock != 0 || p.aimLast != 0 || p.aimOwed == 0):
+		return errors.New("bad mouse look state")
+	case p.aimOwed < -maxAimOwed || p.aimOwed > maxAimOwed || !p.alive && p.aimOwed != 0:
+		return errors.New("owed turn out of range")
 	}
 	return nil
 }

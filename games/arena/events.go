@@ -40,12 +40,39 @@ func (g *Game) Input(slot int, payload []byte) {
 }
 
 // applyInput is the single path through which both humans and bots steer: the
-// first byte is the button mask, extra bytes and unknown bits are ignored.
+// first byte is the button mask (bit 7 is ignored); the aimBytes after it, when
+// present, are mouse look (takeAim); anything else is ignored. Inputs of one
+// byte, as bots and key players send, never touch the aim.
 func (g *Game) applyInput(slot int, payload []byte) {
 	if len(payload) == 0 {
 		return
 	}
-	g.st.players[slot].input = payload[0] & inputMask
+	p := &g.st.players[slot]
+	p.input = payload[0] & inputMask
+	p.takeAim(payload[1:])
+}
+
+// takeAim reads the mouse-look part of an input: aim, a little-endian int32,
+// is the client's running total of horizontal mouse movement in sdk.Angle
+// units (right positive), and lock, a uint16, names the pointer lock that
+// total counts from (a page picks a new one for every lock, a reloaded page
+// too). Inputs are state (a later one supersedes an earlier one, which may
+// then never be applied), so the aim is a total, never a delta: the turn owed
+// grows by the difference to the previous total of the same lock, whatever
+// inputs in between were skipped. The first aim of a lock only sets where the
+// count starts. An input without aim ends mouse look; a turn still owed is
+// paid off anyway, since the mouse moved before it.
+func (p *player) takeAim(ext []byte) {
+	if len(ext) < aimBytes {
+		p.aimOn, p.aimLock, p.aimLast = false, 0, 0
+		return
+	}
+	aim, lock := int32(le.Uint32(ext)), le.Uint16(ext[4:])
+	if p.aimOn && lock == p.aimLock && p.alive {
+		owed := int64(p.aimOwed) + int64(aim-p.aimLast) // aim-p.aimLast wraps like the client's int32 total
+		p.aimOwed = int32(min(max(owed, -int64(maxAimOwed)), int64(maxAimOwed)))
+	}
+	p.aimOn, p.aimLock, p.aimLast = true, lock, aim
 }
 
 // sanitizeName bounds a client-chosen display name: valid UTF-8, no control

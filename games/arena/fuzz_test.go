@@ -15,6 +15,7 @@ func FuzzEvents(f *testing.F) {
 	f.Add(events(join(7, "replaces a bot"), leave(7), input(7, 0xFF, 0xFF)))
 	f.Add(events(join(200, "out of range"), input(3), leave(9)))
 	f.Add([]byte{3, 0, 0xFF, 0xFF, 1})
+	f.Add(events(join(0, "ada"), input(0, aimInput(BtnFire, 0, 1)...), input(0, aimInput(0, 1<<20, 1)...)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g := newMatch(t, 1, `{"bots":4}`)

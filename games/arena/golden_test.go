@@ -87,6 +87,29 @@ func TestGoldenViews(t *testing.T) {
 	checkGolden(t, goldenPath, *updateGolden, goldenFrame)
 }
 
+// keyInputsDigest is the SHA-256 of goldenScript's state hashes, checkpoints and
+// snapshots at every sampled tick, recorded before mouse look existed (issue
+// 16). The script sends one-byte inputs only, so it must never change: mouse
+// look adds state (checkpoint.go's aim records) only for players who use it.
+// A deliberate change to the game's rules or its state rewrites it.
+const keyInputsDigest = "d21b3d3ebe282cd48e4ccab2de4ce92cd68c6248bb2692b4f07a62835ab0b432"
+
+// TestGoldenKeyInputs: replays of key inputs give the states, checkpoints and
+// snapshots they gave before mouse look.
+func TestGoldenKeyInputs(t *testing.T) {
+	h := sha256.New()
+	goldenScript(t, func(scenario, tick int, g *Game) {
+		fmt.Fprintf(h, "%d %d %x ", scenario, tick, g.StateHash())
+		h.Write(g.Save())
+		for slot := abi.SpectatorSlot; slot < MaxPlayers; slot++ {
+			h.Write(g.View(slot))
+		}
+	})
+	if got := hex.EncodeToString(h.Sum(nil)); got != keyInputsDigest {
+		t.Fatalf("a replay of key inputs digests to %s, want %s", got, keyInputsDigest)
+	}
+}
+
 // TestGoldenViewsWithoutFeedback: without the combat feedback fields, every
 // frame is the one drawn before they existed (views-nofeedback.golden); and
 // the script does show feedback, so views.golden pins its drawing.

@@ -124,6 +124,7 @@ func (s *state) spawn(i int) {
 	p.alive = true
 	p.respawn = 0
 	p.cooldown = 0
+	p.aimOwed = 0 // a new life faces the spawn point's way
 }
 
 // cellCenter returns the fixed-point coordinate of the middle of cell c.

@@ -18,6 +18,13 @@ const (
 	hitRadius    = sdk.Fixed(sdk.FixedOne * 7 / 20) // 0.35 cell
 	maxNameBytes = 32
 	inputMask    = 0x7F // the seven buttons; bit 7 is ignored
+
+	// Mouse look (docs/ABI.md, "Arena input payload"): aimBytes follow the
+	// button byte in a mouse-look input. A player owes at most maxAimOwed of
+	// turning (half a turn); the rest of a faster flick is dropped, so a
+	// mouse turns no faster than the turn keys (turnSpeed per tick).
+	aimBytes   = 6
+	maxAimOwed = int32(1 << 15)
 )
 
 // Input bits (docs/ABI.md, "Arena input payload").
@@ -59,6 +66,16 @@ type player struct {
 	dmgFrom uint8
 
 	kills, deaths int32
+
+	// Mouse look (applyInput, move): whether the latest input carried an
+	// aim, its lock id and its aim (the client's running total of mouse
+	// movement, in sdk.Angle units), and the turn still owed to the mouse,
+	// paid off at most turnSpeed per tick. Zero for bots and key players, and
+	// then absent from checkpoints and state hashes (checkpoint.go).
+	aimOn   bool
+	aimLock uint16
+	aimLast int32
+	aimOwed int32
 
 	// Bot brain: a wander timer, a preferred turn direction (-1 left, +1 right)
 	// and a strafe mode used to dodge (0 none, 1 left, 2 right).

@@ -49,16 +49,25 @@ func (g *Game) Step() bool {
 	return s.ended
 }
 
-// move turns and moves a living player according to its held buttons.
-// Opposite buttons cancel out.
+// move turns and moves a living player according to its held buttons and the
+// turn owed to its mouse. Opposite buttons cancel out. Keys and mouse share
+// one budget of turnSpeed per tick, so no way of turning is faster than
+// another.
 func move(p *player) {
 	in := p.input
+	var turn int32
 	if in&BtnTurnLeft != 0 {
-		p.angle -= turnSpeed
+		turn -= int32(turnSpeed)
 	}
 	if in&BtnTurnRight != 0 {
-		p.angle += turnSpeed
+		turn += int32(turnSpeed)
 	}
+	if p.aimOwed != 0 {
+		step := clamp32(p.aimOwed, -int32(turnSpeed)-turn, int32(turnSpeed)-turn)
+		p.aimOwed -= step
+		turn += step
+	}
+	p.angle += sdk.Angle(turn) // modulo a full turn, as the keys always turned
 	var fwd, side sdk.Fixed
 	if in&BtnForward != 0 {
 		fwd += moveSpeed
@@ -126,6 +135,7 @@ func (g *Game) shoot() {
 		if killed {
 			v.health = 0
 			v.alive = false
+			v.aimOwed = 0 // a dead player owes its mouse nothing (takeAim: nor while dead)
 			v.respawn = respawnTicks
 			v.deaths++
 			s.players[sh.shooter].kills++

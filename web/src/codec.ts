@@ -1,9 +1,10 @@
 // The frame codec's decoder (docs/STREAMS.md; the Go side is gateway/framecodec):
 // a keyframe, then XOR deltas against the previous frame, run-length coded and
 // compressed with raw deflate, which browsers inflate natively with
-// DecompressionStream("deflate-raw").
+// DecompressionStream("deflate-raw"). The render worker decodes pixel streams with
+// it too (renderworker.ts), so it imports no protobuf code: only Frame's type.
 
-import { FrameEncoding, type Frame } from "./gen/ludus/v1/game_pb";
+import type { Frame } from "./gen/ludus/v1/game_pb";
 
 export const HEADER_SIZE = 8;
 export const VERSION = 1;
@@ -13,6 +14,14 @@ export const DEFAULT_MAX_RAW_SIZE = 16 << 20;
 export const STORED = 0;
 export const DEFLATE = 1;
 export const ZSTD = 2;
+
+/** FrameEncoding values (ludus.v1.FrameEncoding; as numbers, see the file comment). */
+export const ENCODING_UNSPECIFIED = 0;
+export const ENCODING_RAW = 1;
+export const ENCODING_DELTA_DEFLATE = 2;
+
+/** The fields of a stream's Frame that decoding needs. */
+export type EncodedFrame = Pick<Frame, "view" | "encoding" | "keyframe" | "tick" | "baseTick">;
 
 export type CodecErrorKind = "malformed" | "too_large" | "no_base";
 
@@ -193,13 +202,13 @@ export class FrameDecoder {
    * Decodes the view of a stream's Frame message whatever its encoding: raw views
    * pass through; a delta must apply to the last frame decoded.
    */
-  async frame(f: Frame): Promise<Uint8Array> {
-    switch (f.encoding) {
-      case FrameEncoding.UNSPECIFIED:
-      case FrameEncoding.RAW:
+  async frame(f: EncodedFrame): Promise<Uint8Array> {
+    switch (f.encoding as number) {
+      case ENCODING_UNSPECIFIED:
+      case ENCODING_RAW:
         this.base = null;
         return f.view;
-      case FrameEncoding.DELTA_DEFLATE: {
+      case ENCODING_DELTA_DEFLATE: {
         if (!f.keyframe && this.baseTick !== f.baseTick) {
           throw new CodecError("no_base", `delta on tick ${f.baseTick}, but the last frame decoded is tick ${this.baseTick ?? "none"}`);
         }

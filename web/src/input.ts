@@ -1,13 +1,53 @@
-// Keys and touch buttons to the module's input (its declared controls, meta.ts),
-// and sending the held-buttons payload as inputs.
+// Keys, touch buttons and the mouse to the module's input (its declared controls,
+// meta.ts), and sending the held-buttons payload as inputs.
 
 import { inputBytes, payloadOf, type Control } from "./meta";
 
 /**
+ * The key name a control lists to ask for mouse look (docs/ABI.md, "Metadata for
+ * pages"): with the pointer locked on the view, the mouse's primary button holds
+ * that control and its horizontal movement is sent after the mask as the aim.
+ */
+export const MOUSE = "Mouse";
+/** Aim per CSS pixel of horizontal movement, in 65536ths of a turn: 4096 px a turn. */
+export const AIM_PER_PX = 16;
+/**
+ * Inputs that only move the aim are sent at most this often: the gateway allows
+ * 60 inputs/s per account, and the game turns a player at most one step a tick
+ * (35/s) anyway. Changes of the held buttons go at once.
+ */
+export const AIM_MS = 40;
+
+/** Mouse look: "none" (not declared), "ready" (click the view), "locked", "refused". */
+export type MouseState = "none" | "ready" | "locked" | "refused";
+
+/**
+ * A payload with mouse look: the held-bits mask (n bytes, little-endian), then the
+ * aim (int32, the running total of movement since the lock, right positive) and
+ * the lock's id (uint16), little-endian.
+ */
+export function aimPayload(mask: number, n: number, aim: number, lock: number): Uint8Array {
+  const out = new Uint8Array(n + 6);
+  out.set(payloadOf(mask, n));
+  const v = new DataView(out.buffer);
+  v.setInt32(n, aim | 0, true);
+  v.setUint16(n + 4, lock & 0xffff, true);
+  return out;
+}
+
+/**
  * HeldControls turns the module's controls into a held-bits mask: keys held on
- * `window` (KeyboardEvent.code, so WASD works on any layout) and on-screen buttons
- * held with any pointer (touch, pen, mouse). It reports the payload each time the
- * mask changes. Losing focus or hiding the page releases everything.
+ * `window` (KeyboardEvent.code, so WASD works on any layout), on-screen buttons
+ * held with any pointer (touch, pen, mouse) and, for a module that asks for the
+ * mouse, its button while the pointer is locked on the view. It reports the payload
+ * each time the mask changes, and while the pointer is locked each time the aim
+ * moves (at most every AIM_MS). Losing focus or hiding the page releases everything.
+ *
+ * Mouse look sends a running total, not deltas: held-button inputs are "state"
+ * (a later one supersedes an earlier one, which may never be applied), so each
+ * input carries everything the game needs, and the game turns the player by the
+ * difference to the last total it saw (games/arena takeAim). A lock starts the
+ * total at 0 under a new random lock id, so a game never mixes two locks' totals.
  */
 export class HeldControls {
   private keyBits = new Map<string, number>();
@@ -17,6 +57,24 @@ export class HeldControls {
   private mask = 0;
   private bytes = 0;
   private pad: HTMLElement | null = null;
+
+  /** The bit the mouse button holds, or -1 when the module does not ask for the mouse. */
+  private mouseBit = -1;
+  private view: HTMLElement | null = null;
+  private locked = false;
+  private refused = false;
+  private mouseHeld = false;
+  /** Running aim total of this lock (int32) and the part of a unit not yet counted. */
+  private aim = 0;
+  private aimFrac = 0;
+  private lock = 0;
+  /** What the last payload said: with mouse look or not, and the aim. */
+  private sentLooking = false;
+  private sentAim = 0;
+  private sentAt = -Infinity;
+  private aimTimer = 0;
+  /** Mouse look changed state (for the page's hint line). */
+  onMouse: (state: MouseState) => void = () => {};
 
   constructor(private readonly onChange: (payload: Uint8Array, mask: number) => void) {
     window.addEventListener("keydown", this.down);
@@ -28,12 +86,21 @@ export class HeldControls {
   /** Uses these controls from now on (held keys of the old ones are released). */
   setControls(controls: readonly Control[]): void {
     this.keyBits = new Map();
-    for (const c of controls) for (const k of c.keys) this.keyBits.set(k, c.bit);
+    this.mouseBit = -1;
+    for (const c of controls) {
+      for (const k of c.keys) {
+        if (k === MOUSE) this.mouseBit = c.bit;
+        else this.keyBits.set(k, c.bit);
+      }
+    }
     this.bytes = inputBytes(controls);
     this.keys.clear();
     this.pointers.clear();
+    this.mouseHeld = false;
+    if (this.mouseBit < 0) this.unlock();
     this.renderPad(controls);
     this.update();
+    this.tellMouse();
   }
 
   /** On-screen buttons, one per control, go into `el` (touch screens). */
@@ -41,15 +108,114 @@ export class HeldControls {
     this.pad = el;
   }
 
+  /**
+   * The view (the canvas): a click with the mouse's primary button locks the
+   * pointer on it when the module asks for the mouse. Esc (the browser's) releases.
+   */
+  attachView(el: HTMLElement): void {
+    this.view = el;
+    el.addEventListener("pointerdown", this.viewDown);
+    document.addEventListener("pointerlockchange", this.lockChange);
+    document.addEventListener("pointerlockerror", this.lockError);
+    document.addEventListener("mousemove", this.mouseMove);
+    document.addEventListener("mousedown", this.mouseButton);
+    document.addEventListener("mouseup", this.mouseButton);
+    this.tellMouse();
+  }
+
+  /** Mouse look's state, for hints and tests. */
+  get mouse(): MouseState {
+    if (this.mouseBit < 0 || !this.view) return "none";
+    if (this.locked) return "locked";
+    return this.refused ? "refused" : "ready";
+  }
+
+  /** The aim total the last payload carried, and its lock id (tests, details). */
+  get aimSent(): { aim: number; lock: number } {
+    return { aim: this.sentAim, lock: this.sentLooking ? this.lock : 0 };
+  }
+
   dispose(): void {
     window.removeEventListener("keydown", this.down);
     window.removeEventListener("keyup", this.up);
     window.removeEventListener("blur", this.release);
     document.removeEventListener("visibilitychange", this.hidden);
+    if (this.view) {
+      this.view.removeEventListener("pointerdown", this.viewDown);
+      document.removeEventListener("pointerlockchange", this.lockChange);
+      document.removeEventListener("pointerlockerror", this.lockError);
+      document.removeEventListener("mousemove", this.mouseMove);
+      document.removeEventListener("mousedown", this.mouseButton);
+      document.removeEventListener("mouseup", this.mouseButton);
+      this.unlock();
+      this.view = null;
+    }
+    clearTimeout(this.aimTimer);
     this.keys.clear();
     this.pointers.clear();
     this.pad?.replaceChildren();
   }
+
+  private unlock(): void {
+    if (this.view && document.pointerLockElement === this.view) document.exitPointerLock();
+  }
+
+  private tellMouse(): void {
+    this.onMouse(this.mouse);
+  }
+
+  private readonly viewDown = (e: PointerEvent): void => {
+    // Touch and pen keep the on-screen buttons; only a mouse locks the pointer.
+    if (this.mouseBit < 0 || this.locked || e.pointerType !== "mouse" || e.button !== 0) return;
+    const view = this.view;
+    if (!view) return;
+    try {
+      // A promise in current browsers, undefined in older ones; either may fail.
+      Promise.resolve(view.requestPointerLock()).catch(() => this.lockError());
+    } catch {
+      this.lockError();
+    }
+  };
+
+  private readonly lockChange = (): void => {
+    const locked = this.view !== null && document.pointerLockElement === this.view;
+    if (locked === this.locked) return;
+    this.locked = locked;
+    this.mouseHeld = false;
+    if (locked) {
+      this.refused = false;
+      // A new lock: a new id and a total from 0 (see the class comment).
+      let id = this.lock;
+      while (id === this.lock || id === 0) id = 1 + Math.floor(Math.random() * 0xffff);
+      this.lock = id;
+      this.aim = 0;
+      this.aimFrac = 0;
+    }
+    this.update();
+    this.tellMouse();
+  };
+
+  private readonly lockError = (): void => {
+    if (this.locked) return;
+    this.refused = true;
+    this.tellMouse();
+  };
+
+  private readonly mouseMove = (e: MouseEvent): void => {
+    if (!this.locked || !e.movementX) return;
+    this.aimFrac += e.movementX * AIM_PER_PX;
+    const whole = Math.trunc(this.aimFrac);
+    this.aimFrac -= whole;
+    this.aim = (this.aim + whole) | 0; // int32, wrapping like the game's total
+    this.update();
+  };
+
+  private readonly mouseButton = (e: MouseEvent): void => {
+    if (!this.locked || e.button !== 0) return;
+    e.preventDefault();
+    this.mouseHeld = e.type === "mousedown";
+    this.update();
+  };
 
   private renderPad(controls: readonly Control[]): void {
     const pad = this.pad;
@@ -104,6 +270,7 @@ export class HeldControls {
   private readonly release = (): void => {
     this.keys.clear();
     this.pointers.clear();
+    this.mouseHeld = false;
     this.pad?.querySelectorAll(".held").forEach((b) => b.classList.remove("held"));
     this.update();
   };
@@ -116,10 +283,31 @@ export class HeldControls {
     let mask = 0;
     for (const code of this.keys) mask |= 1 << (this.keyBits.get(code) ?? 0);
     for (const bit of this.pointers.values()) mask |= 1 << bit;
+    if (this.mouseHeld && this.mouseBit >= 0) mask |= 1 << this.mouseBit;
     mask >>>= 0;
-    if (this.bytes === 0 || mask === this.mask) return;
+    if (this.bytes === 0) return;
+    const looking = this.locked;
+    if (mask === this.mask && looking === this.sentLooking) {
+      // Only the aim moved (or nothing did): at most one input per AIM_MS.
+      if (!looking || this.aim === this.sentAim || this.aimTimer) return;
+      const wait = this.sentAt + AIM_MS - performance.now();
+      if (wait > 0) {
+        this.aimTimer = window.setTimeout(() => {
+          this.aimTimer = 0;
+          this.update();
+        }, wait);
+        return;
+      }
+    }
+    clearTimeout(this.aimTimer);
+    this.aimTimer = 0;
     this.mask = mask;
-    this.onChange(payloadOf(mask, this.bytes), mask);
+    this.sentLooking = looking;
+    this.sentAim = looking ? this.aim : 0;
+    this.sentAt = performance.now();
+    // Without the pointer locked the payload is the mask alone, byte for byte
+    // what pages sent before mouse look.
+    this.onChange(looking ? aimPayload(mask, this.bytes, this.aim, this.lock) : payloadOf(mask, this.bytes), mask);
   }
 }
 

@@ -1,10 +1,11 @@
 // One open match on the page: the frame stream (played or spectated), drawing, the
-// status bar and, when playing, the keyboard.
+// status bar and, when playing, the keyboard and the mouse.
 //
 // Delivery: a game whose module has a renderer (GameInfo.snapshot_format) is
 // streamed as snapshots that the page renders with the module's own ludus_render in
 // a worker (snapshots.ts), when the browser can (WebAssembly, Worker, OffscreenCanvas,
-// a secure context); otherwise as pixels the node rendered, drawn as before.
+// a secure context); otherwise as pixels the node rendered, which the same worker
+// decodes off the main thread where it can (PixelWorker), or the page itself.
 // ?delivery=pixels or ?delivery=snapshots forces a mode. When the module cannot be
 // fetched or verified, or its render traps or runs away, the stream is opened again
 // with pixels and the status bar says why.
@@ -15,11 +16,11 @@ import { describeError, rememberRegion, trouble, type Session } from "./api";
 import { deltaDeflateSupported, FrameDecoder } from "./codec";
 import { Delivery, FrameEncoding, type Frame, type Status } from "./gen/ludus/v1/game_pb";
 import { sha256Hex } from "./hash";
-import { hooks, RenderTimes, type FrameHash, type Mode } from "./hooks";
-import { HeldControls, InputSender } from "./input";
+import { FrameTimes, hooks, RenderTimes, type FrameCosts, type FrameHash, type Mode } from "./hooks";
+import { HeldControls, InputSender, type MouseState } from "./input";
 import { FALLBACK_META, parseMeta, type ModuleMeta } from "./meta";
 import { INDEXED8, Renderer } from "./render";
-import { SnapshotRenderer, snapshotSupport } from "./snapshots";
+import { PixelWorker, pixelWorkerSupport, SnapshotRenderer, snapshotSupport } from "./snapshots";
 import { StatusBar } from "./status";
 
 export interface MatchOptions {
@@ -115,17 +116,32 @@ export class Match {
   private switching = false;
   private snap: SnapshotRenderer | null = null;
   /** A snapshot that arrived before the stream's first Status. */
-  private early: { tick: bigint; view: Uint8Array } | null = null;
+  private early: { tick: bigint; view: Uint8Array; decodeMs: number } | null = null;
   private readonly times = new RenderTimes();
   private readonly moduleTimes = new RenderTimes();
+  /** Per-frame costs by stage (hooks.frameCosts, the details' "frame cost"). */
+  private readonly costs = new FrameTimes();
+  /**
+   * Pixel streams are decoded in the render worker (PixelWorker) where the browser
+   * can: decodeOn says where the current stream's frames are decoded, decodeWhy why
+   * on the page when not in the worker, and decodeFailure is a frame the worker
+   * could not decode, which ends the stream as a failed decode here would.
+   */
+  private pixelWorker: PixelWorker | null = null;
+  private decodeOn: "main" | "worker" = "main";
+  private decodeWhy = "";
+  private decodeFailure: Error | null = null;
+  /** The line under the hint that explains mouse look (index.html #mouse-hint). */
+  private readonly mouseHint = document.getElementById("mouse-hint");
 
   constructor(private readonly o: MatchOptions) {
     this.status = o.status;
     this.renderer = new Renderer(o.canvas);
     this.renderer.onPaint = (problem) => this.showOverlay(problem);
-    this.renderer.onDrawn = (_tick, ms) => {
+    this.renderer.onDrawn = (_tick, ms, up) => {
       hooks.framesDrawn++;
-      if (this.streamMode !== "snapshots") this.times.add(ms);
+      if (this.streamMode !== "snapshots") this.times.add(up.workerMs + ms);
+      this.costs.add(up, ms);
     };
     ({ mode: this.want, why: this.why } = chooseDelivery(o.snapshotFormat));
     hooks.framesDrawn = 0;
@@ -142,6 +158,8 @@ export class Match {
       tick: "",
       state: "",
       render: "",
+      cost: "",
+      mouse: "",
       rtt: "",
       kbps: "",
       migrations: 0,
@@ -151,6 +169,10 @@ export class Match {
     hooks.migrations = 0;
     hooks.lastMigrationMs = null;
     hooks.inputMask = 0;
+    hooks.inputPayload = [];
+    hooks.mouse = "";
+    hooks.aim = 0;
+    hooks.frameCosts = null;
     hooks.applyMeta = (json) => this.applyMeta(json, true);
     this.status.say("");
     this.showMode();
@@ -181,9 +203,14 @@ export class Match {
       this.sender = sender;
       const controls = new HeldControls((payload, mask) => {
         hooks.inputMask = mask;
+        hooks.inputPayload = [...payload];
+        hooks.aim = controls.aimSent.aim;
+        this.showAim(controls);
         sender.set(payload);
       });
       if (o.pad) controls.attachPad(o.pad);
+      controls.onMouse = (state) => this.showMouse(state, controls);
+      controls.attachView(o.canvas);
       this.controls = controls;
     }
     void this.run();
@@ -198,6 +225,9 @@ export class Match {
     this.renderer.stop();
     this.snap?.close();
     this.snap = null;
+    this.pixelWorker?.close();
+    this.pixelWorker = null;
+    hooks.decodeOn = "";
     hooks.mode = "";
     hooks.lastFrame = () => Promise.resolve(null);
     hooks.applyMeta = () => false;
@@ -237,6 +267,37 @@ export class Match {
     this.sender?.stop();
     this.controls = null;
     this.sender = null;
+    this.showMouse("none", null);
+  }
+
+  /**
+   * The hint line and the details for mouse look. The offer to click is for
+   * screens with a mouse (a fine pointer) only: phones keep their touch buttons.
+   */
+  private showMouse(state: MouseState, controls: HeldControls | null): void {
+    hooks.mouse = state;
+    const el = this.mouseHint;
+    let text = "";
+    if (state === "locked") {
+      text = "Mouse look on: move the mouse to turn, click to fire. Esc gives the mouse back.";
+    } else if (state === "refused") {
+      text = "The browser did not lock the mouse pointer, so mouse look is off (click the view to try again); the keys work as always.";
+    } else if (state === "ready" && matchMedia("(any-pointer: fine)").matches) {
+      text = "Click the view for mouse look: the mouse turns, its button fires; Esc gives the mouse back.";
+    }
+    if (el) {
+      if (el.textContent !== text) el.textContent = text;
+      el.hidden = text === "";
+    }
+    this.o.canvas.dataset["mouse"] = state;
+    if (controls) this.showAim(controls);
+    else this.status.set({ mouse: "" });
+  }
+
+  private showAim(controls: HeldControls): void {
+    const state = controls.mouse;
+    const { aim, lock } = controls.aimSent;
+    this.status.set({ mouse: state === "locked" ? `locked, aim ${aim} (lock ${lock})` : state === "none" ? "" : state });
   }
 
   /** Streams until the match ends or the view is closed, reconnecting with backoff. */
@@ -264,6 +325,12 @@ export class Match {
         this.status.set({ conn: "connecting" });
         // Every stream starts with a keyframe; deltas apply to this stream's frames.
         const decoder = new FrameDecoder();
+        // Pixels are decoded in the render worker where the browser can, else here.
+        const inWorker = mode === "pixels" && this.startPixelWorker();
+        this.decodeOn = inWorker ? "worker" : "main";
+        hooks.decodeOn = this.decodeOn;
+        hooks.decodeWhy = mode === "pixels" && !inWorker ? this.decodeWhy : "";
+        if (inWorker) this.pixelWorker?.reset();
         const req = {
           gameId,
           acceptEncodings: acceptEncodings(),
@@ -273,20 +340,31 @@ export class Match {
         const stream = spectate ? session.game.spectate(req, opts) : session.game.streamFrames(req, opts);
         for await (const res of stream) {
           if (this.switching) break; // fallback() ended this stream
-          if (res.msg.case === "frame") {
+          if (res.msg.case === "frame" && inWorker) {
+            // The worker decodes every frame in order and draws the newest; one it
+            // cannot decode ends the stream (onDecodeError), as below.
+            this.onFrame(res.msg.value, mode, null);
+            backoff = BACKOFF_MIN_MS;
+            relogged = false;
+          } else if (res.msg.case === "frame") {
             // Decoded in order before the next message is read; a frame that does
             // not decode ends the stream, and the retry starts with a keyframe.
+            const t0 = performance.now();
             const view = await decoder.frame(res.msg.value);
+            const decodeMs = performance.now() - t0;
             if (this.switching) break;
-            this.onFrame(res.msg.value, view, mode);
+            this.onFrame(res.msg.value, mode, { view, decodeMs });
             backoff = BACKOFF_MIN_MS;
             relogged = false;
           } else if (res.msg.case === "status") {
             this.onStatus(res.msg.value, mode);
           }
         }
-      } catch (err) {
+      } catch (caught) {
         if (signal.aborted) return;
+        // A frame the worker could not decode aborted the stream: report that.
+        const err = this.decodeFailure ?? caught;
+        this.decodeFailure = null;
         why = describeError(err);
         const t = trouble(err);
         said = t.text;
@@ -375,7 +453,11 @@ export class Match {
     return actions;
   }
 
-  private onFrame(frame: Frame, view: Uint8Array, asked: Mode): void {
+  /**
+   * One frame of the stream: decoded here (view, and what decoding took), or null
+   * when the pixel worker decodes this stream.
+   */
+  private onFrame(frame: Frame, asked: Mode, decoded: { view: Uint8Array; decodeMs: number } | null): void {
     this.frames++;
     this.framesTotal++;
     this.bytes += frame.view.byteLength;
@@ -384,16 +466,66 @@ export class Match {
       this.reconnecting = false;
       this.status.say("");
     }
+    if (!decoded) {
+      if (this.viewFormat && this.viewFormat !== INDEXED8) return;
+      this.pixelWorker?.submit(frame);
+      return;
+    }
+    const { view, decodeMs } = decoded;
     if (asked === "snapshots" && this.streamMode === null) {
-      this.early = { tick: frame.tick, view }; // wait for the Status that says what it is
+      this.early = { tick: frame.tick, view, decodeMs }; // wait for the Status that says what it is
       return;
     }
     if (this.streamMode === "snapshots") {
-      this.snap?.submit(frame.tick, view);
+      this.snap?.submit(frame.tick, view, decodeMs);
       return;
     }
     if (this.viewFormat && this.viewFormat !== INDEXED8) return;
-    this.renderer.submit(view, frame.tick);
+    this.renderer.submit(view, frame.tick, { decodeMs, decodeOnPage: true, workerMs: 0, handoffMs: 0 });
+  }
+
+  /**
+   * The pixel worker, started if need be; false when pixels are decoded here
+   * (?decode=main, a browser without what it needs, or a worker that failed:
+   * decodeWhy says which).
+   */
+  private startPixelWorker(): boolean {
+    if (this.pixelWorker) return true;
+    if (this.decodeWhy) return false;
+    const lack = new URLSearchParams(location.search).get("decode") === "main" ? "?decode=main" : pixelWorkerSupport();
+    if (lack) {
+      this.decodeWhy = lack;
+      return false;
+    }
+    const w: PixelWorker = new PixelWorker({
+      onFrame: (bitmap, tick, decodeMs, ms, handoffMs) => {
+        if (this.pixelWorker === w) this.renderer.submit(bitmap, tick, { decodeMs, decodeOnPage: false, workerMs: ms, handoffMs });
+        else bitmap.close();
+      },
+      onProblem: (problem) => this.showOverlay(problem),
+      onDecodeError: (message) => {
+        // The first one says why; the frames after it fail for want of a base.
+        if (this.pixelWorker !== w || this.decodeOn !== "worker" || !this.streamAbort || this.decodeFailure) return;
+        this.decodeFailure = new Error(`frame codec: ${message}`);
+        this.streamAbort?.abort();
+      },
+      onFail: (reason) => {
+        if (this.pixelWorker !== w) return;
+        // Decode here from now on: the stream starts again, with a keyframe.
+        this.pixelWorker = null;
+        this.decodeWhy = reason;
+        if (this.decodeOn === "worker") {
+          this.switching = true;
+          this.streamAbort?.abort();
+        }
+      },
+    });
+    if (!w.start()) {
+      this.decodeWhy = "the decoding worker did not start";
+      return false;
+    }
+    this.pixelWorker = w;
+    return true;
   }
 
   private onStatus(s: Status, asked: Mode): void {
@@ -450,10 +582,10 @@ export class Match {
       if (!this.snap) {
         const snap = new SnapshotRenderer({
           ticket: () => this.o.session.ticket,
-          onFrame: (bitmap, tick, ms, moduleMs) => {
+          onFrame: (bitmap, tick, ms, moduleMs, decodeMs) => {
             this.times.add(ms);
             this.moduleTimes.add(moduleMs);
-            this.renderer.submit(bitmap, tick);
+            this.renderer.submit(bitmap, tick, { decodeMs, decodeOnPage: true, workerMs: ms, handoffMs: 0 });
           },
           onFail: (reason) => {
             if (this.snap === snap) this.fallback(reason);
@@ -473,11 +605,12 @@ export class Match {
     }
     this.times.reset();
     this.moduleTimes.reset();
+    this.costs.reset();
     this.showMode();
     const early = this.early;
     this.early = null;
-    if (early && this.snap && this.streamMode === "snapshots") this.snap.submit(early.tick, early.view);
-    else if (early && this.streamMode === "pixels") this.renderer.submit(early.view, early.tick);
+    if (early && this.snap && this.streamMode === "snapshots") this.snap.submit(early.tick, early.view, early.decodeMs);
+    else if (early && this.streamMode === "pixels") this.renderer.submit(early.view, early.tick, { decodeMs: early.decodeMs, decodeOnPage: true, workerMs: 0, handoffMs: 0 });
   }
 
   /** Snapshots failed: render on the node from now on, and say why. */
@@ -490,6 +623,7 @@ export class Match {
     this.streamMode = null;
     this.times.reset();
     this.moduleTimes.reset();
+    this.costs.reset();
     this.showMode();
     this.status.say("Drawing on the server instead (this browser could not run the game's renderer).", "", [], reason);
     this.switching = true;
@@ -518,7 +652,10 @@ export class Match {
     hooks.renderMsMedian = med;
     hooks.renderSamples = this.times.count;
     hooks.moduleMsMedian = this.moduleTimes.median();
-    this.status.set({ render: med === null ? "" : `${med.toFixed(2)} ms` });
+    const costs = this.costs.costs();
+    hooks.frameCosts = costs;
+    const where = this.decodeOn === "worker" && this.streamMode === "pixels" ? "worker" : "page";
+    this.status.set({ render: med === null ? "" : `${med.toFixed(2)} ms`, cost: costs ? describeCosts(costs, where) : "" });
     this.o.canvas.dataset["frames"] = String(hooks.framesDrawn);
     this.o.canvas.dataset["renderMs"] = med === null ? "" : med.toFixed(3);
   }
@@ -528,6 +665,10 @@ export class Match {
     if (this.streamMode === "snapshots") {
       const h = await this.snap?.hash();
       return h && h.size > 0 ? { mode: "snapshots", tick: String(h.tick), sha256: h.sha256, size: h.size } : null;
+    }
+    if (this.decodeOn === "worker" && this.pixelWorker) {
+      const h = await this.pixelWorker.hash();
+      return h && h.size > 0 ? { mode: "pixels", tick: String(h.tick), sha256: h.sha256, size: h.size } : null;
     }
     const view = this.renderer.lastView;
     if (!view) return null;
@@ -554,6 +695,13 @@ export class Match {
     const mode = this.streamMode ?? this.want;
     this.showOverlay(format && format !== INDEXED8 && mode === "pixels" ? unsupported(format) : "");
   }
+}
+
+/** "0.61 ms, p95 0.95 (decode 0.20 on the page, worker 0.00, draw 0.38; main thread 0.60, p95 0.93) of 512 frames". */
+function describeCosts(c: FrameCosts, decodeOn: "page" | "worker"): string {
+  const f = (v: number): string => v.toFixed(2);
+  return `${f(c.frameMsP50)} ms, p95 ${f(c.frameMsP95)} (decode ${f(c.decodeMsP50)} ${decodeOn === "worker" ? "in the worker" : "on the page"}, ` +
+    `worker ${f(c.workerMsP50)}, draw ${f(c.drawMsP50)}; main thread ${f(c.mainMsP50)}, p95 ${f(c.mainMsP95)}) of ${c.samples} frames`;
 }
 
 function unsupported(format: string): string {

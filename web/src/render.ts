@@ -6,6 +6,19 @@ import { indexed8Size, PaletteLUT } from "./indexed8";
 
 export { INDEXED8 } from "./indexed8";
 
+/** What a view cost before it reached the Renderer (hooks.ts, FrameCosts). */
+export interface Upstream {
+  /** The frame codec, on the page (decodeOnPage) or in the render worker. */
+  decodeMs: number;
+  decodeOnPage: boolean;
+  /** The render worker's other work (render, palette lookup, ImageBitmap); 0 without it. */
+  workerMs: number;
+  /** The page handing the frame to the worker (pixels decoded there); 0 otherwise. */
+  handoffMs: number;
+}
+
+const NO_COST: Upstream = { decodeMs: 0, decodeOnPage: true, workerMs: 0, handoffMs: 0 };
+
 /**
  * Renderer keeps the newest submitted view and draws it on the next animation frame;
  * older views that were never drawn are dropped.
@@ -17,14 +30,18 @@ export class Renderer {
   private readonly palette = new PaletteLUT();
   private latest: Uint8Array | ImageBitmap | null = null;
   private latestTick = -1n;
+  private latestCost = NO_COST;
   private raf = 0;
   /** The indexed8 view last drawn by draw(), and its tick (-1 when unknown). */
   lastView: Uint8Array | null = null;
   lastTick = -1n;
   /** Called after each paint with why the view could not be drawn, or "" if it was. */
   onPaint: (problem: string) => void = () => {};
-  /** Called after each view drawn: its tick and the milliseconds drawing took. */
-  onDrawn: (tick: bigint, ms: number) => void = () => {};
+  /**
+   * Called after each view drawn: its tick, the milliseconds drawing took and what
+   * the view cost before (as submitted).
+   */
+  onDrawn: (tick: bigint, ms: number, upstream: Upstream) => void = () => {};
 
   constructor(readonly canvas: HTMLCanvasElement) {
     const ctx = canvas.getContext("2d", { alpha: false });
@@ -35,10 +52,11 @@ export class Renderer {
   }
 
   /** Queues a view; only the newest one queued before the next paint is drawn. */
-  submit(view: Uint8Array | ImageBitmap, tick = -1n): void {
+  submit(view: Uint8Array | ImageBitmap, tick = -1n, upstream: Upstream = NO_COST): void {
     this.drop();
     this.latest = view;
     this.latestTick = tick;
+    this.latestCost = upstream;
     if (!this.raf) this.raf = requestAnimationFrame(this.paint);
   }
 
@@ -58,6 +76,7 @@ export class Renderer {
     this.raf = 0;
     const view = this.latest;
     const tick = this.latestTick;
+    const upstream = this.latestCost;
     this.latest = null;
     if (!view) return;
     const t0 = performance.now();
@@ -72,7 +91,7 @@ export class Renderer {
       problem = this.drawBitmap(view);
       view.close();
     }
-    if (!problem) this.onDrawn(tick, performance.now() - t0);
+    if (!problem) this.onDrawn(tick, performance.now() - t0, upstream);
     this.onPaint(problem);
   };
 

@@ -4,11 +4,15 @@
 // module's ludus_render and a palette lookup table (a Uint32Array over ImageData's
 // bytes). It answers every render with the frame as an ImageBitmap (or draws on an
 // OffscreenCanvas the page transferred) and the time it took. See snapshots.ts for the page's side.
+//
+// It also decodes pixel streams off the page's main thread ("decode"; no module):
+// the frame codec (codec.ts), then the same palette lookup and ImageBitmap.
 
-import { PaletteLUT } from "./indexed8";
+import { FrameDecoder } from "./codec";
+import { indexed8Size, PaletteLUT } from "./indexed8";
 import { sha256Hex } from "./hash";
 import { ModuleRenderer, RenderError } from "./modrender";
-import type { FailStage, FromWorker, InitRequest, RenderRequest, ToWorker } from "./workerproto";
+import type { DecodeRequest, FailStage, FromWorker, InitRequest, RenderRequest, ToWorker } from "./workerproto";
 
 interface WorkerScope {
   postMessage(msg: FromWorker, transfer?: Transferable[]): void;
@@ -28,6 +32,9 @@ const palette = new PaletteLUT();
 /** A copy of the last frame rendered, for hash requests. */
 let last: Uint8Array = new Uint8Array(0);
 let lastTick = -1n;
+/** The pixel stream's decoder, and how many of its frames wait behind the one being handled. */
+const decoder = new FrameDecoder();
+let decodesWaiting = 0;
 
 class Stage extends Error {
   constructor(
@@ -93,6 +100,49 @@ async function render(req: RenderRequest): Promise<void> {
   const t1 = performance.now();
   const w = frame[4]! | (frame[5]! << 8);
   const h = frame[6]! | (frame[7]! << 8);
+  const bitmap = await draw(frame, w, h);
+  if (last.length !== frame.length) last = new Uint8Array(frame.length);
+  last.set(frame); // frame aliases module memory: keep a copy
+  lastTick = req.tick;
+  const ms = performance.now() - t0;
+  const sha256 = req.wantHash ? await sha256Hex(last) : undefined;
+  const msg: FromWorker = { type: "frame", seq: req.seq, tick: req.tick, width: w, height: h, ms, wasmMs: t1 - t0, bitmap, sha256 };
+  scope.postMessage(msg, bitmap ? [bitmap] : []);
+}
+
+/**
+ * Decodes one frame of a pixel stream and, unless a newer one already waits,
+ * draws it as render() draws a snapshot's frame. A frame that does not decode is
+ * reported; the page starts the stream again (a keyframe resets the decoder).
+ */
+async function decode(req: DecodeRequest): Promise<void> {
+  const t0 = performance.now();
+  let view: Uint8Array;
+  try {
+    view = await decoder.frame({ ...req, view: new Uint8Array(req.payload) });
+  } catch (err) {
+    decoder.reset();
+    scope.postMessage({ type: "decode-error", seq: req.seq, message: err instanceof Error ? err.message : String(err) });
+    return;
+  }
+  const t1 = performance.now();
+  if (decodesWaiting > 0) return; // only the newest is drawn, as on the page
+  const size = indexed8Size(view);
+  if (typeof size === "string") {
+    scope.postMessage({ type: "frame", seq: req.seq, tick: req.tick, width: 0, height: 0, ms: 0, wasmMs: 0, decodeMs: t1 - t0, problem: size });
+    return;
+  }
+  const bitmap = await draw(view, size.w, size.h);
+  last = view; // decoded views are new arrays (codec.ts): safe to keep
+  lastTick = req.tick;
+  const msg: FromWorker = {
+    type: "frame", seq: req.seq, tick: req.tick, width: size.w, height: size.h, ms: performance.now() - t1, wasmMs: 0, decodeMs: t1 - t0, bitmap,
+  };
+  scope.postMessage(msg, bitmap ? [bitmap] : []);
+}
+
+/** Draws a checked indexed8 frame: an ImageBitmap, or on the transferred canvas (then undefined). */
+async function draw(frame: Uint8Array, w: number, h: number): Promise<ImageBitmap | undefined> {
   if (!image || image.width !== w || image.height !== h) {
     image = new ImageData(w, h);
     pixels = new Uint32Array(image.data.buffer);
@@ -113,13 +163,7 @@ async function render(req: RenderRequest): Promise<void> {
     // Copies the pixels before it returns; the next render waits for it anyway.
     bitmap = await createImageBitmap(image);
   }
-  if (last.length !== frame.length) last = new Uint8Array(frame.length);
-  last.set(frame); // frame aliases module memory: keep a copy
-  lastTick = req.tick;
-  const ms = performance.now() - t0;
-  const sha256 = req.wantHash ? await sha256Hex(last) : undefined;
-  const msg: FromWorker = { type: "frame", seq: req.seq, tick: req.tick, width: w, height: h, ms, wasmMs: t1 - t0, bitmap, sha256 };
-  scope.postMessage(msg, bitmap ? [bitmap] : []);
+  return bitmap;
 }
 
 // Messages are handled one at a time, in order: a render waits for the module.
@@ -127,12 +171,24 @@ let queue: Promise<void> = Promise.resolve();
 
 scope.onmessage = (e) => {
   const msg = e.data;
+  if (msg.type === "decode") decodesWaiting++;
   queue = queue.then(() => handle(msg));
 };
 
 async function handle(msg: ToWorker): Promise<void> {
+  if (msg.type === "decode") decodesWaiting--;
   if (failed) return;
   switch (msg.type) {
+    case "reset":
+      decoder.reset();
+      return;
+    case "decode":
+      try {
+        await decode(msg);
+      } catch (err) {
+        fail("render", err, msg.seq);
+      }
+      return;
     case "init":
       if (loading) return;
       loading = load(msg).catch((err: unknown) => fail("fetch", err));

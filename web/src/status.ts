@@ -22,7 +22,9 @@ const DETAILS = {
   node: "node",
   state: "state",
   render: "render/frame",
+  cost: "frame cost",
   ack: "input ack",
+  mouse: "mouse look",
   why: "delivery",
 } as const;
 

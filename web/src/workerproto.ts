@@ -31,7 +31,30 @@ export interface HashRequest {
   seq: number;
 }
 
-export type ToWorker = InitRequest | RenderRequest | HashRequest;
+/**
+ * A frame of a pixel stream, as the stream carried it (Frame.view and how it is
+ * encoded). The worker decodes every one in order (deltas apply to the one
+ * before) and draws the newest: a frame followed by another already waiting is
+ * decoded but not drawn. Needs no module ("init").
+ */
+export interface DecodeRequest {
+  type: "decode";
+  seq: number;
+  tick: bigint;
+  /** ludus.v1.FrameEncoding, as a number. */
+  encoding: number;
+  keyframe: boolean;
+  baseTick: bigint;
+  /** The encoded view (transferred). */
+  payload: ArrayBuffer;
+}
+
+/** A new pixel stream: its first frame is a keyframe, so the last one is forgotten. */
+export interface ResetRequest {
+  type: "reset";
+}
+
+export type ToWorker = InitRequest | RenderRequest | HashRequest | DecodeRequest | ResetRequest;
 
 export interface Ready {
   type: "ready";
@@ -52,7 +75,11 @@ export interface Rendered {
   ms: number;
   /** Of which in the module (ludus_buffer, copying the snapshot, ludus_render). */
   wasmMs: number;
+  /** Pixel streams: decoding the frame (not part of ms); 0 for snapshots. */
+  decodeMs?: number;
   bitmap?: ImageBitmap;
+  /** Pixel streams: why the view could not be drawn (no bitmap then). */
+  problem?: string;
   sha256?: string;
 }
 
@@ -75,4 +102,14 @@ export interface Failed {
   seq?: number;
 }
 
-export type FromWorker = Ready | Rendered | HashReply | Failed;
+/**
+ * A pixel stream's frame did not decode (a malformed payload, a delta without its
+ * base): the stream must start again with a keyframe. The worker goes on.
+ */
+export interface DecodeFailed {
+  type: "decode-error";
+  seq: number;
+  message: string;
+}
+
+export type FromWorker = Ready | Rendered | HashReply | Failed | DecodeFailed;

@@ -4,6 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_buf_validate_validate } from "../../buf/validate/validate_pb";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/v1/batch.proto.
  */
 export const file_ludus_v1_batch: GenFile = /*@__PURE__*/
-  fileDesc("ChRsdWR1cy92MS9iYXRjaC5wcm90bxIIbHVkdXMudjEiLQoIQmF0Y2hNYXASDAoEbmFtZRgBIAEoCRITCgtjb25maWdfanNvbhgCIAEoCSLZAQoMQmF0Y2hSdW5TcGVjEg4KBm1vZHVsZRgBIAEoCRIQCghidWlsZF9pZBgCIAEoCRIgCgRtYXBzGAMgAygLMhIubHVkdXMudjEuQmF0Y2hNYXASDQoFc2VlZHMYBCADKAQSDQoFc2lkZXMYBSABKAUSDQoFZ2FtZXMYBiABKAUSGwoTZ2FtZV9kZWFkbGluZV90aWNrcxgHIAEoAxISCgpkZWFkbGluZV9zGAggASgDEhQKDGJ1ZGdldF9jcHVfcxgJIAEoARIRCglrZWVwX2xvZ3MYCiABKAgi5gIKDUJhdGNoUHJvZ3Jlc3MSDgoGcnVuX2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg4KBnJlYXNvbhgDIAEoCRINCgVnYW1lcxgEIAEoBRIMCgRkb25lGAUgASgFEg4KBmZhaWxlZBgGIAEoBRIRCgl0aW1lZF9vdXQYByABKAUSDQoFY3B1X3MYCCABKAESFAoMYnVkZ2V0X2NwdV9zGAkgASgBEi4KCmNyZWF0ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHc3BlZWR1cBgNIAEoARIkCgRzcGVjGA4gASgLMhYubHVkdXMudjEuQmF0Y2hSdW5TcGVjIrgBCgtCYXRjaFJlc3VsdBIMCgRnYW1lGAEgASgFEgsKA21hcBgCIAEoCRIMCgRzZWVkGAMgASgEEgwKBHNpZGUYBCABKAUSDgoGd2lubmVyGAUgASgFEg0KBXRpY2tzGAYgASgDEg0KBWVuZGVkGAcgASgIEhEKCXRpbWVkX291dBgIIAEoCBINCgVjcHVfcxgJIAEoARITCgtyZXN1bHRfanNvbhgKIAEoCRINCgVlcnJvchgLIAEoCSI3Cg9TdGFydFJ1blJlcXVlc3QSJAoEc3BlYxgBIAEoCzIWLmx1ZHVzLnYxLkJhdGNoUnVuU3BlYyI9ChBTdGFydFJ1blJlc3BvbnNlEikKCHByb2dyZXNzGAEgASgLMhcubHVkdXMudjEuQmF0Y2hQcm9ncmVzcyIhCg9XYXRjaFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJImUKEFdhdGNoUnVuUmVzcG9uc2USKQoIcHJvZ3Jlc3MYASABKAsyFy5sdWR1cy52MS5CYXRjaFByb2dyZXNzEiYKB3Jlc3VsdHMYAiADKAsyFS5sdWR1cy52MS5CYXRjaFJlc3VsdCIwCg1HZXRSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdyZXN1bHRzGAIgASgIImMKDkdldFJ1blJlc3BvbnNlEikKCHByb2dyZXNzGAEgASgLMhcubHVkdXMudjEuQmF0Y2hQcm9ncmVzcxImCgdyZXN1bHRzGAIgAygLMhUubHVkdXMudjEuQmF0Y2hSZXN1bHQiIgoQQ2FuY2VsUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkiPgoRQ2FuY2VsUnVuUmVzcG9uc2USKQoIcHJvZ3Jlc3MYASABKAsyFy5sdWR1cy52MS5CYXRjaFByb2dyZXNzIjYKFVJ1bkFyY2hpdmVMaW5rUmVxdWVzdBIOCgZydW5faWQYASABKAkSDQoFdHRsX3MYAiABKAMiVQoWUnVuQXJjaGl2ZUxpbmtSZXNwb25zZRILCgN1cmwYASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiHQobUm90YXRlQXJjaGl2ZUxpbmtLZXlSZXF1ZXN0Ih4KHFJvdGF0ZUFyY2hpdmVMaW5rS2V5UmVzcG9uc2Uy1QMKDEJhdGNoU2VydmljZRJBCghTdGFydFJ1bhIZLmx1ZHVzLnYxLlN0YXJ0UnVuUmVxdWVzdBoaLmx1ZHVzLnYxLlN0YXJ0UnVuUmVzcG9uc2USQwoIV2F0Y2hSdW4SGS5sdWR1cy52MS5XYXRjaFJ1blJlcXVlc3QaGi5sdWR1cy52MS5XYXRjaFJ1blJlc3BvbnNlMAESOwoGR2V0UnVuEhcubHVkdXMudjEuR2V0UnVuUmVxdWVzdBoYLmx1ZHVzLnYxLkdldFJ1blJlc3BvbnNlEkQKCUNhbmNlbFJ1bhIaLmx1ZHVzLnYxLkNhbmNlbFJ1blJlcXVlc3QaGy5sdWR1cy52MS5DYW5jZWxSdW5SZXNwb25zZRJTCg5SdW5BcmNoaXZlTGluaxIfLmx1ZHVzLnYxLlJ1bkFyY2hpdmVMaW5rUmVxdWVzdBogLmx1ZHVzLnYxLlJ1bkFyY2hpdmVMaW5rUmVzcG9uc2USZQoUUm90YXRlQXJjaGl2ZUxpbmtLZXkSJS5sdWR1cy52MS5Sb3RhdGVBcmNoaXZlTGlua0tleVJlcXVlc3QaJi5sdWR1cy52MS5Sb3RhdGVBcmNoaXZlTGlua0tleVJlc3BvbnNlQiZaJGx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvdjE7bHVkdXN2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("ChRsdWR1cy92MS9iYXRjaC5wcm90bxIIbHVkdXMudjEiLQoIQmF0Y2hNYXASDAoEbmFtZRgBIAEoCRITCgtjb25maWdfanNvbhgCIAEoCSLZAQoMQmF0Y2hSdW5TcGVjEg4KBm1vZHVsZRgBIAEoCRIQCghidWlsZF9pZBgCIAEoCRIgCgRtYXBzGAMgAygLMhIubHVkdXMudjEuQmF0Y2hNYXASDQoFc2VlZHMYBCADKAQSDQoFc2lkZXMYBSABKAUSDQoFZ2FtZXMYBiABKAUSGwoTZ2FtZV9kZWFkbGluZV90aWNrcxgHIAEoAxISCgpkZWFkbGluZV9zGAggASgDEhQKDGJ1ZGdldF9jcHVfcxgJIAEoARIRCglrZWVwX2xvZ3MYCiABKAgi5gIKDUJhdGNoUHJvZ3Jlc3MSDgoGcnVuX2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg4KBnJlYXNvbhgDIAEoCRINCgVnYW1lcxgEIAEoBRIMCgRkb25lGAUgASgFEg4KBmZhaWxlZBgGIAEoBRIRCgl0aW1lZF9vdXQYByABKAUSDQoFY3B1X3MYCCABKAESFAoMYnVkZ2V0X2NwdV9zGAkgASgBEi4KCmNyZWF0ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHc3BlZWR1cBgNIAEoARIkCgRzcGVjGA4gASgLMhYubHVkdXMudjEuQmF0Y2hSdW5TcGVjIrgBCgtCYXRjaFJlc3VsdBIMCgRnYW1lGAEgASgFEgsKA21hcBgCIAEoCRIMCgRzZWVkGAMgASgEEgwKBHNpZGUYBCABKAUSDgoGd2lubmVyGAUgASgFEg0KBXRpY2tzGAYgASgDEg0KBWVuZGVkGAcgASgIEhEKCXRpbWVkX291dBgIIAEoCBINCgVjcHVfcxgJIAEoARITCgtyZXN1bHRfanNvbhgKIAEoCRINCgVlcnJvchgLIAEoCSI3Cg9TdGFydFJ1blJlcXVlc3QSJAoEc3BlYxgBIAEoCzIWLmx1ZHVzLnYxLkJhdGNoUnVuU3BlYyI9ChBTdGFydFJ1blJlc3BvbnNlEikKCHByb2dyZXNzGAEgASgLMhcubHVkdXMudjEuQmF0Y2hQcm9ncmVzcyIhCg9XYXRjaFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJImUKEFdhdGNoUnVuUmVzcG9uc2USKQoIcHJvZ3Jlc3MYASABKAsyFy5sdWR1cy52MS5CYXRjaFByb2dyZXNzEiYKB3Jlc3VsdHMYAiADKAsyFS5sdWR1cy52MS5CYXRjaFJlc3VsdCIwCg1HZXRSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdyZXN1bHRzGAIgASgIImMKDkdldFJ1blJlc3BvbnNlEikKCHByb2dyZXNzGAEgASgLMhcubHVkdXMudjEuQmF0Y2hQcm9ncmVzcxImCgdyZXN1bHRzGAIgAygLMhUubHVkdXMudjEuQmF0Y2hSZXN1bHQiIgoQQ2FuY2VsUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkiPgoRQ2FuY2VsUnVuUmVzcG9uc2USKQoIcHJvZ3Jlc3MYASABKAsyFy5sdWR1cy52MS5CYXRjaFByb2dyZXNzIjYKFVJ1bkFyY2hpdmVMaW5rUmVxdWVzdBIOCgZydW5faWQYASABKAkSDQoFdHRsX3MYAiABKAMiVQoWUnVuQXJjaGl2ZUxpbmtSZXNwb25zZRILCgN1cmwYASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiHQobUm90YXRlQXJjaGl2ZUxpbmtLZXlSZXF1ZXN0Ih4KHFJvdGF0ZUFyY2hpdmVMaW5rS2V5UmVzcG9uc2Ui6wEKFUdldEJhdGNoTW9kdWxlUmVxdWVzdBIcCgl0ZW5hbnRfaWQYASABKAlCCbpIBnIEEAEYQBImCgZtb2R1bGUYAiABKAlCFrpIE3IRGEAyDV5bYS16MC05Xy1dKiQSKgoIYnVpbGRfaWQYAyABKAlCGLpIFXITMhFeKFswLTlhLWZdezY0fSk/JDpgukhdGlsKEm1vZHVsZV9vcl9idWlsZF9pZBIbbmFtZSBhIG1vZHVsZSBvciBhIGJ1aWxkIGlkGih0aGlzLm1vZHVsZSAhPSAnJyB8fCB0aGlzLmJ1aWxkX2lkICE9ICcnIjgKFkdldEJhdGNoTW9kdWxlUmVzcG9uc2USEAoIYnVpbGRfaWQYASABKAkSDAoEd2FzbRgCIAEoDCKKAwoVUHV0QmF0Y2hSZXN1bHRSZXF1ZXN0EhwKCXRlbmFudF9pZBgBIAEoCUIJukgGcgQQARhAEisKBnJ1bl9pZBgCIAEoCUIbukgYchYQARhAMhBeW0EtWmEtejAtOV8tXSskEhkKBGdhbWUYAyABKAVCC7pICBoGEKCNBigAEhQKA21hcBgEIAEoCUIHukgEcgIoQBIMCgRzZWVkGAUgASgEEhcKBHNpZGUYBiABKAVCCbpIBhoEEBAoABIOCgZ3aW5uZXIYByABKAMSFgoFdGlja3MYCCABKANCB7pIBCICKAASDQoFZW5kZWQYCSABKAgSEQoJdGltZWRfb3V0GAogASgIEhcKBmNwdV9ucxgLIAEoA0IHukgEIgIoABIeCgtyZXN1bHRfanNvbhgMIAEoDEIJukgGegQYgIBAEhcKA2xvZxgNIAEoDEIKukgHegUYgICACBIYCgVlcnJvchgOIAEoCUIJukgGcgQogIAFEhgKBndvcmtlchgPIAEoCUIIukgFcgMogAEiKAoWUHV0QmF0Y2hSZXN1bHRSZXNwb25zZRIOCgZzdG9yZWQYASABKAgy1QMKDEJhdGNoU2VydmljZRJBCghTdGFydFJ1bhIZLmx1ZHVzLnYxLlN0YXJ0UnVuUmVxdWVzdBoaLmx1ZHVzLnYxLlN0YXJ0UnVuUmVzcG9uc2USQwoIV2F0Y2hSdW4SGS5sdWR1cy52MS5XYXRjaFJ1blJlcXVlc3QaGi5sdWR1cy52MS5XYXRjaFJ1blJlc3BvbnNlMAESOwoGR2V0UnVuEhcubHVkdXMudjEuR2V0UnVuUmVxdWVzdBoYLmx1ZHVzLnYxLkdldFJ1blJlc3BvbnNlEkQKCUNhbmNlbFJ1bhIaLmx1ZHVzLnYxLkNhbmNlbFJ1blJlcXVlc3QaGy5sdWR1cy52MS5DYW5jZWxSdW5SZXNwb25zZRJTCg5SdW5BcmNoaXZlTGluaxIfLmx1ZHVzLnYxLlJ1bkFyY2hpdmVMaW5rUmVxdWVzdBogLmx1ZHVzLnYxLlJ1bkFyY2hpdmVMaW5rUmVzcG9uc2USZQoUUm90YXRlQXJjaGl2ZUxpbmtLZXkSJS5sdWR1cy52MS5Sb3RhdGVBcmNoaXZlTGlua0tleVJlcXVlc3QaJi5sdWR1cy52MS5Sb3RhdGVBcmNoaXZlTGlua0tleVJlc3BvbnNlMr4BChJCYXRjaFdvcmtlclNlcnZpY2USUwoOR2V0QmF0Y2hNb2R1bGUSHy5sdWR1cy52MS5HZXRCYXRjaE1vZHVsZVJlcXVlc3QaIC5sdWR1cy52MS5HZXRCYXRjaE1vZHVsZVJlc3BvbnNlElMKDlB1dEJhdGNoUmVzdWx0Eh8ubHVkdXMudjEuUHV0QmF0Y2hSZXN1bHRSZXF1ZXN0GiAubHVkdXMudjEuUHV0QmF0Y2hSZXN1bHRSZXNwb25zZUImWiRsdWR1cy5kZXYvbHVkdXMvZ2VuL2x1ZHVzL3YxO2x1ZHVzdjFiBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_timestamp]);
 
 /**
  * BatchMap is one configuration a run plays on.
@@ -517,6 +518,184 @@ export const RotateArchiveLinkKeyResponseSchema: GenMessage<RotateArchiveLinkKey
   messageDesc(file_ludus_v1_batch, 15);
 
 /**
+ * @generated from message ludus.v1.GetBatchModuleRequest
+ */
+export type GetBatchModuleRequest = Message<"ludus.v1.GetBatchModuleRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * A module name of the tenant (its newest build), if build_id is empty;
+   * with build_id, the name the build must have.
+   *
+   * @generated from field: string module = 2;
+   */
+  module: string;
+
+  /**
+   * A build id: the module's SHA-256 in lowercase hex.
+   *
+   * @generated from field: string build_id = 3;
+   */
+  buildId: string;
+};
+
+/**
+ * Describes the message ludus.v1.GetBatchModuleRequest.
+ * Use `create(GetBatchModuleRequestSchema)` to create a new message.
+ */
+export const GetBatchModuleRequestSchema: GenMessage<GetBatchModuleRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_batch, 16);
+
+/**
+ * @generated from message ludus.v1.GetBatchModuleResponse
+ */
+export type GetBatchModuleResponse = Message<"ludus.v1.GetBatchModuleResponse"> & {
+  /**
+   * @generated from field: string build_id = 1;
+   */
+  buildId: string;
+
+  /**
+   * @generated from field: bytes wasm = 2;
+   */
+  wasm: Uint8Array;
+};
+
+/**
+ * Describes the message ludus.v1.GetBatchModuleResponse.
+ * Use `create(GetBatchModuleResponseSchema)` to create a new message.
+ */
+export const GetBatchModuleResponseSchema: GenMessage<GetBatchModuleResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_batch, 17);
+
+/**
+ * @generated from message ludus.v1.PutBatchResultRequest
+ */
+export type PutBatchResultRequest = Message<"ludus.v1.PutBatchResultRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * @generated from field: string run_id = 2;
+   */
+  runId: string;
+
+  /**
+   * The game's number in the run, 0 ≤ game < the run's games (at most 100,000).
+   *
+   * @generated from field: int32 game = 3;
+   */
+  game: number;
+
+  /**
+   * The map's name (at most 64 bytes, as in the spec).
+   *
+   * @generated from field: string map = 4;
+   */
+  map: string;
+
+  /**
+   * @generated from field: uint64 seed = 5;
+   */
+  seed: bigint;
+
+  /**
+   * @generated from field: int32 side = 6;
+   */
+  side: number;
+
+  /**
+   * The module's winner (a slot), -1 for none.
+   *
+   * @generated from field: int64 winner = 7;
+   */
+  winner: bigint;
+
+  /**
+   * @generated from field: int64 ticks = 8;
+   */
+  ticks: bigint;
+
+  /**
+   * @generated from field: bool ended = 9;
+   */
+  ended: boolean;
+
+  /**
+   * @generated from field: bool timed_out = 10;
+   */
+  timedOut: boolean;
+
+  /**
+   * The game's CPU time in nanoseconds.
+   *
+   * @generated from field: int64 cpu_ns = 11;
+   */
+  cpuNs: bigint;
+
+  /**
+   * The module's result JSON, at most 1 MiB.
+   *
+   * @generated from field: bytes result_json = 12;
+   */
+  resultJson: Uint8Array;
+
+  /**
+   * The game's input log (simnode/inputlog) when the run keeps logs, at most
+   * 16 MiB.
+   *
+   * @generated from field: bytes log = 13;
+   */
+  log: Uint8Array;
+
+  /**
+   * Set when the module failed: why, with its output (at most 80 KiB).
+   *
+   * @generated from field: string error = 14;
+   */
+  error: string;
+
+  /**
+   * The worker that played the game. With a node credential the backend
+   * records the node's id instead.
+   *
+   * @generated from field: string worker = 15;
+   */
+  worker: string;
+};
+
+/**
+ * Describes the message ludus.v1.PutBatchResultRequest.
+ * Use `create(PutBatchResultRequestSchema)` to create a new message.
+ */
+export const PutBatchResultRequestSchema: GenMessage<PutBatchResultRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_batch, 18);
+
+/**
+ * @generated from message ludus.v1.PutBatchResultResponse
+ */
+export type PutBatchResultResponse = Message<"ludus.v1.PutBatchResultResponse"> & {
+  /**
+   * Whether this result was stored (false: the game had one already).
+   *
+   * @generated from field: bool stored = 1;
+   */
+  stored: boolean;
+};
+
+/**
+ * Describes the message ludus.v1.PutBatchResultResponse.
+ * Use `create(PutBatchResultResponseSchema)` to create a new message.
+ */
+export const PutBatchResultResponseSchema: GenMessage<PutBatchResultResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_batch, 19);
+
+/**
  * BatchService runs batch runs of headless games for a studio (a tenant API
  * key in "Authorization: Bearer <key>"; starting, cancelling and rotating need
  * an admin key): thousands of bot games of one module build across maps,
@@ -595,4 +774,47 @@ export const BatchService: GenService<{
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ludus_v1_batch, 0);
+
+/**
+ * BatchWorkerService is the backend's side of batch games played outside its
+ * process: a sim node's batch worker (`ludus simnode --batch-workers N`)
+ * fetches a run's module build and stores each game's result here, then
+ * acknowledges the game in etcd. It takes the node's own credential
+ * (auth/clustercred; "Authorization: Bearer lnd_…") or the cluster token, and
+ * nothing else: a node holds neither the cluster token nor database access.
+ * Unauthenticated for a missing or wrong credential; InvalidArgument for a
+ * request outside the limits below.
+ *
+ * @generated from service ludus.v1.BatchWorkerService
+ */
+export const BatchWorkerService: GenService<{
+  /**
+   * GetBatchModule returns a module build of a tenant: build_id, or else the
+   * newest build named module. NotFound if the tenant has none.
+   *
+   * @generated from rpc ludus.v1.BatchWorkerService.GetBatchModule
+   */
+  getBatchModule: {
+    methodKind: "unary";
+    input: typeof GetBatchModuleRequestSchema;
+    output: typeof GetBatchModuleResponseSchema;
+  },
+  /**
+   * PutBatchResult stores one game's result, unless the game has one: the
+   * first result stored wins and stored says whether it was this one (a
+   * retry, or a game played twice after a worker died, stores nothing). The
+   * run must exist (NotFound) and be running (FailedPrecondition once it has
+   * ended and was recorded), and the game must be one of its games
+   * (InvalidArgument). A worker acknowledges the game only after this
+   * returned without error.
+   *
+   * @generated from rpc ludus.v1.BatchWorkerService.PutBatchResult
+   */
+  putBatchResult: {
+    methodKind: "unary";
+    input: typeof PutBatchResultRequestSchema;
+    output: typeof PutBatchResultResponseSchema;
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_ludus_v1_batch, 1);
 

@@ -1,0 +1,76 @@
+// Reports the pixel frames a spectator page draws, for
+// ../../e2e/browser_perf_test.go (TestBrowserPixelFramesExact), which compares
+// them with the frames the node sent:
+//
+//   node e2e/pixelframes.mjs BASE_URL GAME_ID worker|main
+//
+// Opens the spectator view of GAME_ID with pixels, decoded in the render worker
+// (worker) or on the page (main: ?decode=main), checks the page decodes where
+// asked, waits for 30 frames, then reads window.ludus.lastFrame() (the SHA-256 of
+// the whole indexed8 view last drawn, and its tick) ten times 150 ms apart and
+// prints {"ok":true,"decodeOn":...,"frames":[{"tick":"…","sha256":"…"},…]} as one
+// line of JSON. Exits 1 on failure.
+
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { launchChromium } from "./chromium.mjs";
+
+const TOTAL_MS = 60_000;
+const [base, gameId, decode] = process.argv.slice(2);
+if (!base || !gameId || !["worker", "main"].includes(decode)) {
+  console.error("usage: node e2e/pixelframes.mjs BASE_URL GAME_ID worker|main");
+  process.exit(2);
+}
+
+const userDataDir = mkdtempSync(join(tmpdir(), "ludus-pixframes-"));
+const pageErrors = [];
+let context;
+
+async function cleanup() {
+  try {
+    await Promise.race([context?.close(), new Promise((r) => setTimeout(r, 5000))]);
+  } catch {
+    // the browser may already be gone
+  }
+  rmSync(userDataDir, { recursive: true, force: true });
+}
+
+async function fail(message) {
+  console.error(`pixel frames (${decode}) failed: ${message}${pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : ""}`);
+  await cleanup();
+  process.exit(1);
+}
+
+const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
+
+try {
+  context = await launchChromium(userDataDir);
+  const page = context.pages()[0] ?? (await context.newPage());
+  page.on("pageerror", (err) => pageErrors.push(err.message));
+  page.on("console", (msg) => {
+    if (msg.type() === "error") pageErrors.push(`console: ${msg.text()}`);
+  });
+  const url = new URL(base);
+  url.searchParams.set("delivery", "pixels");
+  if (decode === "main") url.searchParams.set("decode", "main");
+  url.hash = `spectate=${encodeURIComponent(gameId)}`;
+  const res = await page.goto(url.href, { waitUntil: "load", timeout: 15_000 });
+  if (!res?.ok()) throw new Error(`GET ${url.href}: HTTP ${res?.status()}`);
+  await page.waitForFunction(() => window.ludus?.mode === "pixels" && window.ludus.framesDrawn >= 30, null, { timeout: 30_000, polling: 100 });
+  const on = await page.evaluate(() => [window.ludus.decodeOn, window.ludus.decodeWhy]);
+  if (on[0] !== decode) throw new Error(`frames are decoded on "${on[0]}" (${on[1]}), not "${decode}"`);
+  const frames = [];
+  for (let i = 0; i < 10; i++) {
+    const f = await page.evaluate(() => window.ludus.lastFrame());
+    if (!f || f.mode !== "pixels") throw new Error(`lastFrame: ${JSON.stringify(f)}`);
+    frames.push({ tick: f.tick, sha256: f.sha256 });
+    await page.waitForTimeout(150);
+  }
+  clearTimeout(deadline);
+  console.log(JSON.stringify({ ok: true, decodeOn: on[0], frames }));
+  await cleanup();
+  process.exit(0);
+} catch (err) {
+  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
+}
