@@ -169,10 +169,9 @@ const REGION_KEY = "ludus.region";
 
 /**
  * The region this page's gateway serves, for matchmaking's round-trip times:
- * `?region=`, else the region the last game stream of this tab reported (the
- * game ran next to this gateway), else "local" (what `ludus dev` calls its one
- * region). The gateway does not say its region (neither Ping nor any other call
- * returns it), so this is the best the page knows.
+ * `?region=`, else the region remembered from the gateway's last `Ping`
+ * (`PingResponse.region`) or game stream (`Status.region`), else "local" (what
+ * `ludus dev` calls its one region).
  */
 export function gatewayRegion(url: URL = new URL(location.href)): string {
   const ok = (r: string | null): r is string => !!r && /^[A-Za-z0-9_-]{1,64}$/.test(r);
