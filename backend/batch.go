@@ -14,7 +14,8 @@ import (
 
 // What package batch keeps in the backend: (*Server) implements
 // batch.Backend. BatchService (package batch) authorizes callers with
-// AuthorizeTenant; these methods trust the tenant id they are given.
+// AuthorizeTenant, BatchWorkerService (batchworker.go) sim nodes' batch
+// workers; these methods trust the tenant id they are given.
 
 // Batch defaults.
 const (
@@ -139,13 +140,36 @@ func (s *Server) BatchRun(ctx context.Context, tenantID, runID string) (store.Ba
 	return bs.BatchRun(ctx, tenantID, runID)
 }
 
-// PutBatchResult stores a game's result unless it has one.
+// PutBatchResult stores a game's result unless the game has one (the first
+// result stored wins; stored says whether it was this one). The run must
+// exist (NotFound) and be running (FailedPrecondition once its end is
+// recorded), and the game must be one of its games (InvalidArgument): what a
+// worker may store, in this process or through BatchWorkerService.
 func (s *Server) PutBatchResult(ctx context.Context, r store.BatchResult) (bool, error) {
 	bs, err := s.batchStore()
 	if err != nil {
 		return false, err
 	}
-	return bs.PutBatchResult(ctx, r)
+	run, err := bs.BatchRun(ctx, r.TenantID, r.RunID)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, connect.NewError(connect.CodeNotFound, fmt.Errorf("this tenant has no batch run %q: the result of its game %d was not stored", clip(r.RunID), r.Game))
+	} else if err != nil {
+		return false, s.internal(ctx, "batch run", err)
+	}
+	if run.State != "running" {
+		return false, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("batch run %s has ended (%s): it takes no more results (game %d was not stored)", run.RunID, run.Reason, r.Game))
+	}
+	if r.Game < 0 || r.Game >= run.Games {
+		return false, invalidArg(fmt.Errorf("batch run %s has games 0..%d: there is no game %d", run.RunID, run.Games-1, r.Game))
+	}
+	stored, err := bs.PutBatchResult(ctx, r)
+	if errors.Is(err, store.ErrNotFound) { // deleted meanwhile (its retention passed)
+		return false, connect.NewError(connect.CodeNotFound, fmt.Errorf("batch run %s is gone: the result of its game %d was not stored", run.RunID, r.Game))
+	} else if err != nil {
+		return false, s.internal(ctx, "store batch result", err)
+	}
+	return stored, nil
 }
 
 // BatchResults returns a run's results stored at or after since.

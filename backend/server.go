@@ -246,6 +246,8 @@ func (s *Server) buildHandler() http.Handler {
 	mux.Handle(ludusv1connect.NewQuotaServiceHandler(&quotaService{s}, limit(64<<10)...))
 	mux.Handle(ludusv1connect.NewQuotaClusterServiceHandler(&quotaCluster{s}, limit(1<<20)...))
 	mux.Handle(ludusv1connect.NewMatchReportServiceHandler(&matchReports{s}, limit(MaxReportRequestBytes)...))
+	// Sim nodes' batch workers: batchworker.go.
+	s.mountBatchWorker(mux, common)
 	mux.HandleFunc("GET "+BatchArchivePathPrefix+"{tenant}/{run}", s.serveBatchArchive) // batchlinks.go
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/jwk-set+json")

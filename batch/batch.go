@@ -6,12 +6,15 @@
 // queue in etcd with one item per game (package clusterstate, batch.go), and
 // is played by Workers: each claims an item under its etcd lease, plays the
 // game with a Runner (no views, no pacing, bounded by the game's tick
-// deadline), stores the result in the backend (Store) and only then
-// acknowledges the item. A worker that dies loses its lease and its items go
-// back to the queue; the store keeps the first result of each game, so every
-// game has exactly one. A run ends by itself: when every game is in, at its
-// wall-clock deadline, or when its CPU budget is spent; a reaper elected
-// among the workers ends overdue runs and items, removes orphaned queues and
+// deadline), stores the result in the backend (a WorkerBackend: the backend's
+// Server in its process, a RemoteBackend calling BatchWorkerService with a
+// sim node's own credential elsewhere) and only then acknowledges the item.
+// A worker that dies loses its lease and its items go back to the queue; the
+// store keeps the first result of each game, so every game has exactly one,
+// and a game that lost its worker MaxAttempts times is recorded as failed. A
+// run ends by itself: when every game is in, at its wall-clock deadline, or
+// when its CPU budget is spent; a reaper elected among the backends' workers
+// (or RunReaper) ends overdue runs and items, removes orphaned queues and
 // records the usage of runs nobody recorded.
 //
 // Service serves BatchService (proto/ludus/v1/batch.proto) to studios; the

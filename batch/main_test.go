@@ -35,14 +35,21 @@ var (
 	eng     *engine.Engine
 	srv     *backend.Server
 	hs      *httptest.Server
-	clock   = &testClock{}
-	quiet   = slog.New(slog.NewTextHandler(io.Discard, nil))
+	// h2 serves the same backend over HTTP/2 without TLS, as the roles call
+	// each other: sim nodes' workers reach it there (RemoteBackend).
+	h2    *httptest.Server
+	h2c   *http.Client
+	clock = &testClock{}
+	quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 )
 
 // The backend's Server is the Backend.
 var _ Backend = (*backend.Server)(nil)
 
-const operatorKey = "batch-test-operator-key"
+const (
+	operatorKey  = "batch-test-operator-key"
+	clusterToken = "batch-test-cluster-token"
+)
 
 // testClock is the backend's clock: real time plus an offset tests move.
 type testClock struct{ off atomic.Int64 }
@@ -82,12 +89,19 @@ func run(m *testing.M) int {
 		panic(err)
 	}
 	defer st.Close()
-	srv, err = backend.New(ctx, backend.Config{Store: st, OperatorKey: operatorKey, ValidateModule: eng.Validate, Logger: quiet, Now: clock.Now})
+	srv, err = backend.New(ctx, backend.Config{Store: st, OperatorKey: operatorKey, ClusterToken: clusterToken,
+		ValidateModule: eng.Validate, Logger: quiet, Now: clock.Now})
 	if err != nil {
 		panic(err)
 	}
 	hs = httptest.NewServer(srv.Handler())
 	defer hs.Close()
+	h2 = httptest.NewUnstartedServer(srv.Handler())
+	h2.Config.Protocols = new(http.Protocols)
+	h2.Config.Protocols.SetUnencryptedHTTP2(true)
+	h2.Start()
+	defer h2.Close()
+	h2c = &http.Client{Transport: &http.Transport{Protocols: h2.Config.Protocols}}
 	return m.Run()
 }
 
@@ -153,7 +167,10 @@ func startWorker(t *testing.T, cfg WorkerConfig) (*Worker, context.CancelFunc) {
 	if cfg.Etcd == nil {
 		cfg.Etcd = state
 	}
-	cfg.Backend, cfg.Engine, cfg.Logger = srv, eng, quiet
+	if cfg.Backend == nil {
+		cfg.Backend = srv
+	}
+	cfg.Engine, cfg.Logger = eng, quiet
 	if cfg.Poll == 0 {
 		cfg.Poll = 50 * time.Millisecond
 	}

@@ -46,6 +46,40 @@ func (c *ReaperConfig) defaults() {
 	}
 }
 
+// RunReaper takes part in the reaper election without playing games, until
+// ctx ends: for a backend whose batch games are all played by sim nodes'
+// workers (which run with NoReaper, having no full Backend), so that runs
+// still end at their deadlines, overdue games return to the queue and ended
+// runs are recorded. It holds an etcd lease of ttl (default 10 s) named id
+// in the election (default "reaper").
+func RunReaper(ctx context.Context, etcd *clusterstate.Client, be Backend, id string, ttl time.Duration, cfg ReaperConfig, log *slog.Logger) error {
+	if ttl <= 0 {
+		ttl = 10 * time.Second
+	}
+	if id == "" {
+		id = "reaper"
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	for ctx.Err() == nil {
+		lease, err := etcd.GrantLease(ctx, ttl)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("batch: reaper lease", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		runReaper(ctx, etcd, be, lease, id, cfg, log) // returns when ctx ends or the lease is lost
+		lease.Close()
+	}
+	return ctx.Err()
+}
+
 // runReaper campaigns for the reaper election with lease and sweeps while it
 // leads, until ctx ends or the lease is lost. Every write a sweep makes is a
 // compare-and-swap on the state it read, so a deposed reaper still sweeping

@@ -9,25 +9,36 @@ import (
 	"ludus.dev/ludus/clusterstate"
 )
 
-// Backend is what batch runs need of the backend: module builds, durable
-// results and run records, the tenants' settings and archive links.
-// (*backend.Server) implements it (backend/batch.go). Errors for callers are
-// Connect errors where the backend makes them (NotFound for an unknown
-// module).
-type Backend interface {
+// WorkerBackend is what a worker's game-playing slots need of the backend:
+// module builds and durable results. A worker outside the backend's process
+// (a sim node, which holds neither the cluster token nor database access)
+// reaches it through BatchWorkerService with its own credential
+// (RemoteBackend); one inside it uses the Server itself. Errors are Connect
+// errors where the backend makes them (NotFound for an unknown module or run,
+// FailedPrecondition for a result of an ended run).
+type WorkerBackend interface {
 	// BatchModule resolves a tenant's module: the build buildID if given
 	// (it must be one of the tenant's), else the newest build named name. It
 	// returns the build id and the module's bytes.
 	BatchModule(ctx context.Context, tenantID, name, buildID string) (string, []byte, error)
+	// PutBatchResult stores a game's result unless the game has one; stored
+	// reports whether this one was kept. The run must exist and be running,
+	// and the game must be one of its games.
+	PutBatchResult(ctx context.Context, r store.BatchResult) (stored bool, err error)
+}
+
+// Backend is what batch runs need of the backend: a WorkerBackend plus run
+// records, the tenants' settings and archive links, which admission, the
+// Service and the reaper use (they run in the backend's process).
+// (*backend.Server) implements it (backend/batch.go).
+type Backend interface {
+	WorkerBackend
 	// PutBatchRun creates or replaces a run's record; an ended run's record
 	// gets its expiry from the tenant's retention.
 	PutBatchRun(ctx context.Context, r store.BatchRun) error
 	// BatchRun returns a run's record (a NotFound Connect error, or one
 	// wrapping store.ErrNotFound, when there is none).
 	BatchRun(ctx context.Context, tenantID, runID string) (store.BatchRun, error)
-	// PutBatchResult stores a game's result unless the game has one; stored
-	// reports whether this one was kept.
-	PutBatchResult(ctx context.Context, r store.BatchResult) (stored bool, err error)
 	// BatchResults returns a run's results stored at or after since.
 	BatchResults(ctx context.Context, tenantID, runID string, since time.Time, withLogs bool) ([]store.BatchResult, error)
 	// BatchCap returns the tenant's batch spend cap (CPU time).

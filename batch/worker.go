@@ -9,21 +9,31 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
+	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/backend/store"
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/simnode/engine"
 )
 
 // WorkerConfig configures a Worker. Etcd and Backend are required.
 type WorkerConfig struct {
-	// ID names the worker in leases and results; default "w-" + random hex.
+	// ID names the worker in leases and results (at most 128 bytes); default
+	// "w-" + random hex.
 	ID string
 	// Etcd holds the queues.
 	Etcd *clusterstate.Client
-	// Backend stores results and serves module builds.
-	Backend Backend
+	// Backend stores results and serves module builds: the backend's Server
+	// in its own process, a RemoteBackend elsewhere (a sim node). Unless
+	// NoReaper is set it must be a full Backend (the reaper records runs);
+	// when it is not, runs this worker ends are recorded in the backend by
+	// the reaper.
+	Backend WorkerBackend
 	// Engine runs the games; nil creates one (closed when the worker stops).
 	Engine *engine.Engine
 	// Concurrency is how many games the worker plays at once. Default
@@ -39,16 +49,26 @@ type WorkerConfig struct {
 	Poll time.Duration
 	// NoReaper keeps this worker out of the reaper election.
 	NoReaper bool
+	// MaxAttempts is how many times a game may lose its worker — the worker
+	// died, or the reaper ended its overdue lease — before it is recorded as
+	// failed instead of being played again. Default DefaultMaxAttempts.
+	MaxAttempts int
 	// Reaper configures the reaper this worker runs when elected.
 	Reaper ReaperConfig
 	// Logger gets the worker's errors; slog.Default() if nil.
 	Logger *slog.Logger
 }
 
+// DefaultMaxAttempts is WorkerConfig.MaxAttempts's default: a game that
+// lost three workers (ran past the reaper's item timeout, or crashed the
+// process playing it) is not played a fourth time.
+const DefaultMaxAttempts = 3
+
 // Worker plays batch items. It runs until the context given to StartWorker
 // ends.
 type Worker struct {
 	cfg   WorkerConfig
+	full  Backend // cfg.Backend if it is a full Backend, else nil
 	lease *clusterstate.Lease
 	eng   *engine.Engine
 	own   bool // eng is ours to close
@@ -72,10 +92,20 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	if cfg.Etcd == nil || cfg.Backend == nil {
 		return nil, errors.New("batch: WorkerConfig.Etcd and Backend are required")
 	}
+	full, _ := cfg.Backend.(Backend)
+	if full == nil && !cfg.NoReaper {
+		return nil, errors.New("batch: a worker whose Backend is only a WorkerBackend (a RemoteBackend) cannot be the reaper: set NoReaper")
+	}
 	if cfg.ID == "" {
 		var b [6]byte
 		rand.Read(b[:])
 		cfg.ID = "w-" + hex.EncodeToString(b[:])
+	}
+	if len(cfg.ID) > maxWorkerIDBytes {
+		return nil, fmt.Errorf("batch: WorkerConfig.ID is %d bytes, at most %d", len(cfg.ID), maxWorkerIDBytes)
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = max(runtime.GOMAXPROCS(0)-1, 1)
@@ -86,7 +116,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
 	}
-	w := &Worker{cfg: cfg, log: cfg.Logger, eng: cfg.Engine, done: make(chan struct{}),
+	w := &Worker{cfg: cfg, full: full, log: cfg.Logger, eng: cfg.Engine, done: make(chan struct{}),
 		cursor: map[string]int{}, modules: map[string]*engine.Module{}, specs: map[string]*Spec{}}
 	if w.log == nil {
 		w.log = slog.Default()
@@ -116,7 +146,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runReaper(ctx, cfg.Etcd, cfg.Backend, lease, cfg.ID, cfg.Reaper, w.log)
+			runReaper(ctx, cfg.Etcd, full, lease, cfg.ID, cfg.Reaper, w.log)
 		}()
 	}
 	go func() {
@@ -239,19 +269,32 @@ func (w *Worker) claim(ctx context.Context) (clusterstate.BatchClaim, clustersta
 	return clusterstate.BatchClaim{}, clusterstate.BatchRun{}, false
 }
 
-// setup returns the run's spec and compiled module.
-func (w *Worker) setup(ctx context.Context, r clusterstate.BatchRun) (*Spec, *engine.Module, error) {
+// spec returns the run's decoded spec.
+func (w *Worker) spec(r clusterstate.BatchRun) (*Spec, error) {
 	w.mu.Lock()
 	spec := w.specs[r.ID]
 	w.mu.Unlock()
-	if spec == nil {
-		spec = new(Spec)
-		if err := json.Unmarshal(r.Spec, spec); err != nil {
-			return nil, nil, fmt.Errorf("run %s: spec: %w", r.ID, err)
-		}
-		w.mu.Lock()
-		w.specs[r.ID] = spec
-		w.mu.Unlock()
+	if spec != nil {
+		return spec, nil
+	}
+	spec = new(Spec)
+	if err := json.Unmarshal(r.Spec, spec); err != nil {
+		return nil, fmt.Errorf("run %s: spec: %w", r.ID, err)
+	}
+	if len(spec.Maps) == 0 {
+		return nil, fmt.Errorf("run %s: spec has no maps", r.ID)
+	}
+	w.mu.Lock()
+	w.specs[r.ID] = spec
+	w.mu.Unlock()
+	return spec, nil
+}
+
+// setup returns the run's spec and compiled module.
+func (w *Worker) setup(ctx context.Context, r clusterstate.BatchRun) (*Spec, *engine.Module, error) {
+	spec, err := w.spec(r)
+	if err != nil {
+		return nil, nil, err
 	}
 	w.mu.Lock()
 	m := w.modules[spec.BuildID]
@@ -274,24 +317,18 @@ func (w *Worker) setup(ctx context.Context, r clusterstate.BatchRun) (*Spec, *en
 
 // play plays a claimed item, stores its result and acknowledges it.
 func (w *Worker) play(ctx context.Context, runner *Runner, r clusterstate.BatchRun, cl clusterstate.BatchClaim) {
-	release := func() {
-		// Give the item back now if etcd is still reachable; else the
-		// lease's expiry does it.
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = w.cfg.Etcd.ReleaseBatchItem(rctx, cl)
+	if cl.Attempt > w.cfg.MaxAttempts {
+		w.giveUp(ctx, r, cl)
+		return
 	}
 	spec, m, err := w.setup(ctx, r)
 	if err != nil {
 		w.log.Error("batch: cannot play run", "run", r.ID, "err", err)
-		release()
+		w.release(cl)
 		w.forget(r.ID)
 		return
 	}
-	var g Game
-	if err := json.Unmarshal(cl.Item, &g); err != nil || g.Map < 0 || g.Map >= len(spec.Maps) {
-		g = spec.Game(cl.N)
-	}
+	g := gameOf(spec, cl)
 	pctx, cancel := context.WithDeadline(ctx, r.Deadline)
 	defer cancel()
 	// Stop playing when the lease is lost: another worker has the game.
@@ -305,7 +342,7 @@ func (w *Worker) play(ctx context.Context, runner *Runner, r clusterstate.BatchR
 	res, err := runner.Play(pctx, m, spec, g)
 	if err != nil {
 		if ctx.Err() != nil || w.leaseLost() {
-			release()
+			w.release(cl)
 			return
 		}
 		// The run's deadline passed mid-game.
@@ -313,13 +350,61 @@ func (w *Worker) play(ctx context.Context, runner *Runner, r clusterstate.BatchR
 		return
 	}
 	res.Worker = w.cfg.ID
-	// Acknowledge only what is durable: the result first, then the item.
-	if _, err := w.cfg.Backend.PutBatchResult(ctx, toStore(r.Tenant, r.ID, res)); err != nil {
-		w.log.Error("batch: store result", "run", r.ID, "game", cl.N, "err", err)
-		release()
+	fit(&res)
+	w.finish(ctx, r, cl, res, true)
+}
+
+// gameOf is the game of a claimed item (the item's value, or the spec's
+// game of that number if the value does not fit the spec).
+func gameOf(spec *Spec, cl clusterstate.BatchClaim) Game {
+	var g Game
+	if err := json.Unmarshal(cl.Item, &g); err != nil || g.Map < 0 || g.Map >= len(spec.Maps) {
+		g = spec.Game(cl.N)
+	}
+	return g
+}
+
+// giveUp records a game that lost its worker more than MaxAttempts times as
+// failed, without playing it again: a game that runs past the reaper's item
+// timeout, or kills the worker's process, would otherwise go round the queue
+// until the run's deadline, holding a worker each time.
+func (w *Worker) giveUp(ctx context.Context, r clusterstate.BatchRun, cl clusterstate.BatchClaim) {
+	spec, err := w.spec(r)
+	if err != nil {
+		w.log.Error("batch: cannot play run", "run", r.ID, "err", err)
+		w.release(cl)
+		w.forget(r.ID)
 		return
 	}
-	p, err := w.cfg.Etcd.AckBatchItem(ctx, cl, clusterstate.BatchOutcome{Failed: res.Error != "", TimedOut: res.TimedOut, CPU: int64(res.CPU), Ticks: res.Ticks})
+	g := gameOf(spec, cl)
+	res := Result{Game: g, MapName: spec.Maps[g.Map].Name, Winner: -1, Worker: w.cfg.ID,
+		Error: fmt.Sprintf("not played again: the game lost its worker %d times (it ran past the reaper's item timeout, or the worker stopped while playing it)", cl.Attempt-1)}
+	w.log.Warn("batch: game recorded as failed after lost attempts", "run", r.ID, "game", cl.N, "attempts", cl.Attempt-1)
+	w.finish(ctx, r, cl, res, false)
+}
+
+// finish stores a game's result and then acknowledges its item: only what
+// is durable is acknowledged. played says whether this worker played the
+// game to its end (a game given up on was not).
+func (w *Worker) finish(ctx context.Context, r clusterstate.BatchRun, cl clusterstate.BatchClaim, res Result, played bool) {
+	stored, err := w.store(ctx, toStore(r.Tenant, r.ID, res))
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Error("batch: store result", "run", r.ID, "game", cl.N, "err", err)
+		}
+		if c := connect.CodeOf(err); c == connect.CodeNotFound || c == connect.CodeFailedPrecondition {
+			w.forget(r.ID) // the run ended (or is gone): its other items are no use
+		}
+		w.release(cl)
+		return
+	}
+	o := clusterstate.BatchOutcome{Failed: res.Error != "", TimedOut: res.TimedOut, CPU: int64(res.CPU), Ticks: res.Ticks}
+	if !played && !stored {
+		// A worker that lost the game stored its result after all: that
+		// result stands, and it is no failure.
+		o.Failed = false
+	}
+	p, err := w.cfg.Etcd.AckBatchItem(ctx, cl, o)
 	if err != nil {
 		if !errors.Is(err, clusterstate.ErrBatchLeaseLost) && ctx.Err() == nil {
 			w.log.Warn("batch: ack", "run", r.ID, "game", cl.N, "err", err)
@@ -337,21 +422,120 @@ func (w *Worker) play(ctx context.Context, runner *Runner, r clusterstate.BatchR
 	}
 }
 
-// end ends a run and records it in the backend.
+// release gives a claimed item back to the queue now if etcd is still
+// reachable (else the lease's expiry does it), taking its attempt back.
+func (w *Worker) release(cl clusterstate.BatchClaim) {
+	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = w.cfg.Etcd.ReleaseBatchItem(rctx, cl)
+}
+
+// storeTries bounds the tries of storing one result.
+const storeTries = 5
+
+// store stores a result, trying again (backing off from 250 ms) while the
+// failure may pass — the backend unreachable or restarting — and the claim
+// is still this worker's: the game's CPU is spent already. A retry whose
+// first try was stored after all stores nothing (the first result of a game
+// wins).
+func (w *Worker) store(ctx context.Context, r store.BatchResult) (bool, error) {
+	delay := 250 * time.Millisecond
+	for try := 1; ; try++ {
+		stored, err := w.cfg.Backend.PutBatchResult(ctx, r)
+		if err == nil || try == storeTries || !retryable(err) || ctx.Err() != nil || w.leaseLost() {
+			return stored, err
+		}
+		w.log.Warn("batch: store result, trying again", "run", r.RunID, "game", r.Game, "try", try, "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, err
+		case <-w.lease.Done():
+			t.Stop()
+			return false, err
+		case <-t.C:
+		}
+		delay *= 2
+	}
+}
+
+// retryable reports whether a backend error may pass on a later try.
+func retryable(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal, connect.CodeDeadlineExceeded,
+		connect.CodeAborted, connect.CodeResourceExhausted:
+		return true
+	}
+	return false
+}
+
+// Bounds of a game's result as the backend takes it (BatchWorkerService in
+// proto/ludus/v1/batch.proto states the same numbers). Every worker fits its
+// results in them (fit), in the backend's process or not, so a game's result
+// is never refused for its size after the game was played.
+const (
+	// MaxResultBytes bounds the module's result JSON.
+	MaxResultBytes = 1 << 20
+	// MaxLogBytes bounds a kept input log.
+	MaxLogBytes = 16 << 20
+	// MaxErrorBytes bounds a failed game's error text (the trap and the
+	// module's output).
+	MaxErrorBytes = 80 << 10
+
+	maxWorkerIDBytes = 128
+)
+
+// fit fits a result in the bounds: a result or log too large fails the game
+// with a message saying so (and is dropped), and the error text is made
+// valid UTF-8 and cut to MaxErrorBytes.
+func fit(res *Result) {
+	var errs []string // what fit did first: a long error is cut at its end
+	if len(res.Result) > MaxResultBytes {
+		errs = append(errs, fmt.Sprintf("the module's result is %d bytes; a batch result holds at most %d", len(res.Result), MaxResultBytes))
+		res.Result, res.Winner = nil, -1
+	}
+	if len(res.Log) > MaxLogBytes {
+		errs = append(errs, fmt.Sprintf("the game's input log is %d bytes; a batch run keeps at most %d per game", len(res.Log), MaxLogBytes))
+		res.Log = nil
+	}
+	if res.Error != "" {
+		errs = append(errs, res.Error)
+	}
+	res.Error = clipUTF8(strings.ToValidUTF8(strings.Join(errs, "\n"), "\uFFFD"), MaxErrorBytes)
+}
+
+// clipUTF8 cuts valid UTF-8 s to at most n bytes at a character boundary.
+func clipUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// end ends a run and records it in the backend (a worker without a full
+// Backend leaves the record to the reaper).
 func (w *Worker) end(r clusterstate.BatchRun, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	w.forget(r.ID)
-	if err := endRun(ctx, w.cfg.Etcd, w.cfg.Backend, r.Tenant, r.ID, reason); err != nil {
+	if err := endRun(ctx, w.cfg.Etcd, w.full, r.Tenant, r.ID, reason); err != nil {
 		w.log.Warn("batch: end run", "run", r.ID, "reason", reason, "err", err)
 	}
 }
 
 // endRun ends a run (if nobody did) and records it in the backend (if
-// nobody did: the reaper records what a vanished worker could not).
+// nobody did: the reaper records what a vanished worker, or one without the
+// backend's records (be nil: a sim node's), could not).
 func endRun(ctx context.Context, etcd *clusterstate.Client, be Backend, tenant, run, reason string) error {
 	if _, err := etcd.EndBatchRun(ctx, tenant, run, reason, time.Now()); err != nil {
 		return err
+	}
+	if be == nil {
+		return nil
 	}
 	return recordRun(ctx, etcd, be, tenant, run)
 }

@@ -11,6 +11,9 @@ package clusterstate
 //	/ludus/batch/{tenant}/{run}/leases/{n}       BatchLease JSON of the worker playing item n,
 //	                                             bound to that worker's etcd lease; its create
 //	                                             revision fences the acknowledgement
+//	/ludus/batch/{tenant}/{run}/attempts/{n}     how many claims of item n were not given back
+//	                                             (decimal): written by every claim, lowered by
+//	                                             a release, outlives the lease key
 //	/ludus/batch/{tenant}/{run}/progress         BatchProgress JSON, updated with every ack
 //	/ludus/batchledger/{tenant}                  BatchLedger JSON: CPU settled by ended runs;
 //	                                             written by every admission and every settle,
@@ -23,10 +26,15 @@ package clusterstate
 // (AckBatchItem): one transaction, fenced on its lease key, that deletes the
 // item and its lease key and counts the game in the progress. A worker that
 // dies loses its etcd lease; its lease keys vanish and its items are free
-// again. EndBatchRun ends a run (complete, deadline, budget, canceled,
-// orphaned) and settles its CPU into the tenant's ledger in the same
-// transaction, whoever calls it, so usage is recorded exactly once even when
-// the launcher is gone.
+// again. Each claim counts an attempt of the item, and a worker that gives an
+// item back unplayed (ReleaseBatchItem: shutting down, or the backend
+// unreachable) takes its attempt back, so the count is the number of leases
+// lost while playing the game (workers that died, games the reaper found
+// overdue): package batch records a game that lost too many as failed
+// instead of queueing it forever. EndBatchRun ends a run (complete,
+// deadline, budget, canceled, orphaned) and settles its CPU into the
+// tenant's ledger in the same transaction, whoever calls it, so usage is
+// recorded exactly once even when the launcher is gone.
 
 import (
 	"context"
@@ -137,6 +145,9 @@ type BatchClaim struct {
 	// Owner is the lease key's value and Fence its create revision.
 	Owner string
 	Fence int64
+	// Attempt counts this claim among the item's attempts: 1 the first time,
+	// n+1 after n leases on it were lost (never given back).
+	Attempt int
 }
 
 // BatchOutcome is what an acknowledgement counts.
@@ -176,6 +187,9 @@ func BatchItemKey(tenant, run string, n int) string {
 func BatchLeasesPrefix(tenant, run string) string { return BatchPrefix(tenant, run) + "leases/" }
 func BatchLeaseKey(tenant, run string, n int) string {
 	return fmt.Sprintf("%s%08x", BatchLeasesPrefix(tenant, run), n)
+}
+func BatchAttemptsKey(tenant, run string, n int) string {
+	return fmt.Sprintf("%sattempts/%08x", BatchPrefix(tenant, run), n)
 }
 func BatchProgressKey(tenant, run string) string { return BatchPrefix(tenant, run) + "progress" }
 func BatchLedgerKey(tenant string) string        { return Prefix + "batchledger/" + tenant }
@@ -424,8 +438,9 @@ func (c *Client) BatchRuns(ctx context.Context, tenant string) ([]BatchRun, erro
 
 // ClaimBatchItem claims the first free item of a running run at or after
 // game from (wrapping around once) for worker under lease: one transaction
-// that creates the item's lease key bound to the lease, only if the key does
-// not exist and the item does. It returns false when no item is free.
+// that creates the item's lease key bound to the lease and counts the
+// attempt, only if the key does not exist, the item does and its attempt
+// count is as read. It returns false when no item is free.
 func (c *Client) ClaimBatchItem(ctx context.Context, lease *Lease, worker, tenant, run string, from int) (BatchClaim, bool, error) {
 	for _, start := range []int{from, 0} {
 		cl, ok, err := c.claimFrom(ctx, lease, worker, tenant, run, start)
@@ -470,18 +485,33 @@ func (c *Client) claimFrom(ctx context.Context, lease *Lease, worker, tenant, ru
 			if !ok {
 				continue
 			}
-			bl := BatchLease{Worker: worker, Claim: newClaimID(), At: time.Now().UTC()}
+			ak := BatchAttemptsKey(tenant, run, n)
+			ar, err := c.cli.Get(ctx, ak)
+			if err != nil {
+				return BatchClaim{}, false, err
+			}
+			attempts, arev := 0, int64(0)
+			if len(ar.Kvs) > 0 {
+				attempts, _ = strconv.Atoi(string(ar.Kvs[0].Value))
+				arev = ar.Kvs[0].ModRevision
+			}
+			attempt := attempts + 1
+			bl := BatchLease{Worker: worker, Claim: newClaimID(), At: time.Now().UTC(), Attempt: attempt}
 			vb, _ := json.Marshal(bl)
 			lk := BatchLeaseKey(tenant, run, n)
 			tr, err := c.cli.Txn(ctx).If(
 				clientv3.Compare(clientv3.CreateRevision(lk), "=", 0),
 				clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision),
-			).Then(clientv3.OpPut(lk, string(vb), clientv3.WithLease(clientv3.LeaseID(lease.ID())))).Commit()
+				clientv3.Compare(clientv3.ModRevision(ak), "=", arev),
+			).Then(
+				clientv3.OpPut(lk, string(vb), clientv3.WithLease(clientv3.LeaseID(lease.ID()))),
+				clientv3.OpPut(ak, strconv.Itoa(attempt)),
+			).Commit()
 			if err != nil {
 				return BatchClaim{}, false, err
 			}
 			if tr.Succeeded {
-				return BatchClaim{Tenant: tenant, Run: run, N: n, Item: kv.Value, Owner: string(vb), Fence: tr.Header.Revision}, true, nil
+				return BatchClaim{Tenant: tenant, Run: run, N: n, Item: kv.Value, Owner: string(vb), Fence: tr.Header.Revision, Attempt: attempt}, true, nil
 			}
 		}
 		if len(items) < page {
@@ -494,12 +524,14 @@ func (c *Client) claimFrom(ctx context.Context, lease *Lease, worker, tenant, ru
 
 // AckBatchItem acknowledges a claimed item whose result is stored: one
 // transaction, fenced on the claim's lease key (value and create revision),
-// deletes the item and the lease key and counts the outcome in the run's
-// progress. ErrBatchLeaseLost when the claim is no longer the lease key's
-// (nothing is written: another worker has or will play the game, and the
-// result store keeps the first result). It returns the new progress.
+// deletes the item, its lease key and its attempt count and counts the
+// outcome in the run's progress. ErrBatchLeaseLost when the claim is no
+// longer the lease key's (nothing is written: another worker has or will
+// play the game, and the result store keeps the first result). It returns
+// the new progress.
 func (c *Client) AckBatchItem(ctx context.Context, cl BatchClaim, o BatchOutcome) (BatchProgress, error) {
 	lk, ik, pk := BatchLeaseKey(cl.Tenant, cl.Run, cl.N), BatchItemKey(cl.Tenant, cl.Run, cl.N), BatchProgressKey(cl.Tenant, cl.Run)
+	ak := BatchAttemptsKey(cl.Tenant, cl.Run, cl.N)
 	for range 50 {
 		p, prev, err := c.batchProgress(ctx, cl.Tenant, cl.Run)
 		if err != nil {
@@ -523,7 +555,7 @@ func (c *Client) AckBatchItem(ctx context.Context, cl BatchClaim, o BatchOutcome
 			clientv3.Compare(clientv3.CreateRevision(lk), "=", cl.Fence),
 			clientv3.Compare(clientv3.ModRevision(pk), "=", prev),
 		).Then(
-			clientv3.OpDelete(ik), clientv3.OpDelete(lk), clientv3.OpPut(pk, string(pb)),
+			clientv3.OpDelete(ik), clientv3.OpDelete(lk), clientv3.OpDelete(ak), clientv3.OpPut(pk, string(pb)),
 		).Else(clientv3.OpGet(lk)).Commit()
 		if err != nil {
 			return p, err
@@ -541,13 +573,20 @@ func (c *Client) AckBatchItem(ctx context.Context, cl BatchClaim, o BatchOutcome
 }
 
 // ReleaseBatchItem gives a claimed item back to the queue (a worker shutting
-// down before it could finish it), if the claim is still the lease key's.
+// down before it could finish it, or unable to store its result), if the
+// claim is still the lease key's, and takes the claim's attempt back: the
+// game did not lose its worker. While the lease key is the claim's nobody
+// else writes the attempt count, so it is the claim's Attempt.
 func (c *Client) ReleaseBatchItem(ctx context.Context, cl BatchClaim) error {
-	lk := BatchLeaseKey(cl.Tenant, cl.Run, cl.N)
+	lk, ak := BatchLeaseKey(cl.Tenant, cl.Run, cl.N), BatchAttemptsKey(cl.Tenant, cl.Run, cl.N)
+	back := clientv3.OpDelete(ak)
+	if cl.Attempt > 1 {
+		back = clientv3.OpPut(ak, strconv.Itoa(cl.Attempt-1))
+	}
 	_, err := c.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.Value(lk), "=", cl.Owner),
 		clientv3.Compare(clientv3.CreateRevision(lk), "=", cl.Fence),
-	).Then(clientv3.OpDelete(lk)).Commit()
+	).Then(clientv3.OpDelete(lk), back).Commit()
 	return err
 }
 

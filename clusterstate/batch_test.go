@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func admitRun(t *testing.T, tenant string, games int, budget time.Duration, capCPU time.Duration) BatchRun {
@@ -160,5 +162,58 @@ func TestBatchOrphanedQueues(t *testing.T) {
 	}
 	if n, _ := state.BatchItemsLeft(ctx, tenant, "ghost"); n != 0 {
 		t.Fatalf("%d items left", n)
+	}
+}
+
+// Every claim counts an attempt of its item; a lease lost (the worker's lease
+// ended, or the reaper expired an overdue game) keeps it counted, a release
+// takes it back, and the acknowledgement removes the count.
+func TestBatchAttemptsCountLostLeases(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := uniq("ba")
+	r := admitRun(t, tenant, 1, time.Minute, time.Hour)
+	claim := func(l *Lease, want int) BatchClaim {
+		t.Helper()
+		cl, ok, err := state.ClaimBatchItem(ctx, l, "w", tenant, r.ID, 0)
+		if err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		if cl.Attempt != want {
+			t.Fatalf("claim is attempt %d, want %d", cl.Attempt, want)
+		}
+		ls, err := state.BatchLeases(ctx, tenant, r.ID)
+		if err != nil || ls[cl.N].Attempt != want {
+			t.Fatalf("lease key %+v %v: attempt want %d", ls, err, want)
+		}
+		return cl
+	}
+	a := grantLease(t)
+	cl := claim(a, 1)
+	if err := state.ReleaseBatchItem(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	claim(a, 1) // given back: not an attempt lost
+	a.Close()   // the worker vanished while playing
+	b := grantLease(t)
+	cl = claim(b, 2)
+	ls, _ := state.BatchLeases(ctx, tenant, r.ID)
+	if err := state.ExpireBatchLease(ctx, tenant, r.ID, cl.N, ls[cl.N]); err != nil { // overdue
+		t.Fatal(err)
+	}
+	// The late worker's release must not take back an attempt it lost.
+	if err := state.ReleaseBatchItem(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	cl = claim(b, 3)
+	if err := state.ReleaseBatchItem(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	cl = claim(b, 3)
+	if _, err := state.AckBatchItem(ctx, cl, BatchOutcome{Failed: true}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := state.cli.Get(ctx, BatchAttemptsKey(tenant, r.ID, cl.N), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("the acknowledged item's attempt count is still there: %v %v", resp, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -384,10 +385,13 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	cache := fs.String("cache", "ludus-simnode-cache", "directory of the compilation cache")
 	bodyTimeout := bodyTimeoutFlag(fs)
 	metricsAddr := metricsAddrFlag(fs, "the node's, by tenant; when set, the NodeService port no longer serves /metrics")
+	batchWorkers := fs.Int("batch-workers", 0, "batch games (ludus ctl batch) this node plays at once, below its live matches: they pause while a live tick starts late; 0: none here")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	switch {
+	case *batchWorkers < 0:
+		return fmt.Errorf("--batch-workers must be 0 or more, got %d", *batchWorkers)
 	case *nodeCred != "" && *token != "":
 		return errors.New("give --node-credential or --cluster-token, not both (a node with the cluster token holds every role's power)")
 	case *nodeCred == "" && *token == "":
@@ -425,8 +429,9 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	if *metricsAddr != "" {
 		reg = gateway.NewRegistry()
 	}
+	cores := runtime.GOMAXPROCS(0)
 	n, err := simnode.New(simnode.Config{
-		ID: *id, Region: *region, Addr: *advertise, Capacity: *capacity, Etcd: cli, LeaseTTL: *ttl,
+		ID: *id, Region: *region, Addr: *advertise, Capacity: *capacity, Etcd: cli, LeaseTTL: *ttl, Workers: cores,
 		Engine: eng, Modules: simnode.NewModuleStore(h2c, *backendURL, moduleCred), ClusterToken: *token, NodeCredential: *nodeCred,
 		Results: simnode.NewBackendReporter(h2c, *backendURL),
 		Logger:  logger.With("role", "simnode"),
@@ -450,6 +455,27 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 		case <-ctx.Done():
 		}
 	}()
+	// Batch games: leased from etcd like any worker's, their modules and
+	// results through the backend's BatchWorkerService with this node's
+	// credential. No reaper here (it records runs in the backend's store).
+	var worker *batch.Worker
+	if *batchWorkers > 0 {
+		// Go has no goroutine priorities: a P that a batch game holds is one
+		// the live matches cannot have. The batch games get Ps of their own;
+		// the live matches keep one per core (and the node as many tick
+		// slots), the kernel shares the cores, and batch games pause while
+		// a live tick starts late. (This stops Go's own GOMAXPROCS updates
+		// from the container's CPU limit.)
+		runtime.GOMAXPROCS(cores + *batchWorkers)
+		worker, err = batch.StartWorker(ctx, batch.WorkerConfig{ID: *id, Etcd: cli, Backend: batch.NewRemoteBackend(h2c, *backendURL, moduleCred),
+			Engine: eng, Concurrency: *batchWorkers, LiveLate: n.LiveLateness(0, 0).Late, NoReaper: true, Logger: logger.With("role", "batch")})
+		if err != nil {
+			return errors.Join(fmt.Errorf("batch worker: %w", err), n.Close(context.Background()))
+		}
+		// On the way out its games in flight go back to the queue (released,
+		// or at worst when its etcd lease expires).
+		defer func() { stop(); <-worker.Done() }()
+	}
 	h := n.Handler()
 	if reg != nil {
 		h = withoutMetrics(h)

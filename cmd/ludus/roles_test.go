@@ -7,17 +7,31 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"flag"
+	"io"
+	"log/slog"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"ludus.dev/ludus/auth/clustercred"
+	"ludus.dev/ludus/backend"
+	"ludus.dev/ludus/backend/store/sqlite"
+	"ludus.dev/ludus/batch"
+	"ludus.dev/ludus/clusterstate"
+	"ludus.dev/ludus/games/builtin"
+	"ludus.dev/ludus/internal/testenv"
 	"ludus.dev/ludus/ops/etcdserver"
+	"ludus.dev/ludus/simnode/engine"
 )
 
 // selfSigned writes a CA-less self-signed certificate for 127.0.0.1.
@@ -86,5 +100,128 @@ func TestEtcdTLSFlags(t *testing.T) {
 	}
 	if err := connect("--etcd-cacert", cert, "--etcd-cert", cert); err == nil || !strings.Contains(err.Error(), "go together") {
 		t.Fatalf("cert without key: %v", err)
+	}
+}
+
+// TestSimnodeBatchWorkers: `ludus simnode --batch-workers N` plays batch games
+// with nothing but its node credential: leased from etcd, its module and
+// results through the backend's BatchWorkerService over HTTP/2, every game
+// stored once with the node as its worker. A negative count is refused.
+func TestSimnodeBatchWorkers(t *testing.T) {
+	t.Setenv("LUDUS_CLUSTER_TOKEN", "")
+	t.Setenv("LUDUS_NODE_CREDENTIAL", "")
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := runSimnode(context.Background(), []string{"--batch-workers", "-1", "--node-credential", "lnd_x_y"}, quiet); err == nil ||
+		!strings.Contains(err.Error(), "--batch-workers must be 0 or more") {
+		t.Fatalf("--batch-workers -1: %v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	es, err := etcdserver.Start(ctx, etcdserver.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer es.Close()
+	etcd, err := clusterstate.Dial(clusterstate.DialConfig{Endpoints: []string{es.Endpoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	eng, err := engine.New(ctx, engine.Config{CacheDir: testenv.WazeroCacheDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(context.Background())
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "ludus.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const token = "roles-test-cluster-token"
+	srv, err := backend.New(ctx, backend.Config{Store: st, ClusterToken: token, ValidateModule: eng.Validate, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	hs.Config.Protocols = new(http.Protocols)
+	hs.Config.Protocols.SetUnencryptedHTTP2(true) // HTTP/2 only, as the roles call each other
+	hs.Start()
+	defer hs.Close()
+	tenant, err := srv.EnsureTenant(ctx, "batchnode", "Batch node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.EnsureModule(ctx, tenant, "arena", builtin.Arena); err != nil {
+		t.Fatal(err)
+	}
+	// The backend's side: a reaper, which records the runs the node ends.
+	rctx, stopReaper := context.WithCancel(ctx)
+	reaped := make(chan struct{})
+	go func() {
+		defer close(reaped)
+		batch.RunReaper(rctx, etcd, srv, "", 2*time.Second, batch.ReaperConfig{Every: 100 * time.Millisecond}, quiet)
+	}()
+	defer func() { stopReaper(); <-reaped }()
+	const games = 4
+	adm := &batch.Admitter{Etcd: etcd, Backend: srv, Engine: eng}
+	run, err := adm.Admit(ctx, tenant, batch.Spec{Module: "arena", Games: games, Budget: time.Hour,
+		Maps: []batch.Map{{Config: json.RawMessage(`{"bots":4,"time_limit_s":5}`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cred, err := clustercred.Node(token, "sn-batch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cores := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(cores) // the role gives batch games Ps of their own
+	nctx, stopNode := context.WithCancel(ctx)
+	nodeDone := make(chan error, 1)
+	go func() {
+		nodeDone <- runSimnode(nctx, []string{"--etcd", es.Endpoint, "--backend", hs.URL, "--node-credential", cred,
+			"--listen", "127.0.0.1:0", "--cache", testenv.WazeroCacheDir(), "--batch-workers", "2"}, quiet)
+	}()
+	for {
+		r, err := etcd.BatchRun(ctx, tenant, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State == clusterstate.BatchEnded {
+			if r.Reason != clusterstate.BatchComplete || r.Final.Done != games {
+				t.Fatalf("run ended %s with %+v", r.Reason, r.Final)
+			}
+			break
+		}
+		select {
+		case err := <-nodeDone:
+			t.Fatalf("the sim node stopped: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("the run did not end: %+v", r)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	results, err := srv.BatchResults(ctx, tenant, run.ID, time.Time{}, false)
+	if err != nil || len(results) != games {
+		t.Fatalf("%d results, want %d: %v", len(results), games, err)
+	}
+	for _, r := range results {
+		if r.Worker != "sn-batch" || r.Error != "" || r.Ticks == 0 {
+			t.Errorf("game %d: worker %q error %q ticks %d", r.Game, r.Worker, r.Error, r.Ticks)
+		}
+	}
+	if got := runtime.GOMAXPROCS(0); got != cores+2 {
+		t.Errorf("GOMAXPROCS %d with 2 batch workers on %d cores, want %d", got, cores, cores+2)
+	}
+	stopNode()
+	select {
+	case err := <-nodeDone:
+		if err != nil {
+			t.Fatalf("the sim node stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sim node did not stop")
 	}
 }

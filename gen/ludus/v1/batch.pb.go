@@ -7,6 +7,7 @@
 package ludusv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -1040,11 +1041,337 @@ func (*RotateArchiveLinkKeyResponse) Descriptor() ([]byte, []int) {
 	return file_ludus_v1_batch_proto_rawDescGZIP(), []int{15}
 }
 
+type GetBatchModuleRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// A module name of the tenant (its newest build), if build_id is empty;
+	// with build_id, the name the build must have.
+	Module string `protobuf:"bytes,2,opt,name=module,proto3" json:"module,omitempty"`
+	// A build id: the module's SHA-256 in lowercase hex.
+	BuildId       string `protobuf:"bytes,3,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBatchModuleRequest) Reset() {
+	*x = GetBatchModuleRequest{}
+	mi := &file_ludus_v1_batch_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBatchModuleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBatchModuleRequest) ProtoMessage() {}
+
+func (x *GetBatchModuleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_batch_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBatchModuleRequest.ProtoReflect.Descriptor instead.
+func (*GetBatchModuleRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_batch_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetBatchModuleRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *GetBatchModuleRequest) GetModule() string {
+	if x != nil {
+		return x.Module
+	}
+	return ""
+}
+
+func (x *GetBatchModuleRequest) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+type GetBatchModuleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BuildId       string                 `protobuf:"bytes,1,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	Wasm          []byte                 `protobuf:"bytes,2,opt,name=wasm,proto3" json:"wasm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBatchModuleResponse) Reset() {
+	*x = GetBatchModuleResponse{}
+	mi := &file_ludus_v1_batch_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBatchModuleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBatchModuleResponse) ProtoMessage() {}
+
+func (x *GetBatchModuleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_batch_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBatchModuleResponse.ProtoReflect.Descriptor instead.
+func (*GetBatchModuleResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_batch_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetBatchModuleResponse) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+func (x *GetBatchModuleResponse) GetWasm() []byte {
+	if x != nil {
+		return x.Wasm
+	}
+	return nil
+}
+
+type PutBatchResultRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	RunId    string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The game's number in the run, 0 ≤ game < the run's games (at most 100,000).
+	Game int32 `protobuf:"varint,3,opt,name=game,proto3" json:"game,omitempty"`
+	// The map's name (at most 64 bytes, as in the spec).
+	Map  string `protobuf:"bytes,4,opt,name=map,proto3" json:"map,omitempty"`
+	Seed uint64 `protobuf:"varint,5,opt,name=seed,proto3" json:"seed,omitempty"`
+	Side int32  `protobuf:"varint,6,opt,name=side,proto3" json:"side,omitempty"`
+	// The module's winner (a slot), -1 for none.
+	Winner   int64 `protobuf:"varint,7,opt,name=winner,proto3" json:"winner,omitempty"`
+	Ticks    int64 `protobuf:"varint,8,opt,name=ticks,proto3" json:"ticks,omitempty"`
+	Ended    bool  `protobuf:"varint,9,opt,name=ended,proto3" json:"ended,omitempty"`
+	TimedOut bool  `protobuf:"varint,10,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// The game's CPU time in nanoseconds.
+	CpuNs int64 `protobuf:"varint,11,opt,name=cpu_ns,json=cpuNs,proto3" json:"cpu_ns,omitempty"`
+	// The module's result JSON, at most 1 MiB.
+	ResultJson []byte `protobuf:"bytes,12,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
+	// The game's input log (simnode/inputlog) when the run keeps logs, at most
+	// 16 MiB.
+	Log []byte `protobuf:"bytes,13,opt,name=log,proto3" json:"log,omitempty"`
+	// Set when the module failed: why, with its output (at most 80 KiB).
+	Error string `protobuf:"bytes,14,opt,name=error,proto3" json:"error,omitempty"`
+	// The worker that played the game. With a node credential the backend
+	// records the node's id instead.
+	Worker        string `protobuf:"bytes,15,opt,name=worker,proto3" json:"worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutBatchResultRequest) Reset() {
+	*x = PutBatchResultRequest{}
+	mi := &file_ludus_v1_batch_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutBatchResultRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutBatchResultRequest) ProtoMessage() {}
+
+func (x *PutBatchResultRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_batch_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutBatchResultRequest.ProtoReflect.Descriptor instead.
+func (*PutBatchResultRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_batch_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PutBatchResultRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *PutBatchResultRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *PutBatchResultRequest) GetGame() int32 {
+	if x != nil {
+		return x.Game
+	}
+	return 0
+}
+
+func (x *PutBatchResultRequest) GetMap() string {
+	if x != nil {
+		return x.Map
+	}
+	return ""
+}
+
+func (x *PutBatchResultRequest) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+func (x *PutBatchResultRequest) GetSide() int32 {
+	if x != nil {
+		return x.Side
+	}
+	return 0
+}
+
+func (x *PutBatchResultRequest) GetWinner() int64 {
+	if x != nil {
+		return x.Winner
+	}
+	return 0
+}
+
+func (x *PutBatchResultRequest) GetTicks() int64 {
+	if x != nil {
+		return x.Ticks
+	}
+	return 0
+}
+
+func (x *PutBatchResultRequest) GetEnded() bool {
+	if x != nil {
+		return x.Ended
+	}
+	return false
+}
+
+func (x *PutBatchResultRequest) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
+func (x *PutBatchResultRequest) GetCpuNs() int64 {
+	if x != nil {
+		return x.CpuNs
+	}
+	return 0
+}
+
+func (x *PutBatchResultRequest) GetResultJson() []byte {
+	if x != nil {
+		return x.ResultJson
+	}
+	return nil
+}
+
+func (x *PutBatchResultRequest) GetLog() []byte {
+	if x != nil {
+		return x.Log
+	}
+	return nil
+}
+
+func (x *PutBatchResultRequest) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *PutBatchResultRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+type PutBatchResultResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether this result was stored (false: the game had one already).
+	Stored        bool `protobuf:"varint,1,opt,name=stored,proto3" json:"stored,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutBatchResultResponse) Reset() {
+	*x = PutBatchResultResponse{}
+	mi := &file_ludus_v1_batch_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutBatchResultResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutBatchResultResponse) ProtoMessage() {}
+
+func (x *PutBatchResultResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_batch_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutBatchResultResponse.ProtoReflect.Descriptor instead.
+func (*PutBatchResultResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_batch_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PutBatchResultResponse) GetStored() bool {
+	if x != nil {
+		return x.Stored
+	}
+	return false
+}
+
 var File_ludus_v1_batch_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_batch_proto_rawDesc = "" +
 	"\n" +
-	"\x14ludus/v1/batch.proto\x12\bludus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"?\n" +
+	"\x14ludus/v1/batch.proto\x12\bludus.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"?\n" +
 	"\bBatchMap\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vconfig_json\x18\x02 \x01(\tR\n" +
@@ -1122,14 +1449,46 @@ const file_ludus_v1_batch_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x1d\n" +
 	"\x1bRotateArchiveLinkKeyRequest\"\x1e\n" +
-	"\x1cRotateArchiveLinkKeyResponse2\xd5\x03\n" +
+	"\x1cRotateArchiveLinkKeyResponse\"\x86\x02\n" +
+	"\x15GetBatchModuleRequest\x12&\n" +
+	"\ttenant_id\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\btenantId\x12.\n" +
+	"\x06module\x18\x02 \x01(\tB\x16\xbaH\x13r\x11\x18@2\r^[a-z0-9_-]*$R\x06module\x123\n" +
+	"\bbuild_id\x18\x03 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\abuildId:`\xbaH]\x1a[\n" +
+	"\x12module_or_build_id\x12\x1bname a module or a build id\x1a(this.module != '' || this.build_id != ''\"G\n" +
+	"\x16GetBatchModuleResponse\x12\x19\n" +
+	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12\x12\n" +
+	"\x04wasm\x18\x02 \x01(\fR\x04wasm\"\xf9\x03\n" +
+	"\x15PutBatchResultRequest\x12&\n" +
+	"\ttenant_id\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\btenantId\x122\n" +
+	"\x06run_id\x18\x02 \x01(\tB\x1b\xbaH\x18r\x16\x10\x01\x18@2\x10^[A-Za-z0-9_-]+$R\x05runId\x12\x1f\n" +
+	"\x04game\x18\x03 \x01(\x05B\v\xbaH\b\x1a\x06\x10\xa0\x8d\x06(\x00R\x04game\x12\x19\n" +
+	"\x03map\x18\x04 \x01(\tB\a\xbaH\x04r\x02(@R\x03map\x12\x12\n" +
+	"\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x1d\n" +
+	"\x04side\x18\x06 \x01(\x05B\t\xbaH\x06\x1a\x04\x10\x10(\x00R\x04side\x12\x16\n" +
+	"\x06winner\x18\a \x01(\x03R\x06winner\x12\x1d\n" +
+	"\x05ticks\x18\b \x01(\x03B\a\xbaH\x04\"\x02(\x00R\x05ticks\x12\x14\n" +
+	"\x05ended\x18\t \x01(\bR\x05ended\x12\x1b\n" +
+	"\ttimed_out\x18\n" +
+	" \x01(\bR\btimedOut\x12\x1e\n" +
+	"\x06cpu_ns\x18\v \x01(\x03B\a\xbaH\x04\"\x02(\x00R\x05cpuNs\x12*\n" +
+	"\vresult_json\x18\f \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80@R\n" +
+	"resultJson\x12\x1c\n" +
+	"\x03log\x18\r \x01(\fB\n" +
+	"\xbaH\az\x05\x18\x80\x80\x80\bR\x03log\x12\x1f\n" +
+	"\x05error\x18\x0e \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x05R\x05error\x12 \n" +
+	"\x06worker\x18\x0f \x01(\tB\b\xbaH\x05r\x03(\x80\x01R\x06worker\"0\n" +
+	"\x16PutBatchResultResponse\x12\x16\n" +
+	"\x06stored\x18\x01 \x01(\bR\x06stored2\xd5\x03\n" +
 	"\fBatchService\x12A\n" +
 	"\bStartRun\x12\x19.ludus.v1.StartRunRequest\x1a\x1a.ludus.v1.StartRunResponse\x12C\n" +
 	"\bWatchRun\x12\x19.ludus.v1.WatchRunRequest\x1a\x1a.ludus.v1.WatchRunResponse0\x01\x12;\n" +
 	"\x06GetRun\x12\x17.ludus.v1.GetRunRequest\x1a\x18.ludus.v1.GetRunResponse\x12D\n" +
 	"\tCancelRun\x12\x1a.ludus.v1.CancelRunRequest\x1a\x1b.ludus.v1.CancelRunResponse\x12S\n" +
 	"\x0eRunArchiveLink\x12\x1f.ludus.v1.RunArchiveLinkRequest\x1a .ludus.v1.RunArchiveLinkResponse\x12e\n" +
-	"\x14RotateArchiveLinkKey\x12%.ludus.v1.RotateArchiveLinkKeyRequest\x1a&.ludus.v1.RotateArchiveLinkKeyResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
+	"\x14RotateArchiveLinkKey\x12%.ludus.v1.RotateArchiveLinkKeyRequest\x1a&.ludus.v1.RotateArchiveLinkKeyResponse2\xbe\x01\n" +
+	"\x12BatchWorkerService\x12S\n" +
+	"\x0eGetBatchModule\x12\x1f.ludus.v1.GetBatchModuleRequest\x1a .ludus.v1.GetBatchModuleResponse\x12S\n" +
+	"\x0ePutBatchResult\x12\x1f.ludus.v1.PutBatchResultRequest\x1a .ludus.v1.PutBatchResultResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
 
 var (
 	file_ludus_v1_batch_proto_rawDescOnce sync.Once
@@ -1143,7 +1502,7 @@ func file_ludus_v1_batch_proto_rawDescGZIP() []byte {
 	return file_ludus_v1_batch_proto_rawDescData
 }
 
-var file_ludus_v1_batch_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ludus_v1_batch_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_ludus_v1_batch_proto_goTypes = []any{
 	(*BatchMap)(nil),                     // 0: ludus.v1.BatchMap
 	(*BatchRunSpec)(nil),                 // 1: ludus.v1.BatchRunSpec
@@ -1161,13 +1520,17 @@ var file_ludus_v1_batch_proto_goTypes = []any{
 	(*RunArchiveLinkResponse)(nil),       // 13: ludus.v1.RunArchiveLinkResponse
 	(*RotateArchiveLinkKeyRequest)(nil),  // 14: ludus.v1.RotateArchiveLinkKeyRequest
 	(*RotateArchiveLinkKeyResponse)(nil), // 15: ludus.v1.RotateArchiveLinkKeyResponse
-	(*timestamppb.Timestamp)(nil),        // 16: google.protobuf.Timestamp
+	(*GetBatchModuleRequest)(nil),        // 16: ludus.v1.GetBatchModuleRequest
+	(*GetBatchModuleResponse)(nil),       // 17: ludus.v1.GetBatchModuleResponse
+	(*PutBatchResultRequest)(nil),        // 18: ludus.v1.PutBatchResultRequest
+	(*PutBatchResultResponse)(nil),       // 19: ludus.v1.PutBatchResultResponse
+	(*timestamppb.Timestamp)(nil),        // 20: google.protobuf.Timestamp
 }
 var file_ludus_v1_batch_proto_depIdxs = []int32{
 	0,  // 0: ludus.v1.BatchRunSpec.maps:type_name -> ludus.v1.BatchMap
-	16, // 1: ludus.v1.BatchProgress.created_at:type_name -> google.protobuf.Timestamp
-	16, // 2: ludus.v1.BatchProgress.deadline:type_name -> google.protobuf.Timestamp
-	16, // 3: ludus.v1.BatchProgress.ended_at:type_name -> google.protobuf.Timestamp
+	20, // 1: ludus.v1.BatchProgress.created_at:type_name -> google.protobuf.Timestamp
+	20, // 2: ludus.v1.BatchProgress.deadline:type_name -> google.protobuf.Timestamp
+	20, // 3: ludus.v1.BatchProgress.ended_at:type_name -> google.protobuf.Timestamp
 	1,  // 4: ludus.v1.BatchProgress.spec:type_name -> ludus.v1.BatchRunSpec
 	1,  // 5: ludus.v1.StartRunRequest.spec:type_name -> ludus.v1.BatchRunSpec
 	2,  // 6: ludus.v1.StartRunResponse.progress:type_name -> ludus.v1.BatchProgress
@@ -1176,21 +1539,25 @@ var file_ludus_v1_batch_proto_depIdxs = []int32{
 	2,  // 9: ludus.v1.GetRunResponse.progress:type_name -> ludus.v1.BatchProgress
 	3,  // 10: ludus.v1.GetRunResponse.results:type_name -> ludus.v1.BatchResult
 	2,  // 11: ludus.v1.CancelRunResponse.progress:type_name -> ludus.v1.BatchProgress
-	16, // 12: ludus.v1.RunArchiveLinkResponse.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 12: ludus.v1.RunArchiveLinkResponse.expires_at:type_name -> google.protobuf.Timestamp
 	4,  // 13: ludus.v1.BatchService.StartRun:input_type -> ludus.v1.StartRunRequest
 	6,  // 14: ludus.v1.BatchService.WatchRun:input_type -> ludus.v1.WatchRunRequest
 	8,  // 15: ludus.v1.BatchService.GetRun:input_type -> ludus.v1.GetRunRequest
 	10, // 16: ludus.v1.BatchService.CancelRun:input_type -> ludus.v1.CancelRunRequest
 	12, // 17: ludus.v1.BatchService.RunArchiveLink:input_type -> ludus.v1.RunArchiveLinkRequest
 	14, // 18: ludus.v1.BatchService.RotateArchiveLinkKey:input_type -> ludus.v1.RotateArchiveLinkKeyRequest
-	5,  // 19: ludus.v1.BatchService.StartRun:output_type -> ludus.v1.StartRunResponse
-	7,  // 20: ludus.v1.BatchService.WatchRun:output_type -> ludus.v1.WatchRunResponse
-	9,  // 21: ludus.v1.BatchService.GetRun:output_type -> ludus.v1.GetRunResponse
-	11, // 22: ludus.v1.BatchService.CancelRun:output_type -> ludus.v1.CancelRunResponse
-	13, // 23: ludus.v1.BatchService.RunArchiveLink:output_type -> ludus.v1.RunArchiveLinkResponse
-	15, // 24: ludus.v1.BatchService.RotateArchiveLinkKey:output_type -> ludus.v1.RotateArchiveLinkKeyResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
+	16, // 19: ludus.v1.BatchWorkerService.GetBatchModule:input_type -> ludus.v1.GetBatchModuleRequest
+	18, // 20: ludus.v1.BatchWorkerService.PutBatchResult:input_type -> ludus.v1.PutBatchResultRequest
+	5,  // 21: ludus.v1.BatchService.StartRun:output_type -> ludus.v1.StartRunResponse
+	7,  // 22: ludus.v1.BatchService.WatchRun:output_type -> ludus.v1.WatchRunResponse
+	9,  // 23: ludus.v1.BatchService.GetRun:output_type -> ludus.v1.GetRunResponse
+	11, // 24: ludus.v1.BatchService.CancelRun:output_type -> ludus.v1.CancelRunResponse
+	13, // 25: ludus.v1.BatchService.RunArchiveLink:output_type -> ludus.v1.RunArchiveLinkResponse
+	15, // 26: ludus.v1.BatchService.RotateArchiveLinkKey:output_type -> ludus.v1.RotateArchiveLinkKeyResponse
+	17, // 27: ludus.v1.BatchWorkerService.GetBatchModule:output_type -> ludus.v1.GetBatchModuleResponse
+	19, // 28: ludus.v1.BatchWorkerService.PutBatchResult:output_type -> ludus.v1.PutBatchResultResponse
+	21, // [21:29] is the sub-list for method output_type
+	13, // [13:21] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1207,9 +1574,9 @@ func file_ludus_v1_batch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_batch_proto_rawDesc), len(file_ludus_v1_batch_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_ludus_v1_batch_proto_goTypes,
 		DependencyIndexes: file_ludus_v1_batch_proto_depIdxs,

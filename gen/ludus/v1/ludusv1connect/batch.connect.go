@@ -23,6 +23,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// BatchServiceName is the fully-qualified name of the BatchService service.
 	BatchServiceName = "ludus.v1.BatchService"
+	// BatchWorkerServiceName is the fully-qualified name of the BatchWorkerService service.
+	BatchWorkerServiceName = "ludus.v1.BatchWorkerService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -47,6 +49,12 @@ const (
 	// BatchServiceRotateArchiveLinkKeyProcedure is the fully-qualified name of the BatchService's
 	// RotateArchiveLinkKey RPC.
 	BatchServiceRotateArchiveLinkKeyProcedure = "/ludus.v1.BatchService/RotateArchiveLinkKey"
+	// BatchWorkerServiceGetBatchModuleProcedure is the fully-qualified name of the BatchWorkerService's
+	// GetBatchModule RPC.
+	BatchWorkerServiceGetBatchModuleProcedure = "/ludus.v1.BatchWorkerService/GetBatchModule"
+	// BatchWorkerServicePutBatchResultProcedure is the fully-qualified name of the BatchWorkerService's
+	// PutBatchResult RPC.
+	BatchWorkerServicePutBatchResultProcedure = "/ludus.v1.BatchWorkerService/PutBatchResult"
 )
 
 // BatchServiceClient is a client for the ludus.v1.BatchService service.
@@ -273,4 +281,118 @@ func (UnimplementedBatchServiceHandler) RunArchiveLink(context.Context, *connect
 
 func (UnimplementedBatchServiceHandler) RotateArchiveLinkKey(context.Context, *connect.Request[v1.RotateArchiveLinkKeyRequest]) (*connect.Response[v1.RotateArchiveLinkKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.BatchService.RotateArchiveLinkKey is not implemented"))
+}
+
+// BatchWorkerServiceClient is a client for the ludus.v1.BatchWorkerService service.
+type BatchWorkerServiceClient interface {
+	// GetBatchModule returns a module build of a tenant: build_id, or else the
+	// newest build named module. NotFound if the tenant has none.
+	GetBatchModule(context.Context, *connect.Request[v1.GetBatchModuleRequest]) (*connect.Response[v1.GetBatchModuleResponse], error)
+	// PutBatchResult stores one game's result, unless the game has one: the
+	// first result stored wins and stored says whether it was this one (a
+	// retry, or a game played twice after a worker died, stores nothing). The
+	// run must exist (NotFound) and be running (FailedPrecondition once it has
+	// ended and was recorded), and the game must be one of its games
+	// (InvalidArgument). A worker acknowledges the game only after this
+	// returned without error.
+	PutBatchResult(context.Context, *connect.Request[v1.PutBatchResultRequest]) (*connect.Response[v1.PutBatchResultResponse], error)
+}
+
+// NewBatchWorkerServiceClient constructs a client for the ludus.v1.BatchWorkerService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewBatchWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) BatchWorkerServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	batchWorkerServiceMethods := v1.File_ludus_v1_batch_proto.Services().ByName("BatchWorkerService").Methods()
+	return &batchWorkerServiceClient{
+		getBatchModule: connect.NewClient[v1.GetBatchModuleRequest, v1.GetBatchModuleResponse](
+			httpClient,
+			baseURL+BatchWorkerServiceGetBatchModuleProcedure,
+			connect.WithSchema(batchWorkerServiceMethods.ByName("GetBatchModule")),
+			connect.WithClientOptions(opts...),
+		),
+		putBatchResult: connect.NewClient[v1.PutBatchResultRequest, v1.PutBatchResultResponse](
+			httpClient,
+			baseURL+BatchWorkerServicePutBatchResultProcedure,
+			connect.WithSchema(batchWorkerServiceMethods.ByName("PutBatchResult")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// batchWorkerServiceClient implements BatchWorkerServiceClient.
+type batchWorkerServiceClient struct {
+	getBatchModule *connect.Client[v1.GetBatchModuleRequest, v1.GetBatchModuleResponse]
+	putBatchResult *connect.Client[v1.PutBatchResultRequest, v1.PutBatchResultResponse]
+}
+
+// GetBatchModule calls ludus.v1.BatchWorkerService.GetBatchModule.
+func (c *batchWorkerServiceClient) GetBatchModule(ctx context.Context, req *connect.Request[v1.GetBatchModuleRequest]) (*connect.Response[v1.GetBatchModuleResponse], error) {
+	return c.getBatchModule.CallUnary(ctx, req)
+}
+
+// PutBatchResult calls ludus.v1.BatchWorkerService.PutBatchResult.
+func (c *batchWorkerServiceClient) PutBatchResult(ctx context.Context, req *connect.Request[v1.PutBatchResultRequest]) (*connect.Response[v1.PutBatchResultResponse], error) {
+	return c.putBatchResult.CallUnary(ctx, req)
+}
+
+// BatchWorkerServiceHandler is an implementation of the ludus.v1.BatchWorkerService service.
+type BatchWorkerServiceHandler interface {
+	// GetBatchModule returns a module build of a tenant: build_id, or else the
+	// newest build named module. NotFound if the tenant has none.
+	GetBatchModule(context.Context, *connect.Request[v1.GetBatchModuleRequest]) (*connect.Response[v1.GetBatchModuleResponse], error)
+	// PutBatchResult stores one game's result, unless the game has one: the
+	// first result stored wins and stored says whether it was this one (a
+	// retry, or a game played twice after a worker died, stores nothing). The
+	// run must exist (NotFound) and be running (FailedPrecondition once it has
+	// ended and was recorded), and the game must be one of its games
+	// (InvalidArgument). A worker acknowledges the game only after this
+	// returned without error.
+	PutBatchResult(context.Context, *connect.Request[v1.PutBatchResultRequest]) (*connect.Response[v1.PutBatchResultResponse], error)
+}
+
+// NewBatchWorkerServiceHandler builds an HTTP handler from the service implementation. It returns
+// the path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewBatchWorkerServiceHandler(svc BatchWorkerServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	batchWorkerServiceMethods := v1.File_ludus_v1_batch_proto.Services().ByName("BatchWorkerService").Methods()
+	batchWorkerServiceGetBatchModuleHandler := connect.NewUnaryHandler(
+		BatchWorkerServiceGetBatchModuleProcedure,
+		svc.GetBatchModule,
+		connect.WithSchema(batchWorkerServiceMethods.ByName("GetBatchModule")),
+		connect.WithHandlerOptions(opts...),
+	)
+	batchWorkerServicePutBatchResultHandler := connect.NewUnaryHandler(
+		BatchWorkerServicePutBatchResultProcedure,
+		svc.PutBatchResult,
+		connect.WithSchema(batchWorkerServiceMethods.ByName("PutBatchResult")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/ludus.v1.BatchWorkerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case BatchWorkerServiceGetBatchModuleProcedure:
+			batchWorkerServiceGetBatchModuleHandler.ServeHTTP(w, r)
+		case BatchWorkerServicePutBatchResultProcedure:
+			batchWorkerServicePutBatchResultHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedBatchWorkerServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedBatchWorkerServiceHandler struct{}
+
+func (UnimplementedBatchWorkerServiceHandler) GetBatchModule(context.Context, *connect.Request[v1.GetBatchModuleRequest]) (*connect.Response[v1.GetBatchModuleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.BatchWorkerService.GetBatchModule is not implemented"))
+}
+
+func (UnimplementedBatchWorkerServiceHandler) PutBatchResult(context.Context, *connect.Request[v1.PutBatchResultRequest]) (*connect.Response[v1.PutBatchResultResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.BatchWorkerService.PutBatchResult is not implemented"))
 }
