@@ -15,7 +15,9 @@
 //     "Authorization: Bearer <credential>": the cluster token (gateways: all
 //     of it, including minting match-scoped credentials and registering
 //     match rosters) or a sim node's own node credential (package
-//     auth/clustercred: modules and game archives only).
+//     auth/clustercred: modules and game archives only; the node credential
+//     also reports usage (QuotaClusterService) and plays batch games
+//     (BatchWorkerService)).
 //   - ludus.v1.ProgressionService: players' progression and leaderboards
 //     (session ticket).
 //   - ludus.v1.MatchReportService: sim nodes report a match's progress and

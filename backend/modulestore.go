@@ -20,7 +20,8 @@ type moduleStore struct{ *Server }
 // Callers of the cluster service. The cluster token (gateways, fleet control,
 // and sim nodes not yet given a node credential) may call every method; a
 // node credential (package auth/clustercred) only what a sim node needs:
-// fetch modules and archive its games. A node thus cannot mint match
+// fetch modules and archive its games (and, on other services, report usage
+// and play batch games). A node thus cannot mint match
 // credentials or put accounts on a match's roster, i.e. cannot make results
 // credit anyone.
 
@@ -54,7 +55,7 @@ func (s *moduleStore) cluster(h http.Header, method string, nodes forNodes) (nod
 	}
 	if !nodes {
 		return "", connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("%s needs the cluster token (gateway role); the node credential of sim node %q may only fetch modules and archive games", method, node))
+			fmt.Errorf("%s needs the cluster token (gateway role); the node credential of sim node %q may fetch modules and archive games, not register matches", method, node))
 	}
 	return node, nil
 }

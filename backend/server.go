@@ -41,7 +41,8 @@ type Config struct {
 	// ClusterToken is the cluster's root secret: gateways and fleet control
 	// present it to ModuleStoreService and may call all of it. Sim nodes
 	// present their node credential, derived from it (package
-	// auth/clustercred), and may only fetch modules and archive games; a node
+	// auth/clustercred), and may only do what a node does: fetch modules,
+	// archive games, report usage and play batch games; a node
 	// still given the cluster token itself is accepted as before, with all
 	// its power. Empty disables that service. At least 16 characters.
 	ClusterToken string

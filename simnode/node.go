@@ -339,11 +339,12 @@ func (n *Node) publishNode(ctx context.Context, s *clusterstate.Session) error {
 	return nil
 }
 
-// Close stops every game, the writer and the lease. The node's games stay in
-// etcd with their logs; their owner keys vanish with the lease.
+// Close gives every game up — each releases its claim, so another node
+// resumes it from its log at once (leaveStoppingNode) — then stops the writer
+// and revokes the lease. To move games without a pause, Drain first.
 func (n *Node) Close(ctx context.Context) error {
 	n.games.Range(func(_, v any) bool {
-		v.(*game).stop("node shutting down")
+		v.(*game).stop(reasonNodeStopping)
 		return true
 	})
 	n.games.Range(func(_, v any) bool {

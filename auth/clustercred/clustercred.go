@@ -2,10 +2,18 @@
 // token, so that a sim node holds a secret that is good for that node alone.
 //
 // The cluster token is the root secret of a Ludus cluster: the backend, the
-// gateways and fleet control hold it. From it, and a node's id, comes the
-// node credential:
+// gateways and fleet control hold it. From it comes the enrollment key, and
+// from that and a node's id the node credential:
 //
-//	lnd_<node id>_<base64url(HMAC-SHA256(key = cluster token, "ludus node credential v1\x00" + node id))>
+//	lne_<base64url(HMAC-SHA256(key = cluster token, "ludus node enrollment v1"))>
+//	lnd_<node id>_<base64url(HMAC-SHA256(key = enrollment key, "ludus node credential v2\x00" + node id))>
+//
+// The enrollment key exists for fleets whose node ids are not known in advance
+// (a Kubernetes Deployment names its pods at random): a node started with it
+// derives its own credential for its id and uses only that. Whoever holds it
+// can derive any node's credential — so it has every node's power, fetching
+// modules and archiving games — but nothing more: it is not the cluster token
+// and cannot become it.
 //
 // A sim node is started with its own node credential only (never the cluster
 // token). It presents it to the backend, which recomputes it (VerifyNode) and
@@ -19,12 +27,13 @@
 //
 // Holders of the cluster token can compute it for any node; the node can check
 // it with its own credential alone. What a node cannot do with its credential:
-// compute another node's credential (it would need the cluster token), present
-// the cluster token to the backend, or call another node (the other node wants
-// ToNode of its own credential).
+// compute another node's credential (it would need the enrollment key or the
+// cluster token), present the cluster token to the backend, or call another
+// node (the other node wants ToNode of its own credential).
 //
-// Every check compares in constant time. The derivations are versioned ("v1"
-// in the MAC input) and domain-separated, so one can never pass as the other.
+// Every check compares in constant time. The derivations are versioned ("v1",
+// "v2" in the MAC input) and domain-separated, so one can never pass as the
+// other.
 package clustercred
 
 import (
@@ -36,10 +45,11 @@ import (
 	"strings"
 )
 
-// Prefixes of the two derived credentials.
+// Prefixes of the derived credentials.
 const (
-	NodePrefix   = "lnd_"
-	ToNodePrefix = "lgn_"
+	EnrollmentPrefix = "lne_"
+	NodePrefix       = "lnd_"
+	ToNodePrefix     = "lgn_"
 )
 
 // MaxNodeIDLen is the longest node id (the fleet's id rule).
@@ -81,16 +91,47 @@ func mac(key, msg string) string {
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
-// Node returns the node credential of nodeID under clusterToken.
-// ErrNoClusterToken if the token is empty; ErrBadNodeID if the id is invalid.
-func Node(clusterToken, nodeID string) (string, error) {
+// Enrollment returns the enrollment key of clusterToken (ErrNoClusterToken if
+// it is empty).
+func Enrollment(clusterToken string) (string, error) {
 	if clusterToken == "" {
 		return "", ErrNoClusterToken
+	}
+	return EnrollmentPrefix + mac(clusterToken, "ludus node enrollment v1"), nil
+}
+
+// ValidEnrollment reports whether key has the shape of an enrollment key
+// ("lne_" and 43 base64url characters); only deriving a credential with it
+// and having the backend accept that credential authenticates it.
+func ValidEnrollment(key string) bool {
+	m, ok := strings.CutPrefix(key, EnrollmentPrefix)
+	return ok && len(m) == macLen && isBase64URL(m)
+}
+
+// ErrBadEnrollment: the enrollment key is not "lne_" and 43 base64url
+// characters (ludus ctl node enrollment-key prints one).
+var ErrBadEnrollment = errors.New(`clustercred: invalid enrollment key (want "lne_" and 43 base64url characters, as "ludus ctl node enrollment-key" prints)`)
+
+// NodeFromEnrollment returns the node credential of nodeID under the
+// enrollment key: what a node started with the enrollment key runs with.
+func NodeFromEnrollment(enrollment, nodeID string) (string, error) {
+	if !ValidEnrollment(enrollment) {
+		return "", ErrBadEnrollment
 	}
 	if !ValidNodeID(nodeID) {
 		return "", ErrBadNodeID
 	}
-	return NodePrefix + nodeID + "_" + mac(clusterToken, "ludus node credential v1\x00"+nodeID), nil
+	return NodePrefix + nodeID + "_" + mac(enrollment, "ludus node credential v2\x00"+nodeID), nil
+}
+
+// Node returns the node credential of nodeID under clusterToken.
+// ErrNoClusterToken if the token is empty; ErrBadNodeID if the id is invalid.
+func Node(clusterToken, nodeID string) (string, error) {
+	e, err := Enrollment(clusterToken)
+	if err != nil {
+		return "", err
+	}
+	return NodeFromEnrollment(e, nodeID)
 }
 
 // ParseNode splits a node credential into its node id and MAC without

@@ -174,3 +174,47 @@ func FuzzParseNode(f *testing.F) {
 		}
 	})
 }
+
+// A node started with the enrollment key derives the same credential the
+// cluster token gives its id, which the backend (holding the token) accepts;
+// the enrollment key itself passes for nothing.
+func TestEnrollment(t *testing.T) {
+	const token = "cluster-token-of-at-least-16"
+	e, err := clustercred.Enrollment(token)
+	if err != nil || !clustercred.ValidEnrollment(e) || !strings.HasPrefix(e, clustercred.EnrollmentPrefix) {
+		t.Fatalf("Enrollment: %q %v", e, err)
+	}
+	fromToken, _ := clustercred.Node(token, "simnode-7f9c")
+	fromEnrollment, err := clustercred.NodeFromEnrollment(e, "simnode-7f9c")
+	if err != nil || fromEnrollment != fromToken {
+		t.Fatalf("credential from the enrollment key %q (%v), from the token %q", fromEnrollment, err, fromToken)
+	}
+	if id, ok := clustercred.VerifyNode(token, fromEnrollment); !ok || id != "simnode-7f9c" {
+		t.Fatalf("the backend refuses an enrolled node's credential: %q %v", id, ok)
+	}
+	// Another cluster's enrollment key makes credentials this cluster refuses.
+	other, _ := clustercred.Enrollment("another-cluster-token-16")
+	if c, _ := clustercred.NodeFromEnrollment(other, "simnode-7f9c"); c == fromToken {
+		t.Fatal("two clusters' enrollment keys derive the same credential")
+	} else if _, ok := clustercred.VerifyNode(token, c); ok {
+		t.Fatal("a credential of another cluster's enrollment key verified")
+	}
+	// The enrollment key is neither a node credential nor the token.
+	if _, ok := clustercred.VerifyNode(token, e); ok {
+		t.Fatal("the enrollment key passed as a node credential")
+	}
+	if e == token || strings.Contains(e, token) {
+		t.Fatal("the enrollment key reveals the token")
+	}
+	if _, err := clustercred.Enrollment(""); !errors.Is(err, clustercred.ErrNoClusterToken) {
+		t.Fatalf("empty token: %v", err)
+	}
+	for _, bad := range []string{"", e[:len(e)-1], e + "A", "lnd_" + strings.TrimPrefix(e, "lne_"), "lne_" + strings.Repeat("+", 43), token} {
+		if _, err := clustercred.NodeFromEnrollment(bad, "simnode-1"); !errors.Is(err, clustercred.ErrBadEnrollment) {
+			t.Errorf("enrollment key %q: %v, want ErrBadEnrollment", bad, err)
+		}
+	}
+	if _, err := clustercred.NodeFromEnrollment(e, "bad/id"); !errors.Is(err, clustercred.ErrBadNodeID) {
+		t.Errorf("bad node id: %v", err)
+	}
+}

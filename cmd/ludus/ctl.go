@@ -39,6 +39,8 @@ const ctlUsage = `ludus ctl [--url URL] [--key-file PATH] COMMAND
   node drain NODE [--wait]     hand every game off NODE; it exits when empty (operator key)
   node credential NODE         print the --node-credential of sim node NODE, derived from
                                $LUDUS_CLUSTER_TOKEN (no server is asked)
+  node enrollment-key          print the --node-enrollment-key that lets sim nodes whose ids are not
+                               known in advance derive their own credential (from $LUDUS_CLUSTER_TOKEN)
   game replay GAME [--wasm FILE]
                                re-run an archived game locally from its log (shows a crash's trap and
                                tick); the module comes from the backend unless --wasm gives it
@@ -193,6 +195,9 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 	case rest[0] == "node" && len(rest) == 3 && rest[1] == "credential":
 		tw.Flush()
 		return nodeCredential(rest[2], out)
+	case rest[0] == "node" && len(rest) == 2 && rest[1] == "enrollment-key":
+		tw.Flush()
+		return nodeEnrollmentKey(out)
 	case rest[0] == "node" && len(rest) >= 3 && rest[1] == "drain":
 		resp, err := fleetc.DrainNode(ctx, connect.NewRequest(&ludusv1.DrainNodeRequest{NodeId: rest[2]}))
 		if err != nil {

@@ -26,3 +26,20 @@ func nodeCredential(nodeID string, out io.Writer) error {
 	_, err = fmt.Fprintln(out, cred)
 	return err
 }
+
+// nodeEnrollmentKey prints the enrollment key of the cluster token in
+// $LUDUS_CLUSTER_TOKEN: sim nodes started with it (--node-enrollment-key)
+// derive their own credential for their id. It has every node's power and no
+// more (package clustercred).
+func nodeEnrollmentKey(out io.Writer) error {
+	token := os.Getenv("LUDUS_CLUSTER_TOKEN")
+	if token == "" {
+		return errors.New("node enrollment key: set LUDUS_CLUSTER_TOKEN to the cluster token (the backend's and gateways' --cluster-token)")
+	}
+	key, err := clustercred.Enrollment(token)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(out, key)
+	return err
+}

@@ -283,6 +283,11 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 			Concurrency: *batchWorkers, Logger: logger.With("role", "batch")}); err != nil {
 			return err
 		}
+	} else {
+		// Sim nodes play the games; the reaper, which records runs in this
+		// backend's store, runs here (one at a time across backends, by
+		// election).
+		go batch.RunReaper(ctx, cli, srv, "", 0, batch.ReaperConfig{}, logger.With("role", "batch"))
 	}
 	mux.Handle("/", srv.Handler())
 	return serveUntilDone(ctx, *listen, mux, bodyTimeout(), logger)
@@ -386,16 +391,27 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	bodyTimeout := bodyTimeoutFlag(fs)
 	metricsAddr := metricsAddrFlag(fs, "the node's, by tenant; when set, the NodeService port no longer serves /metrics")
 	batchWorkers := fs.Int("batch-workers", 0, "batch games (ludus ctl batch) this node plays at once, below its live matches: they pause while a live tick starts late; 0: none here")
+	enrollment := fs.String("node-enrollment-key", os.Getenv("LUDUS_NODE_ENROLLMENT_KEY"), `for fleets whose node ids are not known in advance (a Kubernetes Deployment): the node derives its own credential for its --id from this key ("ludus ctl node enrollment-key" prints it); it has every node's power and no more`)
+	drainOnTerm := fs.Bool("drain-on-term", false, "on SIGTERM or interrupt, hand every game to other nodes before exiting (what a Kubernetes pod needs, with no preStop hook and no operator key)")
+	drainTimeout := fs.Duration("drain-timeout", 4*time.Minute, "with --drain-on-term, the longest the drain may take; games still here then fail over from their logs")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	given := 0
+	for _, s := range []string{*nodeCred, *token, *enrollment} {
+		if s != "" {
+			given++
+		}
 	}
 	switch {
 	case *batchWorkers < 0:
 		return fmt.Errorf("--batch-workers must be 0 or more, got %d", *batchWorkers)
-	case *nodeCred != "" && *token != "":
-		return errors.New("give --node-credential or --cluster-token, not both (a node with the cluster token holds every role's power)")
-	case *nodeCred == "" && *token == "":
-		return errors.New(`--node-credential is required: derive it with "ludus ctl node credential ID" (or give --cluster-token, which is all-powerful)`)
+	case *drainTimeout <= 0:
+		return fmt.Errorf("--drain-timeout must be positive, got %v", *drainTimeout)
+	case given > 1:
+		return errors.New("give one of --node-credential, --node-enrollment-key or --cluster-token, not several (a node with the cluster token holds every role's power)")
+	case given == 0:
+		return errors.New(`--node-credential is required: derive it with "ludus ctl node credential ID" (or give --node-enrollment-key from "ludus ctl node enrollment-key" when node ids are not known in advance; --cluster-token is all-powerful)`)
 	case *token != "":
 		logger.Warn("this sim node holds the cluster token, which can mint match credentials and credit any account: give it --node-credential instead")
 	}
@@ -409,6 +425,13 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 			host, _ := os.Hostname()
 			*id = strings.NewReplacer(".", "-", ":", "-").Replace(host + "-" + (*listen)[strings.LastIndexByte(*listen, ':')+1:])
 		}
+	}
+	if *enrollment != "" {
+		cred, err := clustercred.NodeFromEnrollment(*enrollment, *id)
+		if err != nil {
+			return fmt.Errorf("--node-enrollment-key: %w", err)
+		}
+		*nodeCred = cred
 	}
 	moduleCred := *nodeCred
 	if moduleCred == "" {
@@ -445,15 +468,30 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 		return err
 	}
 	// A drained node exits by itself: that is how a rolling upgrade proceeds.
-	ctx, stop := context.WithCancel(ctx)
+	// With --drain-on-term a signal drains it first: the node keeps serving
+	// (streams follow their games to the new owners) until it is empty or
+	// the timeout passes.
+	stopping := ctx
+	ctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	go func() {
 		select {
 		case <-n.Drained():
 			logger.Info("drained: exiting")
-			stop()
+		case <-stopping.Done():
+			if *drainOnTerm {
+				logger.Info("stopping: handing every game to other nodes first", "timeout", *drainTimeout)
+				dctx, cancel := context.WithTimeout(context.Background(), *drainTimeout)
+				if err := n.Drain(dctx); err != nil {
+					logger.Warn("the drain did not finish; the games left fail over from their logs", "err", err)
+				} else {
+					logger.Info("drained: exiting")
+				}
+				cancel()
+			}
 		case <-ctx.Done():
 		}
+		stop()
 	}()
 	// Batch games: leased from etcd like any worker's, their modules and
 	// results through the backend's BatchWorkerService with this node's
@@ -467,14 +505,19 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 		// a live tick starts late. (This stops Go's own GOMAXPROCS updates
 		// from the container's CPU limit.)
 		runtime.GOMAXPROCS(cores + *batchWorkers)
-		worker, err = batch.StartWorker(ctx, batch.WorkerConfig{ID: *id, Etcd: cli, Backend: batch.NewRemoteBackend(h2c, *backendURL, moduleCred),
+		// Stopping gives its games back to the queue at once, before any
+		// drain: other nodes play them.
+		wctx, wstop := context.WithCancel(stopping)
+		defer wstop()
+		context.AfterFunc(ctx, wstop)
+		worker, err = batch.StartWorker(wctx, batch.WorkerConfig{ID: *id, Etcd: cli, Backend: batch.NewRemoteBackend(h2c, *backendURL, moduleCred),
 			Engine: eng, Concurrency: *batchWorkers, LiveLate: n.LiveLateness(0, 0).Late, NoReaper: true, Logger: logger.With("role", "batch")})
 		if err != nil {
 			return errors.Join(fmt.Errorf("batch worker: %w", err), n.Close(context.Background()))
 		}
 		// On the way out its games in flight go back to the queue (released,
 		// or at worst when its etcd lease expires).
-		defer func() { stop(); <-worker.Done() }()
+		defer func() { wstop(); <-worker.Done() }()
 	}
 	h := n.Handler()
 	if reg != nil {

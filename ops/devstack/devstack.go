@@ -328,10 +328,23 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		gwLn.Close()
 		return nil, fmt.Errorf("seed matchmaking rules: %w", err)
 	}
-	// Batch runs play on this machine at a lower priority than live matches.
+	// Batch runs play on this machine at a lower priority than live matches:
+	// they pause while a live tick on any of the nodes starts late.
+	var lates []*simnode.LiveLateness
+	for _, n := range s.Nodes {
+		lates = append(lates, n.LiveLateness(0, 0))
+	}
+	liveLate := func() bool {
+		for _, l := range lates {
+			if l.Late() {
+				return true
+			}
+		}
+		return false
+	}
 	batchCtx, stopBatch := context.WithCancel(context.Background())
 	if _, err := batch.StartWorker(batchCtx, batch.WorkerConfig{ID: "devstack-batch", Etcd: s.Etcd, Backend: s.Backend,
-		Engine: s.Engine, Logger: cfg.Logger.With("role", "batch")}); err != nil {
+		Engine: s.Engine, LiveLate: liveLate, Logger: cfg.Logger.With("role", "batch")}); err != nil {
 		stopBatch()
 		gwLn.Close()
 		return nil, err

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -666,17 +667,18 @@ func TestCheckContainerCatches(t *testing.T) {
 
 // ---------------------------------------------------------------- sim nodes
 
-// preStopDrain is the sim nodes' preStop: ludus ctl's flags, then the drain of
-// the node named by the shell's $POD_NAME, waiting until it is empty.
-var preStopDrain = regexp.MustCompile(`^exec ludus ctl((?: --[a-z-]+=\S+)*) node drain "\$POD_NAME" --wait$`)
-
-// checkSimnode checks that a sim node workload drains before it stops.
+// checkSimnode checks that a sim node workload drains itself before it stops
+// and holds neither the operator key nor the cluster token: it derives its
+// credential from the enrollment key (or is given its own credential).
 func checkSimnode(m manifests, b binary, w workload) []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	spec := w.template.Spec
+	grace := int64(0)
 	if g := spec.TerminationGracePeriodSeconds; g == nil || *g < 120 {
 		bad("terminationGracePeriodSeconds must leave the drain time (≥ 120 s)")
+	} else {
+		grace = *g
 	}
 	if len(spec.Containers) != 1 {
 		bad("%d containers, want the sim node alone", len(spec.Containers))
@@ -684,7 +686,7 @@ func checkSimnode(m manifests, b binary, w workload) []error {
 	}
 	c := spec.Containers[0]
 	if !slices.Contains(c.Args, "--id=$(POD_NAME)") {
-		bad("the node id is not the pod name (--id=$(POD_NAME)): the preStop hook drains $POD_NAME")
+		bad("the node id is not the pod name (--id=$(POD_NAME)): pod names are unique")
 	}
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
@@ -694,41 +696,49 @@ func checkSimnode(m manifests, b binary, w workload) []error {
 	if !slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--region=") }) {
 		bad("no --region")
 	}
-	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil {
-		bad("no preStop exec hook")
-		return errs
+	// The drain: SIGTERM (--drain-on-term), bounded below the grace period.
+	if !slices.Contains(c.Args, "--drain-on-term=true") {
+		bad("no --drain-on-term: a stopped node would not hand its games off")
 	}
-	cmd := c.Lifecycle.PreStop.Exec.Command
-	if len(cmd) != 3 || cmd[0] != "/bin/sh" || cmd[1] != "-c" {
-		bad("preStop %q is not /bin/sh -c SCRIPT", cmd)
-		return errs
+	if !b.flags["simnode"]["drain-on-term"] || !b.flags["simnode"]["drain-timeout"] {
+		bad("ludus simnode has no --drain-on-term or --drain-timeout")
 	}
-	match := preStopDrain.FindStringSubmatch(cmd[2])
-	if match == nil {
-		bad("preStop script %q is not `exec ludus ctl FLAGS node drain \"$POD_NAME\" --wait`", cmd[2])
-		return errs
-	}
-	if !strings.Contains(b.ctlUsage, "node drain NODE [--wait]") {
-		bad("ludus ctl has no `node drain NODE [--wait]`")
-	}
-	ctlFlags := map[string]bool{}
-	for _, f := range usageFlag.FindAllStringSubmatch(b.ctlUsage, -1) {
-		ctlFlags[f[1]] = true
-	}
-	keyFile := ""
-	for _, f := range strings.Fields(match[1]) {
-		name, value, _ := strings.Cut(strings.TrimPrefix(f, "--"), "=")
-		if !ctlFlags[name] {
-			bad("ludus ctl has no flag --%s", name)
-		}
-		if name == "key-file" {
-			keyFile = value
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--drain-timeout="); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil || grace > 0 && d >= time.Duration(grace)*time.Second {
+				bad("--drain-timeout=%s must be a duration shorter than terminationGracePeriodSeconds (%d s)", v, grace)
+			}
 		}
 	}
-	if keyFile == "" {
-		bad("the preStop drain names no --key-file (the operator key)")
-	} else if !mountsSecretKey(spec, c, keyFile, "ludus-operator-key", "key") {
-		bad("--key-file %s is not the key \"key\" of Secret ludus-operator-key mounted in the container", keyFile)
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+		bad("a preStop hook: the node drains itself on SIGTERM, and a hook would need a credential the node should not hold")
+	}
+	// Credentials: its own, never the cluster token or the operator key.
+	own := false
+	for _, e := range c.Env {
+		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			continue
+		}
+		switch ref := e.ValueFrom.SecretKeyRef; {
+		case e.Name == "LUDUS_CLUSTER_TOKEN" || ref.Name == "ludus-cluster-token":
+			bad("the sim node gets the cluster token (%s), which can mint match credentials: give it LUDUS_NODE_ENROLLMENT_KEY", e.Name)
+		case ref.Name == "ludus-operator-key":
+			bad("the sim node gets the operator key (%s)", e.Name)
+		case e.Name == "LUDUS_NODE_ENROLLMENT_KEY" || e.Name == "LUDUS_NODE_CREDENTIAL":
+			if !b.env[e.Name] {
+				bad("cmd/ludus reads no %s", e.Name)
+			}
+			own = true
+		}
+	}
+	if !own {
+		bad("no LUDUS_NODE_ENROLLMENT_KEY (or LUDUS_NODE_CREDENTIAL) from a Secret: the node has no credential of its own")
+	}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil && (v.Secret.SecretName == "ludus-operator-key" || v.Secret.SecretName == "ludus-cluster-token") {
+			bad("volume %s mounts Secret %s into a sim node", v.Name, v.Secret.SecretName)
+		}
 	}
 	return errs
 }
@@ -796,16 +806,29 @@ func TestCheckSimnodeCatches(t *testing.T) {
 		mutate func(spec *corev1.PodSpec)
 		want   string
 	}{
-		{"no preStop", func(s *corev1.PodSpec) { s.Containers[0].Lifecycle = nil }, "no preStop"},
-		{"misspelt ctl flag", func(s *corev1.PodSpec) {
-			h := s.Containers[0].Lifecycle.PreStop.Exec
-			h.Command[2] = strings.Replace(h.Command[2], "--key-file=", "--keyfile=", 1)
-		}, "no flag --keyfile"},
-		{"drain without waiting", func(s *corev1.PodSpec) {
-			h := s.Containers[0].Lifecycle.PreStop.Exec
-			h.Command[2] = strings.TrimSuffix(h.Command[2], " --wait")
-		}, "is not `exec ludus ctl"},
-		{"key file not mounted", func(s *corev1.PodSpec) { s.Containers[0].VolumeMounts = nil }, "is not the key"},
+		{"no drain on SIGTERM", func(s *corev1.PodSpec) {
+			s.Containers[0].Args = slices.DeleteFunc(s.Containers[0].Args, func(a string) bool { return a == "--drain-on-term=true" })
+		}, "no --drain-on-term"},
+		{"drain longer than the grace period", func(s *corev1.PodSpec) {
+			for i, a := range s.Containers[0].Args {
+				if strings.HasPrefix(a, "--drain-timeout=") {
+					s.Containers[0].Args[i] = "--drain-timeout=600s"
+				}
+			}
+		}, "shorter than terminationGracePeriodSeconds"},
+		{"a preStop hook again", func(s *corev1.PodSpec) {
+			s.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "true"}}}}
+		}, "a preStop hook"},
+		{"the cluster token", func(s *corev1.PodSpec) {
+			s.Containers[0].Env = append(s.Containers[0].Env, corev1.EnvVar{Name: "LUDUS_CLUSTER_TOKEN", ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "ludus-cluster-token"}, Key: "token"}}})
+		}, "gets the cluster token"},
+		{"the operator key mounted", func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "op", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "ludus-operator-key"}}})
+		}, "mounts Secret ludus-operator-key"},
+		{"no credential of its own", func(s *corev1.PodSpec) {
+			s.Containers[0].Env = slices.DeleteFunc(s.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "LUDUS_NODE_ENROLLMENT_KEY" })
+		}, "no credential of its own"},
 		{"node id not the pod name", func(s *corev1.PodSpec) {
 			s.Containers[0].Args = slices.DeleteFunc(s.Containers[0].Args, func(a string) bool { return strings.HasPrefix(a, "--id=") })
 		}, "not the pod name"},
