@@ -24,7 +24,7 @@ import (
 // in words, a good module uploaded and listed, an API key created and revoked,
 // sign out and in with the operator key too, a player's live game listed,
 // spectated and handed off, its node drained while the player keeps receiving
-// frames, webhooks, result rules, leaderboards, tenants, and every section at
+// frames, then ended (the player is told), webhooks, result rules, leaderboards, tenants, and every section at
 // 360 px without sideways scrolling. Screenshots: artifacts/console-*.png.
 //
 // It runs on a dev stack of its own: draining takes a node out of the fleet for

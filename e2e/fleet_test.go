@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,5 +113,67 @@ func TestDrainThroughFleetService(t *testing.T) {
 		if frames < 3 {
 			t.Fatalf("game %s: no frames after drain: %v", id, stream.Err())
 		}
+	}
+}
+
+// TestEndGameThroughFleetService: an operator ends a running game; the player's
+// stream ends with the operator's reason and the game is failed, not resumed.
+// Bad calls get the right codes, and nothing is ended by them.
+func TestEndGameThroughFleetService(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := protocols()[0]
+	pl := login(t, p, devstack.DemoTenant)
+	fleetc := ludusv1connect.NewFleetServiceClient(p.client, stack.GatewayURL, connect.WithInterceptors(withTicket(&stack.OperatorKey)))
+	g, err := pl.games.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "arena", Bots: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := g.Msg.Game.GameId
+	if _, err := pl.games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: id})); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := pl.games.StreamFrames(ctx, connect.NewRequest(&ludusv1.StreamFramesRequest{GameId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	for frames := 0; frames < 10 && stream.Receive(); {
+		if stream.Msg().GetFrame() != nil {
+			frames++
+		}
+	}
+
+	bad := "lds_not_an_operator_key"
+	_, err = ludusv1connect.NewFleetServiceClient(p.client, stack.GatewayURL, connect.WithInterceptors(withTicket(&bad))).
+		EndGame(ctx, connect.NewRequest(&ludusv1.EndGameRequest{TenantId: stack.TenantID, GameId: id}))
+	wantCode(t, err, connect.CodePermissionDenied)
+	_, err = fleetc.EndGame(ctx, connect.NewRequest(&ludusv1.EndGameRequest{TenantId: stack.TenantID, GameId: "no-such-game"}))
+	wantCode(t, err, connect.CodeNotFound)
+	_, err = fleetc.EndGame(ctx, connect.NewRequest(&ludusv1.EndGameRequest{TenantId: "t_other", GameId: id}))
+	wantCode(t, err, connect.CodeNotFound)
+	_, err = fleetc.EndGame(ctx, connect.NewRequest(&ludusv1.EndGameRequest{TenantId: stack.TenantID, GameId: id, Reason: strings.Repeat("x", 201)}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+
+	end, err := fleetc.EndGame(ctx, connect.NewRequest(&ludusv1.EndGameRequest{TenantId: stack.TenantID, GameId: id, Reason: "cheating reported"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.Msg.NodeId != g.Msg.Game.NodeId || end.Msg.Tick <= 0 {
+		t.Fatalf("EndGame answered %+v; the game ran on %s", end.Msg, g.Msg.Game.NodeId)
+	}
+	var last *ludusv1.Status
+	for stream.Receive() {
+		if st := stream.Msg().GetStatus(); st != nil {
+			last = st
+		}
+	}
+	if last == nil || last.State != "failed" || !strings.Contains(last.Message, "ended by an operator: cheating reported") {
+		t.Fatalf("the player's stream ended with %+v (err %v)", last, stream.Err())
+	}
+	// Ended for good: a second call finds it finished (or archived already).
+	_, err = fleetc.EndGame(ctx, connect.NewRequest(&ludusv1.EndGameRequest{TenantId: stack.TenantID, GameId: id}))
+	if c := connect.CodeOf(err); c != connect.CodeFailedPrecondition && c != connect.CodeNotFound {
+		t.Fatalf("ending it again: %v", err)
 	}
 }

@@ -175,6 +175,22 @@ func (n *Node) Drained() <-chan struct{} { return n.drained }
 // control implements clusterv1connect.NodeControlServiceHandler.
 type control struct{ n *Node }
 
+// EndGame ends a game this node runs now, as failed with the operator's
+// reason, and returns once its final status is written.
+func (c *control) EndGame(ctx context.Context, req *connect.Request[clusterv1.EndGameRequest]) (*connect.Response[clusterv1.EndGameResponse], error) {
+	g, ok := c.n.game(req.Msg.TenantId, req.Msg.GameId)
+	if !ok {
+		return nil, connectError(nodeErrorf(errNotHere, "game %q is not running on node %s", req.Msg.GameId, c.n.cfg.ID))
+	}
+	g.stop("ended by an operator: " + req.Msg.Reason)
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("game %s did not end in time", req.Msg.GameId))
+	}
+	return connect.NewResponse(&clusterv1.EndGameResponse{Tick: g.status.load().v.Tick}), nil
+}
+
 func (c *control) HandoffGame(ctx context.Context, req *connect.Request[clusterv1.HandoffGameRequest]) (*connect.Response[clusterv1.HandoffGameResponse], error) {
 	to, tick, err := c.n.handoffAt(ctx, req.Msg.TenantId, req.Msg.GameId, req.Msg.TargetNodeId)
 	if err != nil {

@@ -48,6 +48,9 @@ const ctlUsage = `ludus ctl [--url URL] [--key-file PATH] COMMAND
   game handoff TENANT GAME [NODE]
                                move a running game to NODE or one the fleet picks (operator key);
                                TENANT is the tenant's slug (as "ludus ctl tenants" lists) or id
+  game end TENANT GAME [REASON...]
+                               end a running game now, as failed with REASON shown to its players
+                               (operator key); no result is reported
   usage [--since D] [--tenant SLUG] [--price-per-core-hour USD]
                                metered usage (CPU, player-hours, bytes, etcd writes, archives) and
                                a cost estimate
@@ -232,6 +235,16 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(tw, "game %s moved from %s to %s\n", rest[3], resp.Msg.FromNodeId, resp.Msg.ToNodeId)
+	case rest[0] == "game" && len(rest) >= 4 && rest[1] == "end":
+		tenantID, err := resolveTenant(ctx, admin, rest[2])
+		if err != nil {
+			return err
+		}
+		resp, err := fleetc.EndGame(ctx, connect.NewRequest(&ludusv1.EndGameRequest{TenantId: tenantID, GameId: rest[3], Reason: strings.Join(rest[4:], " ")}))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "game %s ended on %s at tick %d\n", rest[3], resp.Msg.NodeId, resp.Msg.Tick)
 	default:
 		return errors.New("unknown ctl command; run \"ludus ctl help\"")
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,6 +22,15 @@ type fakeOperator struct {
 	ludusv1connect.UnimplementedAdminServiceHandler
 	ludusv1connect.UnimplementedFleetServiceHandler
 	handedOffTenant string
+	ended           *ludusv1.EndGameRequest
+}
+
+func (f *fakeOperator) EndGame(_ context.Context, req *connect.Request[ludusv1.EndGameRequest]) (*connect.Response[ludusv1.EndGameResponse], error) {
+	if req.Msg.GameId == "gone" {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New(`no game "gone" in tenant "t-0002"`))
+	}
+	f.ended = req.Msg
+	return connect.NewResponse(&ludusv1.EndGameResponse{NodeId: "n1", Tick: 420}), nil
 }
 
 func (f *fakeOperator) ListTenants(context.Context, *connect.Request[ludusv1.ListTenantsRequest]) (*connect.Response[ludusv1.ListTenantsResponse], error) {
@@ -72,6 +82,24 @@ func TestCtlHandoffTakesATenantSlug(t *testing.T) {
 	err := runCtl(ctx, []string{"--url", url, "--key", "k", "game", "handoff", "nosuch", "g1"}, &out)
 	if err == nil || !strings.Contains(err.Error(), `no tenant has the slug or id "nosuch"`) {
 		t.Fatalf("unknown tenant: err = %v", err)
+	}
+}
+
+func TestCtlGameEnd(t *testing.T) {
+	f, url := operatorServer(t)
+	ctx := context.Background()
+	var out bytes.Buffer
+	if err := runCtl(ctx, []string{"--url", url, "--key", "k", "game", "end", "snake", "g1", "cheating", "reported"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if f.ended == nil || f.ended.TenantId != "t-0002" || f.ended.GameId != "g1" || f.ended.Reason != "cheating reported" {
+		t.Fatalf("sent %+v", f.ended)
+	}
+	if !strings.Contains(out.String(), "game g1 ended on n1 at tick 420") {
+		t.Fatalf("printed %q", out.String())
+	}
+	if err := runCtl(ctx, []string{"--url", url, "--key", "k", "game", "end", "snake", "gone"}, &out); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("a game that does not exist: %v", err)
 	}
 }
 

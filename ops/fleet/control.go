@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -115,6 +117,53 @@ func (c *Control) HandoffGame(ctx context.Context, req *connect.Request[ludusv1.
 		return nil, err
 	}
 	return connect.NewResponse(&ludusv1.HandoffGameResponse{FromNodeId: owner.ID, ToNodeId: resp.Msg.ToNodeId}), nil
+}
+
+// maxEndReason bounds EndGame's reason (it is shown to players and archived).
+const maxEndReason = 200
+
+// EndGame asks the game's owner to end it now, as failed with the reason.
+func (c *Control) EndGame(ctx context.Context, req *connect.Request[ludusv1.EndGameRequest]) (*connect.Response[ludusv1.EndGameResponse], error) {
+	if err := c.authorize(req.Header()); err != nil {
+		return nil, err
+	}
+	reason := strings.TrimSpace(req.Msg.Reason)
+	switch {
+	case req.Msg.TenantId == "" || req.Msg.GameId == "":
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("tenant_id and game_id are required"))
+	case utf8.RuneCountInString(reason) > maxEndReason || !utf8.ValidString(reason):
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("reason must be valid UTF-8 of at most %d characters", maxEndReason))
+	case reason == "":
+		reason = "no reason given"
+	}
+	v := c.Etcd.View()
+	g, err := v.Game(ctx, req.Msg.TenantId, req.Msg.GameId)
+	if errors.Is(err, clusterstate.ErrGameNotFound) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q in tenant %q", req.Msg.GameId, req.Msg.TenantId))
+	}
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	if g.Status.Finished() {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("game %s has already finished (%s)", req.Msg.GameId, g.Status.State))
+	}
+	if g.Owner == "" {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s is moving between nodes; retry in a moment", req.Msg.GameId))
+	}
+	owner, err := v.Node(ctx, g.Owner)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	client, err := c.nodeClient(owner)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.EndGame(ctx, connect.NewRequest(&clusterv1.EndGameRequest{
+		TenantId: req.Msg.TenantId, GameId: req.Msg.GameId, Reason: reason}))
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&ludusv1.EndGameResponse{NodeId: owner.ID, Tick: resp.Msg.Tick}), nil
 }
 
 // awaitResumed waits until node reports the game running past tick (the

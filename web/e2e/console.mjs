@@ -11,6 +11,7 @@
 // player plays in another tab: the console lists the game (module, players, tick,
 // node), its spectate link opens the spectator view, "Hand off" moves it and says
 // where; draining its node (after a confirmation) keeps the player's frames coming;
+// "End" (after a confirmation) ends it and the player's page says the operators did;
 // webhooks, result rules (a bad rule refused in words), leaderboards, match
 // results and tenants; every section at 360 px without sideways scrolling.
 //
@@ -246,6 +247,24 @@ async function consoleFlow(page) {
   check(after[4] !== to && after[4] !== "—", `after the drain the game is on ${after[4]}`);
   out.drain = { node: to, nowOn: after[4], framesAfter: (await frames(player)) - f };
   step("drained");
+
+  // ---- end the game: confirmed first; the player is told why ----
+  await page.getByRole("button", { name: `end game ${game}` }).click();
+  check(await page.isVisible("#confirm"), "no confirmation before ending a game");
+  check((await text(page, "#confirm-text")).includes(game), "the confirmation does not name the game");
+  await page.locator("#confirm-ok").click();
+  const ended = await until(page, 10_000, "no end result", async () => {
+    const n = await text(page, "#games-note");
+    return /Ended game|Could not end/.test(n) ? n : null;
+  });
+  check(ended.startsWith(`Ended game ${game}`), `end: ${ended}`);
+  await until(player, 10_000, "the player was not told the game was ended", async () =>
+    /ended by its operators: from the studio console/.test(await player.evaluate(() => document.body.innerText)));
+  await until(page, 10_000, "the ended game is still listed as running", async () => {
+    const r = await row(page, "#games-box", game);
+    return r === null || r[5] !== "running";
+  });
+  step("game ended");
 
   // ---- webhooks ----
   await section(page, "webhooks", "Webhooks");

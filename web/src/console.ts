@@ -357,7 +357,7 @@ function gamesSection(body: HTMLElement): void {
   body.append(h("div", { class: "toolbar" }, refresh), box, logs.el);
   if (!k.operator) body.append(h("p", { class: "note" }, "Moving a game to another node needs the operator key."));
   else if (!k.tenantId) body.append(h("p", { class: "note" }, `The operator key knows no tenant “${k.tenant}”, so games cannot be moved from here.`));
-  body.append(h("p", { class: "note" }, "Ending a game from the console is not offered: the API has no call for it yet."));
+  body.append(h("p", { class: "note" }, "With the operator key, a running game can be handed to another node (its players keep playing) or ended (its players are told why; no result is reported)."));
 
   const render = (): Promise<void> => load(box, "the games", async () => {
     const { games } = await admin.listGames({});
@@ -371,6 +371,7 @@ function gamesSection(body: HTMLElement): void {
         button("Logs", () => logs.open(g.gameId), { class: "small", "aria-label": `logs of game ${g.gameId}` }));
       if (k.operator && k.tenantId && g.state === "running") {
         actions.append(button("Hand off", (b) => void handoff(b, g.gameId), { class: "small", "aria-label": `hand off game ${g.gameId} to another node` }));
+        actions.append(button("End", (b) => void end(b, g.gameId), { class: "small danger", "aria-label": `end game ${g.gameId}` }));
       }
       return [shortId(g.gameId), g.moduleName, `${g.players}/${g.maxPlayers}`, String(g.tick), g.nodeId || "—", g.state, actions];
     }));
@@ -384,6 +385,20 @@ function gamesSection(body: HTMLElement): void {
       say(result, `Moved game ${id} from ${r.fromNodeId} to ${r.toNodeId}; its players keep playing.`, "ok");
     } catch (err) {
       fail(result, `Could not move game ${id}`, err);
+    }
+    b.disabled = false;
+    void render();
+  };
+
+  const end = async (b: HTMLButtonElement, id: string): Promise<void> => {
+    if (!(await confirmAction(`End game ${id} now? Its players are told it was ended from the studio console; no result is reported.`, "End game"))) return;
+    b.disabled = true;
+    say(result, `Ending game ${id}…`);
+    try {
+      const r = await fleet.endGame({ tenantId: k.tenantId, gameId: id, reason: "from the studio console" });
+      say(result, `Ended game ${id} on ${r.nodeId} at tick ${r.tick}.`, "ok");
+    } catch (err) {
+      fail(result, `Could not end game ${id}`, err);
     }
     b.disabled = false;
     void render();

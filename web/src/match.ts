@@ -563,10 +563,17 @@ export class Match {
         }
         break;
       }
-      case "failed":
+      case "failed": {
         this.o.onGone?.();
+        // An operator ended it (FleetService.EndGame): say so, with their reason.
+        const byOperator = /ended by an operator: ([^\n]*)/.exec(s.message);
+        if (byOperator) {
+          this.finish(`The game was ended by its operators: ${byOperator[1]}`, "error");
+          break;
+        }
         this.finish("The game stopped because of an error on the server.", "error", s.message);
         break;
+      }
       case "migrating":
         this.status.say("Moving the game to another server…");
         break;

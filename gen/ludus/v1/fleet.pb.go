@@ -21,6 +21,120 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type EndGameRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	GameId   string                 `protobuf:"bytes,2,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
+	// Shown to the players and kept in the archive; at most 200 characters.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndGameRequest) Reset() {
+	*x = EndGameRequest{}
+	mi := &file_ludus_v1_fleet_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndGameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndGameRequest) ProtoMessage() {}
+
+func (x *EndGameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_fleet_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndGameRequest.ProtoReflect.Descriptor instead.
+func (*EndGameRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_fleet_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *EndGameRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *EndGameRequest) GetGameId() string {
+	if x != nil {
+		return x.GameId
+	}
+	return ""
+}
+
+func (x *EndGameRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type EndGameResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The game's last tick.
+	Tick          int64 `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndGameResponse) Reset() {
+	*x = EndGameResponse{}
+	mi := &file_ludus_v1_fleet_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndGameResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndGameResponse) ProtoMessage() {}
+
+func (x *EndGameResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_fleet_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndGameResponse.ProtoReflect.Descriptor instead.
+func (*EndGameResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_fleet_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EndGameResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *EndGameResponse) GetTick() int64 {
+	if x != nil {
+		return x.Tick
+	}
+	return 0
+}
+
 type DrainNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -30,7 +144,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_ludus_v1_fleet_proto_msgTypes[0]
+	mi := &file_ludus_v1_fleet_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -42,7 +156,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_fleet_proto_msgTypes[0]
+	mi := &file_ludus_v1_fleet_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -55,7 +169,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_fleet_proto_rawDescGZIP(), []int{0}
+	return file_ludus_v1_fleet_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -75,7 +189,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_ludus_v1_fleet_proto_msgTypes[1]
+	mi := &file_ludus_v1_fleet_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -87,7 +201,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_fleet_proto_msgTypes[1]
+	mi := &file_ludus_v1_fleet_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -100,7 +214,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_fleet_proto_rawDescGZIP(), []int{1}
+	return file_ludus_v1_fleet_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DrainNodeResponse) GetGames() int32 {
@@ -122,7 +236,7 @@ type HandoffGameRequest struct {
 
 func (x *HandoffGameRequest) Reset() {
 	*x = HandoffGameRequest{}
-	mi := &file_ludus_v1_fleet_proto_msgTypes[2]
+	mi := &file_ludus_v1_fleet_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -134,7 +248,7 @@ func (x *HandoffGameRequest) String() string {
 func (*HandoffGameRequest) ProtoMessage() {}
 
 func (x *HandoffGameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_fleet_proto_msgTypes[2]
+	mi := &file_ludus_v1_fleet_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -147,7 +261,7 @@ func (x *HandoffGameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffGameRequest.ProtoReflect.Descriptor instead.
 func (*HandoffGameRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_fleet_proto_rawDescGZIP(), []int{2}
+	return file_ludus_v1_fleet_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HandoffGameRequest) GetTenantId() string {
@@ -181,7 +295,7 @@ type HandoffGameResponse struct {
 
 func (x *HandoffGameResponse) Reset() {
 	*x = HandoffGameResponse{}
-	mi := &file_ludus_v1_fleet_proto_msgTypes[3]
+	mi := &file_ludus_v1_fleet_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -193,7 +307,7 @@ func (x *HandoffGameResponse) String() string {
 func (*HandoffGameResponse) ProtoMessage() {}
 
 func (x *HandoffGameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_fleet_proto_msgTypes[3]
+	mi := &file_ludus_v1_fleet_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -206,7 +320,7 @@ func (x *HandoffGameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffGameResponse.ProtoReflect.Descriptor instead.
 func (*HandoffGameResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_fleet_proto_rawDescGZIP(), []int{3}
+	return file_ludus_v1_fleet_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HandoffGameResponse) GetFromNodeId() string {
@@ -227,7 +341,14 @@ var File_ludus_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_fleet_proto_rawDesc = "" +
 	"\n" +
-	"\x14ludus/v1/fleet.proto\x12\bludus.v1\"+\n" +
+	"\x14ludus/v1/fleet.proto\x12\bludus.v1\"^\n" +
+	"\x0eEndGameRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\">\n" +
+	"\x0fEndGameResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04tick\x18\x02 \x01(\x03R\x04tick\"+\n" +
 	"\x10DrainNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\")\n" +
 	"\x11DrainNodeResponse\x12\x14\n" +
@@ -240,10 +361,11 @@ const file_ludus_v1_fleet_proto_rawDesc = "" +
 	"\ffrom_node_id\x18\x01 \x01(\tR\n" +
 	"fromNodeId\x12\x1c\n" +
 	"\n" +
-	"to_node_id\x18\x02 \x01(\tR\btoNodeId2\xa0\x01\n" +
+	"to_node_id\x18\x02 \x01(\tR\btoNodeId2\xe0\x01\n" +
 	"\fFleetService\x12D\n" +
 	"\tDrainNode\x12\x1a.ludus.v1.DrainNodeRequest\x1a\x1b.ludus.v1.DrainNodeResponse\x12J\n" +
-	"\vHandoffGame\x12\x1c.ludus.v1.HandoffGameRequest\x1a\x1d.ludus.v1.HandoffGameResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
+	"\vHandoffGame\x12\x1c.ludus.v1.HandoffGameRequest\x1a\x1d.ludus.v1.HandoffGameResponse\x12>\n" +
+	"\aEndGame\x12\x18.ludus.v1.EndGameRequest\x1a\x19.ludus.v1.EndGameResponseB&Z$ludus.dev/ludus/gen/ludus/v1;ludusv1b\x06proto3"
 
 var (
 	file_ludus_v1_fleet_proto_rawDescOnce sync.Once
@@ -257,20 +379,24 @@ func file_ludus_v1_fleet_proto_rawDescGZIP() []byte {
 	return file_ludus_v1_fleet_proto_rawDescData
 }
 
-var file_ludus_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_ludus_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_ludus_v1_fleet_proto_goTypes = []any{
-	(*DrainNodeRequest)(nil),    // 0: ludus.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),   // 1: ludus.v1.DrainNodeResponse
-	(*HandoffGameRequest)(nil),  // 2: ludus.v1.HandoffGameRequest
-	(*HandoffGameResponse)(nil), // 3: ludus.v1.HandoffGameResponse
+	(*EndGameRequest)(nil),      // 0: ludus.v1.EndGameRequest
+	(*EndGameResponse)(nil),     // 1: ludus.v1.EndGameResponse
+	(*DrainNodeRequest)(nil),    // 2: ludus.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),   // 3: ludus.v1.DrainNodeResponse
+	(*HandoffGameRequest)(nil),  // 4: ludus.v1.HandoffGameRequest
+	(*HandoffGameResponse)(nil), // 5: ludus.v1.HandoffGameResponse
 }
 var file_ludus_v1_fleet_proto_depIdxs = []int32{
-	0, // 0: ludus.v1.FleetService.DrainNode:input_type -> ludus.v1.DrainNodeRequest
-	2, // 1: ludus.v1.FleetService.HandoffGame:input_type -> ludus.v1.HandoffGameRequest
-	1, // 2: ludus.v1.FleetService.DrainNode:output_type -> ludus.v1.DrainNodeResponse
-	3, // 3: ludus.v1.FleetService.HandoffGame:output_type -> ludus.v1.HandoffGameResponse
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
+	2, // 0: ludus.v1.FleetService.DrainNode:input_type -> ludus.v1.DrainNodeRequest
+	4, // 1: ludus.v1.FleetService.HandoffGame:input_type -> ludus.v1.HandoffGameRequest
+	0, // 2: ludus.v1.FleetService.EndGame:input_type -> ludus.v1.EndGameRequest
+	3, // 3: ludus.v1.FleetService.DrainNode:output_type -> ludus.v1.DrainNodeResponse
+	5, // 4: ludus.v1.FleetService.HandoffGame:output_type -> ludus.v1.HandoffGameResponse
+	1, // 5: ludus.v1.FleetService.EndGame:output_type -> ludus.v1.EndGameResponse
+	3, // [3:6] is the sub-list for method output_type
+	0, // [0:3] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -287,7 +413,7 @@ func file_ludus_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_fleet_proto_rawDesc), len(file_ludus_v1_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

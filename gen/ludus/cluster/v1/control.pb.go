@@ -22,6 +22,111 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type EndGameRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	GameId        string                 `protobuf:"bytes,2,opt,name=game_id,json=gameId,proto3" json:"game_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndGameRequest) Reset() {
+	*x = EndGameRequest{}
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndGameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndGameRequest) ProtoMessage() {}
+
+func (x *EndGameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndGameRequest.ProtoReflect.Descriptor instead.
+func (*EndGameRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *EndGameRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *EndGameRequest) GetGameId() string {
+	if x != nil {
+		return x.GameId
+	}
+	return ""
+}
+
+func (x *EndGameRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type EndGameResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The game's last tick.
+	Tick          int64 `protobuf:"varint,1,opt,name=tick,proto3" json:"tick,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndGameResponse) Reset() {
+	*x = EndGameResponse{}
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndGameResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndGameResponse) ProtoMessage() {}
+
+func (x *EndGameResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndGameResponse.ProtoReflect.Descriptor instead.
+func (*EndGameResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EndGameResponse) GetTick() int64 {
+	if x != nil {
+		return x.Tick
+	}
+	return 0
+}
+
 // GameLogsResponse carries what the studio-facing GameLogService passes on.
 type GameLogsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -32,7 +137,7 @@ type GameLogsResponse struct {
 
 func (x *GameLogsResponse) Reset() {
 	*x = GameLogsResponse{}
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[0]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +149,7 @@ func (x *GameLogsResponse) String() string {
 func (*GameLogsResponse) ProtoMessage() {}
 
 func (x *GameLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[0]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +162,7 @@ func (x *GameLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameLogsResponse.ProtoReflect.Descriptor instead.
 func (*GameLogsResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GameLogsResponse) GetLog() *v1.GameLogsResponse {
@@ -79,7 +184,7 @@ type GameLogsRequest struct {
 
 func (x *GameLogsRequest) Reset() {
 	*x = GameLogsRequest{}
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[1]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -91,7 +196,7 @@ func (x *GameLogsRequest) String() string {
 func (*GameLogsRequest) ProtoMessage() {}
 
 func (x *GameLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[1]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -104,7 +209,7 @@ func (x *GameLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameLogsRequest.ProtoReflect.Descriptor instead.
 func (*GameLogsRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GameLogsRequest) GetTenantId() string {
@@ -147,7 +252,7 @@ type HandoffGameRequest struct {
 
 func (x *HandoffGameRequest) Reset() {
 	*x = HandoffGameRequest{}
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[2]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -159,7 +264,7 @@ func (x *HandoffGameRequest) String() string {
 func (*HandoffGameRequest) ProtoMessage() {}
 
 func (x *HandoffGameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[2]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -172,7 +277,7 @@ func (x *HandoffGameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffGameRequest.ProtoReflect.Descriptor instead.
 func (*HandoffGameRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HandoffGameRequest) GetTenantId() string {
@@ -207,7 +312,7 @@ type HandoffGameResponse struct {
 
 func (x *HandoffGameResponse) Reset() {
 	*x = HandoffGameResponse{}
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[3]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +324,7 @@ func (x *HandoffGameResponse) String() string {
 func (*HandoffGameResponse) ProtoMessage() {}
 
 func (x *HandoffGameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_cluster_v1_control_proto_msgTypes[3]
+	mi := &file_ludus_cluster_v1_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +337,7 @@ func (x *HandoffGameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffGameResponse.ProtoReflect.Descriptor instead.
 func (*HandoffGameResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_ludus_cluster_v1_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HandoffGameResponse) GetToNodeId() string {
@@ -253,7 +358,13 @@ var File_ludus_cluster_v1_control_proto protoreflect.FileDescriptor
 
 const file_ludus_cluster_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x1eludus/cluster/v1/control.proto\x12\x10ludus.cluster.v1\x1a\x13ludus/v1/logs.proto\"@\n" +
+	"\x1eludus/cluster/v1/control.proto\x12\x10ludus.cluster.v1\x1a\x13ludus/v1/logs.proto\"^\n" +
+	"\x0eEndGameRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"%\n" +
+	"\x0fEndGameResponse\x12\x12\n" +
+	"\x04tick\x18\x01 \x01(\x03R\x04tick\"@\n" +
 	"\x10GameLogsResponse\x12,\n" +
 	"\x03log\x18\x01 \x01(\v2\x1a.ludus.v1.GameLogsResponseR\x03log\"|\n" +
 	"\x0fGameLogsRequest\x12\x1b\n" +
@@ -268,10 +379,11 @@ const file_ludus_cluster_v1_control_proto_rawDesc = "" +
 	"\x13HandoffGameResponse\x12\x1c\n" +
 	"\n" +
 	"to_node_id\x18\x01 \x01(\tR\btoNodeId\x12\x12\n" +
-	"\x04tick\x18\x02 \x01(\x03R\x04tick2\xc5\x01\n" +
+	"\x04tick\x18\x02 \x01(\x03R\x04tick2\x95\x02\n" +
 	"\x12NodeControlService\x12Z\n" +
 	"\vHandoffGame\x12$.ludus.cluster.v1.HandoffGameRequest\x1a%.ludus.cluster.v1.HandoffGameResponse\x12S\n" +
-	"\bGameLogs\x12!.ludus.cluster.v1.GameLogsRequest\x1a\".ludus.cluster.v1.GameLogsResponse0\x01B0Z.ludus.dev/ludus/gen/ludus/cluster/v1;clusterv1b\x06proto3"
+	"\bGameLogs\x12!.ludus.cluster.v1.GameLogsRequest\x1a\".ludus.cluster.v1.GameLogsResponse0\x01\x12N\n" +
+	"\aEndGame\x12 .ludus.cluster.v1.EndGameRequest\x1a!.ludus.cluster.v1.EndGameResponseB0Z.ludus.dev/ludus/gen/ludus/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_ludus_cluster_v1_control_proto_rawDescOnce sync.Once
@@ -285,22 +397,26 @@ func file_ludus_cluster_v1_control_proto_rawDescGZIP() []byte {
 	return file_ludus_cluster_v1_control_proto_rawDescData
 }
 
-var file_ludus_cluster_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_ludus_cluster_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_ludus_cluster_v1_control_proto_goTypes = []any{
-	(*GameLogsResponse)(nil),    // 0: ludus.cluster.v1.GameLogsResponse
-	(*GameLogsRequest)(nil),     // 1: ludus.cluster.v1.GameLogsRequest
-	(*HandoffGameRequest)(nil),  // 2: ludus.cluster.v1.HandoffGameRequest
-	(*HandoffGameResponse)(nil), // 3: ludus.cluster.v1.HandoffGameResponse
-	(*v1.GameLogsResponse)(nil), // 4: ludus.v1.GameLogsResponse
+	(*EndGameRequest)(nil),      // 0: ludus.cluster.v1.EndGameRequest
+	(*EndGameResponse)(nil),     // 1: ludus.cluster.v1.EndGameResponse
+	(*GameLogsResponse)(nil),    // 2: ludus.cluster.v1.GameLogsResponse
+	(*GameLogsRequest)(nil),     // 3: ludus.cluster.v1.GameLogsRequest
+	(*HandoffGameRequest)(nil),  // 4: ludus.cluster.v1.HandoffGameRequest
+	(*HandoffGameResponse)(nil), // 5: ludus.cluster.v1.HandoffGameResponse
+	(*v1.GameLogsResponse)(nil), // 6: ludus.v1.GameLogsResponse
 }
 var file_ludus_cluster_v1_control_proto_depIdxs = []int32{
-	4, // 0: ludus.cluster.v1.GameLogsResponse.log:type_name -> ludus.v1.GameLogsResponse
-	2, // 1: ludus.cluster.v1.NodeControlService.HandoffGame:input_type -> ludus.cluster.v1.HandoffGameRequest
-	1, // 2: ludus.cluster.v1.NodeControlService.GameLogs:input_type -> ludus.cluster.v1.GameLogsRequest
-	3, // 3: ludus.cluster.v1.NodeControlService.HandoffGame:output_type -> ludus.cluster.v1.HandoffGameResponse
-	0, // 4: ludus.cluster.v1.NodeControlService.GameLogs:output_type -> ludus.cluster.v1.GameLogsResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
+	6, // 0: ludus.cluster.v1.GameLogsResponse.log:type_name -> ludus.v1.GameLogsResponse
+	4, // 1: ludus.cluster.v1.NodeControlService.HandoffGame:input_type -> ludus.cluster.v1.HandoffGameRequest
+	3, // 2: ludus.cluster.v1.NodeControlService.GameLogs:input_type -> ludus.cluster.v1.GameLogsRequest
+	0, // 3: ludus.cluster.v1.NodeControlService.EndGame:input_type -> ludus.cluster.v1.EndGameRequest
+	5, // 4: ludus.cluster.v1.NodeControlService.HandoffGame:output_type -> ludus.cluster.v1.HandoffGameResponse
+	2, // 5: ludus.cluster.v1.NodeControlService.GameLogs:output_type -> ludus.cluster.v1.GameLogsResponse
+	1, // 6: ludus.cluster.v1.NodeControlService.EndGame:output_type -> ludus.cluster.v1.EndGameResponse
+	4, // [4:7] is the sub-list for method output_type
+	1, // [1:4] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -317,7 +433,7 @@ func file_ludus_cluster_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_cluster_v1_control_proto_rawDesc), len(file_ludus_cluster_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,8 @@ const (
 	// FleetServiceHandoffGameProcedure is the fully-qualified name of the FleetService's HandoffGame
 	// RPC.
 	FleetServiceHandoffGameProcedure = "/ludus.v1.FleetService/HandoffGame"
+	// FleetServiceEndGameProcedure is the fully-qualified name of the FleetService's EndGame RPC.
+	FleetServiceEndGameProcedure = "/ludus.v1.FleetService/EndGame"
 )
 
 // FleetServiceClient is a client for the ludus.v1.FleetService service.
@@ -47,6 +49,10 @@ type FleetServiceClient interface {
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
 	// HandoffGame moves one running game to another node (or one the fleet picks).
 	HandoffGame(context.Context, *connect.Request[v1.HandoffGameRequest]) (*connect.Response[v1.HandoffGameResponse], error)
+	// EndGame ends one running game now (an abusive or stuck match): its players'
+	// streams end with the reason, the game is archived as failed, and no result
+	// is reported (the module did not end it).
+	EndGame(context.Context, *connect.Request[v1.EndGameRequest]) (*connect.Response[v1.EndGameResponse], error)
 }
 
 // NewFleetServiceClient constructs a client for the ludus.v1.FleetService service. By default, it
@@ -72,6 +78,12 @@ func NewFleetServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(fleetServiceMethods.ByName("HandoffGame")),
 			connect.WithClientOptions(opts...),
 		),
+		endGame: connect.NewClient[v1.EndGameRequest, v1.EndGameResponse](
+			httpClient,
+			baseURL+FleetServiceEndGameProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("EndGame")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -79,6 +91,7 @@ func NewFleetServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 type fleetServiceClient struct {
 	drainNode   *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
 	handoffGame *connect.Client[v1.HandoffGameRequest, v1.HandoffGameResponse]
+	endGame     *connect.Client[v1.EndGameRequest, v1.EndGameResponse]
 }
 
 // DrainNode calls ludus.v1.FleetService.DrainNode.
@@ -91,6 +104,11 @@ func (c *fleetServiceClient) HandoffGame(ctx context.Context, req *connect.Reque
 	return c.handoffGame.CallUnary(ctx, req)
 }
 
+// EndGame calls ludus.v1.FleetService.EndGame.
+func (c *fleetServiceClient) EndGame(ctx context.Context, req *connect.Request[v1.EndGameRequest]) (*connect.Response[v1.EndGameResponse], error) {
+	return c.endGame.CallUnary(ctx, req)
+}
+
 // FleetServiceHandler is an implementation of the ludus.v1.FleetService service.
 type FleetServiceHandler interface {
 	// DrainNode stops new placements on a node and hands every game it runs to other
@@ -98,6 +116,10 @@ type FleetServiceHandler interface {
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
 	// HandoffGame moves one running game to another node (or one the fleet picks).
 	HandoffGame(context.Context, *connect.Request[v1.HandoffGameRequest]) (*connect.Response[v1.HandoffGameResponse], error)
+	// EndGame ends one running game now (an abusive or stuck match): its players'
+	// streams end with the reason, the game is archived as failed, and no result
+	// is reported (the module did not end it).
+	EndGame(context.Context, *connect.Request[v1.EndGameRequest]) (*connect.Response[v1.EndGameResponse], error)
 }
 
 // NewFleetServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -119,12 +141,20 @@ func NewFleetServiceHandler(svc FleetServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(fleetServiceMethods.ByName("HandoffGame")),
 		connect.WithHandlerOptions(opts...),
 	)
+	fleetServiceEndGameHandler := connect.NewUnaryHandler(
+		FleetServiceEndGameProcedure,
+		svc.EndGame,
+		connect.WithSchema(fleetServiceMethods.ByName("EndGame")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ludus.v1.FleetService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case FleetServiceDrainNodeProcedure:
 			fleetServiceDrainNodeHandler.ServeHTTP(w, r)
 		case FleetServiceHandoffGameProcedure:
 			fleetServiceHandoffGameHandler.ServeHTTP(w, r)
+		case FleetServiceEndGameProcedure:
+			fleetServiceEndGameHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -140,4 +170,8 @@ func (UnimplementedFleetServiceHandler) DrainNode(context.Context, *connect.Requ
 
 func (UnimplementedFleetServiceHandler) HandoffGame(context.Context, *connect.Request[v1.HandoffGameRequest]) (*connect.Response[v1.HandoffGameResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.FleetService.HandoffGame is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) EndGame(context.Context, *connect.Request[v1.EndGameRequest]) (*connect.Response[v1.EndGameResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.FleetService.EndGame is not implemented"))
 }

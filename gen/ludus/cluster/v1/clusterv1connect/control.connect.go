@@ -39,6 +39,9 @@ const (
 	// NodeControlServiceGameLogsProcedure is the fully-qualified name of the NodeControlService's
 	// GameLogs RPC.
 	NodeControlServiceGameLogsProcedure = "/ludus.cluster.v1.NodeControlService/GameLogs"
+	// NodeControlServiceEndGameProcedure is the fully-qualified name of the NodeControlService's
+	// EndGame RPC.
+	NodeControlServiceEndGameProcedure = "/ludus.cluster.v1.NodeControlService/EndGame"
 )
 
 // NodeControlServiceClient is a client for the ludus.cluster.v1.NodeControlService service.
@@ -50,6 +53,9 @@ type NodeControlServiceClient interface {
 	// the game finishes or leaves the node (the last message has state set, or
 	// state "moved").
 	GameLogs(context.Context, *connect.Request[v1.GameLogsRequest]) (*connect.ServerStreamForClient[v1.GameLogsResponse], error)
+	// EndGame ends a game this node runs, as failed with the operator's reason
+	// (no result is reported: the module did not end the match).
+	EndGame(context.Context, *connect.Request[v1.EndGameRequest]) (*connect.Response[v1.EndGameResponse], error)
 }
 
 // NewNodeControlServiceClient constructs a client for the ludus.cluster.v1.NodeControlService
@@ -75,6 +81,12 @@ func NewNodeControlServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(nodeControlServiceMethods.ByName("GameLogs")),
 			connect.WithClientOptions(opts...),
 		),
+		endGame: connect.NewClient[v1.EndGameRequest, v1.EndGameResponse](
+			httpClient,
+			baseURL+NodeControlServiceEndGameProcedure,
+			connect.WithSchema(nodeControlServiceMethods.ByName("EndGame")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -82,6 +94,7 @@ func NewNodeControlServiceClient(httpClient connect.HTTPClient, baseURL string, 
 type nodeControlServiceClient struct {
 	handoffGame *connect.Client[v1.HandoffGameRequest, v1.HandoffGameResponse]
 	gameLogs    *connect.Client[v1.GameLogsRequest, v1.GameLogsResponse]
+	endGame     *connect.Client[v1.EndGameRequest, v1.EndGameResponse]
 }
 
 // HandoffGame calls ludus.cluster.v1.NodeControlService.HandoffGame.
@@ -94,6 +107,11 @@ func (c *nodeControlServiceClient) GameLogs(ctx context.Context, req *connect.Re
 	return c.gameLogs.CallServerStream(ctx, req)
 }
 
+// EndGame calls ludus.cluster.v1.NodeControlService.EndGame.
+func (c *nodeControlServiceClient) EndGame(ctx context.Context, req *connect.Request[v1.EndGameRequest]) (*connect.Response[v1.EndGameResponse], error) {
+	return c.endGame.CallUnary(ctx, req)
+}
+
 // NodeControlServiceHandler is an implementation of the ludus.cluster.v1.NodeControlService
 // service.
 type NodeControlServiceHandler interface {
@@ -104,6 +122,9 @@ type NodeControlServiceHandler interface {
 	// the game finishes or leaves the node (the last message has state set, or
 	// state "moved").
 	GameLogs(context.Context, *connect.Request[v1.GameLogsRequest], *connect.ServerStream[v1.GameLogsResponse]) error
+	// EndGame ends a game this node runs, as failed with the operator's reason
+	// (no result is reported: the module did not end the match).
+	EndGame(context.Context, *connect.Request[v1.EndGameRequest]) (*connect.Response[v1.EndGameResponse], error)
 }
 
 // NewNodeControlServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -125,12 +146,20 @@ func NewNodeControlServiceHandler(svc NodeControlServiceHandler, opts ...connect
 		connect.WithSchema(nodeControlServiceMethods.ByName("GameLogs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeControlServiceEndGameHandler := connect.NewUnaryHandler(
+		NodeControlServiceEndGameProcedure,
+		svc.EndGame,
+		connect.WithSchema(nodeControlServiceMethods.ByName("EndGame")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ludus.cluster.v1.NodeControlService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeControlServiceHandoffGameProcedure:
 			nodeControlServiceHandoffGameHandler.ServeHTTP(w, r)
 		case NodeControlServiceGameLogsProcedure:
 			nodeControlServiceGameLogsHandler.ServeHTTP(w, r)
+		case NodeControlServiceEndGameProcedure:
+			nodeControlServiceEndGameHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -146,4 +175,8 @@ func (UnimplementedNodeControlServiceHandler) HandoffGame(context.Context, *conn
 
 func (UnimplementedNodeControlServiceHandler) GameLogs(context.Context, *connect.Request[v1.GameLogsRequest], *connect.ServerStream[v1.GameLogsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.NodeControlService.GameLogs is not implemented"))
+}
+
+func (UnimplementedNodeControlServiceHandler) EndGame(context.Context, *connect.Request[v1.EndGameRequest]) (*connect.Response[v1.EndGameResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.cluster.v1.NodeControlService.EndGame is not implemented"))
 }

@@ -10,7 +10,60 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/v1/fleet.proto.
  */
 export const file_ludus_v1_fleet: GenFile = /*@__PURE__*/
-  fileDesc("ChRsdWR1cy92MS9mbGVldC5wcm90bxIIbHVkdXMudjEiIwoQRHJhaW5Ob2RlUmVxdWVzdBIPCgdub2RlX2lkGAEgASgJIiIKEURyYWluTm9kZVJlc3BvbnNlEg0KBWdhbWVzGAEgASgFIlAKEkhhbmRvZmZHYW1lUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRIWCg50YXJnZXRfbm9kZV9pZBgDIAEoCSI/ChNIYW5kb2ZmR2FtZVJlc3BvbnNlEhQKDGZyb21fbm9kZV9pZBgBIAEoCRISCgp0b19ub2RlX2lkGAIgASgJMqABCgxGbGVldFNlcnZpY2USRAoJRHJhaW5Ob2RlEhoubHVkdXMudjEuRHJhaW5Ob2RlUmVxdWVzdBobLmx1ZHVzLnYxLkRyYWluTm9kZVJlc3BvbnNlEkoKC0hhbmRvZmZHYW1lEhwubHVkdXMudjEuSGFuZG9mZkdhbWVSZXF1ZXN0Gh0ubHVkdXMudjEuSGFuZG9mZkdhbWVSZXNwb25zZUImWiRsdWR1cy5kZXYvbHVkdXMvZ2VuL2x1ZHVzL3YxO2x1ZHVzdjFiBnByb3RvMw");
+  fileDesc("ChRsdWR1cy92MS9mbGVldC5wcm90bxIIbHVkdXMudjEiRAoORW5kR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjAKD0VuZEdhbWVSZXNwb25zZRIPCgdub2RlX2lkGAEgASgJEgwKBHRpY2sYAiABKAMiIwoQRHJhaW5Ob2RlUmVxdWVzdBIPCgdub2RlX2lkGAEgASgJIiIKEURyYWluTm9kZVJlc3BvbnNlEg0KBWdhbWVzGAEgASgFIlAKEkhhbmRvZmZHYW1lUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRIWCg50YXJnZXRfbm9kZV9pZBgDIAEoCSI/ChNIYW5kb2ZmR2FtZVJlc3BvbnNlEhQKDGZyb21fbm9kZV9pZBgBIAEoCRISCgp0b19ub2RlX2lkGAIgASgJMuABCgxGbGVldFNlcnZpY2USRAoJRHJhaW5Ob2RlEhoubHVkdXMudjEuRHJhaW5Ob2RlUmVxdWVzdBobLmx1ZHVzLnYxLkRyYWluTm9kZVJlc3BvbnNlEkoKC0hhbmRvZmZHYW1lEhwubHVkdXMudjEuSGFuZG9mZkdhbWVSZXF1ZXN0Gh0ubHVkdXMudjEuSGFuZG9mZkdhbWVSZXNwb25zZRI+CgdFbmRHYW1lEhgubHVkdXMudjEuRW5kR2FtZVJlcXVlc3QaGS5sdWR1cy52MS5FbmRHYW1lUmVzcG9uc2VCJlokbHVkdXMuZGV2L2x1ZHVzL2dlbi9sdWR1cy92MTtsdWR1c3YxYgZwcm90bzM");
+
+/**
+ * @generated from message ludus.v1.EndGameRequest
+ */
+export type EndGameRequest = Message<"ludus.v1.EndGameRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * @generated from field: string game_id = 2;
+   */
+  gameId: string;
+
+  /**
+   * Shown to the players and kept in the archive; at most 200 characters.
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message ludus.v1.EndGameRequest.
+ * Use `create(EndGameRequestSchema)` to create a new message.
+ */
+export const EndGameRequestSchema: GenMessage<EndGameRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_fleet, 0);
+
+/**
+ * @generated from message ludus.v1.EndGameResponse
+ */
+export type EndGameResponse = Message<"ludus.v1.EndGameResponse"> & {
+  /**
+   * @generated from field: string node_id = 1;
+   */
+  nodeId: string;
+
+  /**
+   * The game's last tick.
+   *
+   * @generated from field: int64 tick = 2;
+   */
+  tick: bigint;
+};
+
+/**
+ * Describes the message ludus.v1.EndGameResponse.
+ * Use `create(EndGameResponseSchema)` to create a new message.
+ */
+export const EndGameResponseSchema: GenMessage<EndGameResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_fleet, 1);
 
 /**
  * @generated from message ludus.v1.DrainNodeRequest
@@ -27,7 +80,7 @@ export type DrainNodeRequest = Message<"ludus.v1.DrainNodeRequest"> & {
  * Use `create(DrainNodeRequestSchema)` to create a new message.
  */
 export const DrainNodeRequestSchema: GenMessage<DrainNodeRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_fleet, 0);
+  messageDesc(file_ludus_v1_fleet, 2);
 
 /**
  * @generated from message ludus.v1.DrainNodeResponse
@@ -46,7 +99,7 @@ export type DrainNodeResponse = Message<"ludus.v1.DrainNodeResponse"> & {
  * Use `create(DrainNodeResponseSchema)` to create a new message.
  */
 export const DrainNodeResponseSchema: GenMessage<DrainNodeResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_fleet, 1);
+  messageDesc(file_ludus_v1_fleet, 3);
 
 /**
  * @generated from message ludus.v1.HandoffGameRequest
@@ -75,7 +128,7 @@ export type HandoffGameRequest = Message<"ludus.v1.HandoffGameRequest"> & {
  * Use `create(HandoffGameRequestSchema)` to create a new message.
  */
 export const HandoffGameRequestSchema: GenMessage<HandoffGameRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_fleet, 2);
+  messageDesc(file_ludus_v1_fleet, 4);
 
 /**
  * @generated from message ludus.v1.HandoffGameResponse
@@ -97,7 +150,7 @@ export type HandoffGameResponse = Message<"ludus.v1.HandoffGameResponse"> & {
  * Use `create(HandoffGameResponseSchema)` to create a new message.
  */
 export const HandoffGameResponseSchema: GenMessage<HandoffGameResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_fleet, 3);
+  messageDesc(file_ludus_v1_fleet, 5);
 
 /**
  * FleetService is the operators' control of the sim node fleet (operator API key in
@@ -126,6 +179,18 @@ export const FleetService: GenService<{
     methodKind: "unary";
     input: typeof HandoffGameRequestSchema;
     output: typeof HandoffGameResponseSchema;
+  },
+  /**
+   * EndGame ends one running game now (an abusive or stuck match): its players'
+   * streams end with the reason, the game is archived as failed, and no result
+   * is reported (the module did not end it).
+   *
+   * @generated from rpc ludus.v1.FleetService.EndGame
+   */
+  endGame: {
+    methodKind: "unary";
+    input: typeof EndGameRequestSchema;
+    output: typeof EndGameResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ludus_v1_fleet, 0);

@@ -12,7 +12,53 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/cluster/v1/control.proto.
  */
 export const file_ludus_cluster_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NvbnRyb2wucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEiOwoQR2FtZUxvZ3NSZXNwb25zZRInCgNsb2cYASABKAsyGi5sdWR1cy52MS5HYW1lTG9nc1Jlc3BvbnNlIlgKD0dhbWVMb2dzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRIRCglhZnRlcl9zZXEYAyABKAQSDgoGZm9sbG93GAQgASgIIlAKEkhhbmRvZmZHYW1lUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHZ2FtZV9pZBgCIAEoCRIWCg50YXJnZXRfbm9kZV9pZBgDIAEoCSI3ChNIYW5kb2ZmR2FtZVJlc3BvbnNlEhIKCnRvX25vZGVfaWQYASABKAkSDAoEdGljaxgCIAEoAzLFAQoSTm9kZUNvbnRyb2xTZXJ2aWNlEloKC0hhbmRvZmZHYW1lEiQubHVkdXMuY2x1c3Rlci52MS5IYW5kb2ZmR2FtZVJlcXVlc3QaJS5sdWR1cy5jbHVzdGVyLnYxLkhhbmRvZmZHYW1lUmVzcG9uc2USUwoIR2FtZUxvZ3MSIS5sdWR1cy5jbHVzdGVyLnYxLkdhbWVMb2dzUmVxdWVzdBoiLmx1ZHVzLmNsdXN0ZXIudjEuR2FtZUxvZ3NSZXNwb25zZTABQjBaLmx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvY2x1c3Rlci92MTtjbHVzdGVydjFiBnByb3RvMw", [file_ludus_v1_logs]);
+  fileDesc("Ch5sdWR1cy9jbHVzdGVyL3YxL2NvbnRyb2wucHJvdG8SEGx1ZHVzLmNsdXN0ZXIudjEiRAoORW5kR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIh8KD0VuZEdhbWVSZXNwb25zZRIMCgR0aWNrGAEgASgDIjsKEEdhbWVMb2dzUmVzcG9uc2USJwoDbG9nGAEgASgLMhoubHVkdXMudjEuR2FtZUxvZ3NSZXNwb25zZSJYCg9HYW1lTG9nc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSEQoJYWZ0ZXJfc2VxGAMgASgEEg4KBmZvbGxvdxgEIAEoCCJQChJIYW5kb2ZmR2FtZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB2dhbWVfaWQYAiABKAkSFgoOdGFyZ2V0X25vZGVfaWQYAyABKAkiNwoTSGFuZG9mZkdhbWVSZXNwb25zZRISCgp0b19ub2RlX2lkGAEgASgJEgwKBHRpY2sYAiABKAMylQIKEk5vZGVDb250cm9sU2VydmljZRJaCgtIYW5kb2ZmR2FtZRIkLmx1ZHVzLmNsdXN0ZXIudjEuSGFuZG9mZkdhbWVSZXF1ZXN0GiUubHVkdXMuY2x1c3Rlci52MS5IYW5kb2ZmR2FtZVJlc3BvbnNlElMKCEdhbWVMb2dzEiEubHVkdXMuY2x1c3Rlci52MS5HYW1lTG9nc1JlcXVlc3QaIi5sdWR1cy5jbHVzdGVyLnYxLkdhbWVMb2dzUmVzcG9uc2UwARJOCgdFbmRHYW1lEiAubHVkdXMuY2x1c3Rlci52MS5FbmRHYW1lUmVxdWVzdBohLmx1ZHVzLmNsdXN0ZXIudjEuRW5kR2FtZVJlc3BvbnNlQjBaLmx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvY2x1c3Rlci92MTtjbHVzdGVydjFiBnByb3RvMw", [file_ludus_v1_logs]);
+
+/**
+ * @generated from message ludus.cluster.v1.EndGameRequest
+ */
+export type EndGameRequest = Message<"ludus.cluster.v1.EndGameRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * @generated from field: string game_id = 2;
+   */
+  gameId: string;
+
+  /**
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message ludus.cluster.v1.EndGameRequest.
+ * Use `create(EndGameRequestSchema)` to create a new message.
+ */
+export const EndGameRequestSchema: GenMessage<EndGameRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_control, 0);
+
+/**
+ * @generated from message ludus.cluster.v1.EndGameResponse
+ */
+export type EndGameResponse = Message<"ludus.cluster.v1.EndGameResponse"> & {
+  /**
+   * The game's last tick.
+   *
+   * @generated from field: int64 tick = 1;
+   */
+  tick: bigint;
+};
+
+/**
+ * Describes the message ludus.cluster.v1.EndGameResponse.
+ * Use `create(EndGameResponseSchema)` to create a new message.
+ */
+export const EndGameResponseSchema: GenMessage<EndGameResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_cluster_v1_control, 1);
 
 /**
  * GameLogsResponse carries what the studio-facing GameLogService passes on.
@@ -31,7 +77,7 @@ export type GameLogsResponse = Message<"ludus.cluster.v1.GameLogsResponse"> & {
  * Use `create(GameLogsResponseSchema)` to create a new message.
  */
 export const GameLogsResponseSchema: GenMessage<GameLogsResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_control, 0);
+  messageDesc(file_ludus_cluster_v1_control, 2);
 
 /**
  * @generated from message ludus.cluster.v1.GameLogsRequest
@@ -63,7 +109,7 @@ export type GameLogsRequest = Message<"ludus.cluster.v1.GameLogsRequest"> & {
  * Use `create(GameLogsRequestSchema)` to create a new message.
  */
 export const GameLogsRequestSchema: GenMessage<GameLogsRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_control, 1);
+  messageDesc(file_ludus_cluster_v1_control, 3);
 
 /**
  * @generated from message ludus.cluster.v1.HandoffGameRequest
@@ -92,7 +138,7 @@ export type HandoffGameRequest = Message<"ludus.cluster.v1.HandoffGameRequest"> 
  * Use `create(HandoffGameRequestSchema)` to create a new message.
  */
 export const HandoffGameRequestSchema: GenMessage<HandoffGameRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_control, 2);
+  messageDesc(file_ludus_cluster_v1_control, 4);
 
 /**
  * @generated from message ludus.cluster.v1.HandoffGameResponse
@@ -116,7 +162,7 @@ export type HandoffGameResponse = Message<"ludus.cluster.v1.HandoffGameResponse"
  * Use `create(HandoffGameResponseSchema)` to create a new message.
  */
 export const HandoffGameResponseSchema: GenMessage<HandoffGameResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_cluster_v1_control, 3);
+  messageDesc(file_ludus_cluster_v1_control, 5);
 
 /**
  * NodeControlService is served by each sim node for fleet operations (cluster token).
@@ -146,6 +192,17 @@ export const NodeControlService: GenService<{
     methodKind: "server_streaming";
     input: typeof GameLogsRequestSchema;
     output: typeof GameLogsResponseSchema;
+  },
+  /**
+   * EndGame ends a game this node runs, as failed with the operator's reason
+   * (no result is reported: the module did not end the match).
+   *
+   * @generated from rpc ludus.cluster.v1.NodeControlService.EndGame
+   */
+  endGame: {
+    methodKind: "unary";
+    input: typeof EndGameRequestSchema;
+    output: typeof EndGameResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ludus_cluster_v1_control, 0);
