@@ -137,12 +137,17 @@ async function fourFlow() {
   check(games.size === 1, `the four players are in different games: ${JSON.stringify(got)}`);
   const slots = new Set(got.map((g) => g.slot));
   check(slots.size === 4, `two players share a slot: ${JSON.stringify(got)}`);
-  // The lobby's list of games (beside the match) counts the four as players, no bots.
-  const seats = await until(pages[0], 8000, "the game is not in the games list", () => pages[0].evaluate((id) => {
-    const td = [...document.querySelectorAll("#games td.id")].find((c) => c.title === id);
-    return td ? td.parentElement.querySelector("td.seats")?.textContent : null;
-  }, got[0].game));
-  check(seats === "4 players", `the games list says ${seats} for the match`);
+  // The lobby's list of games (beside the match) counts the four as players, no
+  // bots. The list refreshes every 3 s: a refresh may land between the game's
+  // creation and its players' joins, so wait for the count to reach four.
+  let seats = null;
+  await until(pages[0], 10_000, "the games list never counts the four players", async () => {
+    seats = await pages[0].evaluate((id) => {
+      const td = [...document.querySelectorAll("#games td.id")].find((c) => c.title === id);
+      return td ? td.parentElement.querySelector("td.seats")?.textContent : null;
+    }, got[0].game);
+    return seats === "4 players" ? seats : null;
+  }).catch((err) => { throw new Error(`${err.message}: the list says ${seats}`); });
   return { game: got[0].game, players: got, firstUpdate: updates[0] };
 }
 
