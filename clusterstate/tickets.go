@@ -9,9 +9,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -23,12 +25,15 @@ import (
 //	                                             mod revision is compared when it is settled
 //	/ludus/mm/accounts/{tenant}/{account}        the token of the account's one search in the
 //	                                             tenant (any mode), bound to the replica's lease
-//	/ludus/mm/parties/{tenant}/{code}            Party JSON, bound to the party's own lease (15 min)
+//	/ludus/mm/parties/{tenant}/{code}            the party's mode and size (JSON), bound to a
+//	                                             party lease (about 15 min)
 //	/ludus/mm/party-members/{tenant}/{code}/{slot}
 //	                                             PartyMember JSON, bound to the member's replica lease
-//	/ludus/mm/results/{replica}/{tenant}/{account}
-//	                                             a search's outcome for the stream on replica (the
-//	                                             matchmaker's JSON), bound to a short results lease
+//	/ludus/mm/results/{replica}/{tenant}/{ticket}
+//	                                             the outcomes of one settlement for the streams on
+//	                                             replica, by account (JSON of the matchmaker's values),
+//	                                             named for the settlement's first ticket with a player
+//	                                             there; bound to a short results lease
 //	/ludus/elections/mm/{tenant}/{mode}/{lease}  candidates for leading the queue (Campaign)
 //
 // The queue's leader settles tickets (matched, timed out) in one transaction
@@ -36,6 +41,10 @@ import (
 // member's key: a ticket that left, or changed, or a leader that lost its
 // term, makes the whole settlement fail, so no ticket is matched twice and
 // none is dropped.
+//
+// The writes of concurrent callers of one Client (tickets queued, parties
+// joined, matches settled, searches ended) are committed in groups: see
+// "Group commit" below. Each keeps its own compares and its own outcome.
 
 // Matchmaking errors.
 var (
@@ -52,6 +61,9 @@ var (
 	// ErrTicketsChanged: a settlement's ticket or party member changed or
 	// left since it was read; read the queue again.
 	ErrTicketsChanged = errors.New("clusterstate: a ticket changed since it was read")
+	// ErrBusy: writes wait longer than maxAdmissionWait to be committed, so
+	// a new search is refused rather than queued behind them; try again.
+	ErrBusy = errors.New("clusterstate: too many matchmaking writes waiting")
 )
 
 // Matchmaking key builders. Tenant, mode, account, replica, ticket ids and
@@ -74,8 +86,8 @@ func PartyMemberKey(tenant, code string, slot int) string {
 	return PartyMembersPrefix(tenant, code) + strconv.Itoa(slot)
 }
 func ResultsPrefix(replica string) string { return mmPrefix() + "results/" + replica + "/" }
-func ResultKey(replica, tenant, account string) string {
-	return ResultsPrefix(replica) + tenant + "/" + account
+func ResultKey(replica, tenant, ticket string) string {
+	return ResultsPrefix(replica) + tenant + "/" + ticket
 }
 
 // MatchElection is the name of the election for leading a queue.
@@ -133,30 +145,48 @@ func (c *Client) DeleteMatchRules(ctx context.Context, tenant, mode string) (boo
 	return resp.Deleted > 0, nil
 }
 
-// WatchMatchQueues calls fn for every queue with rules (present) and for
-// every queue whose rules are deleted (!present), first for those there now,
-// then as they change, until ctx ends. After a broken watch it reads them
-// all again (fn may then hear of a queue twice).
-func (c *Client) WatchMatchQueues(ctx context.Context, fn func(tenant, mode string, present bool)) {
+// WatchMatchQueues calls fn with the rules of every queue that has some,
+// and with nil rules for every queue whose rules are deleted: first for
+// those there now, then as they change, until ctx ends. After a broken watch
+// it reads them all again: fn hears again of every queue with rules, and of
+// the deletion of those it was told of that have none any more.
+func (c *Client) WatchMatchQueues(ctx context.Context, fn func(tenant, mode string, rules []byte)) {
 	split := func(k []byte) (string, string, bool) {
 		return splitGameKey(string(k), MatchRulesPrefix())
 	}
+	known := map[string]bool{} // rules keys fn was last told are present
 	for ctx.Err() == nil {
-		resp, err := c.cli.Get(ctx, MatchRulesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := c.cli.Get(ctx, MatchRulesPrefix(), clientv3.WithPrefix())
 		if err == nil {
+			now := map[string]bool{}
 			for _, kv := range resp.Kvs {
 				if t, m, ok := split(kv.Key); ok {
-					fn(t, m, true)
+					now[string(kv.Key)] = true
+					fn(t, m, kv.Value)
 				}
 			}
+			for k := range known {
+				if t, m, ok := split([]byte(k)); ok && !now[k] {
+					fn(t, m, nil)
+				}
+			}
+			known = now
 			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 			for wr := range c.cli.Watch(wctx, MatchRulesPrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
 				if wr.Err() != nil || wr.Canceled {
 					break
 				}
 				for _, ev := range wr.Events {
-					if t, m, ok := split(ev.Kv.Key); ok {
-						fn(t, m, ev.Type == mvccpb.PUT)
+					t, m, ok := split(ev.Kv.Key)
+					if !ok {
+						continue
+					}
+					if ev.Type == mvccpb.PUT {
+						known[string(ev.Kv.Key)] = true
+						fn(t, m, ev.Kv.Value)
+					} else {
+						delete(known, string(ev.Kv.Key))
+						fn(t, m, nil)
 					}
 				}
 			}
@@ -169,37 +199,81 @@ func (c *Client) WatchMatchQueues(ctx context.Context, fn func(tenant, mode stri
 	}
 }
 
-// Queue is one read of a queue: its rules and tickets at one revision.
-type Queue struct {
-	Rules   []byte // nil when the queue has no rules
-	Tickets []QueuedTicket
-	Rev     int64
+// QueueChange is what WatchQueue reports: the whole queue (Reset), or what
+// changed since the last call.
+type QueueChange struct {
+	// Reset: Put holds every ticket of the queue; forget the earlier ones.
+	Reset bool
+	// Put holds the tickets queued or changed, with their mod revisions.
+	// Tickets whose value does not decode are left out (and stay in etcd
+	// until their lease ends).
+	Put []QueuedTicket
+	// Deleted holds the ids of the tickets that left (or whose new value
+	// does not decode).
+	Deleted []string
+	// Rev: with this change, the queue as reported is the queue at Rev.
+	Rev int64
 }
 
-// ReadQueue reads a queue's rules and tickets at one revision. Tickets whose
-// value does not decode are skipped (and stay until their lease ends).
-func (c *Client) ReadQueue(ctx context.Context, tenant, mode string) (Queue, error) {
-	resp, err := c.cli.Txn(ctx).Then(
-		clientv3.OpGet(MatchRulesKey(tenant, mode)),
-		clientv3.OpGet(TicketsPrefix(tenant, mode), clientv3.WithPrefix()),
-	).Commit()
-	if err != nil {
-		return Queue{}, err
-	}
-	q := Queue{Rev: resp.Header.Revision}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		q.Rules = kvs[0].Value
-	}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+// WatchQueue calls fn with a queue's tickets now (a Reset), then with every
+// change in revision order, until ctx ends. After a broken watch it reads
+// the queue again (another Reset). Each ticket's value is decoded once, when
+// it is queued, rather than on every read of the queue.
+func (c *Client) WatchQueue(ctx context.Context, tenant, mode string, fn func(QueueChange)) {
+	prefix := TicketsPrefix(tenant, mode)
+	decode := func(kv *mvccpb.KeyValue) (QueuedTicket, bool) {
 		var t QueuedTicket
 		if json.Unmarshal(kv.Value, &t) != nil {
-			continue
+			return t, false
 		}
 		// The key, not the value, says which ticket it is.
-		t.Tenant, t.Mode, t.ID, t.Rev = tenant, mode, lastSegment(string(kv.Key)), kv.ModRevision
-		q.Tickets = append(q.Tickets, t)
+		t.Tenant, t.Mode, t.ID, t.Rev = tenant, mode, string(kv.Key[len(prefix):]), kv.ModRevision
+		return t, true
 	}
-	return q, nil
+	for ctx.Err() == nil {
+		resp, err := c.cli.Get(ctx, prefix, clientv3.WithPrefix())
+		if err == nil {
+			ch := QueueChange{Reset: true, Rev: resp.Header.Revision, Put: make([]QueuedTicket, 0, len(resp.Kvs))}
+			for _, kv := range resp.Kvs {
+				if t, ok := decode(kv); ok {
+					ch.Put = append(ch.Put, t)
+				}
+			}
+			fn(ch)
+			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			for wr := range c.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+				if wr.Err() != nil || wr.Canceled {
+					break
+				}
+				ch := QueueChange{Rev: seenUpTo(wr)}
+				for _, ev := range wr.Events {
+					if t, ok := decode(ev.Kv); ok && ev.Type == mvccpb.PUT {
+						ch.Put = append(ch.Put, t)
+					} else {
+						ch.Deleted = append(ch.Deleted, string(ev.Kv.Key[len(prefix):]))
+					}
+				}
+				fn(ch)
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// seenUpTo is the revision up to which a watch response (and those before
+// it) holds every change: its last event's, or for one without events (a
+// progress report, sent only to a watcher that is up to date) its header's.
+// The header alone is not enough: etcd catching a watcher up sends at most
+// 1,000 revisions of changes at a time under the header of the newest.
+func seenUpTo(wr clientv3.WatchResponse) int64 {
+	if n := len(wr.Events); n > 0 {
+		return wr.Events[n-1].Kv.ModRevision
+	}
+	return wr.Header.Revision
 }
 
 // CountTickets returns how many tickets a queue holds.
@@ -213,35 +287,53 @@ func (c *Client) CountTickets(ctx context.Context, tenant, mode string) (int, er
 
 // Enqueue puts a one-player ticket in its queue, bound to lease, and takes
 // the player's search key with token (ErrAlreadySearching if the player is
-// searching already). It deletes a stale result of the player on this
-// replica, and returns the revision of the write: results with a higher mod
-// revision are this search's.
+// searching already). It returns the revision of the write: results with a
+// higher mod revision are this search's (an earlier search's result, still
+// there until its lease ends, has a lower one). Concurrent calls are
+// committed together; ErrBusy when etcd is not keeping up with them.
 func (c *Client) Enqueue(ctx context.Context, lease *Lease, t QueuedTicket, token string) (int64, error) {
 	if len(t.Members) != 1 {
 		return 0, fmt.Errorf("clusterstate: Enqueue takes a one-player ticket, got %d players", len(t.Members))
 	}
-	m := t.Members[0]
+	it, err := enqueueTxn(lease.ID(), t, token)
+	if err != nil {
+		return 0, err
+	}
+	it.admission = true
+	if err := c.committer().do(ctx, it); err != nil {
+		return 0, err
+	}
+	return it.enqueued()
+}
+
+// enqueueTxn is Enqueue's transaction.
+func enqueueTxn(lease int64, t QueuedTicket, token string) (*txnItem, error) {
 	b, err := json.Marshal(t)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	search := SearchKey(t.Tenant, m.AccountID)
+	search := SearchKey(t.Tenant, t.Members[0].AccountID)
 	ticket := TicketKey(t.Tenant, t.Mode, t.ID)
-	resp, err := c.cli.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(search), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(ticket), "=", 0),
-	).Then(
-		clientv3.OpPut(search, token, clientv3.WithLease(clientv3.LeaseID(lease.ID()))),
-		clientv3.OpPut(ticket, string(b), clientv3.WithLease(clientv3.LeaseID(lease.ID()))),
-		clientv3.OpDelete(ResultKey(m.Replica, t.Tenant, m.AccountID)),
-	).Commit()
-	if err != nil {
-		return 0, err
+	return newTxnItem(lease,
+		[]clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(search), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(ticket), "=", 0),
+		},
+		[]clientv3.Op{
+			clientv3.OpPut(search, token, clientv3.WithLease(clientv3.LeaseID(lease))),
+			clientv3.OpPut(ticket, string(b), clientv3.WithLease(clientv3.LeaseID(lease))),
+		}, nil), nil
+}
+
+// enqueued is the outcome of a committed enqueueTxn.
+func (it *txnItem) enqueued() (int64, error) {
+	if it.err != nil {
+		return 0, it.err
 	}
-	if !resp.Succeeded {
+	if !it.resp.Succeeded {
 		return 0, ErrAlreadySearching
 	}
-	return resp.Header.Revision, nil
+	return it.rev, nil
 }
 
 // EndSearch ends an account's search: it deletes keys (the search's ticket,
@@ -253,9 +345,9 @@ func (c *Client) EndSearch(ctx context.Context, tenant, account, token string, k
 	for _, k := range keys {
 		ops = append(ops, clientv3.OpDelete(k))
 	}
-	_, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(search), "=", token)).
-		Then(append(ops, clientv3.OpDelete(search))...).Else(ops...).Commit()
-	return err
+	it := newTxnItem(0, []clientv3.Cmp{clientv3.Compare(clientv3.Value(search), "=", token)},
+		append(slices.Clip(ops), clientv3.OpDelete(search)), ops)
+	return c.committer().do(ctx, it)
 }
 
 // Settlement is a leader's decision about some tickets of a queue: they
@@ -263,7 +355,7 @@ func (c *Client) EndSearch(ctx context.Context, tenant, account, token string, k
 type Settlement struct {
 	Tickets []QueuedTicket    // as read (with Rev)
 	Results map[string][]byte // account id -> the result for its stream
-	// ResultsLease is the lease the results are bound to (GrantResultsLease):
+	// ResultsLease is the lease the results are bound to (GrantExpiringLease):
 	// a result nobody reads vanishes with it.
 	ResultsLease int64
 }
@@ -273,9 +365,29 @@ type Settlement struct {
 // its slot, it deletes the tickets, their players' search keys and party
 // member keys, and puts the results. Otherwise nothing is written and it
 // returns ErrNotLeader or ErrTicketsChanged. It returns the commit revision.
+// Concurrent settlements are committed together, each with its own
+// compares: one that fails leaves the others be.
 func (c *Client) Settle(ctx context.Context, l *Leadership, s Settlement) (int64, error) {
+	it := settleTxn(l, s)
+	it.urgent = true
+	if err := c.committer().do(ctx, it); err != nil {
+		return 0, err
+	}
+	return it.settled(l)
+}
+
+// settleTxn is Settle's transaction. The results go out in one key per
+// replica (named for the first ticket with a player there) rather than one
+// per player: fewer keys to write, expire and watch.
+func settleTxn(l *Leadership, s Settlement) *txnItem {
 	cmps := []clientv3.Cmp{l.fence()}
 	var ops []clientv3.Op
+	type bundle struct {
+		key     string
+		results map[string][]byte
+	}
+	var bundles []*bundle // in the order of the tickets: the keys do not depend on map order
+	byReplica := map[string]*bundle{}
 	for _, t := range s.Tickets {
 		key := TicketKey(t.Tenant, t.Mode, t.ID)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", t.Rev))
@@ -287,29 +399,45 @@ func (c *Client) Settle(ctx context.Context, l *Leadership, s Settlement) (int64
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(mk), "=", m.MemberRev))
 				ops = append(ops, clientv3.OpDelete(mk))
 			}
-			if r, ok := s.Results[m.AccountID]; ok {
-				ops = append(ops, clientv3.OpPut(ResultKey(m.Replica, t.Tenant, m.AccountID), string(r),
-					clientv3.WithLease(clientv3.LeaseID(s.ResultsLease))))
+			r, ok := s.Results[m.AccountID]
+			if !ok {
+				continue
 			}
+			b := byReplica[t.Tenant+"/"+m.Replica]
+			if b == nil {
+				b = &bundle{key: ResultKey(m.Replica, t.Tenant, t.ID), results: map[string][]byte{}}
+				byReplica[t.Tenant+"/"+m.Replica] = b
+				bundles = append(bundles, b)
+			}
+			b.results[m.AccountID] = r
 		}
 	}
-	resp, err := c.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(l.key)).Commit()
-	if err != nil {
-		return 0, err
+	for _, b := range bundles {
+		v, _ := json.Marshal(b.results) // a map of strings to bytes: cannot fail
+		ops = append(ops, clientv3.OpPut(b.key, string(v), clientv3.WithLease(clientv3.LeaseID(s.ResultsLease))))
 	}
-	if !resp.Succeeded {
-		kvs := resp.Responses[0].GetResponseRange().Kvs
+	return newTxnItem(s.ResultsLease, cmps, ops, []clientv3.Op{clientv3.OpGet(l.key)})
+}
+
+// settled is the outcome of a committed settleTxn.
+func (it *txnItem) settled(l *Leadership) (int64, error) {
+	if it.err != nil {
+		return 0, it.err
+	}
+	if !it.resp.Succeeded {
+		kvs := it.resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || kvs[0].CreateRevision != l.rev {
 			return 0, ErrNotLeader
 		}
 		return 0, ErrTicketsChanged
 	}
-	return resp.Header.Revision, nil
+	return it.rev, nil
 }
 
-// GrantResultsLease grants a lease for results (Settlement.ResultsLease); it
-// is not kept alive: results live ttl at most.
-func (c *Client) GrantResultsLease(ctx context.Context, ttl time.Duration) (int64, error) {
+// GrantExpiringLease grants a lease of ttl (whole seconds, at least one)
+// that is not kept alive: keys bound to it (Settlement.ResultsLease,
+// CreateParty) vanish at most ttl later.
+func (c *Client) GrantExpiringLease(ctx context.Context, ttl time.Duration) (int64, error) {
 	resp, err := c.cli.Grant(ctx, max(int64(ttl/time.Second), 1))
 	if err != nil {
 		return 0, err
@@ -324,13 +452,26 @@ type Result struct {
 	Rev             int64 // mod revision
 }
 
-// Result returns the result for an account's stream on replica, if any.
-func (c *Client) Result(ctx context.Context, replica, tenant, account string) (Result, bool, error) {
-	resp, err := c.cli.Get(ctx, ResultKey(replica, tenant, account))
-	if err != nil || len(resp.Kvs) == 0 {
+// Result returns the newest result for an account's stream on replica
+// committed after revision after, if any. It reads every result on replica
+// for the tenant newer than that: for a stream that missed its result on the
+// watch (WatchResults), not for every search.
+func (c *Client) Result(ctx context.Context, replica, tenant, account string, after int64) (Result, bool, error) {
+	resp, err := c.cli.Get(ctx, ResultsPrefix(replica)+tenant+"/", clientv3.WithPrefix(), clientv3.WithMinModRev(after+1))
+	if err != nil {
 		return Result{}, false, err
 	}
-	return Result{Tenant: tenant, Account: account, Value: resp.Kvs[0].Value, Rev: resp.Kvs[0].ModRevision}, true, nil
+	var found Result
+	for _, kv := range resp.Kvs {
+		var results map[string][]byte
+		if json.Unmarshal(kv.Value, &results) != nil {
+			continue
+		}
+		if v, ok := results[account]; ok && kv.ModRevision > found.Rev {
+			found = Result{Tenant: tenant, Account: account, Value: v, Rev: kv.ModRevision}
+		}
+	}
+	return found, found.Rev != 0, nil
 }
 
 // WatchResults calls fn with every result put for streams on replica, first
@@ -339,9 +480,13 @@ func (c *Client) Result(ctx context.Context, replica, tenant, account string) (R
 func (c *Client) WatchResults(ctx context.Context, replica string, fn func(Result)) {
 	prefix := ResultsPrefix(replica)
 	deliver := func(kv *mvccpb.KeyValue) {
-		tenant, account, ok := splitGameKey(string(kv.Key), prefix)
-		if ok {
-			fn(Result{Tenant: tenant, Account: account, Value: kv.Value, Rev: kv.ModRevision})
+		tenant, _, ok := splitGameKey(string(kv.Key), prefix)
+		var results map[string][]byte
+		if !ok || json.Unmarshal(kv.Value, &results) != nil {
+			return
+		}
+		for account, v := range results {
+			fn(Result{Tenant: tenant, Account: account, Value: v, Rev: kv.ModRevision})
 		}
 	}
 	for ctx.Err() == nil {
@@ -371,53 +516,58 @@ func (c *Client) WatchResults(ctx context.Context, replica string, fn func(Resul
 
 // Party is a party code reserved by CreateParty.
 type Party struct {
-	Code    string    `json:"code"`
-	Tenant  string    `json:"tenant"`
-	Mode    string    `json:"mode"`
-	Size    int       `json:"size"`
-	Creator string    `json:"creator"`
-	Expires time.Time `json:"expires"`
+	Code    string
+	Tenant  string
+	Mode    string
+	Size    int
+	Creator string
+	Expires time.Time
 }
 
-// CreateParty stores p under a lease of ttl; ErrPartyExists if its code is
-// taken.
-func (c *Client) CreateParty(ctx context.Context, p Party, ttl time.Duration) error {
-	b, err := json.Marshal(p)
-	if err != nil {
-		return err
-	}
-	grant, err := c.cli.Grant(ctx, max(int64(ttl/time.Second), 1))
-	if err != nil {
-		return err
-	}
+// partyValue is what a party's key holds: only what a member must match
+// (mode and size), always encoded alike, so that JoinParty compares it in
+// the transaction that takes the member's slot.
+type partyValue struct {
+	Mode string `json:"mode"`
+	Size int    `json:"size"`
+}
+
+func (p Party) value() string {
+	b, _ := json.Marshal(partyValue{Mode: p.Mode, Size: p.Size}) // cannot fail
+	return string(b)
+}
+
+// CreateParty stores p bound to lease (GrantExpiringLease; parties may
+// share one); ErrPartyExists if its code is taken, ErrBusy as Enqueue.
+func (c *Client) CreateParty(ctx context.Context, p Party, lease int64) error {
 	key := PartyKey(p.Tenant, p.Code)
-	resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(grant.ID))).Commit()
-	if err != nil {
+	it := newTxnItem(lease, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(key, p.value(), clientv3.WithLease(clientv3.LeaseID(lease)))}, nil)
+	it.admission = true
+	if err := c.committer().do(ctx, it); err != nil {
 		return err
 	}
-	if !resp.Succeeded {
-		_, _ = c.cli.Revoke(ctx, grant.ID)
+	if !it.resp.Succeeded {
 		return ErrPartyExists
 	}
 	return nil
 }
 
-// GetParty returns a party, or ErrNoParty.
-func (c *Client) GetParty(ctx context.Context, tenant, code string) (Party, error) {
-	resp, err := c.cli.Get(ctx, PartyKey(tenant, code))
-	if err != nil {
-		return Party{}, err
-	}
-	if len(resp.Kvs) == 0 {
-		return Party{}, ErrNoParty
-	}
-	var p Party
-	if err := json.Unmarshal(resp.Kvs[0].Value, &p); err != nil {
-		return Party{}, fmt.Errorf("clusterstate: party %s: %w", code, err)
-	}
-	return p, nil
+// PartyMismatch is JoinParty's error for a party created for another mode
+// or size than the member asked for; errors.Is(err, ErrPartyMismatch).
+type PartyMismatch struct {
+	Mode string // the party's
+	Size int
 }
+
+// ErrPartyMismatch: the party is for another mode or size (PartyMismatch).
+var ErrPartyMismatch = errors.New("clusterstate: the party is for another mode or size")
+
+func (e *PartyMismatch) Error() string {
+	return fmt.Sprintf("clusterstate: the party is for mode %q with %d players", e.Mode, e.Size)
+}
+
+func (e *PartyMismatch) Is(target error) bool { return target == ErrPartyMismatch }
 
 // PartyMember is a member streaming FindMatch with a party's code.
 type PartyMember struct {
@@ -428,107 +578,338 @@ type PartyMember struct {
 	CreateRev int64 `json:"-"`
 }
 
-// JoinParty puts m in the first free slot of party (of size slots), bound
-// to lease, and takes the member's search key with m.Token. It returns the
-// slot and the revision of the write (results with a higher mod revision
-// are this search's), or ErrAlreadySearching, ErrNoParty or ErrPartyFull.
-func (c *Client) JoinParty(ctx context.Context, lease *Lease, p Party, m PartyMember) (int, int64, error) {
+// Joined is a member's place in a party (JoinParty).
+type Joined struct {
+	Slot int
+	// Rev is the revision of the write: the member key's create revision,
+	// and results with a higher mod revision are this search's.
+	Rev int64
+	// Members are the party's members (by slot) as of Rev, the new one
+	// included: PartyFollower.Watch goes on from there.
+	Members []PartyMember
+}
+
+// joinSlotsPerTxn bounds the slots one JoinParty transaction tries: each is
+// a transaction nested in the previous one's Else, and etcd's operation
+// budget shrinks with every level.
+const joinSlotsPerTxn = 8
+
+// JoinParty puts m in the first free slot of the party p names (its
+// Tenant, Code, and the Mode and Size the member asks for), bound to lease,
+// and takes the member's search key with m.Token. One transaction checks the
+// party's mode and size and tries the slots (a chain of nested
+// transactions: slot 0, else slot 1, ...). It returns the member's place and
+// the party as of the write, or ErrAlreadySearching, ErrNoParty,
+// *PartyMismatch, ErrPartyFull or ErrBusy (as Enqueue).
+func (c *Client) JoinParty(ctx context.Context, lease *Lease, p Party, m PartyMember) (Joined, error) {
 	search := SearchKey(p.Tenant, m.AccountID)
 	party := PartyKey(p.Tenant, p.Code)
-	for slot := 0; slot < p.Size; slot++ {
-		m.Slot = slot
-		b, err := json.Marshal(m)
-		if err != nil {
-			return 0, 0, err
-		}
-		key := PartyMemberKey(p.Tenant, p.Code, slot)
-		resp, err := c.cli.Txn(ctx).If(
-			clientv3.Compare(clientv3.CreateRevision(party), ">", 0),
-			clientv3.Compare(clientv3.CreateRevision(search), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-		).Then(
-			clientv3.OpPut(search, m.Token, clientv3.WithLease(clientv3.LeaseID(lease.ID()))),
-			clientv3.OpPut(key, string(b), clientv3.WithLease(clientv3.LeaseID(lease.ID()))),
-			clientv3.OpDelete(ResultKey(m.Replica, p.Tenant, m.AccountID)),
-		).Else(
-			clientv3.OpGet(party, clientv3.WithCountOnly()),
-			clientv3.OpGet(search, clientv3.WithCountOnly()),
-		).Commit()
-		if err != nil {
-			return 0, 0, err
-		}
-		if resp.Succeeded {
-			return slot, resp.Header.Revision, nil
-		}
-		switch {
-		case resp.Responses[0].GetResponseRange().Count == 0:
-			return 0, 0, ErrNoParty
-		case resp.Responses[1].GetResponseRange().Count > 0:
-			return 0, 0, ErrAlreadySearching
-		}
-	}
-	return 0, 0, ErrPartyFull
-}
-
-// PartyMembers reads a party's members (by slot) now.
-func (c *Client) PartyMembers(ctx context.Context, tenant, code string) ([]PartyMember, error) {
-	var out []PartyMember
-	err := c.WatchParty(ctx, tenant, code, func(ms []PartyMember) bool { out = ms; return false })
-	return out, err
-}
-
-// WatchParty calls fn with a party's members (by slot) as they are now and
-// after every single change (one call per event, in order), until fn returns false, ctx ends (ctx's error) or the
-// watch breaks (its error: the caller cannot know who is there any more).
-func (c *Client) WatchParty(ctx context.Context, tenant, code string, fn func(members []PartyMember) bool) error {
-	prefix := PartyMembersPrefix(tenant, code)
-	resp, err := c.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	prefix := PartyMembersPrefix(p.Tenant, p.Code)
+	leaseOpt := clientv3.WithLease(clientv3.LeaseID(lease.ID()))
+	m.Slot = 0 // the key says which slot it is
+	b, err := json.Marshal(m)
 	if err != nil {
-		return err
+		return Joined{}, err
 	}
-	members := map[string]PartyMember{}
-	put := func(kv *mvccpb.KeyValue) {
-		var m PartyMember
-		if json.Unmarshal(kv.Value, &m) == nil {
-			m.Rev, m.CreateRev = kv.ModRevision, kv.CreateRevision
-			members[string(kv.Key)] = m
+	want, reread := p.value(), false
+	for first := 0; first < p.Size; {
+		last := min(first+joinSlotsPerTxn, p.Size) - 1
+		// Built from the last slot up: each slot's Else tries the next.
+		var next []clientv3.Op
+		for slot := last; slot >= first; slot-- {
+			key := PartyMemberKey(p.Tenant, p.Code, slot)
+			next = []clientv3.Op{clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+				[]clientv3.Op{
+					clientv3.OpPut(search, m.Token, leaseOpt),
+					clientv3.OpPut(key, string(b), leaseOpt),
+					clientv3.OpGet(prefix, clientv3.WithPrefix()),
+				}, next)}
 		}
+		it := newTxnItem(lease.ID(),
+			[]clientv3.Cmp{
+				clientv3.Compare(clientv3.Value(party), "=", want),
+				clientv3.Compare(clientv3.CreateRevision(search), "=", 0),
+			}, next,
+			[]clientv3.Op{clientv3.OpGet(party), clientv3.OpGet(search, clientv3.WithCountOnly())})
+		it.admission = true
+		if err := c.committer().do(ctx, it); err != nil {
+			return Joined{}, err
+		}
+		if !it.resp.Succeeded {
+			kvs := it.resp.Responses[0].GetResponseRange().Kvs
+			if len(kvs) == 0 {
+				return Joined{}, ErrNoParty
+			}
+			var v partyValue
+			if err := json.Unmarshal(kvs[0].Value, &v); err != nil {
+				return Joined{}, fmt.Errorf("clusterstate: party %s: %w", p.Code, err)
+			}
+			if v.Mode != p.Mode || v.Size != p.Size {
+				return Joined{}, &PartyMismatch{Mode: v.Mode, Size: v.Size}
+			}
+			if string(kvs[0].Value) != want && !reread {
+				// The same party, encoded otherwise (by another version):
+				// compare what is there.
+				want, reread = string(kvs[0].Value), true
+				continue
+			}
+			return Joined{}, ErrAlreadySearching
+		}
+		// Walk the chain to the slot that was free.
+		r := it.resp.Responses[0].GetResponseTxn()
+		for slot := first; slot <= last; slot++ {
+			if r.Succeeded {
+				j := Joined{Slot: slot, Rev: it.rev}
+				for _, kv := range r.Responses[2].GetResponseRange().Kvs {
+					if pm, ok := decodePartyMember(kv); ok {
+						j.Members = append(j.Members, pm)
+					}
+				}
+				sortMembers(j.Members)
+				return j, nil
+			}
+			if slot < last {
+				r = r.Responses[0].GetResponseTxn()
+			}
+		}
+		first = last + 1
 	}
-	list := func() []PartyMember {
-		out := make([]PartyMember, 0, len(members))
-		for _, m := range members {
+	return Joined{}, ErrPartyFull
+}
+
+func decodePartyMember(kv *mvccpb.KeyValue) (PartyMember, bool) {
+	var m PartyMember
+	if json.Unmarshal(kv.Value, &m) != nil {
+		return m, false
+	}
+	slot, err := strconv.Atoi(lastSegment(string(kv.Key)))
+	if err != nil {
+		return m, false
+	}
+	m.Slot, m.Rev, m.CreateRev = slot, kv.ModRevision, kv.CreateRevision
+	return m, true
+}
+
+func sortMembers(ms []PartyMember) {
+	slices.SortFunc(ms, func(a, b PartyMember) int { return cmp.Compare(a.Slot, b.Slot) })
+}
+
+// PartyMembers reads a party's members (by slot) now, and the revision read.
+func (c *Client) PartyMembers(ctx context.Context, tenant, code string) ([]PartyMember, int64, error) {
+	resp, err := c.cli.Get(ctx, PartyMembersPrefix(tenant, code), clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []PartyMember
+	for _, kv := range resp.Kvs {
+		if m, ok := decodePartyMember(kv); ok {
 			out = append(out, m)
 		}
-		slices.SortFunc(out, func(a, b PartyMember) int { return cmp.Compare(a.Slot, b.Slot) })
-		return out
 	}
-	for _, kv := range resp.Kvs {
-		put(kv)
+	sortMembers(out)
+	return out, resp.Header.Revision, nil
+}
+
+// Party watches. Every member of a party follows its party's members (who
+// joins, who leaves, whether the party was settled). One etcd watch per
+// member would start behind the store's revision (it starts at the member's
+// join), and etcd catches such a watcher up from its backend, reading every
+// change since: at thousands of joins a second that costs etcd more than
+// the joins. So the members on one Client share one watch of every party's
+// members, kept from the first follower until the client closes, and each
+// follower takes the changes of its party (FollowParty).
+
+// PartyFollower follows one party's members for one member: FollowParty,
+// then JoinParty, then Watch.
+type PartyFollower struct {
+	hub    *partyHub
+	prefix string
+
+	mu      sync.Mutex
+	events  []*mvccpb.Event // of this party, in revision order, not yet watched
+	broken  bool            // the shared watch missed changes (a compaction)
+	changed chan struct{}   // signalled when events or broken change
+}
+
+// FollowParty starts following a party's members. Call it before joining
+// the party: every change after the join is then seen. Stop ends it.
+func (c *Client) FollowParty(ctx context.Context, tenant, code string) (*PartyFollower, error) {
+	h := c.partyHub()
+	select {
+	case <-h.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	if !fn(list()) {
-		return nil
+	f := &PartyFollower{hub: h, prefix: PartyMembersPrefix(tenant, code), changed: make(chan struct{}, 1)}
+	h.mu.Lock()
+	if h.followers[f.prefix] == nil {
+		h.followers[f.prefix] = map[*PartyFollower]struct{}{}
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range c.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
-		if err := wr.Err(); err != nil {
-			return err
-		}
-		for _, ev := range wr.Events { // one call per change: none is skipped
-			if ev.Type == mvccpb.PUT {
-				put(ev.Kv)
-			} else {
-				delete(members, string(ev.Kv.Key))
+	h.followers[f.prefix][f] = struct{}{}
+	h.mu.Unlock()
+	return f, nil
+}
+
+// Stop stops following.
+func (f *PartyFollower) Stop() {
+	h := f.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.followers[f.prefix], f)
+	if len(h.followers[f.prefix]) == 0 {
+		delete(h.followers, f.prefix)
+	}
+}
+
+// Watch calls fn with the party's members (by slot) after every revision
+// after rev that changes them, starting from members (the party as of rev:
+// Joined), in order and none skipped, until fn returns false (nil), ctx
+// ends (ctx's error) or the shared watch missed changes (an error: the
+// caller cannot know who is there any more). A settlement deletes every
+// member's key at one revision, so fn sees them all leave at once.
+func (f *PartyFollower) Watch(ctx context.Context, rev int64, members []PartyMember, fn func(members []PartyMember) bool) error {
+	bySlot := map[string]PartyMember{}
+	for _, m := range members {
+		bySlot[f.prefix+strconv.Itoa(m.Slot)] = m
+	}
+	for {
+		f.mu.Lock()
+		evs, broken := f.events, f.broken
+		f.events = nil
+		f.mu.Unlock()
+		for i, ev := range evs {
+			if ev.Kv.ModRevision <= rev {
+				continue // before the party as given
 			}
-			if !fn(list()) {
+			if ev.Type == mvccpb.PUT {
+				if m, ok := decodePartyMember(ev.Kv); ok {
+					bySlot[string(ev.Kv.Key)] = m
+				}
+			} else {
+				delete(bySlot, string(ev.Kv.Key))
+			}
+			if i+1 < len(evs) && evs[i+1].Kv.ModRevision == ev.Kv.ModRevision {
+				continue // the rest of this revision first
+			}
+			list := make([]PartyMember, 0, len(bySlot))
+			for _, m := range bySlot {
+				list = append(list, m)
+			}
+			sortMembers(list)
+			if !fn(list) {
 				return nil
 			}
 		}
+		if broken {
+			return errors.New("clusterstate: the party watch missed changes")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-f.changed:
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+}
+
+func (f *PartyFollower) signal() {
+	select {
+	case f.changed <- struct{}{}:
+	default:
 	}
-	return errors.New("clusterstate: party watch ended")
+}
+
+// partyHub is the one watch of every party's members on a client.
+type partyHub struct {
+	cli       *clientv3.Client
+	ready     chan struct{} // closed once the watch is in place
+	mu        sync.Mutex
+	followers map[string]map[*PartyFollower]struct{} // by party members prefix
+}
+
+var partyHubs sync.Map // *clientv3.Client -> *partyHub
+
+func (c *Client) partyHub() *partyHub {
+	if h, ok := partyHubs.Load(c.cli); ok {
+		return h.(*partyHub)
+	}
+	h, loaded := partyHubs.LoadOrStore(c.cli, &partyHub{cli: c.cli, ready: make(chan struct{}),
+		followers: map[string]map[*PartyFollower]struct{}{}})
+	if !loaded {
+		cli := c.cli
+		context.AfterFunc(cli.Ctx(), func() { partyHubs.Delete(cli) })
+		go h.(*partyHub).run(cli.Ctx())
+	}
+	return h.(*partyHub)
+}
+
+// run watches every party's members until ctx (the client's) ends. A watch
+// that breaks is taken up again after the last revision seen, so no change
+// is missed; if etcd compacted that revision away, every follower is told.
+func (h *partyHub) run(ctx context.Context) {
+	prefix := mmPrefix() + "party-members/"
+	var last int64 // the last revision seen; 0 before the first watch is in place
+	for ctx.Err() == nil {
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
+		if last > 0 {
+			opts = append(opts, clientv3.WithRev(last+1))
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range h.cli.Watch(wctx, prefix, opts...) {
+			if wr.CompactRevision != 0 {
+				h.breakAll()
+				last = 0
+				break
+			}
+			if wr.Err() != nil || wr.Canceled {
+				break
+			}
+			if wr.Created && last == 0 {
+				last = wr.Header.Revision
+				select {
+				case <-h.ready:
+				default:
+					close(h.ready)
+				}
+				continue
+			}
+			h.dispatch(wr.Events)
+			last = max(last, seenUpTo(wr))
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// dispatch hands each event to the followers of its party.
+func (h *partyHub) dispatch(evs []*clientv3.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ev := range evs {
+		k := string(ev.Kv.Key)
+		for f := range h.followers[k[:strings.LastIndexByte(k, '/')+1]] {
+			f.mu.Lock()
+			f.events = append(f.events, ev)
+			f.mu.Unlock()
+			f.signal()
+		}
+	}
+}
+
+func (h *partyHub) breakAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, fs := range h.followers {
+		for f := range fs {
+			f.mu.Lock()
+			f.broken = true
+			f.mu.Unlock()
+			f.signal()
+		}
+	}
 }
 
 // QueuePartyTicket puts a full party's ticket in its queue, bound to lease,
@@ -545,12 +926,12 @@ func (c *Client) QueuePartyTicket(ctx context.Context, lease *Lease, t QueuedTic
 	for _, m := range t.Members {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(PartyMemberKey(t.Tenant, t.Party, m.Slot)), "=", m.MemberRev))
 	}
-	resp, err := c.cli.Txn(ctx).If(cmps...).Then(
-		clientv3.OpPut(key, string(b), clientv3.WithLease(clientv3.LeaseID(lease.ID())))).Commit()
-	if err != nil {
+	it := newTxnItem(lease.ID(), cmps,
+		[]clientv3.Op{clientv3.OpPut(key, string(b), clientv3.WithLease(clientv3.LeaseID(lease.ID())))}, nil)
+	if err := c.committer().do(ctx, it); err != nil {
 		return false, err
 	}
-	return resp.Succeeded, nil
+	return it.resp.Succeeded, nil
 }
 
 // PartyTicketID is the id of the ticket a party's members queue once all
@@ -562,4 +943,283 @@ func PartyTicketID(code string, members []PartyMember) string {
 		newest = max(newest, m.CreateRev)
 	}
 	return code + "-" + strings.ToLower(strconv.FormatInt(newest, 36))
+}
+
+// Group commit.
+//
+// The matchmaker writes many small transactions (a ticket queued, a party
+// joined, a match settled), each with compares of its own. Committed one by
+// one, each pays a gRPC round trip, a raft proposal and an apply; etcd's
+// cost is per request far more than per key. So the writes of concurrent
+// callers of one Client are committed together: one transaction whose Then
+// holds each caller's transaction nested. etcd evaluates a nested
+// transaction's compares on their own, so one caller's failed compare (an
+// account already searching, a ticket that changed) takes its Else branch
+// and leaves the others be; the group has one revision. While a group is in
+// flight the next one gathers, so the groups grow with the load and a lone
+// write is committed at once. A caller whose write is still waiting when its
+// ctx ends withdraws it; once sent, its outcome is final and the caller
+// waits for it (at most groupCommitTimeout).
+//
+// etcd limits a transaction to maxTxnOps operations per level, and a nested
+// transaction may use only what its parent's own operations left; a group
+// is sized to fit, and a transaction too large to nest is committed alone.
+// Writes of one group must touch distinct keys (etcd refuses a transaction
+// that writes a key twice); a write touching a key of an earlier waiting
+// write waits for the next group, so writes of one key keep their order.
+// etcd refuses a whole transaction when a lease one of its puts names has
+// expired; a group whose writes name different leases is then committed
+// again one write at a time, so only the writes of the dead lease fail.
+
+const (
+	maxTxnOps          = 128     // etcd's default --max-txn-ops (MaxSeats in package matchmaker assumes it too)
+	maxGroupBytes      = 1 << 20 // well under etcd's default 1.5 MiB request limit
+	maxGroupsInFlight  = 2
+	groupCommitTimeout = 5 * time.Second
+	// maxAdmissionWait: when the oldest waiting write has waited longer,
+	// etcd is not keeping up; a write that starts a search is refused
+	// (ErrBusy) instead of queued behind the others, so the wait stays
+	// bounded and the writes already waiting (settlements first) go
+	// through. Writes that end searches are never refused.
+	maxAdmissionWait = 2 * time.Second
+)
+
+// txnItem is one caller's transaction in a group, and its outcome.
+type txnItem struct {
+	cmps      []clientv3.Cmp
+	then, els []clientv3.Op
+	lease     int64    // the lease its puts are bound to; 0 for none
+	need      int      // operation budget it needs: its own plus its deepest nested transaction's
+	keys      []string // keys it writes, on either branch
+	bytes     int
+	alone     bool      // commit it as a transaction of its own
+	urgent    bool      // commit it before the writes that are not
+	admission bool      // it starts a search: refused (ErrBusy) when writes wait too long
+	queuedAt  time.Time // when it started waiting
+	done      chan struct{}
+	resp      *clientv3.TxnResponse // its own transaction's response
+	rev       int64                 // the revision of the commit
+	err       error
+	groupSize int // how many items the transaction that committed it held
+}
+
+func newTxnItem(lease int64, cmps []clientv3.Cmp, then, els []clientv3.Op) *txnItem {
+	it := &txnItem{cmps: cmps, then: then, els: els, lease: lease, done: make(chan struct{})}
+	it.need = it.measure(cmps, then, els)
+	it.alone = it.alone || it.need > maxTxnOps/2
+	return it
+}
+
+// measure adds the keys and bytes of a transaction's writes to it and
+// returns the operation budget the transaction needs.
+func (it *txnItem) measure(cmps []clientv3.Cmp, then, els []clientv3.Op) int {
+	for _, c := range cmps {
+		it.bytes += len(c.KeyBytes()) + 16
+	}
+	sub := 0
+	for _, op := range slices.Concat(then, els) {
+		it.bytes += len(op.KeyBytes()) + len(op.ValueBytes()) + 16
+		switch {
+		case op.IsTxn():
+			c, t, e := op.Txn()
+			sub = max(sub, it.measure(c, t, e))
+		case op.IsPut() || op.IsDelete():
+			if len(op.RangeBytes()) > 0 {
+				it.alone = true // a range of keys: no telling what it overlaps
+			}
+			it.keys = append(it.keys, string(op.KeyBytes()))
+		}
+	}
+	return max(len(cmps), len(then), len(els)) + sub
+}
+
+// groupCommitter commits the transactions of one etcd client in groups.
+type groupCommitter struct {
+	cli *clientv3.Client
+	mu  sync.Mutex
+	// Waiting writes: urgent ones (settlements, which empty the queue) go
+	// first, so that a flood of new tickets cannot hold up the matches
+	// that would make room for them.
+	urgent, pending []*txnItem
+	inFlight        int
+}
+
+// committers holds each etcd client's groupCommitter, until the client closes.
+var committers sync.Map // *clientv3.Client -> *groupCommitter
+
+func (c *Client) committer() *groupCommitter {
+	if g, ok := committers.Load(c.cli); ok {
+		return g.(*groupCommitter)
+	}
+	g, loaded := committers.LoadOrStore(c.cli, &groupCommitter{cli: c.cli})
+	if !loaded {
+		cli := c.cli
+		context.AfterFunc(cli.Ctx(), func() { committers.Delete(cli) })
+	}
+	return g.(*groupCommitter)
+}
+
+// do commits it with the group it lands in and returns the group's error
+// (it.resp and it.rev hold its own outcome).
+func (g *groupCommitter) do(ctx context.Context, it *txnItem) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	queue := &g.pending
+	if it.urgent {
+		queue = &g.urgent
+	}
+	it.queuedAt = time.Now()
+	g.mu.Lock()
+	if it.admission && g.waitedLocked(it.queuedAt) > maxAdmissionWait {
+		g.mu.Unlock()
+		return ErrBusy
+	}
+	*queue = append(*queue, it)
+	g.startLocked()
+	g.mu.Unlock()
+	select {
+	case <-it.done:
+		return it.err
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	if i := slices.Index(*queue, it); i >= 0 { // not sent: withdraw it
+		*queue = slices.Delete(*queue, i, i+1)
+		g.mu.Unlock()
+		return ctx.Err()
+	}
+	g.mu.Unlock()
+	<-it.done // sent: its outcome is final
+	return it.err
+}
+
+// waitedLocked is how long the oldest waiting write has waited by now.
+func (g *groupCommitter) waitedLocked(now time.Time) time.Duration {
+	var d time.Duration
+	for _, q := range [][]*txnItem{g.urgent, g.pending} {
+		if len(q) > 0 {
+			d = max(d, now.Sub(q[0].queuedAt))
+		}
+	}
+	return d
+}
+
+// startLocked sends groups while fewer than maxGroupsInFlight are in flight.
+func (g *groupCommitter) startLocked() {
+	for g.inFlight < maxGroupsInFlight && len(g.urgent)+len(g.pending) > 0 {
+		group := g.takeLocked()
+		g.inFlight++
+		go g.commit(group)
+	}
+}
+
+// takeLocked takes the next group from the waiting writes, urgent ones
+// first, each kind in order: as many as fit in one transaction, none
+// writing a key an earlier waiting write touches. It takes at least one.
+func (g *groupCommitter) takeLocked() []*txnItem {
+	var group []*txnItem
+	touched := map[string]bool{}
+	need, bytes := 0, 0
+	full := false
+	take := func(waiting []*txnItem) []*txnItem {
+		var rest []*txnItem
+		for i, it := range waiting {
+			if full {
+				return append(rest, waiting[i:]...)
+			}
+			fits := !slices.ContainsFunc(it.keys, func(k string) bool { return touched[k] })
+			if fits && len(group) > 0 {
+				fits = !it.alone && !group[0].alone && len(group)+1+max(need, it.need) <= maxTxnOps &&
+					bytes+it.bytes <= maxGroupBytes
+				full = !fits && len(group)+1+max(need, it.need) > maxTxnOps
+			}
+			for _, k := range it.keys {
+				touched[k] = true
+			}
+			if !fits {
+				rest = append(rest, it)
+				continue
+			}
+			group = append(group, it)
+			need, bytes = max(need, it.need), bytes+it.bytes
+			full = full || it.alone
+		}
+		return rest
+	}
+	g.urgent = take(g.urgent)
+	g.pending = take(g.pending)
+	return group
+}
+
+// commit commits a group and starts the next one.
+func (g *groupCommitter) commit(group []*txnItem) {
+	g.commitGroup(group)
+	g.mu.Lock()
+	g.inFlight--
+	g.startLocked()
+	g.mu.Unlock()
+}
+
+// commitGroup commits a group: one transaction holding each item's
+// transaction nested (or the item's own, alone), and closes their done.
+func (g *groupCommitter) commitGroup(group []*txnItem) {
+	if len(group) == 1 {
+		g.commitAlone(group[0])
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), groupCommitTimeout)
+		ops := make([]clientv3.Op, len(group))
+		for i, it := range group {
+			ops[i] = clientv3.OpTxn(it.cmps, it.then, it.els)
+		}
+		resp, err := g.cli.Txn(ctx).Then(ops...).Commit()
+		cancel()
+		switch {
+		case err == nil:
+			for i, it := range group {
+				it.resp = (*clientv3.TxnResponse)(resp.Responses[i].GetResponseTxn())
+				it.rev, it.groupSize = resp.Header.Revision, len(group)
+			}
+		case refusedWhole(err) && !(errors.Is(err, rpctypes.ErrLeaseNotFound) && oneLease(group)):
+			// Nothing was written, and the fault is one write's: commit
+			// each alone so that only its caller sees it.
+			for _, it := range group {
+				g.commitAlone(it)
+			}
+		default:
+			for _, it := range group {
+				it.err = err
+			}
+		}
+	}
+	for _, it := range group {
+		close(it.done)
+	}
+}
+
+func (g *groupCommitter) commitAlone(it *txnItem) {
+	ctx, cancel := context.WithTimeout(context.Background(), groupCommitTimeout)
+	defer cancel()
+	resp, err := g.cli.Txn(ctx).If(it.cmps...).Then(it.then...).Else(it.els...).Commit()
+	if err != nil {
+		it.err = err
+		return
+	}
+	it.resp, it.rev, it.groupSize = resp, resp.Header.Revision, 1
+}
+
+// refusedWhole reports whether etcd refused a transaction before applying
+// any of it, for a fault of one of its writes.
+func refusedWhole(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrDuplicateKey) ||
+		errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge)
+}
+
+func oneLease(group []*txnItem) bool {
+	for _, it := range group[1:] {
+		if it.lease != group[0].lease {
+			return false
+		}
+	}
+	return true
 }

@@ -1,16 +1,46 @@
 package clusterstate
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func ticketFor(tenant, id, account string) QueuedTicket {
 	return QueuedTicket{ID: id, Tenant: tenant, Mode: "m", Enqueued: time.Now(),
 		Members: []QueuedMember{{AccountID: account, Replica: "r1", Rating: 1500, RTT: map[string]float64{"eu": 20}}}}
+}
+
+// readQueue reads a queue as the leader does: the first report of
+// WatchQueue, a Reset.
+func readQueue(t *testing.T, tenant, mode string) QueueChange {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	first := make(chan QueueChange, 1)
+	go state.WatchQueue(ctx, tenant, mode, func(ch QueueChange) {
+		if ch.Reset {
+			select {
+			case first <- ch:
+			default:
+			}
+		}
+		cancel()
+	})
+	select {
+	case ch := <-first:
+		return ch
+	case <-time.After(10 * time.Second):
+		t.Fatal("WatchQueue reported nothing")
+		return QueueChange{}
+	}
 }
 
 // One search per account; a settlement is all or nothing, and fails when a
@@ -28,19 +58,16 @@ func TestTicketEnqueueAndSettle(t *testing.T) {
 	if _, err := state.Enqueue(ctx, lease, ticketFor(tenant, "t2", "a2"), "tok2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := state.PutMatchRules(ctx, tenant, "m", []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	q, err := state.ReadQueue(ctx, tenant, "m")
-	if err != nil || len(q.Tickets) != 2 || string(q.Rules) != "{}" {
-		t.Fatalf("queue %+v %v", q, err)
+	q := readQueue(t, tenant, "m")
+	if len(q.Put) != 2 || q.Put[0].ID != "t1" || q.Put[0].Members[0].AccountID != "a1" || q.Put[0].Rev == 0 {
+		t.Fatalf("queue %+v", q)
 	}
 	l, err := state.Campaign(ctx, lease, MatchElection(tenant, "m"), "r1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Resign(ctx)
-	rl, err := state.GrantResultsLease(ctx, 10*time.Second)
+	rl, err := state.GrantExpiringLease(ctx, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +78,7 @@ func TestTicketEnqueueAndSettle(t *testing.T) {
 	if _, err := raw.Put(ctx, TicketKey(tenant, "m", "t2"), string(b)); err != nil {
 		t.Fatal(err)
 	}
-	s := Settlement{Tickets: q.Tickets, ResultsLease: rl,
+	s := Settlement{Tickets: q.Put, ResultsLease: rl,
 		Results: map[string][]byte{"a1": []byte("found-1"), "a2": []byte("found-2")}}
 	if _, err := state.Settle(ctx, l, s); !errors.Is(err, ErrTicketsChanged) {
 		t.Fatalf("settle with a changed ticket: %v, want ErrTicketsChanged", err)
@@ -59,12 +86,11 @@ func TestTicketEnqueueAndSettle(t *testing.T) {
 	if n, _ := state.CountTickets(ctx, tenant, "m"); n != 2 {
 		t.Fatalf("%d tickets after a failed settlement, want 2", n)
 	}
-	if _, ok, _ := state.Result(ctx, "r1", tenant, "a1"); ok {
+	if _, ok, _ := state.Result(ctx, "r1", tenant, "a1", 0); ok {
 		t.Fatal("a result written by a failed settlement")
 	}
 	// Read again: it settles, deletes the tickets and search keys, puts results.
-	q, _ = state.ReadQueue(ctx, tenant, "m")
-	s.Tickets = q.Tickets
+	s.Tickets = readQueue(t, tenant, "m").Put
 	rev, err := state.Settle(ctx, l, s)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +98,7 @@ func TestTicketEnqueueAndSettle(t *testing.T) {
 	if n, _ := state.CountTickets(ctx, tenant, "m"); n != 0 {
 		t.Fatalf("%d tickets after settling", n)
 	}
-	r, ok, err := state.Result(ctx, "r1", tenant, "a1")
+	r, ok, err := state.Result(ctx, "r1", tenant, "a1", 0)
 	if err != nil || !ok || string(r.Value) != "found-1" || r.Rev != rev {
 		t.Fatalf("result %+v %v %v", r, ok, err)
 	}
@@ -81,12 +107,13 @@ func TestTicketEnqueueAndSettle(t *testing.T) {
 		t.Fatalf("second settlement: %v, want ErrTicketsChanged", err)
 	}
 	// The search keys are gone: a1 may search again, and the stale result
-	// is deleted by the new search.
-	if _, err := state.Enqueue(ctx, lease, ticketFor(tenant, "t3", "a1"), "tok3"); err != nil {
+	// (left to its lease) is older than the new search.
+	rev3, err := state.Enqueue(ctx, lease, ticketFor(tenant, "t3", "a1"), "tok3")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := state.Result(ctx, "r1", tenant, "a1"); ok {
-		t.Fatal("stale result kept by a new search")
+	if stale, ok, _ := state.Result(ctx, "r1", tenant, "a1", 0); ok && stale.Rev >= rev3 {
+		t.Fatalf("stale result at %d, the new search at %d", stale.Rev, rev3)
 	}
 	// EndSearch with another search's token leaves that search's key.
 	if err := state.EndSearch(ctx, tenant, "a1", "tok1", TicketKey(tenant, "m", "t1")); err != nil {
@@ -104,43 +131,347 @@ func TestTicketEnqueueAndSettle(t *testing.T) {
 	if _, err := state.Enqueue(ctx, lease, ticketFor(tenant, "t5", "a1"), "tok5"); err != nil {
 		t.Fatalf("after EndSearch: %v", err)
 	}
+	// A leader that lost its term settles nothing.
+	if err := l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.Tickets = readQueue(t, tenant, "m").Put
+	if _, err := state.Settle(ctx, l, s); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("settlement after resigning: %v, want ErrNotLeader", err)
+	}
 }
 
-// Party slots: no party, a full party, and one ticket per assembly.
+// Concurrent enqueues are committed in groups, and an account already
+// searching fails only its own enqueue.
+func TestTicketConcurrentEnqueuesShareTransactions(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("tg%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	if _, err := state.Enqueue(ctx, lease, ticketFor(tenant, "busy-1", "busy"), "tok"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	start := make(chan struct{})
+	revs := make([]int64, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		account := fmt.Sprintf("a%d", i)
+		if i == n/2 {
+			account = "busy"
+		}
+		wg.Go(func() {
+			<-start
+			revs[i], errs[i] = state.Enqueue(ctx, lease, ticketFor(tenant, fmt.Sprintf("t%d", i), account), "tok")
+		})
+	}
+	close(start)
+	wg.Wait()
+	perRev := map[int64]int{}
+	for i := range n {
+		if i == n/2 {
+			if !errors.Is(errs[i], ErrAlreadySearching) {
+				t.Fatalf("the busy account's enqueue: %v, want ErrAlreadySearching", errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Fatalf("enqueue %d: %v", i, errs[i])
+		}
+		perRev[revs[i]]++
+	}
+	if len(perRev) >= n-1 {
+		t.Fatalf("%d enqueues in %d transactions: no group commit", n-1, len(perRev))
+	}
+	t.Logf("%d enqueues in %d transactions", n-1, len(perRev))
+	if c, _ := state.CountTickets(ctx, tenant, "m"); c != n {
+		t.Fatalf("%d tickets, want %d", c, n)
+	}
+}
+
+// A group where one account is already searching: that one alone is
+// refused; the group's other writes commit at one revision.
+func TestTicketGroupRefusesOnlyTheAccountSearching(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("tr%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	if _, err := state.Enqueue(ctx, lease, ticketFor(tenant, "old", "a2"), "tok"); err != nil {
+		t.Fatal(err)
+	}
+	var group []*txnItem
+	for i := range 4 {
+		it, err := enqueueTxn(lease.ID(), ticketFor(tenant, fmt.Sprintf("t%d", i), fmt.Sprintf("a%d", i)), "tok")
+		if err != nil {
+			t.Fatal(err)
+		}
+		group = append(group, it)
+	}
+	state.committer().commitGroup(group)
+	var rev int64
+	for i, it := range group {
+		r, err := it.enqueued()
+		switch {
+		case it.groupSize != 4:
+			t.Fatalf("item %d committed in a group of %d, want 4", i, it.groupSize)
+		case i == 2:
+			if !errors.Is(err, ErrAlreadySearching) {
+				t.Fatalf("a2: %v, want ErrAlreadySearching", err)
+			}
+		case err != nil:
+			t.Fatalf("a%d: %v", i, err)
+		case rev != 0 && r != rev:
+			t.Fatalf("a%d at revision %d, the others at %d", i, r, rev)
+		default:
+			rev = r
+		}
+	}
+	if c, _ := state.CountTickets(ctx, tenant, "m"); c != 4 {
+		t.Fatalf("%d tickets, want 4 (3 new and a2's old one)", c)
+	}
+}
+
+// etcd refusing a group reports its error to every caller in it, and
+// writes nothing; a fault of one lease fails only that lease's writes.
+func TestTicketGroupFailureReachesEveryCaller(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("tf%d", time.Now().UnixNano())
+	dead := grantLease(t)
+	if err := dead.Close(); err != nil { // revoked: etcd refuses puts bound to it
+		t.Fatal(err)
+	}
+	live := grantLease(t)
+	items := func(lease func(i int) int64) []*txnItem {
+		var group []*txnItem
+		for i := range 5 {
+			it, err := enqueueTxn(lease(i), ticketFor(tenant, uniq("t"), uniq("a")), "tok")
+			if err != nil {
+				t.Fatal(err)
+			}
+			group = append(group, it)
+		}
+		return group
+	}
+	// Every write names the dead lease: the group's error goes to all.
+	group := items(func(int) int64 { return dead.ID() })
+	state.committer().commitGroup(group)
+	for i, it := range group {
+		if _, err := it.enqueued(); !errors.Is(err, rpctypes.ErrLeaseNotFound) || it.groupSize != 0 {
+			t.Fatalf("item %d: %v (group of %d), want the group's ErrLeaseNotFound", i, err, it.groupSize)
+		}
+	}
+	// Mixed: only the dead lease's writes fail.
+	group = items(func(i int) int64 {
+		if i%2 == 0 {
+			return dead.ID()
+		}
+		return live.ID()
+	})
+	state.committer().commitGroup(group)
+	for i, it := range group {
+		_, err := it.enqueued()
+		if i%2 == 0 && !errors.Is(err, rpctypes.ErrLeaseNotFound) || i%2 == 1 && err != nil {
+			t.Fatalf("item %d: %v", i, err)
+		}
+	}
+	if c, _ := state.CountTickets(ctx, tenant, "m"); c != 2 {
+		t.Fatalf("%d tickets, want the 2 of the live lease", c)
+	}
+	// A client whose connection is gone: every caller gets the error.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: raw.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := New(cli)
+	g := closed.committer()
+	cli.Close()
+	group = items(func(int) int64 { return live.ID() })
+	g.commitGroup(group)
+	for i, it := range group {
+		if _, err := it.enqueued(); err == nil {
+			t.Fatalf("item %d: committed through a closed client", i)
+		}
+	}
+	if c, _ := state.CountTickets(ctx, tenant, "m"); c != 2 {
+		t.Fatalf("%d tickets, want 2", c)
+	}
+	// And through the public path, concurrently: each caller sees it.
+	var wg sync.WaitGroup
+	errs := make([]error, 10)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = state.Enqueue(ctx, dead, ticketFor(tenant, uniq("t"), uniq("a")), "tok")
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			t.Fatalf("caller %d: %v, want ErrLeaseNotFound", i, err)
+		}
+	}
+}
+
+// Settlements committed together keep their own fences and compares: one
+// whose ticket changed fails, the other settles.
+func TestTicketSettlementsInOneGroup(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("ts%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	for i := range 4 {
+		if _, err := state.Enqueue(ctx, lease, ticketFor(tenant, fmt.Sprintf("t%d", i), fmt.Sprintf("a%d", i)), "tok"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := state.Campaign(ctx, lease, MatchElection(tenant, "m"), "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Resign(ctx)
+	rl, err := state.GrantExpiringLease(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := readQueue(t, tenant, "m").Put
+	if _, err := raw.Put(ctx, TicketKey(tenant, "m", "t3"), `{"id":"t3"}`, clientv3.WithIgnoreLease()); err != nil {
+		t.Fatal(err)
+	}
+	var group []*txnItem
+	for i := range 2 {
+		group = append(group, settleTxn(l, Settlement{Tickets: q[2*i : 2*i+2], ResultsLease: rl, Results: map[string][]byte{
+			q[2*i].Members[0].AccountID: []byte("r"), q[2*i+1].Members[0].AccountID: []byte("r")}}))
+	}
+	state.committer().commitGroup(group)
+	_, err0 := group[0].settled(l)
+	_, err1 := group[1].settled(l)
+	if err0 != nil || !errors.Is(err1, ErrTicketsChanged) || group[0].groupSize != 2 {
+		t.Fatalf("settlements: %v, %v (group of %d); want nil, ErrTicketsChanged in a group of 2", err0, err1, group[0].groupSize)
+	}
+	if _, ok, _ := state.Result(ctx, "r1", tenant, "a2", 0); ok {
+		t.Fatal("the failed settlement wrote a result")
+	}
+	if _, ok, _ := state.Result(ctx, "r1", tenant, "a0", 0); !ok {
+		t.Fatal("the settlement that succeeded wrote no result")
+	}
+
+	left := readQueue(t, tenant, "m").Put
+	if len(left) != 2 || left[0].ID != "t2" || left[1].ID != "t3" {
+		t.Fatalf("left in the queue: %+v, want t2 and t3", left)
+	}
+}
+
+// WatchQueue reports the queue, then each change with its revision.
+func TestTicketWatchQueue(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("tw%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	if _, err := state.Enqueue(ctx, lease, ticketFor(tenant, "t1", "a1"), "tok"); err != nil {
+		t.Fatal(err)
+	}
+	changes := make(chan QueueChange, 16)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go state.WatchQueue(wctx, tenant, "m", func(ch QueueChange) { changes <- ch })
+	next := func() QueueChange {
+		t.Helper()
+		select {
+		case ch := <-changes:
+			return ch
+		case <-time.After(10 * time.Second):
+			t.Fatal("no change reported")
+			return QueueChange{}
+		}
+	}
+	if ch := next(); !ch.Reset || len(ch.Put) != 1 || ch.Put[0].ID != "t1" || ch.Put[0].Tenant != tenant {
+		t.Fatalf("first report %+v, want a reset with t1", ch)
+	}
+	rev, err := state.Enqueue(ctx, lease, ticketFor(tenant, "t2", "a2"), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := next(); ch.Reset || len(ch.Put) != 1 || ch.Put[0].ID != "t2" || ch.Put[0].Rev != rev || ch.Rev < rev {
+		t.Fatalf("after enqueueing t2 at %d: %+v", rev, ch)
+	}
+	if err := state.EndSearch(ctx, tenant, "a1", "tok", TicketKey(tenant, "m", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	if ch := next(); len(ch.Deleted) != 1 || ch.Deleted[0] != "t1" || len(ch.Put) != 0 {
+		t.Fatalf("after t1 left: %+v", ch)
+	}
+}
+
+// Party slots: no party, a full party, one ticket per assembly, and a
+// settlement seen by the members all at once.
 func TestTicketPartySlots(t *testing.T) {
 	ctx := testCtx(t)
 	tenant := fmt.Sprintf("tp%d", time.Now().UnixNano())
 	lease := grantLease(t)
+	pl, err := state.GrantExpiringLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := Party{Code: "ABC234", Tenant: tenant, Mode: "m", Size: 2, Creator: "a1"}
 	member := func(acc string) PartyMember {
 		return PartyMember{QueuedMember: QueuedMember{AccountID: acc, Replica: "r1", Rating: 1500}, Token: "tok-" + acc}
 	}
-	if _, _, err := state.JoinParty(ctx, lease, p, member("a1")); !errors.Is(err, ErrNoParty) {
+	if _, err := state.JoinParty(ctx, lease, p, member("a1")); !errors.Is(err, ErrNoParty) {
 		t.Fatalf("join before create: %v, want ErrNoParty", err)
 	}
-	if err := state.CreateParty(ctx, p, time.Minute); err != nil {
+	if err := state.CreateParty(ctx, p, pl); err != nil {
 		t.Fatal(err)
 	}
-	if err := state.CreateParty(ctx, p, time.Minute); !errors.Is(err, ErrPartyExists) {
+	if err := state.CreateParty(ctx, p, pl); !errors.Is(err, ErrPartyExists) {
 		t.Fatalf("code reused: %v", err)
 	}
-	for i, acc := range []string{"a1", "a2"} {
-		if slot, _, err := state.JoinParty(ctx, lease, p, member(acc)); err != nil || slot != i {
-			t.Fatalf("%s: slot %d %v", acc, slot, err)
-		}
-	}
-	if _, _, err := state.JoinParty(ctx, lease, p, member("a1")); !errors.Is(err, ErrAlreadySearching) {
-		t.Fatalf("a1 twice: %v", err)
-	}
-	if _, _, err := state.JoinParty(ctx, lease, p, member("a3")); !errors.Is(err, ErrPartyFull) {
-		t.Fatalf("a third member: %v, want ErrPartyFull", err)
-	}
-	var ms []PartyMember
-	if err := state.WatchParty(ctx, tenant, p.Code, func(got []PartyMember) bool { ms = got; return false }); err != nil {
+	follow, err := state.FollowParty(ctx, tenant, p.Code) // a1's, from before its join
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ms) != 2 || ms[0].AccountID != "a1" || ms[1].Slot != 1 {
-		t.Fatalf("members %+v", ms)
+	defer follow.Stop()
+	var joined []Joined
+	for i, acc := range []string{"a1", "a2"} {
+		j, err := state.JoinParty(ctx, lease, p, member(acc))
+		if err != nil || j.Slot != i || len(j.Members) != i+1 || j.Members[i].AccountID != acc || j.Members[i].CreateRev != j.Rev {
+			t.Fatalf("%s: %+v %v", acc, j, err)
+		}
+		joined = append(joined, j)
+	}
+	if _, err := state.JoinParty(ctx, lease, p, member("a1")); !errors.Is(err, ErrAlreadySearching) {
+		t.Fatalf("a1 twice: %v", err)
+	}
+	if _, err := state.JoinParty(ctx, lease, p, member("a3")); !errors.Is(err, ErrPartyFull) {
+		t.Fatalf("a third member: %v, want ErrPartyFull", err)
+	}
+	// A member asking for another size or mode is refused before it takes
+	// a slot, and told what the party is.
+	for _, wrong := range []Party{{Code: p.Code, Tenant: tenant, Mode: "m", Size: 3}, {Code: p.Code, Tenant: tenant, Mode: "x", Size: 2}} {
+		var mm *PartyMismatch
+		if _, err := state.JoinParty(ctx, lease, wrong, member("a4")); !errors.As(err, &mm) || mm.Mode != "m" || mm.Size != 2 {
+			t.Fatalf("joining %+v: %v, want a PartyMismatch naming mode m and size 2", wrong, err)
+		}
+	}
+	ms, rev, err := state.PartyMembers(ctx, tenant, p.Code)
+	if err != nil || len(ms) != 2 || ms[0].AccountID != "a1" || ms[1].Slot != 1 || rev < joined[1].Rev {
+		t.Fatalf("members %+v at %d: %v", ms, rev, err)
+	}
+	// a1 follows the party from its join: it sees a2 come.
+	seen := make(chan []PartyMember, 8)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go follow.Watch(wctx, joined[0].Rev, joined[0].Members, func(ms []PartyMember) bool {
+		seen <- ms
+		return true
+	})
+	next := func() []PartyMember {
+		t.Helper()
+		select {
+		case ms := <-seen:
+			return ms
+		case <-time.After(10 * time.Second):
+			t.Fatal("no party change reported")
+			return nil
+		}
+	}
+	if got := next(); len(got) != 2 || got[1].AccountID != "a2" {
+		t.Fatalf("a1 saw %+v, want a1 and a2", got)
 	}
 	tk := QueuedTicket{ID: PartyTicketID(p.Code, ms), Tenant: tenant, Mode: "m", Party: p.Code, Enqueued: time.Now()}
 	for _, m := range ms {
@@ -152,6 +483,128 @@ func TestTicketPartySlots(t *testing.T) {
 		if ok, err := state.QueuePartyTicket(ctx, lease, tk); err != nil || ok != want {
 			t.Fatalf("queue attempt %d: %v %v, want %v", i, ok, err, want)
 		}
+	}
+	if n, _ := state.CountTickets(ctx, tenant, "m"); n != 1 {
+		t.Fatalf("%d tickets, want 1", n)
+	}
+	// The settlement deletes both members' keys at once: one report.
+	l, err := state.Campaign(ctx, lease, MatchElection(tenant, "m"), "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Resign(ctx)
+	q := readQueue(t, tenant, "m").Put
+	if _, err := state.Settle(ctx, l, Settlement{Tickets: q, ResultsLease: pl,
+		Results: map[string][]byte{"a1": []byte("r1"), "a2": []byte("r2")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); len(got) != 0 {
+		t.Fatalf("after the settlement a1 saw %+v, want nobody", got)
+	}
+}
+
+// A party stored by an earlier version (its whole JSON) is joined all the
+// same.
+func TestTicketPartyOfAnEarlierEncoding(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("te%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	old := `{"code":"OLD234","tenant":"` + tenant + `","mode":"m","size":2,"creator":"a0","expires":"2030-01-01T00:00:00Z"}`
+	if _, err := raw.Put(ctx, PartyKey(tenant, "OLD234"), old); err != nil {
+		t.Fatal(err)
+	}
+	p := Party{Code: "OLD234", Tenant: tenant, Mode: "m", Size: 2}
+	j, err := state.JoinParty(ctx, lease, p, PartyMember{QueuedMember: QueuedMember{AccountID: "a1", Replica: "r1"}, Token: "a1"})
+	if err != nil || j.Slot != 0 {
+		t.Fatalf("join: %+v %v", j, err)
+	}
+	p.Size = 4
+	if _, err := state.JoinParty(ctx, lease, p, PartyMember{QueuedMember: QueuedMember{AccountID: "a2", Replica: "r1"}, Token: "a2"}); !errors.Is(err, ErrPartyMismatch) {
+		t.Fatalf("join with another size: %v, want ErrPartyMismatch", err)
+	}
+}
+
+// A party larger than one join transaction tries: the slots still fill in
+// order.
+func TestTicketLargePartyFillsInOrder(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("tl%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	pl, err := state.GrantExpiringLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Party{Code: "LARGE2", Tenant: tenant, Mode: "m", Size: joinSlotsPerTxn*2 + 1, Creator: "a0"}
+	if err := state.CreateParty(ctx, p, pl); err != nil {
+		t.Fatal(err)
+	}
+	for i := range p.Size {
+		acc := fmt.Sprintf("a%d", i)
+		j, err := state.JoinParty(ctx, lease, p, PartyMember{QueuedMember: QueuedMember{AccountID: acc, Replica: "r1"}, Token: acc})
+		if err != nil || j.Slot != i || len(j.Members) != i+1 {
+			t.Fatalf("%s: slot %d, %d members, %v; want slot %d", acc, j.Slot, len(j.Members), err, i)
+		}
+	}
+	if _, err := state.JoinParty(ctx, lease, p, PartyMember{QueuedMember: QueuedMember{AccountID: "late", Replica: "r1"}, Token: "late"}); !errors.Is(err, ErrPartyFull) {
+		t.Fatalf("one more: %v, want ErrPartyFull", err)
+	}
+}
+
+// When the oldest waiting write has waited longer than maxAdmissionWait, a
+// write that starts a search is refused at once (ErrBusy); one that ends a
+// search still waits its turn, and both waiting writes then commit.
+func TestTicketBusyRefusesNewSearches(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("tb%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: raw.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(cli) // its own committer
+	defer c.Close()
+	g := c.committer()
+	waiting := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			g.mu.Lock()
+			got := len(g.pending)
+			g.mu.Unlock()
+			if got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d writes waiting, want %d", got, n)
+			}
+		}
+	}
+	g.mu.Lock()
+	g.inFlight = maxGroupsInFlight // as if etcd were slow: nothing is sent
+	g.mu.Unlock()
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Enqueue(ctx, lease, ticketFor(tenant, "t1", "a1"), "tok")
+		first <- err
+	}()
+	waiting(1)
+	g.mu.Lock()
+	g.pending[0].queuedAt = time.Now().Add(-2 * maxAdmissionWait)
+	g.mu.Unlock()
+	if _, err := c.Enqueue(ctx, lease, ticketFor(tenant, "t2", "a2"), "tok"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a new search behind a long wait: %v, want ErrBusy", err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- c.EndSearch(ctx, tenant, "a3", "tok", TicketKey(tenant, "m", "t3")) }()
+	waiting(2)
+	g.mu.Lock()
+	g.inFlight = 0
+	g.startLocked()
+	g.mu.Unlock()
+	if err := <-first; err != nil {
+		t.Fatalf("the waiting search: %v", err)
+	}
+	if err := <-ended; err != nil {
+		t.Fatalf("the waiting end of a search: %v", err)
 	}
 	if n, _ := state.CountTickets(ctx, tenant, "m"); n != 1 {
 		t.Fatalf("%d tickets, want 1", n)

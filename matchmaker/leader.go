@@ -51,12 +51,32 @@ type leader struct {
 	tenant, mode string
 
 	mu sync.Mutex
+	// queue is the queue as a watch of its tickets reports it (each ticket
+	// decoded once, when it is queued), current up to rev; rev is 0 until
+	// the watch has read the queue.
+	queue map[string]*queuedTicket
+	rev   int64
 	// inflight holds the tickets of matches being allocated (0) or settled
-	// at a revision: they are left out of Form until a read of the queue at
-	// that revision or later no longer has them.
+	// at a revision: they are left out of Form until the queue, seen at
+	// that revision or later, no longer has them.
 	inflight   map[string]int64
 	allocating int
 	wg         sync.WaitGroup
+}
+
+// queuedTicket is a ticket of the queue, as stored and as Form takes it.
+type queuedTicket struct {
+	t  clusterstate.QueuedTicket
+	mt matchmaking.Ticket
+}
+
+func newQueuedTicket(t clusterstate.QueuedTicket) *queuedTicket {
+	mt := matchmaking.Ticket{ID: t.ID, Tenant: t.Tenant, Mode: t.Mode, EnqueuedAt: t.Enqueued,
+		Party: make([]matchmaking.Member, 0, len(t.Members))}
+	for _, mem := range t.Members {
+		mt.Party = append(mt.Party, matchmaking.Member{AccountID: mem.AccountID, Rating: mem.Rating, RTT: mem.RTT})
+	}
+	return &queuedTicket{t: t, mt: mt}
 }
 
 // lead forms the queue's matches every Interval until the leadership is
@@ -71,8 +91,10 @@ func (m *Matchmaker) lead(ctx context.Context, l *clusterstate.Leadership, tenan
 		case <-ctx.Done():
 		}
 	}()
-	ld := &leader{m: m, l: l, tenant: tenant, mode: mode, inflight: map[string]int64{}}
+	ld := &leader{m: m, l: l, tenant: tenant, mode: mode, queue: map[string]*queuedTicket{}, inflight: map[string]int64{}}
 	defer ld.wg.Wait()
+	ld.wg.Add(1)
+	go func() { defer ld.wg.Done(); m.state.WatchQueue(ctx, tenant, mode, ld.apply) }()
 	tick := time.NewTicker(m.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -87,40 +109,50 @@ func (m *Matchmaker) lead(ctx context.Context, l *clusterstate.Leadership, tenan
 	}
 }
 
-// scan reads the queue once and acts on Form's result.
+// apply updates the leader's view of the queue with a change from its watch.
+func (ld *leader) apply(ch clusterstate.QueueChange) {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	if ch.Reset {
+		clear(ld.queue)
+		ld.rev = 0
+	}
+	for _, t := range ch.Put {
+		ld.queue[t.ID] = newQueuedTicket(t)
+	}
+	for _, id := range ch.Deleted {
+		delete(ld.queue, id)
+	}
+	ld.rev = max(ld.rev, ch.Rev)
+}
+
+// scan runs Form on the queue as seen now and acts on its result.
 func (ld *leader) scan(ctx context.Context) error {
 	m := ld.m
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	q, err := m.state.ReadQueue(rctx, ld.tenant, ld.mode)
-	cancel()
-	if err != nil {
-		return err
-	}
-	if q.Rules == nil {
+	qr, ok := m.watchedRules(ld.tenant, ld.mode)
+	if !ok {
 		return nil // the queue is closing; WatchMatchQueues stops the campaign
 	}
-	rules, err := decodeRules(ld.tenant, q.Rules)
-	if err != nil {
-		return err
+	if qr.err != nil {
+		return qr.err
 	}
-	byID := make(map[string]clusterstate.QueuedTicket, len(q.Tickets))
-	tickets := make([]matchmaking.Ticket, 0, len(q.Tickets))
-	present := make(map[string]bool, len(q.Tickets))
+	rules := qr.rules
 	ld.mu.Lock()
-	for _, t := range q.Tickets {
-		present[t.ID] = true
-		if _, busy := ld.inflight[t.ID]; busy {
+	if ld.rev == 0 {
+		ld.mu.Unlock()
+		return nil // the queue is not read yet
+	}
+	byID := make(map[string]clusterstate.QueuedTicket, len(ld.queue))
+	tickets := make([]matchmaking.Ticket, 0, len(ld.queue))
+	for id, q := range ld.queue {
+		if _, busy := ld.inflight[id]; busy {
 			continue
 		}
-		byID[t.ID] = t
-		mt := matchmaking.Ticket{ID: t.ID, Tenant: t.Tenant, Mode: t.Mode, EnqueuedAt: t.Enqueued}
-		for _, mem := range t.Members {
-			mt.Party = append(mt.Party, matchmaking.Member{AccountID: mem.AccountID, Rating: mem.Rating, RTT: mem.RTT})
-		}
-		tickets = append(tickets, mt)
+		byID[id] = q.t
+		tickets = append(tickets, q.mt)
 	}
 	for id, rev := range ld.inflight {
-		if rev != 0 && rev <= q.Rev && !present[id] {
+		if _, present := ld.queue[id]; rev != 0 && rev <= ld.rev && !present {
 			delete(ld.inflight, id)
 		}
 	}
@@ -137,14 +169,19 @@ func (ld *leader) scan(ctx context.Context) error {
 			break // at MaxAllocating: the rest wait for a later scan
 		}
 	}
-	// Timed-out and rejected tickets leave the queue with their reason.
+	// Timed-out and rejected tickets leave the queue with their reason, all
+	// at once (their settlements are committed together).
+	var wg sync.WaitGroup
 	for _, id := range res.TimedOut {
-		ld.settleAlone(ctx, byID[id], outcome{Ticket: id,
-			TimedOut: "no match within " + rules.MaxWait.String() + "; queue again or try another mode"})
+		wg.Go(func() {
+			ld.settleAlone(ctx, byID[id], outcome{Ticket: id,
+				TimedOut: "no match within " + rules.MaxWait.String() + "; queue again or try another mode"})
+		})
 	}
 	for _, r := range res.Rejected {
-		ld.settleAlone(ctx, byID[r.TicketID], outcome{Ticket: r.TicketID, Cancelled: r.Err.Error()})
+		wg.Go(func() { ld.settleAlone(ctx, byID[r.TicketID], outcome{Ticket: r.TicketID, Cancelled: r.Err.Error()}) })
 	}
+	wg.Wait()
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"buf.build/go/protovalidate"
 
 	"ludus.dev/ludus/clusterstate"
+	"ludus.dev/ludus/matchmaking"
 	"ludus.dev/ludus/ratings"
 )
 
@@ -99,6 +100,9 @@ var (
 	ErrAlreadySearching = errors.New("matchmaker: already searching")          // AlreadyExists
 	ErrPartyFull        = errors.New("matchmaker: the party is full")          // FailedPrecondition
 	ErrUnavailable      = errors.New("matchmaker: matchmaking is unavailable") // Unavailable
+	// ErrOverloaded: etcd is not keeping up with the searches starting, so
+	// this one is refused at once rather than queued (Unavailable).
+	ErrOverloaded = fmt.Errorf("%w: too many searches are starting at once; search again in a moment", ErrUnavailable)
 )
 
 // Matchmaker is one replica. It serves FindMatch and CreateParty for
@@ -119,12 +123,11 @@ type Matchmaker struct {
 	mu      sync.Mutex
 	waiters map[string]*waiter // tenant/account -> the account's stream here
 	queues  map[string]context.CancelFunc
+	rules   map[string]queueRules // tenant/mode -> the queue's rules, as WatchMatchQueues last told
 	leading map[string]bool
 	sizes   map[string]queueSize
 
-	resMu       sync.Mutex
-	resLease    int64
-	resLeasedAt time.Time
+	resultLeases, partyLeases sharedLease // leases shared by the results and the parties written meanwhile
 
 	allocMu   sync.Mutex
 	allocDurs []time.Duration // ring of the last allocLatencyWindow
@@ -136,6 +139,37 @@ const allocLatencyWindow = 100_000
 type queueSize struct {
 	n  int
 	at time.Time
+}
+
+// queueRules is a queue's rules as stored and as decoded.
+type queueRules struct {
+	raw   []byte
+	rules matchmaking.Rules
+	err   error // the stored rules do not decode
+}
+
+// sharedLease is a lease (not kept alive) that keys written within a short
+// while of each other share: one grant for many results or parties.
+type sharedLease struct {
+	mu        sync.Mutex
+	id        int64
+	grantedAt time.Time
+}
+
+// get returns the lease if it was granted less than reuse ago, else grants
+// a new one of ttl; it also returns when the lease was granted.
+func (l *sharedLease) get(ctx context.Context, state *clusterstate.Client, now time.Time, reuse, ttl time.Duration) (int64, time.Time, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.id != 0 && now.Sub(l.grantedAt) < reuse && !now.Before(l.grantedAt) {
+		return l.id, l.grantedAt, nil
+	}
+	id, err := state.GrantExpiringLease(ctx, ttl)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	l.id, l.grantedAt = id, now
+	return id, now, nil
 }
 
 // New starts a replica: it grants its lease, watches the results for its
@@ -183,7 +217,7 @@ func New(cfg Config) (*Matchmaker, error) {
 		cfg: cfg, state: cfg.State, log: cfg.Log.With("replica", cfg.ReplicaID), valid: v,
 		life: life, cancel: cancel,
 		waiters: map[string]*waiter{}, queues: map[string]context.CancelFunc{},
-		leading: map[string]bool{}, sizes: map[string]queueSize{},
+		rules: map[string]queueRules{}, leading: map[string]bool{}, sizes: map[string]queueSize{},
 	}
 	lease, err := m.state.GrantLease(life, cfg.LeaseTTL)
 	if err != nil {
@@ -249,11 +283,21 @@ func (m *Matchmaker) keepLease() {
 	}
 }
 
-// queueChanged starts or stops campaigning for a queue.
-func (m *Matchmaker) queueChanged(tenant, mode string, present bool) {
+// queueChanged keeps a queue's rules (nil: deleted) and starts or stops
+// campaigning for the queue.
+func (m *Matchmaker) queueChanged(tenant, mode string, raw []byte) {
 	key := tenant + "/" + mode
+	present := raw != nil
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if present {
+		if old, ok := m.rules[key]; !ok || string(old.raw) != string(raw) {
+			r, err := decodeRules(tenant, raw)
+			m.rules[key] = queueRules{raw: raw, rules: r, err: err}
+		}
+	} else {
+		delete(m.rules, key)
+	}
 	stop, running := m.queues[key]
 	switch {
 	case present && !running:
@@ -328,18 +372,21 @@ func (m *Matchmaker) queueSize(ctx context.Context, tenant, mode string) int {
 // resultsLease returns a lease for results, renewed every 10 s: a result
 // lives 30 s at most.
 func (m *Matchmaker) resultsLease(ctx context.Context) (int64, error) {
-	m.resMu.Lock()
-	defer m.resMu.Unlock()
-	now := time.Now()
-	if m.resLease != 0 && now.Sub(m.resLeasedAt) < 10*time.Second {
-		return m.resLease, nil
-	}
-	id, err := m.state.GrantResultsLease(ctx, 30*time.Second)
-	if err != nil {
-		return 0, err
-	}
-	m.resLease, m.resLeasedAt = id, now
-	return id, nil
+	id, _, err := m.resultLeases.get(ctx, m.state, time.Now(), 10*time.Second, 30*time.Second)
+	return id, err
+}
+
+// partyLeaseShare is how long parties created one after the other share a
+// lease: each lives PartyTTL at least, and at most this much longer.
+const partyLeaseShare = 10 * time.Second
+
+// partyLease returns a lease for new parties and when it expires. Leases
+// run on etcd's clock, not the injected one: a test's frozen clock must not
+// keep a lease in use past its end.
+func (m *Matchmaker) partyLease(ctx context.Context) (int64, time.Time, error) {
+	ttl := PartyTTL + partyLeaseShare
+	id, at, err := m.partyLeases.get(ctx, m.state, time.Now(), partyLeaseShare, ttl)
+	return id, at.Add(ttl), err
 }
 
 func newValidator() (protovalidate.Validator, error) {

@@ -575,3 +575,64 @@ func TestTicketLeaderCrashDuringAllocation(t *testing.T) {
 		t.Fatalf("allocations %v, players in %s: want the second allocation announced", calls, game)
 	}
 }
+
+// A member asking for another party size than the party was created with
+// is refused with InvalidArgument naming the party's, and takes no slot:
+// the party still fills and plays.
+func TestTicketWrongPartySizeIsInvalidArgument(t *testing.T) {
+	alloc := &fakeAllocator{}
+	reps := []*replica{startReplica(t, alloc), startReplica(t, alloc)}
+	tenant := newTenant(t, reps[0].state, nil)
+	code := createParty(t, reps[0], tenant, "lead", 2)
+	wrong := reps[1].find(t, tenant, "stranger", &ludusv1.FindMatchRequest{
+		Mode: "ranked", PartyCode: code, PartySize: 3, RttMs: map[string]int32{"eu": 20}})
+	wrong.wait(t, 5*time.Second)
+	if connect.CodeOf(wrong.err) != connect.CodeInvalidArgument ||
+		!strings.Contains(wrong.err.Error(), `is for mode "ranked" with 2 players`) {
+		t.Fatalf("joining a party of 2 as a party of 3: %v, want InvalidArgument naming the party's size", wrong.err)
+	}
+	var players []*player
+	for i := range 2 {
+		players = append(players, reps[i].find(t, tenant, fmt.Sprintf("friend%d", i), &ludusv1.FindMatchRequest{
+			Mode: "ranked", PartyCode: code, PartySize: 2, RttMs: map[string]int32{"eu": 20}}))
+	}
+	for i := range 6 {
+		players = append(players, reps[i%2].find(t, tenant, fmt.Sprintf("solo%d", i), nil))
+	}
+	checkOneMatch(t, players, alloc)
+}
+
+// Rules changed while replicas run reach them through their watch: a queue
+// switched from 4v4 to 2v2 forms a match of four.
+func TestTicketChangedRulesTakeEffect(t *testing.T) {
+	alloc := &fakeAllocator{}
+	reps := []*replica{startReplica(t, alloc), startReplica(t, alloc)}
+	tenant := newTenant(t, reps[0].state, nil)
+	waitFor(t, 5*time.Second, "a leader", func() bool {
+		return reps[0].m.Leading(tenant, "ranked") || reps[1].m.Leading(tenant, "ranked")
+	})
+	rules := &ludusv1.MatchmakingRules{Mode: "ranked", TeamSize: 2, Teams: 2, BandStart: 100, BandStep: 50,
+		BandIntervalMs: 5000, BandCap: 550, MaxWaitMs: 45000, MaxRttMs: map[string]int32{"eu": 100, "us": 100}}
+	if err := PutRules(testCtx(t, 5*time.Second), reps[0].state, tenant, rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reps {
+		waitFor(t, 5*time.Second, "the new rules", func() bool {
+			got, ok := r.m.watchedRules(tenant, "ranked")
+			return ok && got.rules.TeamSize == 2
+		})
+	}
+	var players []*player
+	for i := range 4 {
+		players = append(players, reps[i%2].find(t, tenant, fmt.Sprintf("acc%d", i), nil))
+	}
+	checkOneMatch(t, players, alloc)
+}
+
+// ErrOverloaded (etcd not keeping up with new searches) reaches the player
+// as Unavailable: search again.
+func TestTicketOverloadedIsUnavailable(t *testing.T) {
+	if code := connect.CodeOf(connectError(ErrOverloaded)); code != connect.CodeUnavailable {
+		t.Fatalf("ErrOverloaded maps to %v, want Unavailable", code)
+	}
+}

@@ -49,8 +49,14 @@ func rulesFromProto(tenant string, p *ludusv1.MatchmakingRules) (matchmaking.Rul
 	return r, nil
 }
 
-// loadRules reads and decodes a queue's rules; ErrNoRules names the fix.
+// loadRules returns a queue's rules; ErrNoRules names the fix. They come
+// from the replica's watch of every queue's rules (WatchMatchQueues), and
+// from etcd for a queue the watch has not told of (rules set a moment ago,
+// or none: then ErrNoRules).
 func (m *Matchmaker) loadRules(ctx context.Context, tenant, mode string) (matchmaking.Rules, error) {
+	if r, ok := m.watchedRules(tenant, mode); ok {
+		return r.rules, r.err
+	}
 	b, err := m.state.MatchRules(ctx, tenant, mode)
 	if errors.Is(err, clusterstate.ErrNoRules) {
 		return matchmaking.Rules{}, noRules(mode)
@@ -59,6 +65,14 @@ func (m *Matchmaker) loadRules(ctx context.Context, tenant, mode string) (matchm
 		return matchmaking.Rules{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return decodeRules(tenant, b)
+}
+
+// watchedRules returns a queue's rules as the watch last told, if it did.
+func (m *Matchmaker) watchedRules(tenant, mode string) (queueRules, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.rules[tenant+"/"+mode]
+	return r, ok
 }
 
 func noRules(mode string) error {

@@ -183,12 +183,19 @@ type search struct {
 	token  string
 	lease  *clusterstate.Lease
 
-	minRev    int64     // results with a higher mod revision are this search's
-	keys      []string  // to delete when the search ends without a result
-	enqueued  time.Time // when the ticket was queued; zero before
-	joined    int       // party members streaming
-	partyCode string
+	minRev   int64     // results with a higher mod revision are this search's
+	keys     []string  // to delete when the search ends without a result
+	enqueued time.Time // when the ticket was queued; zero before
+	joined   int       // party members streaming
+	// settled is set when the party's keys, this member's included, were
+	// deleted by a settlement: the result is on its way.
+	settled bool
 }
+
+// partyResultWait is how long a party member whose key a settlement deleted
+// waits for its result from the replica's results watch before reading it
+// from etcd.
+const partyResultWait = 5 * time.Second
 
 // end leaves the queue: deletes the search's keys, bounded, even after ctx
 // ended.
@@ -233,20 +240,27 @@ func (s *search) solo(ctx context.Context) error {
 	t := clusterstate.QueuedTicket{ID: id, Tenant: s.c.TenantID, Mode: s.mode, Enqueued: now,
 		Members: []clusterstate.QueuedMember{s.member}}
 	rev, err := s.m.state.Enqueue(ctx, s.lease, t, s.token)
+	s.keys = []string{clusterstate.TicketKey(s.c.TenantID, s.mode, id)}
 	switch {
 	case errors.Is(err, clusterstate.ErrAlreadySearching):
 		return alreadySearching()
+	case errors.Is(err, clusterstate.ErrBusy):
+		return ErrOverloaded
 	case err != nil:
+		// The write may have been applied all the same (a timeout): take
+		// the ticket back out rather than leave it for the lease to end.
+		s.end(ctx)
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.minRev, s.enqueued, s.joined = rev, now, 1
-	s.keys = []string{clusterstate.TicketKey(s.c.TenantID, s.mode, id)}
 	return s.wait(ctx, nil, nil)
 }
 
 // wait sends searching updates until a result arrives, ctx ends or the lease
 // is lost. party, if not nil, delivers the party's members as they change
-// (partyErr the end of that watch); onParty handles them.
+// (nil: the watch broke); onParty handles them, and may set s.settled, after
+// which the result is read from etcd if the results watch has not brought
+// it within partyResultWait.
 func (s *search) wait(ctx context.Context, party <-chan []clusterstate.PartyMember, onParty func([]clusterstate.PartyMember) (*ludusv1.FindMatchResponse, error)) error {
 	if err := s.send(s.searching(ctx)); err != nil {
 		s.end(ctx)
@@ -254,6 +268,7 @@ func (s *search) wait(ctx context.Context, party <-chan []clusterstate.PartyMemb
 	}
 	tick := time.NewTicker(s.m.cfg.StatusInterval)
 	defer tick.Stop()
+	var late <-chan time.Time // set once s.settled
 	for {
 		var last *ludusv1.FindMatchResponse
 		select {
@@ -276,6 +291,17 @@ func (s *search) wait(ctx context.Context, party <-chan []clusterstate.PartyMemb
 				return err
 			}
 			last = resp
+			if s.settled && late == nil {
+				party, late = nil, time.After(partyResultWait)
+			}
+		case <-late:
+			if r, ok, err := s.m.state.Result(ctx, s.m.ID(), s.c.TenantID, s.c.AccountID, s.minRev); err == nil && ok {
+				if resp, fresh := s.result(r); fresh {
+					return s.send(resp)
+				}
+			}
+			s.end(ctx)
+			return s.send(cancelled(PartyLeft))
 		case <-tick.C:
 		}
 		if last != nil {
@@ -289,28 +315,31 @@ func (s *search) wait(ctx context.Context, party <-chan []clusterstate.PartyMemb
 }
 
 func (s *search) party(ctx context.Context, code string, size int) error {
-	p, err := s.m.state.GetParty(ctx, s.c.TenantID, code)
-	switch {
-	case errors.Is(err, clusterstate.ErrNoParty):
-		return fmt.Errorf("%w: no party with code %q; codes expire 15 minutes after CreateParty", ErrNoParty, code)
-	case err != nil:
+	// Follow the party from before the join: every change after it is seen.
+	follow, err := s.m.state.FollowParty(ctx, s.c.TenantID, code)
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	case p.Mode != s.mode || p.Size != size:
-		return fmt.Errorf("%w: party %q is for mode %q with %d players; call FindMatch with that mode and party_size", ErrInvalid, code, p.Mode, p.Size)
 	}
-	slot, rev, err := s.m.state.JoinParty(ctx, s.lease, p, clusterstate.PartyMember{QueuedMember: s.member, Token: s.token})
+	defer follow.Stop()
+	p := clusterstate.Party{Code: code, Tenant: s.c.TenantID, Mode: s.mode, Size: size}
+	j, err := s.m.state.JoinParty(ctx, s.lease, p, clusterstate.PartyMember{QueuedMember: s.member, Token: s.token})
+	var mismatch *clusterstate.PartyMismatch
 	switch {
 	case errors.Is(err, clusterstate.ErrAlreadySearching):
 		return alreadySearching()
 	case errors.Is(err, clusterstate.ErrNoParty):
 		return fmt.Errorf("%w: no party with code %q; codes expire 15 minutes after CreateParty", ErrNoParty, code)
+	case errors.As(err, &mismatch):
+		return fmt.Errorf("%w: party %q is for mode %q with %d players; call FindMatch with that mode and party_size", ErrInvalid, code, mismatch.Mode, mismatch.Size)
 	case errors.Is(err, clusterstate.ErrPartyFull):
 		return fmt.Errorf("%w: all %d players of party %q are searching already", ErrPartyFull, size, code)
+	case errors.Is(err, clusterstate.ErrBusy):
+		return ErrOverloaded
 	case err != nil:
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	s.minRev = rev
-	s.keys = []string{clusterstate.PartyMemberKey(s.c.TenantID, code, slot)}
+	s.minRev = j.Rev
+	s.keys = []string{clusterstate.PartyMemberKey(s.c.TenantID, code, j.Slot)}
 
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -318,7 +347,7 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 	// looks must still be seen leaving.
 	updates := make(chan []clusterstate.PartyMember, 16)
 	go func() {
-		err := s.m.state.WatchParty(pctx, s.c.TenantID, code, func(ms []clusterstate.PartyMember) bool {
+		err := follow.Watch(pctx, j.Rev, j.Members, func(ms []clusterstate.PartyMember) bool {
 			select {
 			case updates <- ms:
 				return true
@@ -343,20 +372,18 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 		for _, pm := range ms {
 			now[pm.Slot] = pm.CreateRev
 		}
+		if now[j.Slot] != j.Rev {
+			// Our own key is gone, with the others' (a settlement deletes
+			// them all at one revision): the result is on its way.
+			s.settled, s.keys = true, nil
+			stop()
+			return nil, nil
+		}
 		for slot, rev := range seen {
-			if now[slot] == rev {
-				continue
+			if now[slot] != rev { // a member left
+				s.end(ctx)
+				return cancelled(PartyLeft), nil
 			}
-			// A member left, or the party was settled (which deletes every
-			// member with the results): our result tells which.
-			if r, ok, err := s.m.state.Result(ctx, s.m.ID(), s.c.TenantID, s.c.AccountID); err == nil && ok {
-				if resp, fresh := s.result(r); fresh {
-					s.keys = nil
-					return resp, nil
-				}
-			}
-			s.end(ctx)
-			return cancelled(PartyLeft), nil
 		}
 		seen = now
 		s.joined = len(ms)
@@ -364,18 +391,30 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 			queued = true
 			id := clusterstate.PartyTicketID(code, ms)
 			t := clusterstate.QueuedTicket{ID: id, Tenant: s.c.TenantID, Mode: s.mode, Party: code, Enqueued: s.m.cfg.Now()}
+			newest := int64(0)
 			for _, pm := range ms {
 				qm := pm.QueuedMember
 				qm.Slot, qm.MemberRev = pm.Slot, pm.Rev
 				t.Members = append(t.Members, qm)
+				newest = max(newest, pm.CreateRev)
 			}
+			// Every member deletes the ticket when it leaves; the one who
+			// joined last queues it (the others would only lose a compare).
 			s.keys = append(s.keys, clusterstate.TicketKey(s.c.TenantID, s.mode, id))
 			s.enqueued = t.Enqueued
-			if _, err := s.m.state.QueuePartyTicket(ctx, s.lease, t); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			if newest == j.Rev {
+				if _, err := s.m.state.QueuePartyTicket(ctx, s.lease, t); err != nil {
+					return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+				}
 			}
 		}
 		return nil, nil
+	}
+	// The party as of the join first: the member who completes it queues
+	// the ticket at once.
+	if _, err := onParty(j.Members); err != nil {
+		s.end(ctx)
+		return err
 	}
 	return s.wait(ctx, updates, onParty)
 }

@@ -89,7 +89,8 @@ func (s *Service) CreateParty(ctx context.Context, req *connect.Request[ludusv1.
 	return connect.NewResponse(&ludusv1.CreatePartyResponse{Code: p.Code, ExpiresAtUnixMs: p.Expires.UnixMilli()}), nil
 }
 
-// PartyTTL is how long a party code lives.
+// PartyTTL is how long a party code lives at least (parties created within
+// partyLeaseShare of each other share a lease: up to that much longer).
 const PartyTTL = 15 * time.Minute
 
 // partyAlphabet has no 0/O or 1/I: codes are read aloud and typed.
@@ -110,6 +111,10 @@ func (m *Matchmaker) CreateParty(ctx context.Context, c Caller, req *ludusv1.Cre
 	if int(req.Size) > rules.TeamSize {
 		return clusterstate.Party{}, fmt.Errorf("%w: a party of %d is larger than a team of mode %q (%d players)", ErrInvalid, req.Size, req.Mode, rules.TeamSize)
 	}
+	lease, expires, err := m.partyLease(ctx)
+	if err != nil {
+		return clusterstate.Party{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	for range 5 {
 		b := make([]byte, 6)
 		_, _ = rand.Read(b)
@@ -117,10 +122,13 @@ func (m *Matchmaker) CreateParty(ctx context.Context, c Caller, req *ludusv1.Cre
 			b[i] = partyAlphabet[int(b[i])%len(partyAlphabet)] // 32 letters: uniform
 		}
 		p := clusterstate.Party{Code: string(b), Tenant: c.TenantID, Mode: req.Mode, Size: int(req.Size),
-			Creator: c.AccountID, Expires: m.cfg.Now().Add(PartyTTL)}
-		err := m.state.CreateParty(ctx, p, PartyTTL)
+			Creator: c.AccountID, Expires: expires}
+		err := m.state.CreateParty(ctx, p, lease)
 		if errors.Is(err, clusterstate.ErrPartyExists) {
 			continue
+		}
+		if errors.Is(err, clusterstate.ErrBusy) {
+			return clusterstate.Party{}, ErrOverloaded
 		}
 		if err != nil {
 			return clusterstate.Party{}, fmt.Errorf("%w: %w", ErrUnavailable, err)

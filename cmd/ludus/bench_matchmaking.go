@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -10,8 +11,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,32 +29,68 @@ import (
 	"ludus.dev/ludus/ratings"
 )
 
+// mmFlags are the bench's flags.
+type mmFlags struct {
+	rate            float64
+	duration, drain time.Duration
+	ttl             time.Duration
+	replicas        int
+	kill            bool
+	saturate        bool
+	satFrom, satMax float64
+	satStep         time.Duration
+	satVerify       time.Duration
+	cpuprofile      string
+}
+
 func init() {
-	var rate float64
-	var duration, drain, ttl time.Duration
-	var replicas int
-	var kill bool
+	var f mmFlags
 	registerBench("matchmaking", bench{
-		summary: "matchmaker replicas on embedded etcd: tickets/s, time to match, parties split, tickets lost or matched twice (a replica killed mid-run)",
+		summary: "matchmaker replicas on embedded etcd: tickets/s (highest sustained rate), time to match, parties split, tickets lost or matched twice (a replica killed mid-run)",
 		flags: func(fs *flag.FlagSet) {
-			fs.Float64Var(&rate, "rate", 5000, "ticket arrivals per second (Poisson; parties of 1-4 players)")
-			fs.DurationVar(&duration, "duration", 10*time.Second, "how long tickets arrive")
-			fs.DurationVar(&drain, "drain", 10*time.Second, "how long to wait after the arrivals for the last matches")
-			fs.DurationVar(&ttl, "lease-ttl", 5*time.Second, "replica lease TTL (a dead leader's queue waits this long)")
-			fs.IntVar(&replicas, "replicas", 3, "matchmaker replicas, each with its own etcd client")
-			fs.BoolVar(&kill, "kill", true, "kill the leading replica (close its etcd client, no resignation) halfway")
+			fs.Float64Var(&f.rate, "rate", 200, "ticket arrivals per second of the first phase, the one with the kill (Poisson; parties of 1-4 players)")
+			fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long tickets arrive in the first phase")
+			fs.DurationVar(&f.drain, "drain", 10*time.Second, "how long to wait after the arrivals of a phase for the last matches")
+			fs.DurationVar(&f.ttl, "lease-ttl", 5*time.Second, "replica lease TTL (a dead leader's queue waits this long)")
+			fs.IntVar(&f.replicas, "replicas", 3, "matchmaker replicas, each with its own etcd client")
+			fs.BoolVar(&f.kill, "kill", true, "kill the leading replica (close its etcd client, no resignation) halfway through the first phase")
+			fs.BoolVar(&f.saturate, "saturate", true, "run the saturation phase (fresh etcd and replicas, no kill) that measures tickets_per_sec; false leaves it 0")
+			fs.Float64Var(&f.satFrom, "saturate-from", 400, "first arrival rate of the saturation ramp (tickets/s); each step is 1.25 times the last")
+			fs.Float64Var(&f.satMax, "saturate-max", 20_000, "highest arrival rate the ramp tries")
+			fs.DurationVar(&f.satStep, "saturate-step", 2*time.Second, "how long each ramp step lasts")
+			fs.DurationVar(&f.satVerify, "saturate-verify", 8*time.Second, "how long the steady run that confirms a rate lasts (a quarter of it warms up)")
+			fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole process (etcd included) to this file")
 		},
 		run: func(ctx context.Context, progress io.Writer) (map[string]any, error) {
-			if !(rate > 0 && rate <= 50_000) || duration <= 0 || duration > time.Minute || drain < 0 || drain > time.Minute || replicas < 2 || replicas > 16 {
+			if !(f.rate > 0 && f.rate <= 50_000) || f.duration <= 0 || f.duration > time.Minute || f.drain < 0 || f.drain > time.Minute ||
+				f.replicas < 2 || f.replicas > 16 {
 				return nil, errors.New("want 0 < -rate <= 50000, 0 < -duration <= 1m, 0 <= -drain <= 1m, 2 <= -replicas <= 16")
 			}
-			return benchMatchmaking(ctx, progress, rate, duration, drain, ttl, replicas, kill)
+			if f.saturate && (!(f.satFrom > 0 && f.satFrom <= f.satMax && f.satMax <= 50_000) ||
+				f.satStep < 500*time.Millisecond || f.satStep > 10*time.Second || f.satVerify < 2*time.Second || f.satVerify > time.Minute) {
+				return nil, errors.New("want 0 < -saturate-from <= -saturate-max <= 50000, 500ms <= -saturate-step <= 10s, 2s <= -saturate-verify <= 1m")
+			}
+			if f.cpuprofile != "" {
+				out, err := os.Create(f.cpuprofile)
+				if err != nil {
+					return nil, err
+				}
+				defer out.Close()
+				if err := pprof.StartCPUProfile(out); err != nil {
+					return nil, err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			return benchMatchmaking(ctx, progress, f)
 		},
 	})
 }
 
 // mmBenchResult is the bench's JSON: field names are an interface.
 type mmBenchResult struct {
+	// TicketsPerSec is the highest sustained rate, from the saturation
+	// phase: tickets that arrived during its steady window and were matched
+	// within mmSustainWait, per second of that window.
 	TicketsPerSec       float64 `json:"tickets_per_sec"`
 	TimeToMatchMsP50    float64 `json:"time_to_match_ms_p50"`
 	TimeToMatchMsP99    float64 `json:"time_to_match_ms_p99"`
@@ -62,18 +101,50 @@ type mmBenchResult struct {
 	AllocateMsP50       float64 `json:"allocate_ms_p50"`
 	AllocateMsP99       float64 `json:"allocate_ms_p99"`
 
-	ArrivalsPerSec   float64 `json:"arrivals_per_sec"`
-	Tickets          int     `json:"tickets"`
-	Players          int     `json:"players"`
-	Matched          int     `json:"tickets_matched"`
-	TimedOut         int     `json:"tickets_timed_out"`
+	// The first phase (-rate, with the kill): the rate tickets were matched
+	// while they arrived, which cannot exceed the arrival rate.
+	TicketsPerSecAtArrivalRate float64 `json:"tickets_per_sec_at_arrival_rate"`
+	ArrivalsPerSec             float64 `json:"arrivals_per_sec"`
+	Tickets                    int     `json:"tickets"`
+	Players                    int     `json:"players"`
+	Matched                    int     `json:"tickets_matched"`
+	TimedOut                   int     `json:"tickets_timed_out"`
+	// Refused: tickets turned away at once (matchmaker.ErrOverloaded,
+	// Unavailable: search again) because etcd was not keeping up; both
+	// phases. They are not lost: the players were told.
+	Refused          int     `json:"tickets_refused"`
 	StillSearching   int     `json:"tickets_still_searching"`
 	Matches          int     `json:"matches"`
 	AllocationsWaste int     `json:"allocations_unannounced"`
 	Replicas         int     `json:"replicas"`
 	ReplicaKilled    bool    `json:"replica_killed"`
 	Seconds          float64 `json:"seconds"`
+
+	// The saturation phase.
+	SaturationArrivalsPerSec float64 `json:"saturation_arrivals_per_sec"`
+	SaturationTickets        int     `json:"saturation_tickets"`
+	SaturationMsP50          float64 `json:"saturation_time_to_match_ms_p50"`
+	SaturationMsP99          float64 `json:"saturation_time_to_match_ms_p99"`
+	SaturationSeconds        float64 `json:"saturation_seconds"`
+	// CPU time of the whole process (etcd, replicas and the bench's own
+	// players) over the saturation phase, per ticket: what the figures
+	// above cost, whatever else ran on the machine.
+	SaturationCPUMsPerTicket float64 `json:"saturation_cpu_ms_per_ticket"`
+
+	// etcd's own counters over both phases, per ticket: unary requests
+	// (Range, Txn, Put, LeaseGrant, ...), applied writes (raft proposals)
+	// and watch events sent.
+	EtcdRequestsPerTicket    float64 `json:"etcd_requests_per_ticket"`
+	EtcdWritesPerTicket      float64 `json:"etcd_writes_per_ticket"`
+	EtcdWatchEventsPerTicket float64 `json:"etcd_watch_events_per_ticket"`
 }
+
+const (
+	mmTenant, mmMode = "bench", "ranked"
+	// mmSustainWait: a ticket of the saturation phase counts only if it was
+	// matched within this long of arriving.
+	mmSustainWait = 5 * time.Second
+)
 
 // mmRecorder is the bench's fake allocator: it records every seat.
 type mmRecorder struct {
@@ -113,42 +184,55 @@ type mmTicket struct {
 	mu      sync.Mutex
 	found   map[string]*ludusv1.MatchFound
 	other   map[string]string // account -> how its stream ended otherwise
-	matched time.Time
+	matched time.Time         // when the first player was told of a match
+	done    bool              // matched, refused, or every stream ended
+	refused bool              // a player was refused: matchmaking was overloaded (ErrOverloaded)
 }
 
-func benchMatchmaking(ctx context.Context, progress io.Writer, rate float64, duration, drain, ttl time.Duration, nrep int, kill bool) (map[string]any, error) {
-	dir, err := os.MkdirTemp("", "ludus-bench-mm")
-	if err != nil {
-		return nil, err
+// finish marks the ticket as no longer searching, once; tk.mu is held.
+func (tk *mmTicket) finish(l *mmLoad) {
+	if !tk.done {
+		tk.done = true
+		l.open.Add(-1)
 	}
-	defer os.RemoveAll(dir)
-	es, err := etcdserver.Start(ctx, etcdserver.Config{Dir: dir, NoFsync: true})
-	if err != nil {
-		return nil, err
-	}
-	defer es.Close()
+}
 
-	const tenant, mode = "bench", "ranked"
-	maxRTT := map[string]float64{"eu": 100, "us": 100}
-	alloc := &mmRecorder{games: map[string][][]matchmaker.Seat{}}
-	rs := &mmRatings{}
-	var reps []*matchmaker.Matchmaker
-	var clients []*clusterstate.Client
+// mmRig is one embedded etcd and its matchmaker replicas.
+type mmRig struct {
+	dir     string
+	es      *etcdserver.Server
+	clients []*clusterstate.Client
+	reps    []*matchmaker.Matchmaker
+	alloc   *mmRecorder
+	rs      *mmRatings
+	etcd0   etcdCounters
+	closed  sync.Once
+}
+
+// startMMRig starts etcd and nrep replicas; the first leads the queue.
+func startMMRig(ctx context.Context, nrep int, ttl time.Duration) (_ *mmRig, err error) {
+	r := &mmRig{alloc: &mmRecorder{games: map[string][][]matchmaker.Seat{}}, rs: &mmRatings{}}
 	defer func() {
-		for _, c := range clients {
-			c.Close()
+		if err != nil {
+			r.Close()
 		}
 	}()
+	if r.dir, err = os.MkdirTemp("", "ludus-bench-mm"); err != nil {
+		return nil, err
+	}
+	if r.es, err = etcdserver.Start(ctx, etcdserver.Config{Dir: r.dir, NoFsync: true}); err != nil {
+		return nil, err
+	}
 	for i := range nrep {
-		c, err := clusterstate.Dial(clusterstate.DialConfig{Endpoints: []string{es.Endpoint}})
+		c, err := clusterstate.Dial(clusterstate.DialConfig{Endpoints: []string{r.es.Endpoint}})
 		if err != nil {
 			return nil, err
 		}
-		clients = append(clients, c)
+		r.clients = append(r.clients, c)
 		if i == 0 {
-			rules := &ludusv1.MatchmakingRules{Mode: mode, TeamSize: 4, Teams: 2, BandStart: 100, BandStep: 50,
+			rules := &ludusv1.MatchmakingRules{Mode: mmMode, TeamSize: 4, Teams: 2, BandStart: 100, BandStep: 50,
 				BandIntervalMs: 5000, BandCap: 550, MaxWaitMs: 45000, MaxRttMs: map[string]int32{"eu": 100, "us": 100}}
-			admin, err := matchmaker.NewAdminService(c, func(context.Context, http.Header) (string, error) { return tenant, nil })
+			admin, err := matchmaker.NewAdminService(c, func(context.Context, http.Header) (string, error) { return mmTenant, nil })
 			if err != nil {
 				return nil, err
 			}
@@ -156,172 +240,271 @@ func benchMatchmaking(ctx context.Context, progress io.Writer, rate float64, dur
 				return nil, err
 			}
 		}
-		m, err := matchmaker.New(matchmaker.Config{State: c, Allocator: alloc, Ratings: rs, LeaseTTL: ttl,
+		m, err := matchmaker.New(matchmaker.Config{State: c, Allocator: r.alloc, Ratings: r.rs, LeaseTTL: ttl,
 			ReplicaID: "bench-" + strconv.Itoa(i)})
 		if err != nil {
 			return nil, err
 		}
-		defer m.Close()
-		reps = append(reps, m)
+		r.reps = append(r.reps, m)
 		if i == 0 { // the first replica leads: the one killed halfway
 			deadline := time.Now().Add(10 * time.Second)
-			for !m.Leading(tenant, mode) && time.Now().Before(deadline) {
+			for !m.Leading(mmTenant, mmMode) && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
 	}
-	fmt.Fprintf(progress, "matchmaking: %d replicas, %.0f arrivals/s for %v\n", nrep, rate, duration)
+	r.etcd0, _ = readEtcdCounters(ctx, r.es.Endpoint)
+	return r, nil
+}
 
-	rng := rand.New(rand.NewPCG(1, 2))
-	regions := []string{"eu", "us"}
-	var (
-		tickets []*mmTicket
-		wg      sync.WaitGroup
-		players int
-		seq     atomic.Int64
-	)
-	runCtx, stopStreams := context.WithCancel(ctx)
-	defer stopStreams()
-	// Streams go to the replicas that stay up, so that a killed replica's
-	// players (whose streams would break) do not count as lost tickets.
-	serving := reps[1:]
-	start := time.Now()
-	next := start
-	killed := false
-	for time.Since(start) < duration && ctx.Err() == nil {
-		if kill && !killed && time.Since(start) >= duration/2 {
-			killed = true
-			clients[0].Close()
-			fmt.Fprintf(progress, "matchmaking: killed the leading replica at %v\n", time.Since(start).Round(time.Millisecond))
+// Close stops the replicas, their clients and etcd; once.
+func (r *mmRig) Close() { r.closed.Do(r.close) }
+
+func (r *mmRig) close() {
+	for _, m := range r.reps {
+		m.Close()
+	}
+	for _, c := range r.clients {
+		c.Close()
+	}
+	if r.es != nil {
+		r.es.Close()
+	}
+	if r.dir != "" {
+		os.RemoveAll(r.dir)
+	}
+}
+
+// mmLoad generates tickets against some replicas and records what their
+// players are told.
+type mmLoad struct {
+	rig     *mmRig
+	serving []*matchmaker.Matchmaker
+	ctx     context.Context // ends the streams
+	rng     *rand.Rand
+	regions []string
+	maxRTT  map[string]float64
+	seq     int
+	next    time.Time // the next arrival
+
+	mu      sync.Mutex
+	tickets []*mmTicket
+	players int
+	failed  int // streams that ended with an error while the bench kept them open
+	wg      sync.WaitGroup
+	open    atomic.Int64 // tickets still searching
+}
+
+func newMMLoad(ctx context.Context, rig *mmRig, serving []*matchmaker.Matchmaker, seed uint64) *mmLoad {
+	return &mmLoad{rig: rig, serving: serving, ctx: ctx, rng: rand.New(rand.NewPCG(seed, 2)),
+		regions: []string{"eu", "us"}, maxRTT: map[string]float64{"eu": 100, "us": 100}, next: time.Now()}
+}
+
+// arrivals queues tickets at rate (Poisson) for d, or until ctx ends.
+func (l *mmLoad) arrivals(ctx context.Context, rate float64, d time.Duration) {
+	end := time.Now().Add(d)
+	if l.next.Before(time.Now().Add(-time.Second)) {
+		l.next = time.Now() // after a pause: no burst to catch up
+	}
+	for ctx.Err() == nil {
+		l.next = l.next.Add(time.Duration(l.rng.ExpFloat64() / rate * float64(time.Second)))
+		if !l.next.Before(end) {
+			if d := time.Until(end); d > 0 {
+				time.Sleep(d)
+			}
+			return
 		}
-		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
-		if d := time.Until(next); d > 0 {
+		if d := time.Until(l.next); d > 0 {
 			time.Sleep(d)
 		}
-		party := matchmaking.SyntheticParty(rng, regions, maxRTT, matchmaking.MaxSeats)
-		size := len(party)
-		tk := &mmTicket{arrived: time.Now(), found: map[string]*ludusv1.MatchFound{}, other: map[string]string{}}
-		reqs := make([]*ludusv1.FindMatchRequest, size)
-		sum := 0.0
-		for j, m := range party {
-			acc := "p" + strconv.FormatInt(seq.Add(1), 36)
-			sum += m.Rating
-			rs.m.Store(acc, m.Rating)
-			tk.accounts = append(tk.accounts, acc)
-			rtt := make(map[string]int32, len(m.RTT))
-			for region, ms := range m.RTT {
-				rtt[region] = int32(ms)
-			}
-			reqs[j] = &ludusv1.FindMatchRequest{Mode: mode, RttMs: rtt}
-		}
-		tk.rating = sum / float64(size)
-		players += size
-		tickets = append(tickets, tk)
-		pick := rng.IntN(len(serving))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			code := ""
-			if size > 1 {
-				p, err := serving[pick].CreateParty(runCtx, matchmaker.Caller{TenantID: tenant, AccountID: tk.accounts[0]},
-					&ludusv1.CreatePartyRequest{Mode: mode, Size: int32(size)})
-				if err != nil {
-					tk.mu.Lock()
-					tk.other[tk.accounts[0]] = "create party: " + err.Error()
-					tk.mu.Unlock()
-					return
-				}
-				code = p.Code
-			}
-			var mwg sync.WaitGroup
-			for j, acc := range tk.accounts {
-				req := reqs[j]
-				if code != "" {
-					req.PartyCode, req.PartySize = code, int32(size)
-				}
-				rep := serving[(pick+j)%len(serving)]
-				mwg.Add(1)
-				go func() {
-					defer mwg.Done()
-					var last *ludusv1.FindMatchResponse
-					err := rep.Find(runCtx, matchmaker.Caller{TenantID: tenant, AccountID: acc}, req, func(r *ludusv1.FindMatchResponse) error {
-						last = r
-						if r.GetFound() != nil {
-							tk.mu.Lock()
-							if tk.matched.IsZero() {
-								tk.matched = time.Now()
-							}
-							tk.mu.Unlock()
-						}
-						return nil
-					})
-					tk.mu.Lock()
-					defer tk.mu.Unlock()
-					switch {
-					case last.GetFound() != nil:
-						tk.found[acc] = last.GetFound()
-					case last.GetTimedOut() != nil:
-						tk.other[acc] = "timed out"
-					case err != nil:
-						tk.other[acc] = "error: " + err.Error()
-					default:
-						tk.other[acc] = fmt.Sprintf("ended with %v", last)
-					}
-				}()
-			}
-			mwg.Wait()
-		}()
+		l.arrive()
 	}
-	arrivalSecs := time.Since(start).Seconds()
-	// Drain: wait for the last matches, then end the streams still searching.
-	deadline := time.Now().Add(drain)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		open := 0
-		for _, tk := range tickets {
+}
+
+// arrive queues one ticket (a party of 1-4) now.
+func (l *mmLoad) arrive() {
+	party := matchmaking.SyntheticParty(l.rng, l.regions, l.maxRTT, matchmaking.MaxSeats)
+	size := len(party)
+	tk := &mmTicket{arrived: time.Now(), found: map[string]*ludusv1.MatchFound{}, other: map[string]string{}}
+	reqs := make([]*ludusv1.FindMatchRequest, size)
+	sum := 0.0
+	for j, m := range party {
+		l.seq++
+		acc := "p" + strconv.FormatInt(int64(l.seq), 36)
+		sum += m.Rating
+		l.rig.rs.m.Store(acc, m.Rating)
+		tk.accounts = append(tk.accounts, acc)
+		rtt := make(map[string]int32, len(m.RTT))
+		for region, ms := range m.RTT {
+			rtt[region] = int32(ms)
+		}
+		reqs[j] = &ludusv1.FindMatchRequest{Mode: mmMode, RttMs: rtt}
+	}
+	tk.rating = sum / float64(size)
+	l.mu.Lock()
+	l.players += size
+	l.tickets = append(l.tickets, tk)
+	l.mu.Unlock()
+	l.open.Add(1)
+	pick := l.rng.IntN(len(l.serving))
+	// The ticket's own context: a refused party ends its members' streams.
+	ctx, cancel := context.WithCancel(l.ctx)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		defer cancel()
+		defer func() {
 			tk.mu.Lock()
-			if len(tk.found)+len(tk.other) < len(tk.accounts) {
-				open++
+			tk.finish(l)
+			tk.mu.Unlock()
+		}()
+		// failed records a stream or party that failed while the bench kept
+		// it open; a refused ticket (ErrOverloaded) ends at once.
+		failed := func(acc, what string, err error) {
+			if ctx.Err() != nil {
+				return
+			}
+			l.mu.Lock()
+			l.failed++
+			l.mu.Unlock()
+			tk.mu.Lock()
+			tk.other[acc] = what + err.Error()
+			if errors.Is(err, matchmaker.ErrOverloaded) {
+				tk.refused = true
+				tk.finish(l)
 			}
 			tk.mu.Unlock()
+			if errors.Is(err, matchmaker.ErrOverloaded) {
+				cancel()
+			}
 		}
-		if open < 8 { // fewer than a match's players can be left over
+		code := ""
+		if size > 1 {
+			p, err := l.serving[pick].CreateParty(ctx, matchmaker.Caller{TenantID: mmTenant, AccountID: tk.accounts[0]},
+				&ludusv1.CreatePartyRequest{Mode: mmMode, Size: int32(size)})
+			if err != nil {
+				failed(tk.accounts[0], "create party: ", err)
+				return
+			}
+			code = p.Code
+		}
+		var mwg sync.WaitGroup
+		for j, acc := range tk.accounts {
+			req := reqs[j]
+			if code != "" {
+				req.PartyCode, req.PartySize = code, int32(size)
+			}
+			rep := l.serving[(pick+j)%len(l.serving)]
+			mwg.Add(1)
+			go func() {
+				defer mwg.Done()
+				var last *ludusv1.FindMatchResponse
+				err := rep.Find(ctx, matchmaker.Caller{TenantID: mmTenant, AccountID: acc}, req, func(r *ludusv1.FindMatchResponse) error {
+					last = r
+					if r.GetFound() != nil {
+						tk.mu.Lock()
+						if tk.matched.IsZero() {
+							tk.matched = time.Now()
+						}
+						tk.finish(l)
+						tk.mu.Unlock()
+					}
+					return nil
+				})
+				if err != nil {
+					failed(acc, "error: ", err)
+				}
+				tk.mu.Lock()
+				defer tk.mu.Unlock()
+				switch {
+				case last.GetFound() != nil:
+					tk.found[acc] = last.GetFound()
+				case last.GetTimedOut() != nil:
+					tk.other[acc] = "timed out"
+				case err != nil:
+					if tk.other[acc] == "" {
+						tk.other[acc] = "error: " + err.Error()
+					}
+				default:
+					tk.other[acc] = fmt.Sprintf("ended with %v", last)
+				}
+			}()
+		}
+		mwg.Wait()
+	}()
+}
+
+// snapshot returns the tickets so far.
+func (l *mmLoad) snapshot() []*mmTicket {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.tickets)
+}
+
+// failures counts the streams that failed while the bench kept them open.
+func (l *mmLoad) failures() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failed
+}
+
+// backlog counts the tickets that arrived and still search now.
+func (l *mmLoad) backlog() int { return int(l.open.Load()) }
+
+// meanBacklog queues tickets at rate for d, sampling the backlog every
+// 50 ms, and returns its mean: the queue is emptied in steps (a leader's
+// scan every 250 ms), so one sample says little.
+func (l *mmLoad) meanBacklog(ctx context.Context, rate float64, d time.Duration) float64 {
+	var sum, n atomic.Int64
+	sctx, stop := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				sum.Add(int64(l.backlog()))
+				n.Add(1)
+			}
+		}
+	}()
+	l.arrivals(ctx, rate, d)
+	stop()
+	return float64(sum.Load()) / float64(max(n.Load(), 1))
+}
+
+// drain waits up to d for the streams to end (all but fewer than a match's
+// players, who cannot make a match), then reads how many tickets are still
+// queued and ends their streams.
+func (l *mmLoad) drain(ctx context.Context, d time.Duration, stop context.CancelFunc) (still int, err error) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if l.backlog() < 8 {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	still, err := clients[1].CountTickets(ctx, tenant, mode)
-	if err != nil {
-		return nil, err
-	}
-	stopStreams()
-	wg.Wait()
-	elapsed := time.Since(start)
+	// Any replica that stayed up can count (the first may have been killed).
+	still, err = l.rig.clients[len(l.rig.clients)-1].CountTickets(ctx, mmTenant, mmMode)
+	stop()
+	l.wg.Wait()
+	return still, err
+}
 
-	res := mmBenchResult{ArrivalsPerSec: rate, Tickets: len(tickets), Players: players, Replicas: nrep, ReplicaKilled: killed,
-		StillSearching: still, Seconds: elapsed.Seconds()}
-	alloc.mu.Lock()
-	games := alloc.games
-	alloc.mu.Unlock()
-	// Ground truth is the allocator's record: a game is announced when a
-	// player was told of it; the other allocations were wasted (a ticket
-	// left, or the leader died, between allocation and settlement).
-	// How streams ended other than with a match, for the log.
-	reasons := map[string]int{}
-	for _, tk := range tickets {
-		tk.mu.Lock()
-		for _, why := range tk.other {
-			if len(why) > 120 {
-				why = why[:120]
-			}
-			reasons[why]++
-		}
-		tk.mu.Unlock()
-	}
-	for why, n := range reasons {
-		if n >= len(tickets)/1000+1 {
-			fmt.Fprintf(progress, "matchmaking: %d streams ended: %s\n", n, why)
-		}
-	}
+// mmTally is what a phase's tickets and the allocator's record say.
+type mmTally struct {
+	matched, timedOut, refused, lost, split, twice, matches, waste int
+	waits, spreads                                                 []float64
+}
+
+// tally checks a phase's tickets against the allocator's record, the ground
+// truth: a game is announced when a player was told of it; the other
+// allocations were wasted (a ticket left, or the leader died, between
+// allocation and settlement).
+func tally(tickets []*mmTicket, games map[string][][]matchmaker.Seat, still int) mmTally {
+	var t mmTally
 	announced := map[string]bool{}
 	for _, tk := range tickets {
 		tk.mu.Lock()
@@ -334,7 +517,7 @@ func benchMatchmaking(ctx context.Context, progress io.Writer, rate float64, dur
 	partyIn := map[string]map[string]bool{} // party code -> game/team it is seated in
 	for id, seats := range games {
 		if !announced[id] {
-			res.AllocationsWaste++
+			t.waste++
 			continue
 		}
 		for team, ss := range seats {
@@ -354,12 +537,9 @@ func benchMatchmaking(ctx context.Context, progress io.Writer, rate float64, dur
 	}
 	for _, places := range partyIn {
 		if len(places) > 1 {
-			res.PartiesSplit++
+			t.split++
 		}
 	}
-	var waits []float64
-	var spreads []float64
-	inWindow := 0 // tickets matched while tickets were arriving
 	matchRatings := map[string][]float64{}
 	for _, tk := range tickets {
 		tk.mu.Lock()
@@ -373,48 +553,346 @@ func benchMatchmaking(ctx context.Context, progress io.Writer, rate float64, dur
 			}
 		}
 		if twice {
-			res.TicketsMatchedTwice++
+			t.twice++
 		}
 		switch {
 		case len(seatedIn[tk.accounts[0]]) > 0:
-			res.Matched++
+			t.matched++
 			game := seatedIn[tk.accounts[0]][0]
 			matchRatings[game] = append(matchRatings[game], tk.rating)
 			if !tk.matched.IsZero() {
-				waits = append(waits, float64(tk.matched.Sub(tk.arrived))/float64(time.Millisecond))
-				if tk.matched.Sub(start).Seconds() <= arrivalSecs {
-					inWindow++
-				}
+				t.waits = append(t.waits, float64(tk.matched.Sub(tk.arrived))/float64(time.Millisecond))
 			}
 		case anyTimedOut(tk.other):
-			res.TimedOut++
+			t.timedOut++
+		case tk.refused:
+			t.refused++
 		}
 		tk.mu.Unlock()
 	}
-	// Lost: neither matched, timed out, nor among those still queued when
-	// the bench ended the streams.
-	res.TicketsLost = max(len(tickets)-res.Matched-res.TimedOut-still, 0)
+	// Lost: neither matched, timed out, refused at the door (told to search
+	// again), nor among those still queued when the bench ended the streams.
+	t.lost = max(len(tickets)-t.matched-t.timedOut-t.refused-still, 0)
 	for _, rs := range matchRatings {
-		spreads = append(spreads, slices.Max(rs)-slices.Min(rs))
+		t.spreads = append(t.spreads, slices.Max(rs)-slices.Min(rs))
 	}
-	res.Matches = len(announced)
-	// The sustained rate: tickets matched while tickets were arriving, per
-	// second of arrivals.
-	res.TicketsPerSec = math.Round(float64(inWindow)/arrivalSecs*10) / 10
-	res.TimeToMatchMsP50 = mmPct(waits, 0.5)
-	res.TimeToMatchMsP99 = mmPct(waits, 0.99)
-	res.RatingSpreadP99 = mmPct(spreads, 0.99)
+	t.matches = len(announced)
+	return t
+}
+
+// logReasons logs how streams ended other than with a match.
+func logReasons(progress io.Writer, phase string, tickets []*mmTicket) {
+	reasons := map[string]int{}
+	for _, tk := range tickets {
+		tk.mu.Lock()
+		for _, why := range tk.other {
+			if len(why) > 120 {
+				why = why[:120]
+			}
+			reasons[why]++
+		}
+		tk.mu.Unlock()
+	}
+	for why, n := range reasons {
+		if n >= len(tickets)/1000+1 {
+			fmt.Fprintf(progress, "matchmaking %s: %d streams ended: %s\n", phase, n, why)
+		}
+	}
+}
+
+func benchMatchmaking(ctx context.Context, progress io.Writer, f mmFlags) (map[string]any, error) {
+	res := mmBenchResult{ArrivalsPerSec: f.rate, Replicas: f.replicas}
+	var etcd etcdCounters
+	var nTickets int
+
+	// Phase 1: arrivals at -rate, the leading replica killed halfway.
+	rig, err := startMMRig(ctx, f.replicas, f.ttl)
+	if err != nil {
+		return nil, err
+	}
+	defer rig.Close()
+	fmt.Fprintf(progress, "matchmaking: %d replicas, %.0f arrivals/s for %v\n", f.replicas, f.rate, f.duration)
+	runCtx, stopStreams := context.WithCancel(ctx)
+	defer stopStreams()
+	// Streams go to the replicas that stay up, so that a killed replica's
+	// players (whose streams would break) do not count as lost tickets.
+	load := newMMLoad(runCtx, rig, rig.reps[1:], 1)
+	start := time.Now()
+	if f.kill {
+		load.arrivals(ctx, f.rate, f.duration/2)
+		rig.clients[0].Close()
+		res.ReplicaKilled = true
+		fmt.Fprintf(progress, "matchmaking: killed the leading replica at %v\n", time.Since(start).Round(time.Millisecond))
+		load.arrivals(ctx, f.rate, f.duration-f.duration/2)
+	} else {
+		load.arrivals(ctx, f.rate, f.duration)
+	}
+	arrivalEnd := time.Now()
+	still, err := load.drain(ctx, f.drain, stopStreams)
+	if err != nil {
+		return nil, err
+	}
+	res.Seconds = time.Since(start).Seconds()
+	tickets := load.snapshot()
+	logReasons(progress, "phase 1", tickets)
+	rig.alloc.mu.Lock()
+	t := tally(tickets, rig.alloc.games, still)
+	rig.alloc.mu.Unlock()
+	res.Tickets, res.Players, res.StillSearching = len(tickets), load.players, still
+	res.Matched, res.TimedOut, res.Matches, res.AllocationsWaste = t.matched, t.timedOut, t.matches, t.waste
+	res.Refused = t.refused
+	res.PartiesSplit, res.TicketsLost, res.TicketsMatchedTwice = t.split, t.lost, t.twice
+	res.TimeToMatchMsP50 = mmPct(t.waits, 0.5)
+	res.TimeToMatchMsP99 = mmPct(t.waits, 0.99)
+	res.RatingSpreadP99 = mmPct(t.spreads, 0.99)
+	// Tickets matched while tickets were arriving, per second of arrivals.
+	inWindow := 0
+	for _, tk := range tickets {
+		tk.mu.Lock()
+		if !tk.matched.IsZero() && !tk.matched.After(arrivalEnd) {
+			inWindow++
+		}
+		tk.mu.Unlock()
+	}
+	res.TicketsPerSecAtArrivalRate = math.Round(float64(inWindow)/arrivalEnd.Sub(start).Seconds()*10) / 10
 	// Allocation latency as the leaders measured it: the median of the
 	// replica that allocated most, the worst p99 of any.
 	most := 0
-	for _, m := range reps {
+	for _, m := range rig.reps {
 		p50, p99, n := m.AllocateLatency()
 		if n > most {
 			most, res.AllocateMsP50 = n, float64(p50.Microseconds())/1000
 		}
 		res.AllocateMsP99 = max(res.AllocateMsP99, float64(p99.Microseconds())/1000)
 	}
+	if c, err := readEtcdCounters(ctx, rig.es.Endpoint); err == nil {
+		etcd = etcd.add(c.sub(rig.etcd0))
+		nTickets += len(tickets)
+	}
+	rig.Close()
+
+	if f.saturate {
+		sat, err := saturate(ctx, progress, f)
+		if err != nil {
+			return nil, err
+		}
+		res.TicketsPerSec = sat.ticketsPerSec
+		res.SaturationArrivalsPerSec = sat.rate
+		res.SaturationTickets = sat.tickets
+		res.SaturationMsP50, res.SaturationMsP99 = sat.p50, sat.p99
+		res.SaturationSeconds = sat.seconds
+		res.SaturationCPUMsPerTicket = sat.cpuMsPerTicket
+		// The correctness figures cover both phases.
+		res.PartiesSplit += sat.t.split
+		res.TicketsLost += sat.t.lost
+		res.TicketsMatchedTwice += sat.t.twice
+		res.Refused += sat.t.refused
+		if sat.etcdOK {
+			etcd = etcd.add(sat.etcd)
+			nTickets += sat.tickets
+		}
+	}
+	if nTickets > 0 {
+		per := func(x float64) float64 { return math.Round(x/float64(nTickets)*100) / 100 }
+		res.EtcdRequestsPerTicket = per(etcd.requests)
+		res.EtcdWritesPerTicket = per(etcd.writes)
+		res.EtcdWatchEventsPerTicket = per(etcd.events)
+	}
 	return structFields(res)
+}
+
+// mmSaturation is what the saturation phase measured.
+type mmSaturation struct {
+	ticketsPerSec, rate float64
+	tickets             int
+	p50, p99, seconds   float64
+	cpuMsPerTicket      float64
+	t                   mmTally
+	etcd                etcdCounters
+	etcdOK              bool
+}
+
+// saturate finds the highest arrival rate the replicas sustain, on a fresh
+// etcd with no kill. A ramp (each step 1.25 times the last, -saturate-step
+// long) proposes a rate: the last step whose mean backlog over its second
+// half stayed within what 0.75 s of its arrivals would leave queued
+// (Little's law: a mean wait of 0.75 s), with no stream failing. Steady
+// runs (verifyRate, -saturate-verify long) then decide, going up from the
+// proposed rate (1.25 times) while they pass and down while they fail.
+// tickets_per_sec is the best passing window's tickets matched within
+// mmSustainWait, per second of the window: it cannot exceed the rate they
+// arrived at.
+func saturate(ctx context.Context, progress io.Writer, f mmFlags) (mmSaturation, error) {
+	var out mmSaturation
+	rig, err := startMMRig(ctx, f.replicas, f.ttl)
+	if err != nil {
+		return out, err
+	}
+	defer rig.Close()
+	runCtx, stopStreams := context.WithCancel(ctx)
+	defer stopStreams()
+	load := newMMLoad(runCtx, rig, rig.reps, 2)
+	start, cpu0 := time.Now(), cpuTime()
+
+	rate, proposed := f.satFrom, 0.0
+	for rate <= f.satMax && ctx.Err() == nil {
+		failed := load.failures()
+		load.arrivals(ctx, rate, f.satStep/2)
+		b := load.meanBacklog(ctx, rate, f.satStep-f.satStep/2)
+		fmt.Fprintf(progress, "matchmaking saturation: %.0f arrivals/s, %.0f tickets searching (mean)\n", rate, b)
+		if b > max(0.75*rate, 300) || load.failures() > failed {
+			break
+		}
+		proposed = rate
+		rate *= 1.25
+	}
+	rate = max(proposed, f.satFrom)
+	passed, failedAt := 0.0, 0.0
+search:
+	for tries := 0; tries < 6 && ctx.Err() == nil; tries++ {
+		ok, tps, p50, p99 := verifyRate(ctx, progress, load, rate, f.satVerify)
+		if ok && tps > out.ticketsPerSec {
+			out.rate, out.ticketsPerSec, out.p50, out.p99 = math.Round(rate), tps, p50, p99
+		}
+		if ok {
+			passed = max(passed, rate)
+		} else {
+			failedAt = rate
+		}
+		switch {
+		case ok && failedAt == 0 && rate*1.25 <= f.satMax:
+			rate *= 1.25 // passed, and nothing above failed yet: try higher
+		case !ok && passed == 0 && rate/1.25 >= f.satFrom/2:
+			rate /= 1.25 // failed, and nothing passed yet: try lower
+		default:
+			break search
+		}
+	}
+	still, err := load.drain(ctx, f.drain, stopStreams)
+	if err != nil {
+		return out, err
+	}
+	out.seconds = time.Since(start).Seconds()
+	tickets := load.snapshot()
+	out.tickets = len(tickets)
+	if len(tickets) > 0 {
+		out.cpuMsPerTicket = math.Round(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(len(tickets))*1000) / 1000
+	}
+	logReasons(progress, "saturation", tickets)
+	rig.alloc.mu.Lock()
+	out.t = tally(tickets, rig.alloc.games, still)
+	rig.alloc.mu.Unlock()
+	if c, err := readEtcdCounters(ctx, rig.es.Endpoint); err == nil {
+		out.etcd, out.etcdOK = c.sub(rig.etcd0), true
+	}
+	return out, nil
+}
+
+// verifyRate runs tickets at rate for d (the first quarter to warm up)
+// and reports whether the rate was sustained, and the window's tickets
+// matched within mmSustainWait per second with their times to match.
+// Sustained: 95% of the window's tickets matched within mmSustainWait, the
+// median time to match of the window's second half no more than 500 ms
+// (two of a leader's scans) above the first half's (a queue falling behind
+// makes each ticket wait longer than the one before: at 10% more arrivals
+// than matches, 300 ms more over the 3 s between the halves' middles), and
+// no stream failed.
+func verifyRate(ctx context.Context, progress io.Writer, load *mmLoad, rate float64, d time.Duration) (ok bool, tps, p50, p99 float64) {
+	// Let the backlog drain first (the oldest tickets are matched first,
+	// so a backlog would hold up the window's tickets), or stop shrinking:
+	// some parties wait for their bands to widen.
+	for prev, still := load.backlog(), 0; still < 20 && load.backlog() > int(max(rate/4, 100)) && ctx.Err() == nil; {
+		time.Sleep(100 * time.Millisecond)
+		if b := load.backlog(); b < prev {
+			prev, still = b, 0
+		} else {
+			still++
+		}
+	}
+	failed := load.failures()
+	load.arrivals(ctx, rate, d/4)
+	w0 := time.Now()
+	load.arrivals(ctx, rate, d-d/4)
+	w1 := time.Now()
+	mid := w0.Add(w1.Sub(w0) / 2)
+	// Every ticket of the window gets mmSustainWait, under the same load.
+	load.arrivals(ctx, rate, mmSustainWait)
+	var arrived, matched int
+	var waits, first, second []float64
+	for _, tk := range load.snapshot() {
+		if tk.arrived.Before(w0) || !tk.arrived.Before(w1) {
+			continue
+		}
+		arrived++
+		tk.mu.Lock()
+		m := tk.matched
+		tk.mu.Unlock()
+		if m.IsZero() || m.Sub(tk.arrived) > mmSustainWait {
+			continue
+		}
+		matched++
+		w := float64(m.Sub(tk.arrived)) / float64(time.Millisecond)
+		waits = append(waits, w)
+		if tk.arrived.Before(mid) {
+			first = append(first, w)
+		} else {
+			second = append(second, w)
+		}
+	}
+	m1, m2 := mmPct(first, 0.5), mmPct(second, 0.5)
+	ok = float64(matched) >= 0.95*float64(arrived) && m2 <= m1+500 && load.failures() == failed
+	fmt.Fprintf(progress, "matchmaking saturation: steady %.0f arrivals/s: %d arrived, %d matched within %v, median wait %.0f then %.0f ms: sustained %v\n",
+		rate, arrived, matched, mmSustainWait, m1, m2, ok)
+	return ok, math.Round(float64(matched)/w1.Sub(w0).Seconds()*10) / 10, mmPct(waits, 0.5), mmPct(waits, 0.99)
+}
+
+// etcdCounters are etcd's own counters, read from its /metrics.
+type etcdCounters struct{ requests, writes, events float64 }
+
+func (a etcdCounters) sub(b etcdCounters) etcdCounters {
+	return etcdCounters{a.requests - b.requests, a.writes - b.writes, a.events - b.events}
+}
+
+func (a etcdCounters) add(b etcdCounters) etcdCounters {
+	return etcdCounters{a.requests + b.requests, a.writes + b.writes, a.events + b.events}
+}
+
+// readEtcdCounters reads the embedded etcd's Prometheus metrics (served on
+// its client URL): unary gRPC requests started, proposals applied, watch
+// events sent.
+func readEtcdCounters(ctx context.Context, endpoint string) (etcdCounters, error) {
+	var c etcdCounters
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/metrics", nil)
+	if err != nil {
+		return c, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return c, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		switch name := line[:i]; {
+		case strings.HasPrefix(name, "grpc_server_started_total{") && strings.Contains(name, `grpc_type="unary"`):
+			c.requests += v
+		case name == "etcd_server_proposals_applied_total":
+			c.writes = v
+		case name == "etcd_debugging_mvcc_events_total":
+			c.events = v
+		}
+	}
+	return c, sc.Err()
 }
 
 func anyTimedOut(other map[string]string) bool {
