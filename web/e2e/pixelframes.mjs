@@ -16,7 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { launchChromium } from "./chromium.mjs";
 
-const TOTAL_MS = 60_000;
+const TOTAL_MS = 100_000;
 const [base, gameId, decode] = process.argv.slice(2);
 if (!base || !gameId || !["worker", "main"].includes(decode)) {
   console.error("usage: node e2e/pixelframes.mjs BASE_URL GAME_ID worker|main");
@@ -57,7 +57,14 @@ try {
   url.hash = `spectate=${encodeURIComponent(gameId)}`;
   const res = await page.goto(url.href, { waitUntil: "load", timeout: 15_000 });
   if (!res?.ok()) throw new Error(`GET ${url.href}: HTTP ${res?.status()}`);
-  await page.waitForFunction(() => window.ludus?.mode === "pixels" && window.ludus.framesDrawn >= 30, null, { timeout: 30_000, polling: 100 });
+  // A loaded machine (the whole suite, other sessions) can be slow to start a
+  // spectator stream; say what the page shows if it never gets there.
+  await page.waitForFunction(() => window.ludus?.mode === "pixels" && window.ludus.framesDrawn >= 30, null, { timeout: 60_000, polling: 100 })
+    .catch(async (err) => {
+      const seen = await page.evaluate(() => ({ mode: window.ludus?.mode, frames: window.ludus?.framesDrawn, decodeOn: window.ludus?.decodeOn,
+        status: document.querySelector("#status")?.textContent ?? "" })).catch(() => ({}));
+      throw new Error(`${err.message}; page: ${JSON.stringify(seen)}`);
+    });
   const on = await page.evaluate(() => [window.ludus.decodeOn, window.ludus.decodeWhy]);
   if (on[0] !== decode) throw new Error(`frames are decoded on "${on[0]}" (${on[1]}), not "${decode}"`);
   const frames = [];
