@@ -7,8 +7,14 @@
 // one transaction under an advisory lock, so replicas starting together
 // migrate once. Transactions run at READ COMMITTED; the queries that must be
 // atomic (exactly-once grants, refresh-token rotation, delivery leases) take
-// row locks with UPDATE ... WHERE or INSERT ... ON CONFLICT, and a transaction
-// that fails with a serialization failure or deadlock is retried.
+// row locks with UPDATE ... WHERE or INSERT ... ON CONFLICT, and a call that
+// fails with a serialization failure or deadlock is retried.
+//
+// Writes are group-committed (sqlstore's Dialect.GroupCommit): a store's
+// concurrent write calls share one transaction on one connection and one
+// WAL flush, each call isolated from the others' failures. Guest logins
+// are batched apart, a batch in one statement (Dialect.BatchSessions), and
+// a match report is two statements (Dialect.WritableCTEs).
 package postgres
 
 import (
@@ -36,6 +42,9 @@ var _ store.Store = (*Store)(nil)
 // MaxConns bounds the connection pool of a Store.
 const MaxConns = 32
 
+// batchTimeout bounds a group commit's batch (sqlstore.Dialect.BatchTimeout).
+const batchTimeout = 30 * time.Second
+
 // Open connects to the database named by dsn (a "postgres://" URL or a
 // key=value string, as libpq takes), checks it answers, and migrates it.
 // A search_path in the DSN selects the schema.
@@ -60,7 +69,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	return &Store{DB: sqlstore.New(db, db, sqlstore.Dialect{Name: "postgres", Dollar: true, MapError: mapError, Retry: retry,
-		BatchSessions: true}), db: db}, nil
+		GroupCommit: true, BatchTimeout: batchTimeout, BatchSessions: true, WritableCTEs: true}), db: db}, nil
 }
 
 // SchemaVersion is the schema version this package migrates to.

@@ -8,25 +8,56 @@ import (
 	"sync/atomic"
 )
 
-// Group commit (Dialect.GroupCommit, SQLite).
+// Group commit (Dialect.GroupCommit: SQLite and PostgreSQL).
 //
-// SQLite has one writer. Rather than one transaction per call, concurrent
-// write calls queue their work for one committer goroutine, which runs each
-// call's work in its own savepoint of a shared transaction and commits once
-// for the batch: the commit (WAL frames written, locks taken) is paid once
-// for up to maxBatch calls. A call whose work fails is rolled back to its
-// savepoint and gets its error; the others are unaffected. A call returns
-// only after the batch committed (or failed as a whole, then with the
-// commit's error), so "returned nil" still means "durable as configured".
+// Rather than one transaction per call, concurrent write calls queue their
+// work for one committer goroutine, which runs the calls' work one after
+// the other in one transaction on one connection and commits once for the
+// batch: the commit is paid once for up to maxBatch calls. On SQLite (one
+// writer) that is the WAL frames written and the locks taken; on
+// PostgreSQL it is the WAL flush, and above all the time rows stay locked:
+// calls that update the same rows (results of matches sharing a player)
+// would otherwise run one after the other, each holding the shared rows
+// locked through its own commit's flush, while in one batch they follow
+// each other within one transaction and share one flush
+// (docs/RATIONALE.md).
 //
-// Work in a batch runs with a context that is never canceled: a call whose
-// context ends before its work starts is skipped (it gets the context's
-// error); once started, its statements (short, on the writer's own
-// connection) run to the end. Interrupting a statement mid-batch could roll
-// back the whole transaction and with it the other calls' work.
+// A call whose work fails gets its error, and nothing of its work stays;
+// the others are unaffected. The first attempt at a batch runs every call
+// directly in the transaction. If a call fails, the transaction is rolled
+// back and the batch runs again without it: the calls before it as before,
+// each call after it in a savepoint of its own, rolled back to if it fails
+// (on PostgreSQL a failed statement aborts the transaction, and ROLLBACK TO
+// the savepoint is what lets the batch go on). So a batch whose calls all
+// succeed, the usual case, spends no round trip on savepoints, and one
+// with failures runs at most twice. Savepoints nest, all named "job": none
+// is released (COMMIT ends them, ROLLBACK TO names the innermost).
+//
+// A call that fails in a way worth retrying (Dialect.Retry: a deadlock with
+// another process's transaction) runs again in the next batch, up to
+// maxTries times, once this batch's locks are released. A call returns
+// only after the batch committed (or failed as a whole: then every call
+// of it gets the error), so "returned nil" still means "durable as
+// configured".
+//
+// Work in a batch runs with a context that only Dialect.BatchTimeout ends:
+// a call whose context ends before its turn is skipped (its caller gets
+// the context's error); once started, its statements run to the end, and
+// the caller waits for the outcome even if its context ends meanwhile (so
+// the outcome it reports is the real one, and it never reads what the work
+// is still writing). Interrupting a statement mid-batch could roll back
+// the whole transaction and with it the other calls' work.
 
-// maxBatch bounds the calls committed together.
-const maxBatch = 64
+const (
+	// maxBatch bounds the calls committed together. On PostgreSQL each
+	// savepoint that writes takes a subtransaction id, and a session keeps
+	// 64 of them in shared memory before other sessions' snapshots get
+	// slower.
+	maxBatch = 64
+	// maxTries bounds the runs of a call that keeps failing with a
+	// retryable error (as inTx's retries without group commit).
+	maxTries = 5
+)
 
 // maxCachedStmts bounds each prepared-statement cache.
 const maxCachedStmts = 512
@@ -34,10 +65,19 @@ const maxCachedStmts = 512
 // errClosed answers calls made after Close.
 var errClosed = errors.New("store closed")
 
+// Job states: the caller and the committer race to move a queued job.
+const (
+	jobQueued    int32 = iota
+	jobStarted         // the committer runs it: the caller waits for done
+	jobAbandoned       // the caller gave up first: the committer skips it
+)
+
 type job struct {
-	ctx  context.Context
-	fn   func(*tx) error
-	done chan error // buffered: the committer never blocks on it
+	ctx   context.Context
+	fn    func(*tx) error
+	state atomic.Int32
+	tries int        // committer only
+	done  chan error // buffered: the committer never blocks on it
 }
 
 type committer struct {
@@ -80,21 +120,26 @@ func (s *DB) submit(ctx context.Context, fn func(*tx) error) error {
 	case err := <-j.done:
 		return err
 	case <-ctx.Done():
-		// The work may still commit, as when a commit's reply is lost.
-		return ctx.Err()
+		if j.state.CompareAndSwap(jobQueued, jobAbandoned) {
+			return ctx.Err()
+		}
+		return <-j.done // started: its batch ends (within Dialect.BatchTimeout)
 	}
 }
 
 func (s *DB) runCommits() {
 	defer close(s.c.stopped)
+	var again []*job // to run again in the next batch
 	for {
-		var first *job
-		select {
-		case first = <-s.c.jobs:
-		case <-s.c.stop:
-			return
+		batch := again
+		if len(batch) == 0 {
+			select {
+			case j := <-s.c.jobs:
+				batch = append(batch, j)
+			case <-s.c.stop:
+				return
+			}
 		}
-		batch := []*job{first}
 	drain:
 		for len(batch) < maxBatch {
 			select {
@@ -104,85 +149,158 @@ func (s *DB) runCommits() {
 				break drain
 			}
 		}
-		s.commitBatch(batch)
+		again = s.commitBatch(batch)
 		s.prepareWanted()
 	}
 }
 
-func (s *DB) commitBatch(batch []*job) {
-	live := batch[:0]
+// commitBatch runs batch in one transaction and reports each job's outcome,
+// except for the jobs it returns, which failed in a way worth retrying and
+// must run again.
+func (s *DB) commitBatch(batch []*job) (again []*job) {
+	ctx := context.Background()
+	if s.d.BatchTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.d.BatchTimeout)
+		defer cancel()
+	}
+	b := &batchRun{s: s, ctx: ctx, jobs: batch, out: make([]error, len(batch)), decided: make([]bool, len(batch)),
+		ran: make([]bool, len(batch)), abandoned: make([]bool, len(batch)), savepointsFrom: len(batch)}
 	for _, j := range batch {
-		if err := j.ctx.Err(); err != nil {
-			j.done <- err
+		j.tries++
+	}
+	for {
+		failed, jobErr, err := b.run()
+		if err != nil {
+			// The transaction failed as a whole: every job's work is
+			// lost, and every job of the batch gets the error (but
+			// those that never ran: their caller gave up first).
+			for i := range batch {
+				if b.ran[i] || !b.decided[i] {
+					b.out[i], b.decided[i] = err, true
+				}
+			}
+			break
+		}
+		if failed < 0 {
+			break // committed
+		}
+		// A job failed outside a savepoint: the transaction is rolled
+		// back, the job keeps its error, and the batch runs again
+		// without it, each job after it in a savepoint of its own.
+		b.out[failed], b.decided[failed] = jobErr, true
+		b.savepointsFrom = failed + 1
+	}
+	for i, j := range batch {
+		switch {
+		case b.abandoned[i]:
+		case s.retryable(j, b.out[i]):
+			again = append(again, j)
+		default:
+			j.done <- b.out[i]
+		}
+	}
+	return again
+}
+
+// batchRun is one batch's jobs and outcomes across its attempts.
+type batchRun struct {
+	s    *DB
+	ctx  context.Context
+	jobs []*job
+	out  []error
+	// decided jobs have their outcome and do not run again; the others'
+	// outcome stands once the transaction commits. ran: the job's work
+	// ran (its outcome then depends on the transaction's).
+	decided, ran, abandoned []bool
+	// savepointsFrom: jobs from this index on run in savepoints. The first
+	// attempt uses none (a round trip saved per job on PostgreSQL);
+	// after a failure, the jobs before it (which succeeded) run as before
+	// and the ones after it each get one, so a batch runs at most twice
+	// however many of its jobs fail.
+	savepointsFrom int
+}
+
+// start is called at job i's first turn: it reports whether the job is to
+// run. A job whose caller gave up (jobAbandoned) is skipped; one whose
+// context has ended gets the context's error.
+func (b *batchRun) start(i int) bool {
+	j := b.jobs[i]
+	if j.state.Load() == jobStarted {
+		return true // its turn came before (an earlier attempt, or an earlier batch)
+	}
+	if !j.state.CompareAndSwap(jobQueued, jobStarted) {
+		b.decided[i], b.abandoned[i] = true, true
+		return false
+	}
+	if err := j.ctx.Err(); err != nil {
+		b.out[i], b.decided[i] = err, true
+		return false
+	}
+	return true
+}
+
+// run makes one attempt at the batch's undecided jobs. It returns the
+// index of a job that failed outside a savepoint and its error (the
+// transaction is then rolled back), or failed < 0 with err the outcome of
+// the transaction (nil: committed).
+func (b *batchRun) run() (failed int, jobErr, err error) {
+	undecided := 0
+	for i := range b.jobs {
+		if !b.decided[i] {
+			undecided++
+		}
+	}
+	var sqlTx *sql.Tx
+	var t *tx
+	for i, j := range b.jobs {
+		if b.decided[i] || !b.start(i) {
 			continue
 		}
-		live = append(live, j)
-	}
-	if len(live) == 0 {
-		return
-	}
-	bg := context.Background()
-	failAll := func(err error) {
-		for _, j := range live {
-			j.done <- err
-		}
-	}
-	sqlTx, err := s.W.BeginTx(bg, nil)
-	if err != nil {
-		failAll(err)
-		return
-	}
-	t := &tx{s: s, tx: sqlTx, fixed: bg}
-	if len(live) == 1 { // no savepoint needed
-		err := live[0].fn(t)
-		var ce commitErr
-		switch {
-		case err == nil, errors.As(err, &ce):
-			if cerr := sqlTx.Commit(); cerr != nil {
-				failAll(cerr)
-				return
+		if sqlTx == nil {
+			if sqlTx, err = b.s.W.BeginTx(b.ctx, nil); err != nil {
+				return -1, nil, err
 			}
-			if err != nil {
-				err = ce.err
-			}
-		default:
-			sqlTx.Rollback()
+			t = &tx{s: b.s, tx: sqlTx, fixed: b.ctx}
 		}
-		live[0].done <- err
-		return
-	}
-	results := make([]error, len(live))
-	for i, j := range live {
-		if _, err := t.exec(bg, `SAVEPOINT job`); err != nil {
-			sqlTx.Rollback()
-			failAll(err)
-			return
+		b.ran[i] = true
+		savepoint := i >= b.savepointsFrom && undecided > 1
+		if savepoint {
+			// Savepoints nest, all named job: none is released (COMMIT
+			// ends them, ROLLBACK TO names the innermost).
+			if _, err := t.exec(b.ctx, `SAVEPOINT job`); err != nil {
+				sqlTx.Rollback()
+				return -1, nil, err
+			}
 		}
 		err := j.fn(t)
 		var ce commitErr
 		if errors.As(err, &ce) {
 			err = ce.err // keep its changes, report its error
 		} else if err != nil {
-			if _, rerr := t.exec(bg, `ROLLBACK TO job`); rerr != nil {
+			if !savepoint {
 				sqlTx.Rollback()
-				failAll(errors.Join(err, rerr))
-				return
+				return i, err, nil
+			}
+			// On PostgreSQL a failed statement aborts the transaction
+			// until this.
+			if _, rerr := t.exec(b.ctx, `ROLLBACK TO job`); rerr != nil {
+				sqlTx.Rollback()
+				return -1, nil, errors.Join(err, rerr)
 			}
 		}
-		if _, rerr := t.exec(bg, `RELEASE job`); rerr != nil {
-			sqlTx.Rollback()
-			failAll(rerr)
-			return
-		}
-		results[i] = err
+		b.out[i] = err
 	}
-	if err := sqlTx.Commit(); err != nil {
-		failAll(err)
-		return
+	if sqlTx == nil {
+		return -1, nil, nil // nothing ran
 	}
-	for i, j := range live {
-		j.done <- results[i]
-	}
+	return -1, nil, sqlTx.Commit()
+}
+
+// retryable reports whether j failed with err in a way worth running it
+// again, and has tries left.
+func (s *DB) retryable(j *job, err error) bool {
+	return j.tries < maxTries && s.d.Retry != nil && s.d.Retry(err)
 }
 
 // Prepared statements (Dialect.CacheStatements, SQLite: pgx caches its own).

@@ -16,7 +16,7 @@ import (
 // statement (in chunks of rowsPerStmt rows), not one per player.
 
 // rowsPerStmt bounds the rows of one multi-row statement (and so its
-// parameters: at most 9 per row, well under SQLite's and PostgreSQL's limits).
+// parameters: at most 13 per row, well under SQLite's and PostgreSQL's limits).
 const rowsPerStmt = 100
 
 // values returns "(?, ?), (?, ?)" for rows rows of cols columns.
@@ -63,59 +63,207 @@ type playerState struct {
 	currency, items map[string]int64
 }
 
-// ApplyMatchReport implements store.Store.
+// ApplyMatchReport implements store.Store. With Dialect.WritableCTEs a
+// report is two statements (applyReportCTE, matches_cte.go); otherwise one
+// statement per table (applyReport).
 func (s *DB) ApplyMatchReport(ctx context.Context, r store.MatchReport) (bool, error) {
 	var applied bool
 	err := s.inTx(ctx, "apply match report", func(tx *tx) error {
-		applied = false
-		// Claim the report on the match row: the UPDATE locks the row, so
-		// reports of one match apply one at a time, and a duplicate or stale
-		// report changes nothing.
-		var game string
 		var err error
-		if r.Final {
-			err = tx.row(ctx, `UPDATE matches SET ended_at = ?, last_seq = CASE WHEN last_seq > ? THEN last_seq ELSE ? END
-				WHERE tenant_id = ? AND id = ? AND ended_at IS NULL RETURNING game`, ToDB(r.At), r.Seq, r.Seq, r.TenantID, r.MatchID).Scan(&game)
+		if s.d.WritableCTEs && len(r.Players) <= rowsPerStmt {
+			applied, err = applyReportCTE(ctx, tx, r)
 		} else {
-			err = tx.row(ctx, `UPDATE matches SET last_seq = ? WHERE tenant_id = ? AND id = ? AND ended_at IS NULL AND last_seq < ? RETURNING game`,
-				r.Seq, r.TenantID, r.MatchID, r.Seq).Scan(&game)
+			applied, err = applyReport(ctx, tx, r)
 		}
-		if errors.Is(err, sql.ErrNoRows) {
-			m, err := scanMatch(tx.row(ctx, `SELECT `+matchCols+` FROM matches WHERE tenant_id = ? AND id = ?`, r.TenantID, r.MatchID))
-			if err != nil {
-				return err
-			}
-			if !m.EndedAt.IsZero() && !r.Final {
-				return store.ErrMatchEnded
-			}
-			return nil // duplicate final, or a stale interim report
-		} else if err != nil {
-			return err
-		}
-		// Rows no other match touches first: the rows that reports of
-		// other matches share (an account's progression, wallet, boards,
-		// ratings) stay locked, until the commit, for as short as can be.
-		if r.Final && r.Webhook != nil {
-			if err := insertDelivery(ctx, tx, *r.Webhook); err != nil {
-				return err
-			}
-		}
-		if err := applyPlayers(ctx, tx, r, game); err != nil {
-			return err
-		}
-		applied = true
-		return nil
+		return err
 	})
 	return applied, err
 }
+
+// applyReport applies r in tx, a statement per table.
+func applyReport(ctx context.Context, tx *tx, r store.MatchReport) (bool, error) {
+	// Claim the report on the match row: the UPDATE locks the row, so
+	// reports of one match apply one at a time, and a duplicate or stale
+	// report changes nothing.
+	var game string
+	var err error
+	if r.Final {
+		err = tx.row(ctx, `UPDATE matches SET ended_at = ?, last_seq = CASE WHEN last_seq > ? THEN last_seq ELSE ? END
+			WHERE tenant_id = ? AND id = ? AND ended_at IS NULL RETURNING game`, ToDB(r.At), r.Seq, r.Seq, r.TenantID, r.MatchID).Scan(&game)
+	} else {
+		err = tx.row(ctx, `UPDATE matches SET last_seq = ? WHERE tenant_id = ? AND id = ? AND ended_at IS NULL AND last_seq < ? RETURNING game`,
+			r.Seq, r.TenantID, r.MatchID, r.Seq).Scan(&game)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, claimMissed(ctx, tx, r)
+	} else if err != nil {
+		return false, err
+	}
+	// Rows no other match touches first: the rows that reports of
+	// other matches share (an account's progression, wallet, boards,
+	// ratings) stay locked, until the commit, for as short as can be.
+	if r.Final && r.Webhook != nil {
+		if err := insertDelivery(ctx, tx, *r.Webhook); err != nil {
+			return false, err
+		}
+	}
+	if err := applyPlayers(ctx, tx, r, game); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// claimMissed is the outcome of a report whose claim updated no match row:
+// the match does not exist, or ended (an interim report is then refused),
+// or the report is a duplicate or stale (nothing to do).
+func claimMissed(ctx context.Context, tx *tx, r store.MatchReport) error {
+	m, err := scanMatch(tx.row(ctx, `SELECT `+matchCols+` FROM matches WHERE tenant_id = ? AND id = ?`, r.TenantID, r.MatchID))
+	if err != nil {
+		return err
+	}
+	if !m.EndedAt.IsZero() && !r.Final {
+		return store.ErrMatchEnded
+	}
+	return nil
+}
+
+// sortedPlayers returns r's players by account id: rows are locked in that
+// order, which avoids deadlocks between transactions.
+func sortedPlayers(r store.MatchReport) []store.PlayerReport {
+	players := slices.Clone(r.Players)
+	slices.SortFunc(players, func(a, b store.PlayerReport) int { return strings.Compare(a.AccountID, b.AccountID) })
+	return players
+}
+
+// reportKey is the change key of r's grants.
+func reportKey(r store.MatchReport) string {
+	if r.Final {
+		return "match/" + r.MatchID + "/final"
+	}
+	return fmt.Sprintf("match/%s/%d", r.MatchID, r.Seq)
+}
+
+// scanPrev decodes what the match granted a player before.
+func scanPrev(xp sql.NullInt64, cur, items sql.NullString) (*playerState, error) {
+	st := &playerState{xp: xp.Int64}
+	var err error
+	if st.currency, err = decodeMap(cur.String); err == nil {
+		st.items, err = decodeMap(items.String)
+	}
+	return st, err
+}
+
+// reportPlan is what a claimed report writes: rows for each table, as the
+// arguments of multi-row statements.
+type reportPlan struct {
+	key, reason string
+	at          int64
+	// matchPlayers: 13 columns; xp (progression): 3; cur (wallet) and
+	// items (inventory): 4; boards (leaderboard): 6.
+	matchPlayers, xp, cur, items, boards []any
+	// rated are the players whose ratings the report updates (sorted).
+	rated []string
+}
+
+// planReport computes r's writes from what the match granted each player
+// before (prev: the players whose account exists) and which players' change
+// key is fresh (not used before: only those are granted anything).
+func planReport(r store.MatchReport, game string, players []store.PlayerReport, prev map[string]*playerState, fresh map[string]bool) reportPlan {
+	p := reportPlan{key: reportKey(r), reason: "match " + r.MatchID, at: ToDB(r.At)}
+	diff := func(old, cur, into map[string]int64) map[string]int64 {
+		out := maps(old)
+		for k, v := range cur {
+			if v > old[k] {
+				into[k] = v - old[k]
+				out[k] = v
+			}
+		}
+		return out
+	}
+	for _, pl := range players {
+		old := prev[pl.AccountID]
+		if old == nil {
+			continue
+		}
+		newXP := max(old.xp, pl.XP)
+		dCur, dItems := map[string]int64{}, map[string]int64{}
+		newCur := diff(old.currency, pl.Currency, dCur)
+		newItems := diff(old.items, pl.Items, dItems)
+		if fresh[pl.AccountID] {
+			if d := newXP - old.xp; d != 0 {
+				p.xp = append(p.xp, r.TenantID, pl.AccountID, d)
+			}
+			for _, c := range sortedKeys(dCur) {
+				p.cur = append(p.cur, r.TenantID, pl.AccountID, c, dCur[c])
+			}
+			for _, it := range sortedKeys(dItems) {
+				p.items = append(p.items, r.TenantID, pl.AccountID, it, dItems[it])
+			}
+		}
+		p.matchPlayers = append(p.matchPlayers, r.TenantID, r.MatchID, pl.AccountID, pl.Score, pl.DurationMs, pl.Damage, encodeMap(pl.ItemsUsed),
+			newXP, encodeMap(newCur), encodeMap(newItems), encodeMap(pl.Stats), pl.Place, pl.Team)
+		if r.Final {
+			p.boards = append(p.boards, r.TenantID, game, pl.AccountID, pl.Score, pl.Score, 1)
+		}
+	}
+	if r.Final {
+		// Stat leaderboards: one entry per board and account (the last
+		// wins if the caller named one twice).
+		type bk struct{ board, account string }
+		seen := map[bk]bool{}
+		for i := len(r.Boards) - 1; i >= 0; i-- {
+			b := r.Boards[i]
+			if prev[b.AccountID] == nil || seen[bk{b.Board, b.AccountID}] {
+				continue
+			}
+			seen[bk{b.Board, b.AccountID}] = true
+			p.boards = append(p.boards, r.TenantID, b.Board, b.AccountID, b.Value, b.Value, 1)
+		}
+		if r.Rating != nil {
+			for _, pl := range players {
+				if prev[pl.AccountID] != nil {
+					p.rated = append(p.rated, pl.AccountID)
+				}
+			}
+		}
+	}
+	return p
+}
+
+// The upserts of a report's rows, shared by both ways of applying it.
+const (
+	matchPlayersInsert = `INSERT INTO match_players (tenant_id, match_id, account_id, score, duration_ms, damage, items_used, xp, currency, items, stats, place, team)`
+	matchPlayersUpsert = `ON CONFLICT (tenant_id, match_id, account_id) DO UPDATE SET
+		score = excluded.score, duration_ms = excluded.duration_ms, damage = excluded.damage, items_used = excluded.items_used,
+		xp = excluded.xp, currency = excluded.currency, items = excluded.items, stats = excluded.stats,
+		place = excluded.place, team = excluded.team`
+	progressionInsert = `INSERT INTO progression (tenant_id, account_id, xp)`
+	progressionUpsert = `ON CONFLICT (tenant_id, account_id) DO UPDATE SET xp = progression.xp + excluded.xp`
+	walletInsert      = `INSERT INTO wallet (tenant_id, account_id, currency, balance)`
+	walletUpsert      = `ON CONFLICT (tenant_id, account_id, currency) DO UPDATE SET balance = wallet.balance + excluded.balance
+		RETURNING account_id, currency, balance`
+	ledgerInsert    = `INSERT INTO ledger (tenant_id, account_id, currency, delta, balance, key, reason, at)`
+	inventoryInsert = `INSERT INTO inventory (tenant_id, account_id, item, quantity)`
+	inventoryUpsert = `ON CONFLICT (tenant_id, account_id, item) DO UPDATE SET quantity = inventory.quantity + excluded.quantity`
+	boardsInsert    = `INSERT INTO leaderboard (tenant_id, game, account_id, best, total, matches)`
+	boardsUpsert    = `ON CONFLICT (tenant_id, game, account_id) DO UPDATE SET
+		best = CASE WHEN leaderboard.best > excluded.best THEN leaderboard.best ELSE excluded.best END,
+		total = leaderboard.total + excluded.total, matches = leaderboard.matches + 1`
+	ratingsInsert = `INSERT INTO ratings (tenant_id, mode, account_id, rating, rd, volatility, matches, updated_at)`
+	// ratingsLock changes nothing but locks the row (PostgreSQL: concurrent
+	// results of matches sharing a player rate one after the other, each
+	// from the other's outcome) and returns its values.
+	ratingsLock  = `ON CONFLICT (tenant_id, mode, account_id) DO UPDATE SET matches = ratings.matches RETURNING ` + ratingCols
+	ratingsWrite = `ON CONFLICT (tenant_id, mode, account_id) DO UPDATE SET rating = excluded.rating, rd = excluded.rd,
+		volatility = excluded.volatility, matches = excluded.matches, updated_at = excluded.updated_at`
+)
 
 // applyPlayers grants each player of r the difference between the report's
 // totals and what the match granted so far, records the new totals and, for
 // a final report, feeds the leaderboard. Players whose account is not in the
 // tenant (or was deleted) get nothing.
 func applyPlayers(ctx context.Context, tx *tx, r store.MatchReport, game string) error {
-	players := slices.Clone(r.Players)
-	slices.SortFunc(players, func(a, b store.PlayerReport) int { return strings.Compare(a.AccountID, b.AccountID) })
+	players := sortedPlayers(r)
 	if len(players) == 0 {
 		return nil
 	}
@@ -129,7 +277,7 @@ func applyPlayers(ctx context.Context, tx *tx, r store.MatchReport, game string)
 		}
 		rows, err := tx.query(ctx, `SELECT a.id, mp.xp, mp.currency, mp.items FROM accounts a
 			LEFT JOIN match_players mp ON mp.tenant_id = a.tenant_id AND mp.match_id = ? AND mp.account_id = a.id
-			WHERE a.tenant_id = ? AND a.id IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ")+`)`, args...)
+			WHERE a.tenant_id = ? AND a.id IN (`+placeholders(len(chunk))+`)`, args...)
 		if err != nil {
 			return err
 		}
@@ -141,26 +289,17 @@ func applyPlayers(ctx context.Context, tx *tx, r store.MatchReport, game string)
 				rows.Close()
 				return err
 			}
-			st := &playerState{xp: xp.Int64}
-			if st.currency, err = decodeMap(cur.String); err == nil {
-				st.items, err = decodeMap(items.String)
-			}
-			if err != nil {
+			if prev[id], err = scanPrev(xp, cur, items); err != nil {
 				rows.Close()
 				return err
 			}
-			prev[id] = st
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
 	}
-	key := fmt.Sprintf("match/%s/%d", r.MatchID, r.Seq)
-	if r.Final {
-		key = "match/" + r.MatchID + "/final"
-	}
-	reason := "match " + r.MatchID
+	key := reportKey(r)
 	at := ToDB(r.At)
 
 	// The change keys: a player whose key was used before (e.g. by an
@@ -185,116 +324,58 @@ func applyPlayers(ctx context.Context, tx *tx, r store.MatchReport, game string)
 		return err
 	}
 
-	diff := func(old, cur, into map[string]int64) map[string]int64 {
-		out := maps(old)
-		for k, v := range cur {
-			if v > old[k] {
-				into[k] = v - old[k]
-				out[k] = v
-			}
-		}
-		return out
-	}
-	var xpArgs, curArgs, itemArgs, mpArgs, lbArgs []any
-	for _, p := range players {
-		old := prev[p.AccountID]
-		if old == nil {
-			continue
-		}
-		newXP := max(old.xp, p.XP)
-		dCur, dItems := map[string]int64{}, map[string]int64{}
-		newCur := diff(old.currency, p.Currency, dCur)
-		newItems := diff(old.items, p.Items, dItems)
-		if fresh[p.AccountID] {
-			if d := newXP - old.xp; d != 0 {
-				xpArgs = append(xpArgs, r.TenantID, p.AccountID, d)
-			}
-			for _, c := range sortedKeys(dCur) {
-				curArgs = append(curArgs, r.TenantID, p.AccountID, c, dCur[c])
-			}
-			for _, it := range sortedKeys(dItems) {
-				itemArgs = append(itemArgs, r.TenantID, p.AccountID, it, dItems[it])
-			}
-		}
-		mpArgs = append(mpArgs, r.TenantID, r.MatchID, p.AccountID, p.Score, p.DurationMs, p.Damage, encodeMap(p.ItemsUsed),
-			newXP, encodeMap(newCur), encodeMap(newItems), encodeMap(p.Stats), p.Place, p.Team)
-		if r.Final {
-			lbArgs = append(lbArgs, r.TenantID, game, p.AccountID, p.Score, p.Score, 1)
-		}
-	}
-	if err := execRows(ctx, tx, `INSERT INTO match_players (tenant_id, match_id, account_id, score, duration_ms, damage, items_used, xp, currency, items, stats, place, team)`,
-		`ON CONFLICT (tenant_id, match_id, account_id) DO UPDATE SET
-		score = excluded.score, duration_ms = excluded.duration_ms, damage = excluded.damage, items_used = excluded.items_used,
-		xp = excluded.xp, currency = excluded.currency, items = excluded.items, stats = excluded.stats,
-		place = excluded.place, team = excluded.team`, 13, mpArgs, nil); err != nil {
+	p := planReport(r, game, players, prev, fresh)
+	if err := writePlan(ctx, tx, r, p); err != nil {
 		return err
 	}
-	if len(xpArgs) > 0 {
-		if err := execRows(ctx, tx, `INSERT INTO progression (tenant_id, account_id, xp)`,
-			`ON CONFLICT (tenant_id, account_id) DO UPDATE SET xp = progression.xp + excluded.xp`, 3, xpArgs, nil); err != nil {
+	if len(p.rated) > 0 {
+		return rateMatch(ctx, tx, r.TenantID, r.Rating, p.rated, at)
+	}
+	return nil
+}
+
+// writePlan writes a report's rows but the ratings, a multi-row statement
+// per table.
+func writePlan(ctx context.Context, tx *tx, r store.MatchReport, p reportPlan) error {
+	if err := execRows(ctx, tx, matchPlayersInsert, matchPlayersUpsert, 13, p.matchPlayers, nil); err != nil {
+		return err
+	}
+	if len(p.xp) > 0 {
+		if err := execRows(ctx, tx, progressionInsert, progressionUpsert, 3, p.xp, nil); err != nil {
 			return err
 		}
 	}
-	if len(curArgs) > 0 {
+	if len(p.cur) > 0 {
 		// Balances after the grant, for the ledger.
 		type acct struct{ account, currency string }
 		bal := map[acct]int64{}
-		if err := execRows(ctx, tx, `INSERT INTO wallet (tenant_id, account_id, currency, balance)`,
-			`ON CONFLICT (tenant_id, account_id, currency) DO UPDATE SET balance = wallet.balance + excluded.balance
-			RETURNING account_id, currency, balance`, 4, curArgs, func(row scanner) error {
-				var k acct
-				var b int64
-				err := row.Scan(&k.account, &k.currency, &b)
-				bal[k] = b
-				return err
-			}); err != nil {
+		if err := execRows(ctx, tx, walletInsert, walletUpsert, 4, p.cur, func(row scanner) error {
+			var k acct
+			var b int64
+			err := row.Scan(&k.account, &k.currency, &b)
+			bal[k] = b
+			return err
+		}); err != nil {
 			return err
 		}
 		var ledger []any
-		for i := 0; i < len(curArgs); i += 4 {
-			acc, cur, d := curArgs[i+1].(string), curArgs[i+2].(string), curArgs[i+3].(int64)
-			ledger = append(ledger, r.TenantID, acc, cur, d, bal[acct{acc, cur}], key, reason, at)
+		for i := 0; i < len(p.cur); i += 4 {
+			acc, cur, d := p.cur[i+1].(string), p.cur[i+2].(string), p.cur[i+3].(int64)
+			ledger = append(ledger, r.TenantID, acc, cur, d, bal[acct{acc, cur}], p.key, p.reason, p.at)
 		}
-		if err := execRows(ctx, tx, `INSERT INTO ledger (tenant_id, account_id, currency, delta, balance, key, reason, at)`, ``, 8, ledger, nil); err != nil {
+		if err := execRows(ctx, tx, ledgerInsert, ``, 8, ledger, nil); err != nil {
 			return err
 		}
 	}
-	if len(itemArgs) > 0 {
-		if err := execRows(ctx, tx, `INSERT INTO inventory (tenant_id, account_id, item, quantity)`,
-			`ON CONFLICT (tenant_id, account_id, item) DO UPDATE SET quantity = inventory.quantity + excluded.quantity`, 4, itemArgs, nil); err != nil {
+	if len(p.items) > 0 {
+		if err := execRows(ctx, tx, inventoryInsert, inventoryUpsert, 4, p.items, nil); err != nil {
 			return err
 		}
 	}
-	if r.Final {
-		// Stat leaderboards: one entry per board and account (the last
-		// wins if the caller named one twice).
-		type bk struct{ board, account string }
-		seen := map[bk]bool{}
-		for i := len(r.Boards) - 1; i >= 0; i-- {
-			b := r.Boards[i]
-			if prev[b.AccountID] == nil || seen[bk{b.Board, b.AccountID}] {
-				continue
-			}
-			seen[bk{b.Board, b.AccountID}] = true
-			lbArgs = append(lbArgs, r.TenantID, b.Board, b.AccountID, b.Value, b.Value, 1)
-		}
-	}
-	if len(lbArgs) > 0 {
-		if err := execRows(ctx, tx, `INSERT INTO leaderboard (tenant_id, game, account_id, best, total, matches)`,
-			`ON CONFLICT (tenant_id, game, account_id) DO UPDATE SET
-			best = CASE WHEN leaderboard.best > excluded.best THEN leaderboard.best ELSE excluded.best END,
-			total = leaderboard.total + excluded.total, matches = leaderboard.matches + 1`, 6, lbArgs, nil); err != nil {
+	if len(p.boards) > 0 {
+		if err := execRows(ctx, tx, boardsInsert, boardsUpsert, 6, p.boards, nil); err != nil {
 			return err
 		}
-	}
-	if r.Final && r.Rating != nil {
-		var ids []string
-		for _, p := range players {
-			if prev[p.AccountID] != nil {
-				ids = append(ids, p.AccountID)
-			}
-		}
-		return rateMatch(ctx, tx, r.TenantID, r.Rating, ids, at)
 	}
 	return nil
 }

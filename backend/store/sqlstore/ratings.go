@@ -46,10 +46,9 @@ func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, "
 
 // rateMatch applies a rating update to the players of a final report whose
 // accounts exist (ids, sorted). It first takes each player's rating row
-// with an upsert that changes nothing but locks the row (PostgreSQL:
-// concurrent results of matches sharing a player rate one after the other,
-// each from the other's outcome) and returns its values; new rows start at
-// zero, which Rate reads as "never rated".
+// with an upsert that changes nothing but locks the row (ratingsLock) and
+// returns its values; new rows start at zero, which Rate reads as "never
+// rated".
 func rateMatch(ctx context.Context, tx *tx, tenantID string, u *store.RatingUpdate, ids []string, at int64) error {
 	if len(ids) == 0 {
 		return nil
@@ -59,15 +58,23 @@ func rateMatch(ctx context.Context, tx *tx, tenantID string, u *store.RatingUpda
 		args = append(args, tenantID, u.Mode, id, 0.0, 0.0, 0.0, 0, 0)
 	}
 	cur := map[string]store.Rating{}
-	if err := execRows(ctx, tx, `INSERT INTO ratings (tenant_id, mode, account_id, rating, rd, volatility, matches, updated_at)`,
-		`ON CONFLICT (tenant_id, mode, account_id) DO UPDATE SET matches = ratings.matches RETURNING `+ratingCols,
-		8, args, func(r scanner) error {
-			x, err := scanRating(r)
-			cur[x.AccountID] = x
-			return err
-		}); err != nil {
+	if err := execRows(ctx, tx, ratingsInsert, ratingsLock, 8, args, func(r scanner) error {
+		x, err := scanRating(r)
+		cur[x.AccountID] = x
+		return err
+	}); err != nil {
 		return err
 	}
+	rows, err := rateRows(tenantID, u, ids, cur, at)
+	if err != nil {
+		return err
+	}
+	return execRows(ctx, tx, ratingsInsert, ratingsWrite, 8, rows, nil)
+}
+
+// rateRows runs u.Rate on the ratings of ids before the match (cur, the
+// locked rows) and returns the ratings rows to write (8 columns each).
+func rateRows(tenantID string, u *store.RatingUpdate, ids []string, cur map[string]store.Rating, at int64) ([]any, error) {
 	before := make([]store.Rating, len(ids))
 	for i, id := range ids {
 		before[i] = cur[id]
@@ -75,17 +82,15 @@ func rateMatch(ctx context.Context, tx *tx, tenantID string, u *store.RatingUpda
 	}
 	after, err := u.Rate(before)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(after) != len(ids) {
-		return fmt.Errorf("rate: %d ratings for %d players", len(after), len(ids))
+		return nil, fmt.Errorf("rate: %d ratings for %d players", len(after), len(ids))
 	}
-	args = args[:0]
+	var rows []any
 	for i, id := range ids {
 		r := after[i]
-		args = append(args, tenantID, u.Mode, id, r.Rating, r.RD, r.Volatility, before[i].Matches+1, at)
+		rows = append(rows, tenantID, u.Mode, id, r.Rating, r.RD, r.Volatility, before[i].Matches+1, at)
 	}
-	return execRows(ctx, tx, `INSERT INTO ratings (tenant_id, mode, account_id, rating, rd, volatility, matches, updated_at)`,
-		`ON CONFLICT (tenant_id, mode, account_id) DO UPDATE SET rating = excluded.rating, rd = excluded.rd,
-		volatility = excluded.volatility, matches = excluded.matches, updated_at = excluded.updated_at`, 8, args, nil)
+	return rows, nil
 }

@@ -36,16 +36,25 @@ type Dialect struct {
 	// (serialization failure, deadlock).
 	Retry func(err error) bool
 	// GroupCommit commits the write transactions of concurrent callers
-	// together (see commit.go). For a single writer connection (SQLite).
+	// together, in one transaction on one connection (see commit.go).
 	GroupCommit bool
+	// BatchTimeout, if set, bounds a group commit's batch: a statement
+	// stuck on a lock or a dead connection must not hold every write of
+	// the process forever (PostgreSQL). SQLite's waits are bounded by its
+	// busy timeout, and its driver spends a goroutine on every statement
+	// run with a context that can end.
+	BatchTimeout time.Duration
 	// CacheStatements keeps statements prepared (SQLite; pgx caches
 	// prepared statements per connection itself).
 	CacheStatements bool
-	// BatchSessions runs concurrent DeviceSession calls together: one
-	// transaction and one statement per table for up to maxSessionBatch
-	// calls (sessions_batch.go). For a pool of connections (PostgreSQL);
-	// SQLite's group commit does the same for every write.
+	// BatchSessions runs concurrent DeviceSession calls together, apart
+	// from the group commit: one statement for up to maxSessionBatch calls
+	// (sessions_batch.go). Needs WritableCTEs (PostgreSQL).
 	BatchSessions bool
+	// WritableCTEs: the database runs INSERT and UPDATE in WITH clauses
+	// (PostgreSQL), so writes that would take a round trip per table take
+	// one statement (matches_cte.go, sessions_batch.go).
+	WritableCTEs bool
 }
 
 // DB is a store.Store over a writer pool and a reader pool (the same pool
@@ -67,7 +76,7 @@ func New(w, r *sql.DB, d Dialect) *DB {
 	if d.GroupCommit {
 		s.startCommitter()
 	}
-	if d.BatchSessions {
+	if d.BatchSessions && d.WritableCTEs {
 		s.sb = newSessionBatcher(s)
 	}
 	return s
@@ -201,7 +210,9 @@ type commitErr struct{ err error }
 func (c commitErr) Error() string { return c.err.Error() }
 
 // inTx runs fn in a write transaction, retrying a few times on
-// serialization failures. If fn returns a commitErr, the transaction is
+// serialization failures (with Dialect.GroupCommit: in the next group
+// commit, see commit.go). fn may run more than once: it must set what it
+// returns afresh each time. If fn returns a commitErr, the transaction is
 // committed and its error returned.
 func (s *DB) inTx(ctx context.Context, op string, fn func(t *tx) error) error {
 	if s.c != nil {
