@@ -231,25 +231,8 @@ func (g *game) useGuestLog(l *guestLog) {
 }
 
 // stop asks the actor to stop; it does not wait.
-// reasonNodeStopping is the stop reason of Node.Close: the game is given up
-// for another node to resume, not ended.
+// reasonNodeStopping is the stop reason of Node.Close.
 const reasonNodeStopping = "node shutting down"
-
-// leaveStoppingNode gives the game up on a node that is stopping (Node.Close
-// without a drain): everything acknowledged is in the durable log, so the
-// claim is released and another node resumes the game from its log at once —
-// a pause for the players, as in a failover, without waiting for the lease
-// to expire. Inputs not yet acknowledged are refused; clients send them again
-// to the new owner.
-func (g *game) leaveStoppingNode() {
-	const msg = "this node is shutting down; another node resumes the game"
-	g.failWaiters(errGameStopped)
-	g.glog.close(StateMoved, msg)
-	g.status.publish(Status{State: StateMoved, Tick: g.inst.Tick(), Message: msg})
-	g.n.games.Delete(gameKey(g.spec.TenantID, g.spec.GameID))
-	g.n.release(g)
-	g.log.Info("released: the node is shutting down", "tick", g.inst.Tick())
-}
 
 func (g *game) stop(reason string) {
 	select {
@@ -304,10 +287,6 @@ func (g *game) run() {
 			}
 			g.handle(msg)
 		case reason := <-g.quit:
-			if reason == reasonNodeStopping {
-				g.leaveStoppingNode()
-				return
-			}
 			g.finish(ctx, clusterstate.StateFailed, reason, false)
 			return
 		case <-g.sess.Done():

@@ -339,9 +339,8 @@ func (n *Node) publishNode(ctx context.Context, s *clusterstate.Session) error {
 	return nil
 }
 
-// Close gives every game up — each releases its claim, so another node
-// resumes it from its log at once (leaveStoppingNode) — then stops the writer
-// and revokes the lease. To move games without a pause, Drain first.
+// Close stops every game (each ends as failed, "node shutting down"), the
+// writer and the lease. To keep the games, Drain first (--drain-on-term).
 func (n *Node) Close(ctx context.Context) error {
 	n.games.Range(func(_, v any) bool {
 		v.(*game).stop(reasonNodeStopping)
