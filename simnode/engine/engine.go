@@ -58,7 +58,9 @@ const (
 	// InterruptFlag rewrites the module to test a flag global at function entries
 	// and loop headers; a timer sets the flag at the deadline. Cheaper per check,
 	// but the timer cannot fire when every P of the Go scheduler is running a
-	// runaway guest.
+	// runaway guest, nor while a garbage collection waits to stop the world (a
+	// guest spinning in compiled code cannot be preempted, so the process hangs).
+	// For measuring well-behaved modules only.
 	InterruptFlag
 	// InterruptWazero uses wazero's WithCloseOnContextDone and a context deadline
 	// per call (~10× slower on loop-heavy code).

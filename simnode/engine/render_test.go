@@ -220,6 +220,9 @@ func TestHostileRenderer(t *testing.T) {
 			}
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
+					if mode == InterruptFlag && c.deadline {
+						t.Skip(flagTimerHazard)
+					}
 					m, err := e.Compile(ctx, snapModule(snapMeta, c.render, recFunc9))
 					if err != nil {
 						t.Fatal(err)
