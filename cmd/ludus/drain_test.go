@@ -3,12 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,15 +12,11 @@ import (
 	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/auth/clustercred"
-	"ludus.dev/ludus/backend"
-	"ludus.dev/ludus/backend/store/sqlite"
-	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/games/builtin"
 	"ludus.dev/ludus/gateway"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
 	"ludus.dev/ludus/internal/testenv"
-	"ludus.dev/ludus/ops/etcdserver"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -37,47 +29,11 @@ func TestSimnodeDrainsOnTerm(t *testing.T) {
 	t.Setenv("LUDUS_CLUSTER_TOKEN", "")
 	t.Setenv("LUDUS_NODE_CREDENTIAL", "")
 	t.Setenv("LUDUS_NODE_ENROLLMENT_KEY", "")
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	dir := t.TempDir()
-	es, err := etcdserver.Start(ctx, etcdserver.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer es.Close()
-	etcd, err := clusterstate.Dial(clusterstate.DialConfig{Endpoints: []string{es.Endpoint}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcd.Close()
-	eng, err := engine.New(ctx, engine.Config{CacheDir: testenv.WazeroCacheDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close(context.Background())
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "ludus.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	const token = "drain-test-cluster-token"
-	srv, err := backend.New(ctx, backend.Config{Store: st, ClusterToken: token, ValidateModule: eng.Validate, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(srv.Handler())
-	hs.Config.Protocols = new(http.Protocols)
-	hs.Config.Protocols.SetUnencryptedHTTP2(true)
-	hs.Start()
-	defer hs.Close()
-	tenant, err := srv.EnsureTenant(ctx, "drain", "Drain")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srv.EnsureModule(ctx, tenant, "arena", builtin.Arena); err != nil {
-		t.Fatal(err)
-	}
+	c := startRoleCluster(t, ctx, token, "drain")
+	quiet, etcd, tenant := c.quiet, c.etcd, c.tenant
 	enrollment, _ := clustercred.Enrollment(token)
 	credB, _ := clustercred.Node(token, "drain-b")
 
@@ -97,7 +53,7 @@ func TestSimnodeDrainsOnTerm(t *testing.T) {
 	start := func(ctx context.Context, args ...string) chan error {
 		done := make(chan error, 1)
 		go func() {
-			done <- runSimnode(ctx, append([]string{"--etcd", es.Endpoint, "--backend", hs.URL, "--cache", testenv.WazeroCacheDir(), "--lease-ttl", "2s"}, args...), quiet)
+			done <- runSimnode(ctx, append([]string{"--etcd", c.etcdEndpoint, "--backend", c.backendURL, "--cache", testenv.WazeroCacheDir(), "--lease-ttl", "2s"}, args...), quiet)
 		}()
 		return done
 	}

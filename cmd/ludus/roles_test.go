@@ -14,8 +14,6 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -24,14 +22,10 @@ import (
 	"time"
 
 	"ludus.dev/ludus/auth/clustercred"
-	"ludus.dev/ludus/backend"
-	"ludus.dev/ludus/backend/store/sqlite"
 	"ludus.dev/ludus/batch"
 	"ludus.dev/ludus/clusterstate"
-	"ludus.dev/ludus/games/builtin"
 	"ludus.dev/ludus/internal/testenv"
 	"ludus.dev/ludus/ops/etcdserver"
-	"ludus.dev/ludus/simnode/engine"
 )
 
 // selfSigned writes a CA-less self-signed certificate for 127.0.0.1.
@@ -118,44 +112,9 @@ func TestSimnodeBatchWorkers(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	dir := t.TempDir()
-	es, err := etcdserver.Start(ctx, etcdserver.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer es.Close()
-	etcd, err := clusterstate.Dial(clusterstate.DialConfig{Endpoints: []string{es.Endpoint}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcd.Close()
-	eng, err := engine.New(ctx, engine.Config{CacheDir: testenv.WazeroCacheDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close(context.Background())
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "ludus.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	const token = "roles-test-cluster-token"
-	srv, err := backend.New(ctx, backend.Config{Store: st, ClusterToken: token, ValidateModule: eng.Validate, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(srv.Handler())
-	hs.Config.Protocols = new(http.Protocols)
-	hs.Config.Protocols.SetUnencryptedHTTP2(true) // HTTP/2 only, as the roles call each other
-	hs.Start()
-	defer hs.Close()
-	tenant, err := srv.EnsureTenant(ctx, "batchnode", "Batch node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srv.EnsureModule(ctx, tenant, "arena", builtin.Arena); err != nil {
-		t.Fatal(err)
-	}
+	c := startRoleCluster(t, ctx, token, "batchnode")
+	etcd, srv, eng, tenant := c.etcd, c.backend, c.engine, c.tenant
 	// The backend's side: a reaper, which records the runs the node ends.
 	rctx, stopReaper := context.WithCancel(ctx)
 	reaped := make(chan struct{})
@@ -181,7 +140,7 @@ func TestSimnodeBatchWorkers(t *testing.T) {
 	nctx, stopNode := context.WithCancel(ctx)
 	nodeDone := make(chan error, 1)
 	go func() {
-		nodeDone <- runSimnode(nctx, []string{"--etcd", es.Endpoint, "--backend", hs.URL, "--node-credential", cred,
+		nodeDone <- runSimnode(nctx, []string{"--etcd", c.etcdEndpoint, "--backend", c.backendURL, "--node-credential", cred,
 			"--listen", "127.0.0.1:0", "--cache", testenv.WazeroCacheDir(), "--batch-workers", "2"}, quiet)
 	}()
 	for {
