@@ -11,61 +11,20 @@
 // Prints a one-line JSON summary and exits 0, or prints the failure and exits 1.
 // Screenshots: ARTIFACTS_DIR/account-*.png.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { launchChromium } from "./chromium.mjs";
+import { FAILED_REQUESTS, firstPage, harness } from "./harness.mjs";
 
 const TOTAL_MS = 90_000;
 const [base, artifacts] = process.argv.slice(2);
-if (!base || !artifacts) {
-  console.error("usage: node e2e/account.mjs BASE_URL ARTIFACTS_DIR");
-  process.exit(2);
-}
-
-const started = Date.now();
-const userDataDir = mkdtempSync(join(tmpdir(), "ludus-account-"));
-const pageErrors = [];
-const steps = [];
-let context;
-let finished = false;
-
-async function cleanup() {
-  try {
-    await Promise.race([context?.close(), new Promise((r) => setTimeout(r, 5000))]);
-  } catch {
-    // the browser may already be gone
-  }
-  rmSync(userDataDir, { recursive: true, force: true });
-}
-
-async function fail(message) {
-  if (finished) return;
-  finished = true;
-  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
-  console.error(`account e2e failed after ${((Date.now() - started) / 1000).toFixed(1)} s, after steps [${steps.join(", ")}]: ${message}${errors}`);
-  await cleanup();
-  process.exit(1);
-}
-
-const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
-
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
-
-async function until(page, ms, what, fn) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) {
-      const body = await page.evaluate(() => document.body.innerText.slice(0, 600)).catch(() => "");
-      throw new Error(`${what}; page says: ${JSON.stringify(body)}`);
-    }
-    await page.waitForTimeout(100);
-  }
-}
+const h = harness({
+  name: "account e2e",
+  usage: "node e2e/account.mjs BASE_URL ARTIFACTS_DIR",
+  argsOk: Boolean(base && artifacts),
+  totalMs: TOTAL_MS,
+  steps: true,
+  ignoreConsole: FAILED_REQUESTS,
+});
+const { check, until, step } = h;
 
 const text = (page, sel) => page.evaluate((s) => document.querySelector(s)?.textContent ?? "", sel);
 const route = (page) => page.evaluate(() => window.ludus?.route() ?? "");
@@ -196,24 +155,10 @@ async function accountFlow(page) {
   return { account: guest.account, guestAfterSignOut: out.account, email, board: board.rows ? `${board.rows} rows` : board.text, widths };
 }
 
-function step(name) {
-  steps.push(name);
-}
-
-try {
-  context = await launchChromium(userDataDir, { viewport: { width: 1280, height: 900 } });
-  const page = context.pages()[0] ?? (await context.newPage());
-  page.on("pageerror", (err) => pageErrors.push(err.message));
-  page.on("console", (msg) => {
-    if (msg.type() === "error" && !/Failed to load resource|net::ERR_FAILED/.test(msg.text())) pageErrors.push(`console: ${msg.text()}`);
-  });
+await h.run(async () => {
+  const page = await firstPage(await h.persistentContext("ludus-account-", { viewport: { width: 1280, height: 900 } }));
+  h.watch(page);
   const result = await accountFlow(page);
-  check(pageErrors.length === 0, `page errors: ${pageErrors.join(" | ")}`);
-  clearTimeout(deadline);
-  finished = true;
-  console.log(JSON.stringify({ ok: true, ...result, ms: Date.now() - started }));
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
-}
+  check(h.pageErrors.length === 0, `page errors: ${h.pageErrors.join(" | ")}`);
+  return result;
+});

@@ -1,24 +1,26 @@
-// Launches Debian's Chromium headless for the browser tests (play.mjs,
-// render.mjs): a fresh profile, and the flags that keep it off the network
-// this machine does not have (background networking, updates, sync).
+// Launches Debian's Chromium headless for the browser tests (harness.mjs, on
+// behalf of every script here): a fresh profile, and the flags that keep it off
+// the network this machine does not have (background networking, updates, sync).
 import { chromium } from "playwright-core";
 
+/** How every browser here is started: $CHROMIUM (default /usr/bin/chromium), headless, offline. */
+const LAUNCH = {
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+  ],
+};
+
 export function launchChromium(userDataDir, options = {}) {
-  return chromium.launchPersistentContext(userDataDir, {
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-    ...options,
-  });
+  return chromium.launchPersistentContext(userDataDir, { ...LAUNCH, ...options });
 }
 
 /**
@@ -27,19 +29,5 @@ export function launchChromium(userDataDir, options = {}) {
  * players' streams do not share HTTP/1.1's six connections per host).
  */
 export function launchBrowser(options = {}) {
-  return chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-    ...options,
-  });
+  return chromium.launch({ ...LAUNCH, ...options });
 }

@@ -17,90 +17,31 @@
 // Screenshots: ARTIFACTS_DIR/console-{matchmaking,logs,usage,batch}.png.
 
 import { join } from "node:path";
-import { launchBrowser } from "./chromium.mjs";
+import { consolePages } from "./console-pages.mjs";
+import { FAILED_REQUESTS, harness, pageText } from "./harness.mjs";
 
 const TOTAL_MS = 150_000;
 
 const [base, artifacts] = process.argv.slice(2);
 const { LUDUS_TENANT: tenant, LUDUS_KEY: tenantKey, LUDUS_OPERATOR_KEY: operatorKey } = process.env;
-if (!base || !artifacts || !tenant || !tenantKey || !operatorKey) {
-  console.error("usage: LUDUS_TENANT= LUDUS_KEY= LUDUS_OPERATOR_KEY= node e2e/console-studio.mjs BASE_URL ARTIFACTS_DIR");
-  process.exit(2);
-}
-
-const started = Date.now();
-const pageErrors = [];
-const steps = [];
+const h = harness({
+  name: "console studio e2e",
+  usage: "LUDUS_TENANT= LUDUS_KEY= LUDUS_OPERATOR_KEY= node e2e/console-studio.mjs BASE_URL ARTIFACTS_DIR",
+  argsOk: Boolean(base && artifacts && tenant && tenantKey && operatorKey),
+  totalMs: TOTAL_MS,
+  steps: true,
+  // RPCs the flow makes fail on purpose log failed requests.
+  ignoreConsole: FAILED_REQUESTS,
+  describe: pageText(800),
+});
+const { check, until, step, watch } = h;
+const { text, section, row, sideways } = consolePages(until);
 let browser;
-let finished = false;
 
-async function cleanup() {
-  try {
-    await Promise.race([browser?.close(), new Promise((r) => setTimeout(r, 5000))]);
-  } catch {
-    // the browser may already be gone
-  }
-}
-
-async function fail(message) {
-  if (finished) return;
-  finished = true;
-  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
-  console.error(`console studio e2e failed after ${((Date.now() - started) / 1000).toFixed(1)} s, after steps [${steps.join(", ")}]: ${message}${errors}`);
-  await cleanup();
-  process.exit(1);
-}
-
-const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
-
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
-
-function watch(page, label) {
-  page.on("pageerror", (err) => pageErrors.push(`${label}: ${err.message}`));
-  page.on("console", (msg) => {
-    // RPCs the flow makes fail on purpose log failed requests.
-    if (msg.type() === "error" && !/Failed to load resource|net::ERR_FAILED/.test(msg.text())) pageErrors.push(`${label} console: ${msg.text()}`);
-  });
-}
-
-async function until(page, ms, what, fn) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) {
-      const body = await page.evaluate(() => document.body.innerText.slice(0, 800)).catch(() => "");
-      throw new Error(`${what}; page says: ${JSON.stringify(body)}`);
-    }
-    await page.waitForTimeout(100);
-  }
-}
-
-const text = (page, sel) => page.evaluate((s) => document.querySelector(s)?.textContent ?? "", sel);
 const noteOf = (page, id) => page.evaluate((i) => {
   const e = document.getElementById(i);
   return e ? { text: e.textContent, title: e.title, cls: e.className } : null;
 }, id);
-
-async function section(page, name, title) {
-  await page.getByRole("link", { name: title, exact: true }).click();
-  await until(page, 5000, `section ${name} did not open`, async () =>
-    (await page.evaluate(() => location.hash)) === `#${name}` && (await text(page, "#view-title")) === title);
-}
-
-function row(page, box, needle) {
-  return page.evaluate(([b, n]) => {
-    for (const tr of document.querySelectorAll(`${b} tbody tr`)) {
-      const cells = [...tr.cells].map((c) => c.textContent);
-      if (cells.includes(n) || [...tr.querySelectorAll("[title]")].some((e) => e.title === n)) return cells;
-    }
-    return null;
-  }, [box, needle]);
-}
-
-const sideways = (page) => page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth);
 
 async function flow(page) {
   const out = {};
@@ -257,22 +198,12 @@ async function flow(page) {
   return { game, ...out };
 }
 
-function step(name) {
-  steps.push(name);
-}
-
-try {
-  browser = await launchBrowser();
+await h.run(async () => {
+  browser = await h.browser();
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const page = await context.newPage();
   watch(page, "console");
   const result = await flow(page);
-  check(!pageErrors.length, "errors in the pages");
-  clearTimeout(deadline);
-  finished = true;
-  console.log(JSON.stringify({ ok: true, ...result, ms: Date.now() - started }));
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
-}
+  check(!h.pageErrors.length, "errors in the pages");
+  return result;
+});

@@ -18,86 +18,28 @@
 // Prints a one-line JSON summary and exits 0, or prints the failure and exits 1.
 // Screenshots: ARTIFACTS_DIR/console-*.png.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { launchChromium } from "./chromium.mjs";
+import { consolePages } from "./console-pages.mjs";
+import { FAILED_REQUESTS, firstPage, harness } from "./harness.mjs";
 
 const TOTAL_MS = 150_000;
 
 const [base, artifacts] = process.argv.slice(2);
 const { LUDUS_TENANT: tenant, LUDUS_KEY: tenantKey, LUDUS_OPERATOR_KEY: operatorKey, GOOD_WASM: goodWasm, BAD_WASM: badWasm } = process.env;
-if (!base || !artifacts || !tenant || !tenantKey || !operatorKey || !goodWasm || !badWasm) {
-  console.error("usage: LUDUS_TENANT= LUDUS_KEY= LUDUS_OPERATOR_KEY= GOOD_WASM= BAD_WASM= node e2e/console.mjs BASE_URL ARTIFACTS_DIR");
-  process.exit(2);
-}
-
-const started = Date.now();
-const userDataDir = mkdtempSync(join(tmpdir(), "ludus-console-"));
-const pageErrors = [];
-const steps = [];
+const h = harness({
+  name: "console e2e",
+  usage: "LUDUS_TENANT= LUDUS_KEY= LUDUS_OPERATOR_KEY= GOOD_WASM= BAD_WASM= node e2e/console.mjs BASE_URL ARTIFACTS_DIR",
+  argsOk: Boolean(base && artifacts && tenant && tenantKey && operatorKey && goodWasm && badWasm),
+  totalMs: TOTAL_MS,
+  steps: true,
+  // RPCs the flow makes fail on purpose (a bad upload, a bad rule) log failed requests.
+  ignoreConsole: FAILED_REQUESTS,
+});
+const { check, until, step, watch } = h;
+const { text, section, row, sideways } = consolePages(until);
 let context;
-let finished = false;
 
-async function cleanup() {
-  try {
-    await Promise.race([context?.close(), new Promise((r) => setTimeout(r, 5000))]);
-  } catch {
-    // the browser may already be gone
-  }
-  rmSync(userDataDir, { recursive: true, force: true });
-}
-
-async function fail(message) {
-  if (finished) return;
-  finished = true;
-  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
-  console.error(`console e2e failed after ${((Date.now() - started) / 1000).toFixed(1)} s, after steps [${steps.join(", ")}]: ${message}${errors}`);
-  await cleanup();
-  process.exit(1);
-}
-
-const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
-
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
-
-function step(name) {
-  steps.push(name);
-}
-
-function watch(page, label) {
-  page.on("pageerror", (err) => pageErrors.push(`${label}: ${err.message}`));
-  page.on("console", (msg) => {
-    // RPCs the flow makes fail on purpose (a bad upload, a bad rule) log failed requests.
-    if (msg.type() === "error" && !/Failed to load resource|net::ERR_FAILED/.test(msg.text())) {
-      pageErrors.push(`${label} console: ${msg.text()}`);
-    }
-  });
-}
-
-async function until(page, ms, what, fn) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) {
-      const body = await page.evaluate(() => document.body.innerText.slice(0, 600)).catch(() => "");
-      throw new Error(`${what}; page says: ${JSON.stringify(body)}`);
-    }
-    await page.waitForTimeout(100);
-  }
-}
-
-const text = (page, sel) => page.evaluate((s) => document.querySelector(s)?.textContent ?? "", sel);
 const frames = (page) => page.evaluate(() => window.ludus?.framesDrawn ?? 0);
-
-async function section(page, name, title) {
-  await page.getByRole("link", { name: title, exact: true }).click();
-  await until(page, 5000, `section ${name} did not open`, async () =>
-    (await page.evaluate(() => location.hash)) === `#${name}` && (await text(page, "#view-title")) === title);
-}
 
 async function signIn(page, key, operator = "") {
   await page.fill("#tenant", tenant);
@@ -106,20 +48,6 @@ async function signIn(page, key, operator = "") {
   await page.getByRole("button", { name: "Sign in" }).click();
   await until(page, 10_000, "sign-in did not open the console", () => page.isVisible("#sections"));
 }
-
-/** The row of a table in `box` with a cell (or a shortened id's full text) equal to `needle`, as cell texts. */
-function row(page, box, needle) {
-  return page.evaluate(([b, n]) => {
-    for (const tr of document.querySelectorAll(`${b} tbody tr`)) {
-      const cells = [...tr.cells].map((c) => c.textContent);
-      if (cells.includes(n) || [...tr.querySelectorAll("[title]")].some((e) => e.title === n)) return cells;
-    }
-    return null;
-  }, [box, needle]);
-}
-
-/** Whether the page scrolls sideways (it must not, at any width). */
-const sideways = (page) => page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth);
 
 async function consoleFlow(page) {
   const out = {};
@@ -341,16 +269,9 @@ async function consoleFlow(page) {
   return { game, ...out };
 }
 
-try {
-  context = await launchChromium(userDataDir, { viewport: { width: 1280, height: 900 } });
-  const page = context.pages()[0] ?? (await context.newPage());
+await h.run(async () => {
+  context = await h.persistentContext("ludus-console-", { viewport: { width: 1280, height: 900 } });
+  const page = await firstPage(context);
   watch(page, "console");
-  const result = await consoleFlow(page);
-  clearTimeout(deadline);
-  finished = true;
-  console.log(JSON.stringify({ ok: true, ...result, ms: Date.now() - started }));
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
-}
+  return consoleFlow(page);
+});

@@ -19,71 +19,36 @@
 // Screenshot: ARTIFACTS_DIR/find-match.png (party flow: the invite and the search).
 
 import { join } from "node:path";
-import { launchBrowser } from "./chromium.mjs";
+import { FAILED_REQUESTS, harness } from "./harness.mjs";
 
 const TOTAL_MS = 120_000;
 const FLOWS = ["four", "party", "cancel"];
 
 const [base, artifacts, flow] = process.argv.slice(2);
-if (!base || !artifacts || !FLOWS.includes(flow)) {
-  console.error(`usage: node e2e/findmatch.mjs BASE_URL ARTIFACTS_DIR ${FLOWS.join("|")}`);
-  process.exit(2);
-}
-
-const started = Date.now();
-const pageErrors = [];
+const h = harness({
+  name: `find-match e2e (${flow})`,
+  usage: `node e2e/findmatch.mjs BASE_URL ARTIFACTS_DIR ${FLOWS.join("|")}`,
+  argsOk: Boolean(base && artifacts && FLOWS.includes(flow)),
+  totalMs: TOTAL_MS,
+  ignoreConsole: FAILED_REQUESTS,
+  describe: async (page) => {
+    const said = await page.evaluate(() => ({
+      find: document.getElementById("find-note")?.textContent ?? "",
+      search: document.getElementById("search-text")?.textContent ?? "",
+      status: document.querySelector("#status .message")?.textContent ?? "",
+      route: window.ludus?.route() ?? "",
+    })).catch(() => ({}));
+    return `; page: ${JSON.stringify(said)}`;
+  },
+});
+const { check, until } = h;
 let browser;
-let finished = false;
-
-async function cleanup() {
-  try {
-    await Promise.race([browser?.close(), new Promise((r) => setTimeout(r, 5000))]);
-  } catch {
-    // the browser may already be gone
-  }
-}
-
-async function fail(message) {
-  if (finished) return;
-  finished = true;
-  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
-  console.error(`find-match e2e (${flow}) failed after ${((Date.now() - started) / 1000).toFixed(1)} s: ${message}${errors}`);
-  await cleanup();
-  process.exit(1);
-}
-
-const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
-
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
-
-async function until(page, ms, what, fn) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) {
-      const said = await page.evaluate(() => ({
-        find: document.getElementById("find-note")?.textContent ?? "",
-        search: document.getElementById("search-text")?.textContent ?? "",
-        status: document.querySelector("#status .message")?.textContent ?? "",
-        route: window.ludus?.route() ?? "",
-      })).catch(() => ({}));
-      throw new Error(`${what}; page: ${JSON.stringify(said)}`);
-    }
-    await page.waitForTimeout(100);
-  }
-}
 
 /** A player: a browser context of its own (own sessionStorage, own connections). */
 async function player(label, href = new URL("/", base).href) {
   const context = await browser.newContext({ viewport: { width: 1100, height: 900 } });
   const page = await context.newPage();
-  page.on("pageerror", (err) => pageErrors.push(`${label}: ${err.message}`));
-  page.on("console", (msg) => {
-    if (msg.type() === "error" && !/Failed to load resource|net::ERR_FAILED/.test(msg.text())) pageErrors.push(`${label} console: ${msg.text()}`);
-  });
+  h.watch(page, label);
   const res = await page.goto(href, { waitUntil: "load", timeout: 15_000 });
   check(res?.ok(), `GET ${href}: HTTP ${res?.status()}`);
   await page.fill("#name", label);
@@ -204,15 +169,9 @@ async function cancelFlow() {
   return { first, again };
 }
 
-try {
-  browser = await launchBrowser();
+await h.run(async () => {
+  browser = await h.browser();
   const out = await { four: fourFlow, party: partyFlow, cancel: cancelFlow }[flow]();
-  check(!pageErrors.length, "errors in the pages");
-  clearTimeout(deadline);
-  finished = true;
-  console.log(JSON.stringify({ ok: true, flow, ...out, ms: Date.now() - started }));
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
-}
+  check(!h.pageErrors.length, "errors in the pages");
+  return { flow, ...out };
+});

@@ -10,53 +10,25 @@
 // page shows its result (who won, the scores) in words. Prints a JSON summary and
 // exits 0, or prints the failure and exits 1. Screenshot: ARTIFACTS_DIR/first-hour.png.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { launchChromium } from "./chromium.mjs";
+import { firstPage, harness } from "./harness.mjs";
 
 const TOTAL_MS = 90_000;
 const [base, artifacts, gameId, title] = process.argv.slice(2);
-if (!base || !artifacts || !gameId || !title) {
-  console.error("usage: node e2e/firsthour.mjs BASE_URL ARTIFACTS_DIR GAME_ID TITLE");
-  process.exit(2);
-}
-
-const started = Date.now();
-const dirs = [];
-const contexts = [];
-const pageErrors = [];
-
-async function cleanup() {
-  for (const c of contexts) await Promise.race([c.close().catch(() => {}), new Promise((r) => setTimeout(r, 5000))]);
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-}
-
-async function fail(message) {
-  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
-  console.error(`first-hour e2e failed after ${((Date.now() - started) / 1000).toFixed(1)} s: ${message}${errors}`);
-  await cleanup();
-  process.exit(1);
-}
-
-setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
-
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
-
-async function until(page, ms, what, fn) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) {
-      const msg = await page.evaluate(() => document.querySelector("#status .message")?.textContent ?? "").catch(() => "");
-      throw new Error(`${what}; status: ${msg}`);
-    }
-    await page.waitForTimeout(100);
-  }
-}
+const h = harness({
+  name: "first-hour e2e",
+  usage: "node e2e/firsthour.mjs BASE_URL ARTIFACTS_DIR GAME_ID TITLE",
+  argsOk: Boolean(base && artifacts && gameId && title),
+  totalMs: TOTAL_MS,
+  firstLine: false,
+  ms: false,
+  consoleErrors: false,
+  describe: async (page) => {
+    const msg = await page.evaluate(() => document.querySelector("#status .message")?.textContent ?? "").catch(() => "");
+    return `; status: ${msg}`;
+  },
+});
+const { check, until } = h;
 
 /** A hash of the canvas, and whether it shows more than one colour. */
 function canvasState() {
@@ -73,12 +45,9 @@ function canvasState() {
 }
 
 async function player(n) {
-  const dir = mkdtempSync(join(tmpdir(), "ludus-firsthour-"));
-  dirs.push(dir);
-  const context = await launchChromium(dir, { viewport: { width: 900, height: 800 } });
-  contexts.push(context);
-  const page = context.pages()[0] ?? (await context.newPage());
-  page.on("pageerror", (err) => pageErrors.push(`player ${n}: ${err.message}`));
+  const context = await h.persistentContext("ludus-firsthour-", { viewport: { width: 900, height: 800 } });
+  const page = await firstPage(context);
+  h.watch(page, `player ${n}`);
   const u = new URL(base);
   u.hash = `game=${gameId}`;
   await page.goto(u.href, { waitUntil: "load", timeout: 15_000 });
@@ -91,7 +60,7 @@ async function player(n) {
   return page;
 }
 
-try {
+await h.run(async () => {
   const pages = [await player(1), await player(2)];
   for (const [i, page] of pages.entries()) {
     await until(page, 5000, `player ${i + 1}: the module's metadata never reached the page`, () =>
@@ -129,10 +98,6 @@ try {
     results.push(msg);
   }
   await pages[0].screenshot({ path: join(artifacts, "first-hour.png") });
-  check(pageErrors.length === 0, `page errors: ${pageErrors.join(" | ")}`);
-  console.log(JSON.stringify({ ok: true, seconds: (Date.now() - started) / 1000, results }));
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  await fail(err instanceof Error ? err.message : String(err));
-}
+  check(h.pageErrors.length === 0, `page errors: ${h.pageErrors.join(" | ")}`);
+  return { seconds: (Date.now() - h.started) / 1000, results };
+});

@@ -15,67 +15,23 @@
 // Prints a one-line JSON summary and exits 0, or prints the failure and exits 1.
 // Screenshots: ARTIFACTS_DIR/history-*.png.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { launchChromium } from "./chromium.mjs";
+import { FAILED_REQUESTS, firstPage, harness } from "./harness.mjs";
 
 const TOTAL_MS = 120_000;
 const [base, artifacts] = process.argv.slice(2);
 const { LUDUS_TENANT: tenant, LUDUS_EMAIL: email, LUDUS_PASSWORD: password, LUDUS_ACCOUNT: account } = process.env;
-if (!base || !artifacts || !tenant || !email || !password || !account) {
-  console.error("usage: LUDUS_TENANT=… LUDUS_EMAIL=… LUDUS_PASSWORD=… LUDUS_ACCOUNT=… node e2e/history.mjs BASE_URL ARTIFACTS_DIR");
-  process.exit(2);
-}
-
-const started = Date.now();
-const userDataDir = mkdtempSync(join(tmpdir(), "ludus-history-"));
-const pageErrors = [];
-const steps = [];
-let context;
-let finished = false;
-
-async function cleanup() {
-  try {
-    await Promise.race([context?.close(), new Promise((r) => setTimeout(r, 5000))]);
-  } catch {
-    // the browser may already be gone
-  }
-  rmSync(userDataDir, { recursive: true, force: true });
-}
-
-async function fail(message) {
-  if (finished) return;
-  finished = true;
-  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
-  console.error(`history e2e failed after ${((Date.now() - started) / 1000).toFixed(1)} s, after steps [${steps.join(", ")}]: ${message}${errors}`);
-  await cleanup();
-  process.exit(1);
-}
-
-const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
-
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
-
-function step(name) {
-  steps.push(name);
-}
-
-async function until(page, ms, what, fn) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) {
-      const body = await page.evaluate(() => document.body.innerText.slice(0, 600)).catch(() => "");
-      throw new Error(`${what}; page says: ${JSON.stringify(body)}`);
-    }
-    await page.waitForTimeout(150);
-  }
-}
+const h = harness({
+  name: "history e2e",
+  usage: "LUDUS_TENANT=… LUDUS_EMAIL=… LUDUS_PASSWORD=… LUDUS_ACCOUNT=… node e2e/history.mjs BASE_URL ARTIFACTS_DIR",
+  argsOk: Boolean(base && artifacts && tenant && email && password && account),
+  totalMs: TOTAL_MS,
+  steps: true,
+  ignoreConsole: FAILED_REQUESTS,
+  poll: 150,
+});
+const { check, until, step } = h;
 
 const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
 async function readLine(prefix) {
@@ -207,20 +163,10 @@ async function flow(page) {
   return { gameId, over, rows: 1, board: board.length, phone };
 }
 
-try {
-  context = await launchChromium(userDataDir, { viewport: { width: 1280, height: 900 } });
-  const page = context.pages()[0] ?? (await context.newPage());
-  page.on("pageerror", (err) => pageErrors.push(err.message));
-  page.on("console", (msg) => {
-    if (msg.type() === "error" && !/Failed to load resource|net::ERR_FAILED/.test(msg.text())) pageErrors.push(`console: ${msg.text()}`);
-  });
+await h.run(async () => {
+  const page = await firstPage(await h.persistentContext("ludus-history-", { viewport: { width: 1280, height: 900 } }));
+  h.watch(page);
   const result = await flow(page);
-  check(pageErrors.length === 0, `page errors: ${pageErrors.join(" | ")}`);
-  clearTimeout(deadline);
-  finished = true;
-  console.log(JSON.stringify({ ok: true, ...result, ms: Date.now() - started }));
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
-}
+  check(h.pageErrors.length === 0, `page errors: ${h.pageErrors.join(" | ")}`);
+  return result;
+});

@@ -19,11 +19,9 @@
 // Prints a one-line JSON summary and exits 0, or prints the failure and exits 1.
 // The screenshot of the locked view is ARTIFACTS_DIR/browser-mouselook-MODE.png.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { launchChromium } from "./chromium.mjs";
+import { firstPage, harness } from "./harness.mjs";
 
 const TOTAL_MS = 90_000;
 const FRAME_MS = 20_000;
@@ -32,40 +30,21 @@ const PX = 200;
 const AIM_PER_PX = 16;
 
 const [base, artifacts, mode] = process.argv.slice(2);
-if (!base || !artifacts || !["pixels", "snapshots"].includes(mode)) {
-  console.error("usage: node e2e/mouselook.mjs BASE_URL ARTIFACTS_DIR pixels|snapshots");
-  process.exit(2);
-}
-
-const started = Date.now();
-const userDataDir = mkdtempSync(join(tmpdir(), "ludus-mouse-"));
-const pageErrors = [];
-let context;
-let finished = false;
-
-async function cleanup() {
-  try {
-    await Promise.race([context?.close(), new Promise((r) => setTimeout(r, 5000))]);
-  } catch {
-    // the browser may already be gone
-  }
-  rmSync(userDataDir, { recursive: true, force: true });
-}
-
-async function fail(message) {
-  if (finished) return;
-  finished = true;
-  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
-  console.error(`mouse look e2e (${mode}) failed after ${((Date.now() - started) / 1000).toFixed(1)} s: ${message}${errors}`);
-  await cleanup();
-  process.exit(1);
-}
-
-const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
-
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
+const h = harness({
+  name: `mouse look e2e (${mode})`,
+  usage: "node e2e/mouselook.mjs BASE_URL ARTIFACTS_DIR pixels|snapshots",
+  argsOk: Boolean(base && artifacts && ["pixels", "snapshots"].includes(mode)),
+  totalMs: TOTAL_MS,
+  poll: 50,
+  describe: async (page) => {
+    const state = await page.evaluate(() => ({
+      mouse: window.ludus?.mouse, aim: window.ludus?.aim, payload: window.ludus?.inputPayload,
+      message: document.querySelector("#status .message")?.textContent ?? "",
+    })).catch(() => ({}));
+    return `; page: ${JSON.stringify(state)}`;
+  },
+});
+const { check, until } = h;
 
 const lines = createInterface({ input: process.stdin });
 const queue = [];
@@ -77,22 +56,6 @@ async function ask(line, want) {
   console.log(line);
   const got = queue.length ? queue.shift() : await new Promise((r) => waiting.push(r));
   check(got === want, `after "${line}" the driver said "${got}"`);
-}
-
-async function until(page, ms, what, fn) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) {
-      const state = await page.evaluate(() => ({
-        mouse: window.ludus?.mouse, aim: window.ludus?.aim, payload: window.ludus?.inputPayload,
-        message: document.querySelector("#status .message")?.textContent ?? "",
-      })).catch(() => ({}));
-      throw new Error(`${what}; page: ${JSON.stringify(state)}`);
-    }
-    await page.waitForTimeout(50);
-  }
 }
 
 function hooks(page) {
@@ -109,13 +72,9 @@ function hooks(page) {
   });
 }
 
-try {
-  context = await launchChromium(userDataDir, { viewport: { width: 1280, height: 900 } });
-  const page = context.pages()[0] ?? (await context.newPage());
-  page.on("pageerror", (err) => pageErrors.push(err.message));
-  page.on("console", (msg) => {
-    if (msg.type() === "error") pageErrors.push(`console: ${msg.text()}`);
-  });
+await h.run(async () => {
+  const page = await firstPage(await h.persistentContext("ludus-mouse-", { viewport: { width: 1280, height: 900 } }));
+  h.watch(page);
   const start = new URL(base);
   start.searchParams.set("delivery", mode);
   start.searchParams.set("bots", "0"); // nobody shoots the player: its heading is the mouse's alone
@@ -194,12 +153,6 @@ try {
   check((await hooks(page)).payload.length === 1, "the mouse moved the aim after release");
   await ask("RELEASED", "ok");
 
-  clearTimeout(deadline);
-  finished = true;
   lines.close();
-  console.log(JSON.stringify({ ok: true, mode, gameId, slot, lock, aim: want, firingPayload: firing.payload, ms: Date.now() - started }));
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
-}
+  return { mode, gameId, slot, lock, aim: want, firingPayload: firing.payload };
+});

@@ -19,10 +19,7 @@
 // Emulation.setCPUThrottlingRate, as DevTools' "4x slowdown"), for a figure closer
 // to a phone's.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { launchChromium } from "./chromium.mjs";
+import { firstPage, harness } from "./harness.mjs";
 
 const TOTAL_MS = 90_000;
 
@@ -31,50 +28,14 @@ const frames = Number.parseInt(framesArg, 10);
 const slowdown = Number.parseFloat(slowArg);
 const mode = variant === "snapshots" ? "snapshots" : "pixels";
 const decodeOn = variant === "pixels" ? "worker" : "main";
-if (!base || !["pixels", "snapshots", "pixels-main"].includes(variant) || !(frames > 0) || !(slowdown >= 1)) {
-  console.error("usage: node e2e/perf.mjs BASE_URL pixels|snapshots|pixels-main [FRAMES] [CPU_SLOWDOWN]");
-  process.exit(2);
-}
-
-const started = Date.now();
-const userDataDir = mkdtempSync(join(tmpdir(), "ludus-perf-"));
-const pageErrors = [];
-let context;
-let finished = false;
-
-async function cleanup() {
-  try {
-    await Promise.race([context?.close(), new Promise((r) => setTimeout(r, 5000))]);
-  } catch {
-    // the browser may already be gone
-  }
-  rmSync(userDataDir, { recursive: true, force: true });
-}
-
-async function fail(message) {
-  if (finished) return;
-  finished = true;
-  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
-  console.error(`perf e2e (${variant}) failed after ${((Date.now() - started) / 1000).toFixed(1)} s: ${message}${errors}`);
-  await cleanup();
-  process.exit(1);
-}
-
-const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
-
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
-
-async function until(page, ms, what, fn) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(what);
-    await page.waitForTimeout(100);
-  }
-}
+const h = harness({
+  name: `perf e2e (${variant})`,
+  usage: "node e2e/perf.mjs BASE_URL pixels|snapshots|pixels-main [FRAMES] [CPU_SLOWDOWN]",
+  argsOk: Boolean(base && ["pixels", "snapshots", "pixels-main"].includes(variant) && frames > 0 && slowdown >= 1),
+  totalMs: TOTAL_MS,
+  describe: async () => "",
+});
+const { check, until } = h;
 
 const hooks = (page) =>
   page.evaluate(() => {
@@ -85,13 +46,10 @@ const hooks = (page) =>
     };
   });
 
-try {
-  context = await launchChromium(userDataDir, { viewport: { width: 1280, height: 900 } });
-  const page = context.pages()[0] ?? (await context.newPage());
-  page.on("pageerror", (err) => pageErrors.push(err.message));
-  page.on("console", (msg) => {
-    if (msg.type() === "error") pageErrors.push(`console: ${msg.text()}`);
-  });
+await h.run(async () => {
+  const context = await h.persistentContext("ludus-perf-", { viewport: { width: 1280, height: 900 } });
+  const page = await firstPage(context);
+  h.watch(page);
   if (slowdown > 1) {
     const cdp = await context.newCDPSession(page);
     await cdp.send("Emulation.setCPUThrottlingRate", { rate: slowdown });
@@ -134,11 +92,5 @@ try {
   // one stage may read 0; the whole frame at its 95th percentile may not.
   check(c.frameMsP95 > 0, "frames took no time at all: is anything measured?");
 
-  clearTimeout(deadline);
-  finished = true;
-  console.log(JSON.stringify({ ok: true, variant, mode, decodeOn, slowdown, framesDrawn: measured.framesDrawn, costs: c, detail, ms: Date.now() - started }));
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
-}
+  return { variant, mode, decodeOn, slowdown, framesDrawn: measured.framesDrawn, costs: c, detail };
+});

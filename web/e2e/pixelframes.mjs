@@ -11,46 +11,22 @@
 // prints {"ok":true,"decodeOn":...,"frames":[{"tick":"…","sha256":"…"},…]} as one
 // line of JSON. Exits 1 on failure.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { launchChromium } from "./chromium.mjs";
+import { firstPage, harness } from "./harness.mjs";
 
 const TOTAL_MS = 100_000;
 const [base, gameId, decode] = process.argv.slice(2);
-if (!base || !gameId || !["worker", "main"].includes(decode)) {
-  console.error("usage: node e2e/pixelframes.mjs BASE_URL GAME_ID worker|main");
-  process.exit(2);
-}
+const h = harness({
+  name: `pixel frames (${decode})`,
+  usage: "node e2e/pixelframes.mjs BASE_URL GAME_ID worker|main",
+  argsOk: Boolean(base && gameId && ["worker", "main"].includes(decode)),
+  totalMs: TOTAL_MS,
+  elapsed: false,
+  ms: false,
+});
 
-const userDataDir = mkdtempSync(join(tmpdir(), "ludus-pixframes-"));
-const pageErrors = [];
-let context;
-
-async function cleanup() {
-  try {
-    await Promise.race([context?.close(), new Promise((r) => setTimeout(r, 5000))]);
-  } catch {
-    // the browser may already be gone
-  }
-  rmSync(userDataDir, { recursive: true, force: true });
-}
-
-async function fail(message) {
-  console.error(`pixel frames (${decode}) failed: ${message}${pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : ""}`);
-  await cleanup();
-  process.exit(1);
-}
-
-const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
-
-try {
-  context = await launchChromium(userDataDir);
-  const page = context.pages()[0] ?? (await context.newPage());
-  page.on("pageerror", (err) => pageErrors.push(err.message));
-  page.on("console", (msg) => {
-    if (msg.type() === "error") pageErrors.push(`console: ${msg.text()}`);
-  });
+await h.run(async () => {
+  const page = await firstPage(await h.persistentContext("ludus-pixframes-"));
+  h.watch(page);
   const url = new URL(base);
   url.searchParams.set("delivery", "pixels");
   if (decode === "main") url.searchParams.set("decode", "main");
@@ -74,10 +50,5 @@ try {
     frames.push({ tick: f.tick, sha256: f.sha256 });
     await page.waitForTimeout(150);
   }
-  clearTimeout(deadline);
-  console.log(JSON.stringify({ ok: true, decodeOn: on[0], frames }));
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
-}
+  return { decodeOn: on[0], frames };
+});

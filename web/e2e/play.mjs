@@ -17,49 +17,24 @@
 // page's test hooks (window.ludus): mode, frames drawn, the median render time per
 // frame and the SHA-256 and tick of the last indexed8 frame drawn.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { launchChromium } from "./chromium.mjs";
+import { firstPage, harness } from "./harness.mjs";
 
 const TOTAL_MS = 60_000;
 const FRAME_MS = 20_000;
 const CHANGE_MS = 8_000;
 
 const [base, shot, mode = ""] = process.argv.slice(2);
-if (!base || !shot || !["", "pixels", "snapshots"].includes(mode)) {
-  console.error("usage: node e2e/play.mjs BASE_URL SCREENSHOT.png [pixels|snapshots]");
-  process.exit(2);
-}
+const h = harness({
+  name: "e2e",
+  usage: "node e2e/play.mjs BASE_URL SCREENSHOT.png [pixels|snapshots]",
+  argsOk: Boolean(base && shot && ["", "pixels", "snapshots"].includes(mode)),
+  totalMs: TOTAL_MS,
+  describe: async (page) => `; status bar: ${JSON.stringify(await statusText(page).catch(() => ({})))}`,
+});
+const { until, watch } = h;
 /** The page to open: BASE_URL, with ?delivery=MODE when a mode is forced. */
 const start = new URL(base);
 if (mode) start.searchParams.set("delivery", mode);
-
-const started = Date.now();
-const userDataDir = mkdtempSync(join(tmpdir(), "ludus-e2e-"));
-const pageErrors = [];
-let context;
-let finished = false;
-
-async function cleanup() {
-  try {
-    await Promise.race([context?.close(), new Promise((r) => setTimeout(r, 5000))]);
-  } catch {
-    // the browser may already be gone
-  }
-  rmSync(userDataDir, { recursive: true, force: true });
-}
-
-async function fail(message) {
-  if (finished) return;
-  finished = true;
-  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
-  console.error(`e2e failed after ${((Date.now() - started) / 1000).toFixed(1)} s: ${message}${errors}`);
-  await cleanup();
-  process.exit(1);
-}
-
-const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
 
 /** In the page: whether the canvas shows anything but one colour, and an FNV-1a hash. */
 function canvasState() {
@@ -86,20 +61,6 @@ function statusText(page) {
     out.overlay = document.getElementById("overlay")?.hidden === false ? document.getElementById("overlay").textContent : "";
     return out;
   });
-}
-
-/** Polls fn() until it returns a truthy value; throws `what` and the status bar if not. */
-async function until(page, ms, what, fn) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) {
-      const status = await statusText(page).catch(() => ({}));
-      throw new Error(`${what}; status bar: ${JSON.stringify(status)}`);
-    }
-    await page.waitForTimeout(100);
-  }
 }
 
 async function firstFrame(page, label) {
@@ -141,16 +102,9 @@ async function checkMode(page, label) {
   });
 }
 
-function watch(page, label) {
-  page.on("pageerror", (err) => pageErrors.push(`${label}: ${err.message}`));
-  page.on("console", (msg) => {
-    if (msg.type() === "error") pageErrors.push(`${label} console: ${msg.text()}`);
-  });
-}
-
-try {
-  context = await launchChromium(userDataDir, { viewport: { width: 1280, height: 900 } });
-  const page = context.pages()[0] ?? (await context.newPage());
+await h.run(async () => {
+  const context = await h.persistentContext("ludus-e2e-", { viewport: { width: 1280, height: 900 } });
+  const page = await firstPage(context);
   watch(page, "play");
 
   const res = await page.goto(start.href, { waitUntil: "load", timeout: 15_000 });
@@ -191,34 +145,24 @@ try {
   const playHooks = await checkMode(page, "play page");
   await page.screenshot({ path: shot });
   const status = await statusText(page);
-  clearTimeout(deadline);
-  finished = true;
-  console.log(
-    JSON.stringify({
-      ok: true,
-      base,
-      url: start.href,
-      mode: playHooks?.mode ?? "",
-      why: playHooks?.why ?? "",
-      framesDrawn: playHooks?.framesDrawn ?? 0,
-      renderMsMedian: playHooks?.renderMsMedian ?? null,
-      renderSamples: playHooks?.renderSamples ?? 0,
-      lastFrame: playHooks?.lastFrame ?? null,
-      spectateMode: specHooks?.mode ?? "",
-      spectateRenderMsMedian: specHooks?.renderMsMedian ?? null,
-      gameId,
-      canvas: first.size,
-      firstHash: first.hash,
-      afterLeftHash: after.hash,
-      spectateHash: specFrame.hash,
-      inputAck: ack,
-      status,
-      screenshot: shot,
-      ms: Date.now() - started,
-    }),
-  );
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
-}
+  return {
+    base,
+    url: start.href,
+    mode: playHooks?.mode ?? "",
+    why: playHooks?.why ?? "",
+    framesDrawn: playHooks?.framesDrawn ?? 0,
+    renderMsMedian: playHooks?.renderMsMedian ?? null,
+    renderSamples: playHooks?.renderSamples ?? 0,
+    lastFrame: playHooks?.lastFrame ?? null,
+    spectateMode: specHooks?.mode ?? "",
+    spectateRenderMsMedian: specHooks?.renderMsMedian ?? null,
+    gameId,
+    canvas: first.size,
+    firstHash: first.hash,
+    afterLeftHash: after.hash,
+    spectateHash: specFrame.hash,
+    inputAck: ack,
+    status,
+    screenshot: shot,
+  };
+});

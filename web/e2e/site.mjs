@@ -25,67 +25,32 @@
 // Prints a one-line JSON summary and exits 0, or prints the failure and exits 1.
 // Screenshots go to ARTIFACTS_DIR/web-FLOW.png (and web-lobby.png, web-404.png).
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { launchChromium } from "./chromium.mjs";
+import { FAILED_REQUESTS, firstPage, harness } from "./harness.mjs";
 
 const TOTAL_MS = 120_000;
 const FRAME_MS = 20_000;
 
 const [base, artifacts, flow] = process.argv.slice(2);
 const FLOWS = ["meta", "session", "status", "errors", "phone"];
-if (!base || !artifacts || !FLOWS.includes(flow)) {
-  console.error(`usage: node e2e/site.mjs BASE_URL ARTIFACTS_DIR ${FLOWS.join("|")}`);
-  process.exit(2);
-}
-
-const started = Date.now();
-const userDataDir = mkdtempSync(join(tmpdir(), "ludus-site-"));
-const pageErrors = [];
+const h = harness({
+  name: `site e2e (${flow})`,
+  usage: `node e2e/site.mjs BASE_URL ARTIFACTS_DIR ${FLOWS.join("|")}`,
+  argsOk: Boolean(base && artifacts && FLOWS.includes(flow)),
+  totalMs: TOTAL_MS,
+  // Failed requests the flows cause on purpose (aborted streams, 404s) are not page errors.
+  ignoreConsole: FAILED_REQUESTS,
+  describe: async (page) => `; status bar: ${JSON.stringify(await statusText(page).catch(() => ({})))}`,
+});
+const { check, until, watch } = h;
 let context;
-let finished = false;
-
-async function cleanup() {
-  try {
-    await Promise.race([context?.close(), new Promise((r) => setTimeout(r, 5000))]);
-  } catch {
-    // the browser may already be gone
-  }
-  rmSync(userDataDir, { recursive: true, force: true });
-}
-
-async function fail(message) {
-  if (finished) return;
-  finished = true;
-  const errors = pageErrors.length ? ` (page errors: ${pageErrors.slice(0, 5).join(" | ")})` : "";
-  console.error(`site e2e (${flow}) failed after ${((Date.now() - started) / 1000).toFixed(1)} s: ${message}${errors}`);
-  await cleanup();
-  process.exit(1);
-}
-
-const deadline = setTimeout(() => void fail(`timed out after ${TOTAL_MS / 1000} s`), TOTAL_MS);
-
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
 
 function url(params = {}, hash = "") {
   const u = new URL(base);
   for (const [k, v] of Object.entries(params)) u.searchParams.set(k, v);
   u.hash = hash;
   return u.href;
-}
-
-function watch(page, label) {
-  page.on("pageerror", (err) => pageErrors.push(`${label}: ${err.message}`));
-  page.on("console", (msg) => {
-    // Failed requests the flows cause on purpose (aborted streams, 404s) are not page errors.
-    if (msg.type() === "error" && !/Failed to load resource|net::ERR_FAILED/.test(msg.text())) {
-      pageErrors.push(`${label} console: ${msg.text()}`);
-    }
-  });
 }
 
 /**
@@ -119,19 +84,6 @@ function statusText(page) {
     out.route = window.ludus?.route() ?? "";
     return out;
   });
-}
-
-async function until(page, ms, what, fn) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) {
-      const status = await statusText(page).catch(() => ({}));
-      throw new Error(`${what}; status bar: ${JSON.stringify(status)}`);
-    }
-    await page.waitForTimeout(100);
-  }
 }
 
 /** Waits for a frame drawn after `after` frames (default: any). */
@@ -478,19 +430,13 @@ async function phoneFlow(page) {
   return { pad, clipboard: clip, table };
 }
 
-try {
+await h.run(async () => {
   const phone = flow === "phone";
-  context = await launchChromium(userDataDir, phone
+  context = await h.persistentContext("ludus-site-", phone
     ? { viewport: { width: 390, height: 844 }, hasTouch: true, isMobile: true, deviceScaleFactor: 2 }
     : { viewport: { width: 1280, height: 900 } });
-  const page = context.pages()[0] ?? (await context.newPage());
+  const page = await firstPage(context);
   watch(page, flow);
   const result = await { meta: metaFlow, session: sessionFlow, status: statusFlow, errors: errorsFlow, phone: phoneFlow }[flow](page);
-  clearTimeout(deadline);
-  finished = true;
-  console.log(JSON.stringify({ ok: true, flow, ...result, ms: Date.now() - started }));
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  await fail(err instanceof Error ? err.message.split("\n")[0] : String(err));
-}
+  return { flow, ...result };
+});
