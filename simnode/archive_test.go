@@ -19,6 +19,7 @@ import (
 	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/internal/wasmtest"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -26,17 +27,10 @@ import (
 // result of ticks ticks.
 func endingModule(ticks int) []byte {
 	result := fmt.Sprintf(`{"ended":true,"ticks":%d,"players":[]}`, ticks)
-	funcs := []wfunc{
-		{export: "ludus_abi_version", results: []byte{tI32}, body: i32const(1)},
-		{export: "ludus_meta", results: []byte{tI64}, body: i64const(int64(1024)<<32 | int64(len(hostileMeta)))},
-		{export: "ludus_buffer", params: []byte{tI32}, results: []byte{tI32}, body: i32const(4096)},
-		{export: "ludus_init", params: []byte{tI64, tI32}, results: []byte{tI32}, body: i32const(0)},
-		{export: "ludus_step", params: []byte{tI32}, results: []byte{tI32}, body: i32const(1)},
-		{export: "ludus_view", params: []byte{tI32}, results: []byte{tI64}, body: i64const(0)},
-		{export: "ludus_state_hash", results: []byte{tI64}, body: i64const(42)},
-		{export: "ludus_result", results: []byte{tI64}, body: i64const(int64(1024+len(hostileMeta))<<32 | int64(len(result)))},
-	}
-	return wmodule{funcs: funcs, memoryPages: 1, exportMemory: true, data: []byte(hostileMeta + result)}.bytes()
+	funcs := wasmtest.ABIFuncs(wasmtest.HostileMetaBody())
+	wasmtest.SetBody(funcs, "ludus_step", wasmtest.I32Const(1))
+	wasmtest.SetBody(funcs, "ludus_result", wasmtest.I64Const(int64(wasmtest.DataAddr+len(wasmtest.HostileMeta))<<32|int64(len(result))))
+	return wasmtest.Module{Funcs: funcs, MemoryPages: 1, ExportMemory: true, Data: []byte(wasmtest.HostileMeta + result)}.Bytes()
 }
 
 // TestArchiveKeepsReason runs a failing and an ending match on a node that
@@ -68,7 +62,7 @@ func TestArchiveKeepsReason(t *testing.T) {
 	// The games run in the tenant whose admin key reads them back.
 	tenantID, key := ck.Msg.Tenant.Id, ck.Msg.AdminKey
 
-	runaway := hostile("ludus_step", cat(spin, i32const(0)))
+	runaway := wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Spin, wasmtest.I32Const(0)))
 	ending := endingModule(1)
 	builds := map[string]string{}
 	for name, wasm := range map[string][]byte{"runaway": runaway, "ending": ending} {

@@ -16,6 +16,7 @@ import (
 
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/games/builtin"
+	"ludus.dev/ludus/internal/wasmtest"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -39,14 +40,14 @@ func TestIsolation(t *testing.T) {
 		watch      bool // a spectator, so ludus_view is called
 		group      int  // cases of a group run at once
 	}{
-		{"runaway step", "exceeded its CPU deadline at tick 0", hostile("ludus_step", cat(spin, i32const(0))), false, 0},
-		{"runaway step 2", "exceeded its CPU deadline at tick 0", hostile("ludus_step", cat(i32const(0), []byte{0x1a}, spin, i32const(0))), false, 0},
-		{"runaway view", "exceeded its CPU deadline at tick", hostile("ludus_view", cat(spin, i64const(0))), true, 1},
-		{"trap", "crashed (wasm error: unreachable", hostile("ludus_step", []byte{0x00}), false, 1},
+		{"runaway step", "exceeded its CPU deadline at tick 0", wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Spin, wasmtest.I32Const(0))), false, 0},
+		{"runaway step 2", "exceeded its CPU deadline at tick 0", wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.I32Const(0), []byte{0x1a}, wasmtest.Spin, wasmtest.I32Const(0))), false, 0},
+		{"runaway view", "exceeded its CPU deadline at tick", wasmtest.Hostile("ludus_view", wasmtest.Cat(wasmtest.Spin, wasmtest.I64Const(0))), true, 1},
+		{"trap", "crashed (wasm error: unreachable", wasmtest.Hostile("ludus_step", []byte{0x00}), false, 1},
 		// Slow to stop (the engine notices the deadline only at its next fuel
 		// refill, after growing memory or the stack): one at a time.
-		{"memory bomb", "crashed (wasm error: unreachable", hostile("ludus_step", cat(bomb, []byte{0x00}, i32const(0))), false, 2},
-		{"deep recursion", "at tick 0", hostile("ludus_step", cat([]byte{0x10, 0x08}, i32const(0)), deepFunc), false, 3},
+		{"memory bomb", "crashed (wasm error: unreachable", wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Bomb, []byte{0x00}, wasmtest.I32Const(0))), false, 2},
+		{"deep recursion", "at tick 0", wasmtest.Hostile("ludus_step", wasmtest.Cat([]byte{0x10, 0x08}, wasmtest.I32Const(0)), wasmtest.DeepFunc), false, 3},
 	}
 	mods := mapModules{arenaID: builtin.Arena}
 	for _, c := range cases {

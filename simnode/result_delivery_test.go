@@ -21,31 +21,26 @@ import (
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/internal/wasmtest"
 )
 
-// countingModule is a valid module (hostileMeta: 30 Hz, 2 players) whose
+// countingModule is a valid module (wasmtest.HostileMeta: 30 Hz, 2 players) whose
 // match ends at tick ticks with a fixed result: slot 0 scored 7 and earned 5
 // coins. It counts its ticks at address 0 of its memory.
 func countingModule(ticks int32) []byte {
 	result := fmt.Sprintf(`{"ended":true,"ticks":%d,"winner":0,"players":[{"slot":0,"score":7,"coins":5}]}`, ticks)
 	load := []byte{0x28, 0x02, 0x00}  // i32.load align=4 offset=0
 	store := []byte{0x36, 0x02, 0x00} // i32.store align=4 offset=0
-	step := cat(
-		i32const(0), i32const(0), load, i32const(1), []byte{0x6a}, store, // mem[0]++
-		i32const(0), load, i32const(ticks), []byte{0x4e}, // mem[0] >= ticks: ended
+	step := wasmtest.Cat(
+		wasmtest.I32Const(0), wasmtest.I32Const(0), load, wasmtest.I32Const(1), []byte{0x6a}, store, // mem[0]++
+		wasmtest.I32Const(0), load, wasmtest.I32Const(ticks), []byte{0x4e}, // mem[0] >= ticks: ended
 	)
-	funcs := []wfunc{
-		{export: "ludus_abi_version", results: []byte{tI32}, body: i32const(1)},
-		{export: "ludus_meta", results: []byte{tI64}, body: i64const(int64(1024)<<32 | int64(len(hostileMeta)))},
-		{export: "ludus_buffer", params: []byte{tI32}, results: []byte{tI32}, body: i32const(4096)},
-		{export: "ludus_init", params: []byte{tI64, tI32}, results: []byte{tI32}, body: i32const(0)},
-		{export: "ludus_step", params: []byte{tI32}, results: []byte{tI32}, body: step},
-		{export: "ludus_view", params: []byte{tI32}, results: []byte{tI64}, body: i64const(0)},
-		// The state hash is the tick count, so a replay checks something.
-		{export: "ludus_state_hash", results: []byte{tI64}, body: cat(i32const(0), load, []byte{0xad})}, // i64.extend_i32_u
-		{export: "ludus_result", results: []byte{tI64}, body: i64const(int64(1024+len(hostileMeta))<<32 | int64(len(result)))},
-	}
-	return wmodule{funcs: funcs, memoryPages: 1, exportMemory: true, data: []byte(hostileMeta + result)}.bytes()
+	funcs := wasmtest.ABIFuncs(wasmtest.HostileMetaBody())
+	wasmtest.SetBody(funcs, "ludus_step", step)
+	// The state hash is the tick count, so a replay checks something.
+	wasmtest.SetBody(funcs, "ludus_state_hash", wasmtest.Cat(wasmtest.I32Const(0), load, []byte{0xad})) // i64.extend_i32_u
+	wasmtest.SetBody(funcs, "ludus_result", wasmtest.I64Const(int64(wasmtest.DataAddr+len(wasmtest.HostileMeta))<<32|int64(len(result))))
+	return wasmtest.Module{Funcs: funcs, MemoryPages: 1, ExportMemory: true, Data: []byte(wasmtest.HostileMeta + result)}.Bytes()
 }
 
 // resultEnv is a real backend (SQLite, over HTTP) with a tenant whose result

@@ -9,6 +9,7 @@ import (
 
 	"ludus.dev/ludus/games/builtin"
 	"ludus.dev/ludus/internal/testenv"
+	"ludus.dev/ludus/internal/wasmtest"
 	"ludus.dev/ludus/sdk/abi"
 )
 
@@ -185,10 +186,10 @@ func TestInputChangesView(t *testing.T) {
 func TestRejectsBadModules(t *testing.T) {
 	e := newEngine(t)
 	ctx := context.Background()
-	goodMeta := abiFuncs(i64const(0))
+	goodMeta := wasmtest.ABIFuncs(wasmtest.I64Const(0))
 	withImport := func(mod, name string) []byte {
-		return wmodule{imports: []wimport{{module: mod, name: name, params: []byte{tI32}, results: []byte{tI32}}},
-			funcs: goodMeta, memoryPages: 1, exportMemory: true}.bytes()
+		return wasmtest.Module{Imports: []wasmtest.Import{{Module: mod, Name: name, Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32}}},
+			Funcs: goodMeta, MemoryPages: 1, ExportMemory: true}.Bytes()
 	}
 	cases := []struct {
 		name string
@@ -197,17 +198,17 @@ func TestRejectsBadModules(t *testing.T) {
 	}{
 		{"garbage", []byte("this is not wasm at all"), "not a valid WebAssembly module"},
 		{"empty", nil, "not a valid WebAssembly module"},
-		{"missing exports", wmodule{funcs: goodMeta[:3], memoryPages: 1, exportMemory: true}.bytes(), "missing the required export ludus_init"},
-		{"wrong signature", wmodule{funcs: append(append([]wfunc{}, goodMeta[:7]...),
-			wfunc{export: "ludus_result", results: []byte{tI32}, body: i32const(0)}), memoryPages: 1, exportMemory: true}.bytes(), "exports ludus_result with signature () -> i32, want () -> i64"},
+		{"missing exports", wasmtest.Module{Funcs: goodMeta[:3], MemoryPages: 1, ExportMemory: true}.Bytes(), "missing the required export ludus_init"},
+		{"wrong signature", wasmtest.Module{Funcs: append(append([]wasmtest.Func{}, goodMeta[:7]...),
+			wasmtest.Func{Export: "ludus_result", Results: []byte{wasmtest.I32}, Body: wasmtest.I32Const(0)}), MemoryPages: 1, ExportMemory: true}.Bytes(), "exports ludus_result with signature () -> i32, want () -> i64"},
 		{"socket import", withImport("wasi_snapshot_preview1", "sock_accept"), "imports wasi_snapshot_preview1.sock_accept"},
 		{"file open import", withImport("wasi_snapshot_preview1", "path_open"), "path_open"},
 		{"foreign module import", withImport("env", "system"), "imports env.system"},
-		{"no memory", wmodule{funcs: goodMeta}.bytes(), `does not export its linear memory`},
-		{"bad version", wmodule{funcs: append([]wfunc{{export: "ludus_abi_version", results: []byte{tI32}, body: i32const(7)}}, goodMeta[1:]...), memoryPages: 1, exportMemory: true}.bytes(), "returned 7"},
-		{"bad meta", wmodule{funcs: goodMeta, memoryPages: 1, exportMemory: true}.bytes(), "ludus_meta returned invalid JSON"},
-		{"meta out of memory", wmodule{funcs: append([]wfunc{goodMeta[0], {export: "ludus_meta", results: []byte{tI64}, body: i64const(0x7fffff0000000100)}}, goodMeta[2:]...), memoryPages: 1, exportMemory: true}.bytes(), "outside linear memory"},
-		{"meta traps", wmodule{funcs: append([]wfunc{goodMeta[0], {export: "ludus_meta", results: []byte{tI64}, body: []byte{0x00}}}, goodMeta[2:]...), memoryPages: 1, exportMemory: true}.bytes(), "unreachable"},
+		{"no memory", wasmtest.Module{Funcs: goodMeta}.Bytes(), `does not export its linear memory`},
+		{"bad version", wasmtest.Module{Funcs: append([]wasmtest.Func{{Export: "ludus_abi_version", Results: []byte{wasmtest.I32}, Body: wasmtest.I32Const(7)}}, goodMeta[1:]...), MemoryPages: 1, ExportMemory: true}.Bytes(), "returned 7"},
+		{"bad meta", wasmtest.Module{Funcs: goodMeta, MemoryPages: 1, ExportMemory: true}.Bytes(), "ludus_meta returned invalid JSON"},
+		{"meta out of memory", wasmtest.Module{Funcs: append([]wasmtest.Func{goodMeta[0], {Export: "ludus_meta", Results: []byte{wasmtest.I64}, Body: wasmtest.I64Const(0x7fffff0000000100)}}, goodMeta[2:]...), MemoryPages: 1, ExportMemory: true}.Bytes(), "outside linear memory"},
+		{"meta traps", wasmtest.Module{Funcs: append([]wasmtest.Func{goodMeta[0], {Export: "ludus_meta", Results: []byte{wasmtest.I64}, Body: []byte{0x00}}}, goodMeta[2:]...), MemoryPages: 1, ExportMemory: true}.Bytes(), "unreachable"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -227,7 +228,7 @@ func TestRejectsBadModules(t *testing.T) {
 
 func FuzzValidate(f *testing.F) {
 	f.Add([]byte("\x00asm\x01\x00\x00\x00"))
-	f.Add(wmodule{funcs: abiFuncs(i64const(0)), memoryPages: 1, exportMemory: true}.bytes())
+	f.Add(wasmtest.Module{Funcs: wasmtest.ABIFuncs(wasmtest.I64Const(0)), MemoryPages: 1, ExportMemory: true}.Bytes())
 	e, err := New(context.Background(), Config{})
 	if err != nil {
 		f.Fatal(err)

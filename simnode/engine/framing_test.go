@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"ludus.dev/ludus/internal/wasmtest"
 )
 
 // TestValidateRefusesAllocationBombs: modules of a few hundred bytes whose
@@ -15,24 +17,24 @@ import (
 // took 17 s to refuse (FuzzValidate found it).
 func TestValidateRefusesAllocationBombs(t *testing.T) {
 	e := newEngine(t)
-	valid := wmodule{funcs: abiFuncs(i64const(0)), memoryPages: 1, exportMemory: true}.bytes()
+	valid := wasmtest.Module{Funcs: wasmtest.ABIFuncs(wasmtest.I64Const(0)), MemoryPages: 1, ExportMemory: true}.Bytes()
 	huge := []byte{0xff, 0xff, 0xff, 0xff, 0x0f} // 2^32-1
-	with := func(parts ...[]byte) []byte { return cat(append([][]byte{valid}, parts...)...) }
+	with := func(parts ...[]byte) []byte { return wasmtest.Cat(append([][]byte{valid}, parts...)...) }
 	bombs := map[string][]byte{
-		"data segments":    with(section(11, huge)),
-		"data init":        with(section(11, cat([]byte{1, 1}, huge))),
-		"custom section":   cat(valid, []byte{0}, huge, []byte("x")),
-		"custom name":      with(section(0, huge)),
-		"tables":           cat(valid[:8], section(4, huge)),
-		"types":            cat(valid[:8], section(1, huge)),
-		"type parameters":  cat(valid[:8], section(1, cat([]byte{1, 0x60}, huge))),
-		"imports":          cat(valid[:8], section(2, huge)),
-		"import name":      cat(valid[:8], section(2, cat([]byte{1}, huge))),
-		"exports":          cat(valid[:8], section(7, huge)),
-		"function bodies":  cat(valid[:8], section(10, huge)),
-		"function body":    cat(valid[:8], section(10, cat([]byte{1}, huge))),
-		"locals":           cat(valid[:8], section(10, []byte{1, 7, 2, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x7f, 1, 0x7f, 0x0b})),
-		"element segments": cat(valid[:8], section(9, huge)),
+		"data segments":    with(wasmtest.Section(11, huge)),
+		"data init":        with(wasmtest.Section(11, wasmtest.Cat([]byte{1, 1}, huge))),
+		"custom section":   wasmtest.Cat(valid, []byte{0}, huge, []byte("x")),
+		"custom name":      with(wasmtest.Section(0, huge)),
+		"tables":           wasmtest.Cat(valid[:8], wasmtest.Section(4, huge)),
+		"types":            wasmtest.Cat(valid[:8], wasmtest.Section(1, huge)),
+		"type parameters":  wasmtest.Cat(valid[:8], wasmtest.Section(1, wasmtest.Cat([]byte{1, 0x60}, huge))),
+		"imports":          wasmtest.Cat(valid[:8], wasmtest.Section(2, huge)),
+		"import name":      wasmtest.Cat(valid[:8], wasmtest.Section(2, wasmtest.Cat([]byte{1}, huge))),
+		"exports":          wasmtest.Cat(valid[:8], wasmtest.Section(7, huge)),
+		"function bodies":  wasmtest.Cat(valid[:8], wasmtest.Section(10, huge)),
+		"function body":    wasmtest.Cat(valid[:8], wasmtest.Section(10, wasmtest.Cat([]byte{1}, huge))),
+		"locals":           wasmtest.Cat(valid[:8], wasmtest.Section(10, []byte{1, 7, 2, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x7f, 1, 0x7f, 0x0b})),
+		"element segments": wasmtest.Cat(valid[:8], wasmtest.Section(9, huge)),
 		"fuzzer's export name": []byte("\x00asm\x01\x00\x00\x00\x01&\b`\x00\x01\x7f`\x00\x01~`\x01\x7f\x01\x7f`\x02~\x7f\x01\x7f`\x01\x7f\x01\x7f`\x01\x7f\x01~" +
 			"`\x00\x01~`\x00\x01~\x03\t\b\x00\x01\x02\x03\x04\x05\x06\a\a\x83\x01\xf3\xf3\xf3\xf3\x000\n0000000002\x000\n0000000007\x000\x1000000000000000\n"),
 	}
@@ -46,7 +48,7 @@ func TestValidateRefusesAllocationBombs(t *testing.T) {
 			t.Errorf("%s: refused after %v", name, took)
 		}
 	}
-	for _, m := range append(builtinModules(), valid, hostile("ludus_step", i32const(0)), exitPaths()) {
+	for _, m := range append(builtinModules(), valid, wasmtest.Hostile("ludus_step", wasmtest.I32Const(0)), exitPaths()) {
 		if err := checkFraming(m); err != nil {
 			t.Errorf("a valid module: %v", err)
 		}
@@ -63,7 +65,7 @@ func TestStartFunctionHasADeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close(context.Background())
-	wasm := hostile("ludus_step", i32const(0), wfunc{body: spin})
+	wasm := wasmtest.Hostile("ludus_step", wasmtest.I32Const(0), wasmtest.Func{Body: wasmtest.Spin})
 	// Insert a start section (function 8, the spin) before the code section.
 	r := &wreader{b: wasm, off: 8}
 	for !r.eof() {
@@ -71,7 +73,7 @@ func TestStartFunctionHasADeadline(t *testing.T) {
 		id := r.byte()
 		r.take(int(r.u32()))
 		if id == 10 {
-			wasm = cat(wasm[:at], section(8, []byte{8}), wasm[at:])
+			wasm = wasmtest.Cat(wasm[:at], wasmtest.Section(8, []byte{8}), wasm[at:])
 			break
 		}
 	}

@@ -10,46 +10,18 @@ import (
 	"time"
 
 	"ludus.dev/ludus/games/builtin"
+	"ludus.dev/ludus/internal/wasmtest"
 )
 
-// hostileMeta is valid metadata, placed at address 1024 by the data segment.
-const hostileMeta = `{"name":"hostile","tick_rate":30,"max_players":2,"frame_divisor":1,"view_format":"raw"}`
-
-// hostile returns a valid ABI v1 module whose export `which` has body instead
-// of its harmless default; extra functions follow the ABI's (their indices
-// start at 8).
-func hostile(which string, body []byte, extra ...wfunc) []byte {
-	funcs := abiFuncs(i64const(int64(1024)<<32 | int64(len(hostileMeta))))
-	for i := range funcs {
-		if funcs[i].export == which {
-			funcs[i].body = body
-		}
-	}
-	funcs = append(funcs, extra...)
-	return wmodule{funcs: funcs, memoryPages: 1, exportMemory: true, data: []byte(hostileMeta)}.bytes()
-}
-
-func cat(parts ...[]byte) []byte {
-	var out []byte
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
-}
-
+// Hostile modules of this package only (the shared ones are in wasmtest).
 var (
-	// loop ... br 0 ... end: spins forever.
-	spin = []byte{0x03, 0x40, 0x0c, 0x00, 0x0b}
-	// rec(n): if n { rec(n-1); rec(n-1) } — 2^n calls, depth n, no loop.
-	recFunc = wfunc{params: []byte{tI32}, body: []byte{
+	// rec(n): if n { rec(n-1); rec(n-1) } — 2^n calls, depth n, no loop
+	// (function 8, the first extra function of wasmtest.Hostile).
+	recFunc = wasmtest.Func{Params: []byte{wasmtest.I32}, Body: []byte{
 		0x20, 0x00, 0x04, 0x40,
 		0x20, 0x00, 0x41, 0x01, 0x6b, 0x10, 0x08,
 		0x20, 0x00, 0x41, 0x01, 0x6b, 0x10, 0x08,
 		0x0b}}
-	// deep(): deep() — unbounded recursion.
-	deepFunc = wfunc{body: []byte{0x10, 0x08}}
-	// grow 16 pages at a time until memory.grow fails.
-	bomb = []byte{0x03, 0x40, 0x41, 0x10, 0x40, 0x00, 0x41, 0x7f, 0x47, 0x0d, 0x00, 0x0b}
 	// memory.fill(0, 0, 64 KiB) forever.
 	fillSpin = []byte{0x03, 0x40, 0x41, 0x00, 0x41, 0x00, 0x41, 0x80, 0x80, 0x04, 0xfc, 0x0b, 0x00, 0x0c, 0x00, 0x0b}
 )
@@ -111,11 +83,11 @@ func TestHostileModules(t *testing.T) {
 				want     string
 				deadline bool
 			}{
-				{"trap", hostile("ludus_step", []byte{0x00}), "unreachable", false},
-				{"runaway loop", hostile("ludus_step", cat(spin, i32const(0))), "deadline", true},
-				{"runaway recursion without loops", hostile("ludus_step", cat(i32const(62), []byte{0x10, 0x08}, i32const(0)), recFunc), "deadline", true},
-				{"deep recursion", hostile("ludus_step", cat([]byte{0x10, 0x08}, i32const(0)), deepFunc), "stack overflow|deadline", false},
-				{"memory bomb", hostile("ludus_step", cat(bomb, []byte{0x00}, i32const(0))), "unreachable", false},
+				{"trap", wasmtest.Hostile("ludus_step", []byte{0x00}), "unreachable", false},
+				{"runaway loop", wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Spin, wasmtest.I32Const(0))), "deadline", true},
+				{"runaway recursion without loops", wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.I32Const(62), []byte{0x10, 0x08}, wasmtest.I32Const(0)), recFunc), "deadline", true},
+				{"deep recursion", wasmtest.Hostile("ludus_step", wasmtest.Cat([]byte{0x10, 0x08}, wasmtest.I32Const(0)), wasmtest.DeepFunc), "stack overflow|deadline", false},
+				{"memory bomb", wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Bomb, []byte{0x00}, wasmtest.I32Const(0))), "unreachable", false},
 			}
 			if mode == InterruptFuel {
 				cases = append(cases, struct {
@@ -123,7 +95,7 @@ func TestHostileModules(t *testing.T) {
 					wasm     []byte
 					want     string
 					deadline bool
-				}{"bulk memory loop", hostile("ludus_step", cat(spin[:2], fillSpin[2:], i32const(0))), "deadline", true})
+				}{"bulk memory loop", wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Spin[:2], fillSpin[2:], wasmtest.I32Const(0))), "deadline", true})
 			}
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
@@ -195,7 +167,7 @@ func TestMemoryCapPerInstance(t *testing.T) {
 	e := hostileEngine(t, InterruptFuel)
 	ctx := context.Background()
 	// Step grows until it fails and returns running; the hash is memory.size.
-	wasm := hostile("ludus_step", cat(bomb, i32const(0)))
+	wasm := wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Bomb, wasmtest.I32Const(0)))
 	for _, pages := range []uint32{0, 8, 100} {
 		inst := startHostile(t, e, wasm, InstanceOptions{MemoryLimitPages: pages})
 		if _, err := inst.Step(ctx, nil); err != nil {
@@ -225,7 +197,7 @@ func TestMemoryCapPerInstance(t *testing.T) {
 func TestRunawayOnEveryP(t *testing.T) {
 	e := hostileEngine(t, InterruptFuel)
 	ctx := context.Background()
-	wasm := hostile("ludus_step", cat(spin, i32const(0)))
+	wasm := wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Spin, wasmtest.I32Const(0)))
 	n := runtime.GOMAXPROCS(0) + 1
 	insts := make([]*Instance, n)
 	for i := range insts {
@@ -257,33 +229,33 @@ func TestRunawayOnEveryP(t *testing.T) {
 func TestGarbageReturns(t *testing.T) {
 	e := hostileEngine(t, InterruptFuel)
 	ctx := context.Background()
-	huge := i64const(int64(1024)<<32 | 0x7fffffff)
+	huge := wasmtest.I64Const(int64(1024)<<32 | 0x7fffffff)
 	t.Run("huge view", func(t *testing.T) {
-		inst := startHostile(t, e, hostile("ludus_view", huge), InstanceOptions{})
+		inst := startHostile(t, e, wasmtest.Hostile("ludus_view", huge), InstanceOptions{})
 		if _, err := inst.View(ctx, 0); err == nil || !strings.Contains(err.Error(), "outside linear memory") {
 			t.Fatalf("View: %v", err)
 		}
 	})
 	t.Run("huge result", func(t *testing.T) {
-		inst := startHostile(t, e, hostile("ludus_result", huge), InstanceOptions{})
+		inst := startHostile(t, e, wasmtest.Hostile("ludus_result", huge), InstanceOptions{})
 		if _, err := inst.Result(ctx); err == nil {
 			t.Fatal("Result accepted a slice beyond memory")
 		}
 	})
 	t.Run("bad step code", func(t *testing.T) {
-		inst := startHostile(t, e, hostile("ludus_step", i32const(7)), InstanceOptions{})
+		inst := startHostile(t, e, wasmtest.Hostile("ludus_step", wasmtest.I32Const(7)), InstanceOptions{})
 		if _, err := inst.Step(ctx, nil); err == nil || !strings.Contains(err.Error(), "returned 7") {
 			t.Fatalf("Step: %v", err)
 		}
 	})
 	t.Run("no scratch buffer", func(t *testing.T) {
-		inst := startHostile(t, e, hostile("ludus_buffer", i32const(0)), InstanceOptions{})
+		inst := startHostile(t, e, wasmtest.Hostile("ludus_buffer", wasmtest.I32Const(0)), InstanceOptions{})
 		if _, err := inst.StepEncoded(ctx, []byte{3, 0, 1, 0, 1}); err == nil || !strings.Contains(err.Error(), "no usable buffer") {
 			t.Fatalf("Step: %v", err)
 		}
 	})
 	t.Run("buffer past memory", func(t *testing.T) {
-		inst := startHostile(t, e, hostile("ludus_buffer", i32const(65530)), InstanceOptions{})
+		inst := startHostile(t, e, wasmtest.Hostile("ludus_buffer", wasmtest.I32Const(65530)), InstanceOptions{})
 		if _, err := inst.StepEncoded(ctx, []byte{3, 0, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}); err == nil {
 			t.Fatal("a buffer beyond memory was accepted")
 		}

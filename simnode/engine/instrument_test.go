@@ -8,6 +8,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"ludus.dev/ludus/games/builtin"
+	"ludus.dev/ludus/internal/wasmtest"
 )
 
 // TestInstrumentPreservesBehaviour: the arena computes the same state hashes
@@ -35,8 +36,8 @@ func TestInstrumentPreservesBehaviour(t *testing.T) {
 
 func TestInstrumentRefusesHostImports(t *testing.T) {
 	e := newEngine(t)
-	wasm := wmodule{imports: []wimport{{module: hostModule, name: hostRefill}},
-		funcs: abiFuncs(i64const(0)), memoryPages: 1, exportMemory: true}.bytes()
+	wasm := wasmtest.Module{Imports: []wasmtest.Import{{Module: hostModule, Name: hostRefill}},
+		Funcs: wasmtest.ABIFuncs(wasmtest.I64Const(0)), MemoryPages: 1, ExportMemory: true}.Bytes()
 	if _, err := e.Validate(context.Background(), wasm); err == nil || !bytes.Contains([]byte(err.Error()), []byte("reserved for the host")) {
 		t.Fatalf("Validate: %v", err)
 	}
@@ -46,15 +47,15 @@ func TestInstrumentRefusesHostImports(t *testing.T) {
 // turns into a module wazero still accepts.
 func FuzzInstrument(f *testing.F) {
 	f.Add([]byte("\x00asm\x01\x00\x00\x00"))
-	f.Add(wmodule{funcs: abiFuncs(i64const(0)), memoryPages: 1, exportMemory: true}.bytes())
-	f.Add(hostile("ludus_step", cat(spin, i32const(0))))
-	f.Add(hostile("ludus_step", cat(i32const(62), []byte{0x10, 0x08}, i32const(0)), recFunc))
-	f.Add(hostile("ludus_step", cat(spin[:2], fillSpin[2:], i32const(0))))
+	f.Add(wasmtest.Module{Funcs: wasmtest.ABIFuncs(wasmtest.I64Const(0)), MemoryPages: 1, ExportMemory: true}.Bytes())
+	f.Add(wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Spin, wasmtest.I32Const(0))))
+	f.Add(wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.I32Const(62), []byte{0x10, 0x08}, wasmtest.I32Const(0)), recFunc))
+	f.Add(wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Spin[:2], fillSpin[2:], wasmtest.I32Const(0))))
 	f.Add(exitPaths())
-	f.Add(hostile("ludus_step", cat(i32const(3), []byte{0x10, 0x08}, bytesOf(0x1a, 3), i32const(0)), shapeArity(3)))
-	f.Add(hostile("ludus_step", cat(i32const(3), []byte{0x10, 0x08}, i32const(0)), shapeIf(3, 3)))
-	f.Add(wmodule{imports: []wimport{{module: "wasi_snapshot_preview1", name: "sched_yield", results: []byte{tI32}}},
-		funcs: abiFuncs(i64const(0)), memoryPages: 1, exportMemory: true}.bytes())
+	f.Add(wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.I32Const(3), []byte{0x10, 0x08}, bytesOf(0x1a, 3), wasmtest.I32Const(0)), shapeArity(3)))
+	f.Add(wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.I32Const(3), []byte{0x10, 0x08}, wasmtest.I32Const(0)), shapeIf(3, 3)))
+	f.Add(wasmtest.Module{Imports: []wasmtest.Import{{Module: "wasi_snapshot_preview1", Name: "sched_yield", Results: []byte{wasmtest.I32}}},
+		Funcs: wasmtest.ABIFuncs(wasmtest.I64Const(0)), MemoryPages: 1, ExportMemory: true}.Bytes())
 	for _, m := range builtinModules() {
 		if len(m) < 64<<10 {
 			f.Add(m)

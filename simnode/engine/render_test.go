@@ -10,6 +10,7 @@ import (
 
 	"ludus.dev/ludus/games/arena"
 	"ludus.dev/ludus/games/builtin"
+	"ludus.dev/ludus/internal/wasmtest"
 	"ludus.dev/ludus/sdk"
 	"ludus.dev/ludus/sdk/abi"
 )
@@ -102,37 +103,37 @@ func frameBytes(w, h int) []byte {
 }
 
 var (
-	goodFrame  = i64const(frameAt<<32 | int64(abi.Indexed8HeaderSize+1))
-	wrongFrame = i64const(wrongFrameAt<<32 | int64(abi.Indexed8HeaderSize+2))
-	noFrame    = i64const(1024<<32 | 0x7fffffff)
+	goodFrame  = wasmtest.I64Const(frameAt<<32 | int64(abi.Indexed8HeaderSize+1))
+	wrongFrame = wasmtest.I64Const(wrongFrameAt<<32 | int64(abi.Indexed8HeaderSize+2))
+	noFrame    = wasmtest.I64Const(1024<<32 | 0x7fffffff)
 )
 
 // snapModule returns a valid ABI v1 module with metadata meta and, unless
 // render is nil, a ludus_render export (extra functions follow it).
-func snapModule(meta string, render *wfunc, extra ...wfunc) []byte {
+func snapModule(meta string, render *wasmtest.Func, extra ...wasmtest.Func) []byte {
 	data := make([]byte, wrongFrameAt-1024+abi.Indexed8HeaderSize+2)
 	copy(data, meta)
 	copy(data[frameAt-1024:], frameBytes(1, 1))
 	copy(data[wrongFrameAt-1024:], frameBytes(2, 1))
-	funcs := abiFuncs(i64const(int64(1024)<<32 | int64(len(meta))))
+	funcs := wasmtest.ABIFuncs(wasmtest.I64Const(int64(1024)<<32 | int64(len(meta))))
 	if render != nil {
 		r := *render
-		r.export = abi.ExportRender
+		r.Export = abi.ExportRender
 		funcs = append(funcs, r)
 	}
 	funcs = append(funcs, extra...)
-	return wmodule{funcs: funcs, memoryPages: 1, exportMemory: true, data: data}.bytes()
+	return wasmtest.Module{Funcs: funcs, MemoryPages: 1, ExportMemory: true, Data: data}.Bytes()
 }
 
 // renderFn is a ludus_render(len) -> i64 with body.
-func renderFn(body ...[]byte) *wfunc {
-	return &wfunc{params: []byte{tI32}, results: []byte{tI64}, body: cat(body...)}
+func renderFn(body ...[]byte) *wasmtest.Func {
+	return &wasmtest.Func{Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I64}, Body: wasmtest.Cat(body...)}
 }
 
 // emptyOK is a ludus_render that draws the empty snapshot (what upload
 // checks) and does other for any other: `if len == 0 { good } else { other }`.
-func emptyOK(other ...[]byte) *wfunc {
-	return renderFn([]byte{0x20, 0x00, 0x45, 0x04, tI64}, goodFrame, []byte{0x05}, cat(other...), []byte{0x0b})
+func emptyOK(other ...[]byte) *wasmtest.Func {
+	return renderFn([]byte{0x20, 0x00, 0x45, 0x04, wasmtest.I64}, goodFrame, []byte{0x05}, wasmtest.Cat(other...), []byte{0x0b})
 }
 
 // TestRenderValidation: what upload checks about ludus_render.
@@ -147,15 +148,15 @@ func TestRenderValidation(t *testing.T) {
 		{"snapshot format without ludus_render", `declares snapshot_format "test-snap-v1" but does not export ludus_render(i32) -> i64`,
 			snapModule(snapMeta, nil)},
 		{"wrong signature", "exports ludus_render with signature () -> i64, want (i32) -> i64",
-			snapModule(snapMeta, &wfunc{results: []byte{tI64}, body: goodFrame})},
+			snapModule(snapMeta, &wasmtest.Func{Results: []byte{wasmtest.I64}, Body: goodFrame})},
 		{"wrong signature without a snapshot format", "exports ludus_render with signature (i32) -> i32, want (i32) -> i64",
-			snapModule(noSnap, &wfunc{params: []byte{tI32}, results: []byte{tI32}, body: i32const(0)})},
+			snapModule(noSnap, &wasmtest.Func{Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32}, Body: wasmtest.I32Const(0)})},
 		{"empty snapshot traps", "ludus_render of an empty snapshot",
 			snapModule(snapMeta, renderFn([]byte{0x00}))},
 		{"frame of the wrong size", "drew a 2x1 frame; the module declares 1x1 views",
 			snapModule(snapMeta, renderFn(wrongFrame))},
 		{"not a frame", "not an indexed8 view",
-			snapModule(snapMeta, renderFn(i64const(1024<<32|100)))},
+			snapModule(snapMeta, renderFn(wasmtest.I64Const(1024<<32|100)))},
 		{"frame outside memory", "outside linear memory",
 			snapModule(snapMeta, renderFn(noFrame))},
 		{"snapshot format with raw views", `must render "indexed8" views`,
@@ -193,7 +194,7 @@ func TestRenderValidation(t *testing.T) {
 
 // recFunc9 is recFunc as function 9 (after the eight ABI functions and
 // ludus_render): rec(n): if n { rec(n-1); rec(n-1) }.
-var recFunc9 = wfunc{params: []byte{tI32}, body: []byte{
+var recFunc9 = wasmtest.Func{Params: []byte{wasmtest.I32}, Body: []byte{
 	0x20, 0x00, 0x04, 0x40,
 	0x20, 0x00, 0x41, 0x01, 0x6b, 0x10, 0x09,
 	0x20, 0x00, 0x41, 0x01, 0x6b, 0x10, 0x09,
@@ -209,12 +210,12 @@ func TestHostileRenderer(t *testing.T) {
 			ctx := context.Background()
 			cases := []struct {
 				name, want string
-				render     *wfunc
+				render     *wasmtest.Func
 				deadline   bool
 			}{
 				{"trap", "unreachable", emptyOK([]byte{0x00}), false},
-				{"runaway loop", "deadline", emptyOK(spin, i64const(0)), true},
-				{"runaway recursion", "deadline", emptyOK(i32const(62), []byte{0x10, 0x09}, i64const(0)), true},
+				{"runaway loop", "deadline", emptyOK(wasmtest.Spin, wasmtest.I64Const(0)), true},
+				{"runaway recursion", "deadline", emptyOK(wasmtest.I32Const(62), []byte{0x10, 0x09}, wasmtest.I64Const(0)), true},
 				{"frame outside memory", "outside linear memory", emptyOK(noFrame), false},
 				{"frame of the wrong size", "drew a 2x1 frame", emptyOK(wrongFrame), false},
 			}

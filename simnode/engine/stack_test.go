@@ -20,6 +20,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"ludus.dev/ludus/games/builtin"
+	"ludus.dev/ludus/internal/wasmtest"
 )
 
 // procStatus returns a size field of /proc/self/status (VmRSS, VmHWM) in bytes.
@@ -50,7 +51,7 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // fatDeep(): 64 v128 values live across an unbounded recursive call, the frame
 // shape with the highest real-size / cost ratio we found (about 2/3).
-func fatDeep() wfunc {
+func fatDeep() wasmtest.Func {
 	b := []byte{0x41, 0x00} // the address of the v128.store below
 	for j := 0; j < 64; j++ {
 		b = append(b, 0xfd, 0x0c)
@@ -62,7 +63,7 @@ func fatDeep() wfunc {
 	for j := 1; j < 64; j++ {
 		b = append(b, 0xfd, 0x51) // v128.xor
 	}
-	return wfunc{body: append(b, 0xfd, 0x0b, 0x04, 0x00)} // v128.store
+	return wasmtest.Func{Body: append(b, 0xfd, 0x0b, 0x04, 0x00)} // v128.store
 }
 
 // TestDeepRecursionMemory: several unbounded recursions at once (native wasm
@@ -77,15 +78,15 @@ func TestDeepRecursionMemory(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		fn   wfunc
-	}{{"tiny frames", deepFunc}, {"fat frames", fatDeep()}} {
+		fn   wasmtest.Func
+	}{{"tiny frames", wasmtest.DeepFunc}, {"fat frames", fatDeep()}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := hostileEngine(t, InterruptFuel)
 			ctx := context.Background()
 			const n = 4
 			const capPages = 16 // 1 MiB of linear memory per match
 			const perMatch = capPages*65536 + StackSlack
-			wasm := hostile("ludus_step", cat([]byte{0x10, 0x08}, i32const(0)), tc.fn)
+			wasm := wasmtest.Hostile("ludus_step", wasmtest.Cat([]byte{0x10, 0x08}, wasmtest.I32Const(0)), tc.fn)
 			insts := make([]*Instance, n)
 			for i := range insts {
 				insts[i] = startHostile(t, e, wasm, InstanceOptions{MemoryLimitPages: capPages})
@@ -136,20 +137,20 @@ func TestDeepRecursionMemory(t *testing.T) {
 // out that did not give the frame's cost back would overdraw the budget.
 func exitPaths() []byte {
 	const leaf = 8
-	extra := []wfunc{
-		{results: []byte{tI32}, body: i32const(1)},                                                                        // 8: leaf
-		{params: []byte{tI32}, results: []byte{tI32}, body: []byte{0x10, leaf}},                                           // 9: end
-		{params: []byte{tI32}, results: []byte{tI32}, body: []byte{0x10, leaf, 0x0f}},                                     // 10: return
-		{params: []byte{tI32}, results: []byte{tI32}, body: []byte{0x10, leaf, 0x0c, 0x00}},                               // 11: br 0
-		{params: []byte{tI32}, results: []byte{tI32}, body: []byte{0x10, leaf, 0x20, 0x00, 0x0d, 0x00, 0x1a, 0x41, 0x02}}, // 12: br_if 0
-		{params: []byte{tI32}, results: []byte{tI32}, body: []byte{0x10, leaf, 0x20, 0x00, 0x0e, 0x01, 0x00, 0x00}},       // 13: br_table 0 0
+	extra := []wasmtest.Func{
+		{Results: []byte{wasmtest.I32}, Body: wasmtest.I32Const(1)},                                                                       // 8: leaf
+		{Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32}, Body: []byte{0x10, leaf}},                                           // 9: end
+		{Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32}, Body: []byte{0x10, leaf, 0x0f}},                                     // 10: return
+		{Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32}, Body: []byte{0x10, leaf, 0x0c, 0x00}},                               // 11: br 0
+		{Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32}, Body: []byte{0x10, leaf, 0x20, 0x00, 0x0d, 0x00, 0x1a, 0x41, 0x02}}, // 12: br_if 0
+		{Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32}, Body: []byte{0x10, leaf, 0x20, 0x00, 0x0e, 0x01, 0x00, 0x00}},       // 13: br_table 0 0
 		// 14: two results, out by br_if 0 or return
-		{params: []byte{tI32}, results: []byte{tI32, tI64}, body: []byte{0x10, leaf, 0x42, 0x05, 0x20, 0x00, 0x0d, 0x00, 0x0f}},
+		{Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32, wasmtest.I64}, Body: []byte{0x10, leaf, 0x42, 0x05, 0x20, 0x00, 0x0d, 0x00, 0x0f}},
 		// 15: nested blocks, out by br 2 from inside
-		{params: []byte{tI32}, results: []byte{tI32}, body: []byte{0x02, 0x40, 0x02, 0x40, 0x10, leaf, 0x0c, 0x02, 0x0b, 0x0b, 0x41, 0x00}},
+		{Params: []byte{wasmtest.I32}, Results: []byte{wasmtest.I32}, Body: []byte{0x02, 0x40, 0x02, 0x40, 0x10, leaf, 0x0c, 0x02, 0x0b, 0x0b, 0x41, 0x00}},
 	}
 	// step: for n := 100000; n != 0; n-- { f(n&1) for every f }
-	step := cat(i32const(100000), []byte{0x21, 0x00, 0x03, 0x40})
+	step := wasmtest.Cat(wasmtest.I32Const(100000), []byte{0x21, 0x00, 0x03, 0x40})
 	for f := byte(9); f <= 15; f++ {
 		step = append(step, 0x20, 0x00, 0x41, 0x01, 0x71, 0x10, f, 0x1a)
 		if f == 14 {
@@ -157,7 +158,7 @@ func exitPaths() []byte {
 		}
 	}
 	step = append(step, 0x20, 0x00, 0x41, 0x01, 0x6b, 0x22, 0x00, 0x0d, 0x00, 0x0b)
-	return hostile("ludus_step", cat(step, i32const(0)), extra...)
+	return wasmtest.Hostile("ludus_step", wasmtest.Cat(step, wasmtest.I32Const(0)), extra...)
 }
 
 func stackLeft(t *testing.T, inst *Instance) int64 {
@@ -390,12 +391,12 @@ func TestFrameCostCoversWazeroFrames(t *testing.T) {
 			t.Errorf("%s: a call used %d bytes of real stack but was charged %d", name, worstA, wEst)
 		}
 	}
-	for name, f := range map[string]wfunc{
+	for name, f := range map[string]wasmtest.Func{
 		"locals": shapeLocals(200), "operand stack": shapeStack(200), "v128 constants": shapeV128(100),
 		"v128 splats": shapeSplat(100), "loop phis": shapePhi(60, 60), "if phis": shapeIf(60, 60), "results": shapeArity(300),
 	} {
-		step := cat(i32const(300), []byte{0x10, 0x08}, bytesOf(0x1a, len(f.results)), i32const(0))
-		run(name, hostile("ludus_step", step, f), func(call func(string, ...uint64)) { call("ludus_step", 0) })
+		step := wasmtest.Cat(wasmtest.I32Const(300), []byte{0x10, 0x08}, bytesOf(0x1a, len(f.Results)), wasmtest.I32Const(0))
+		run(name, wasmtest.Hostile("ludus_step", step, f), func(call func(string, ...uint64)) { call("ludus_step", 0) })
 	}
 	game := func(call func(string, ...uint64)) {
 		call("ludus_init", 1, 0)
@@ -425,9 +426,9 @@ var recTail = []byte{0x20, 0x00, 0x04, 0x40, 0x20, 0x00, 0x41, 0x01, 0x6b, 0x10,
 func setLocals(b []byte, k int) []byte {
 	for j := 1; j <= k; j++ {
 		b = append(b, 0x20, 0x00, 0xad)
-		b = append(b, i64const(int64(j))...)
+		b = append(b, wasmtest.I64Const(int64(j))...)
 		b = append(b, 0x7c, 0x21)
-		b = append(b, leb(uint32(j))...)
+		b = append(b, wasmtest.LEB(uint32(j))...)
 	}
 	return b
 }
@@ -436,33 +437,33 @@ func sumLocals(b []byte, k int) []byte {
 	b = append(b, 0x41, 0x00, 0x20, 0x01)
 	for j := 2; j <= k; j++ {
 		b = append(b, 0x20)
-		b = append(b, leb(uint32(j))...)
+		b = append(b, wasmtest.LEB(uint32(j))...)
 		b = append(b, 0x7c)
 	}
 	return append(b, 0x37, 0x03, 0x00) // i64.store
 }
 
 // k i64 locals set before the call and summed after it.
-func shapeLocals(k int) wfunc {
+func shapeLocals(k int) wasmtest.Func {
 	b := append(setLocals(nil, k), recTail...)
-	return wfunc{params: []byte{tI32}, nlocals: uint32(k), localType: tI64, body: sumLocals(b, k)}
+	return wasmtest.Func{Params: []byte{wasmtest.I32}, NLocals: uint32(k), LocalType: wasmtest.I64, Body: sumLocals(b, k)}
 }
 
 // k i64 values on the operand stack across the call.
-func shapeStack(k int) wfunc {
+func shapeStack(k int) wasmtest.Func {
 	b := []byte{0x41, 0x00}
 	for j := 1; j <= k; j++ {
 		b = append(b, 0x20, 0x00, 0xad)
-		b = append(b, i64const(int64(j))...)
+		b = append(b, wasmtest.I64Const(int64(j))...)
 		b = append(b, 0x7c)
 	}
 	b = append(b, recTail...)
 	b = append(b, bytesOf(0x7c, k-1)...)
-	return wfunc{params: []byte{tI32}, body: append(b, 0x37, 0x03, 0x00)}
+	return wasmtest.Func{Params: []byte{wasmtest.I32}, Body: append(b, 0x37, 0x03, 0x00)}
 }
 
 // k v128.const values on the operand stack across the call.
-func shapeV128(k int) wfunc {
+func shapeV128(k int) wasmtest.Func {
 	b := []byte{0x41, 0x00}
 	for j := 1; j <= k; j++ {
 		b = append(b, 0xfd, 0x0c)
@@ -474,11 +475,11 @@ func shapeV128(k int) wfunc {
 	for j := 2; j <= k; j++ {
 		b = append(b, 0xfd, 0x51)
 	}
-	return wfunc{params: []byte{tI32}, body: append(b, 0xfd, 0x0b, 0x04, 0x00)}
+	return wasmtest.Func{Params: []byte{wasmtest.I32}, Body: append(b, 0xfd, 0x0b, 0x04, 0x00)}
 }
 
 // k i8x16.splat values on the operand stack across the call.
-func shapeSplat(k int) wfunc {
+func shapeSplat(k int) wasmtest.Func {
 	b := []byte{0x41, 0x00}
 	for j := 1; j <= k; j++ {
 		b = append(b, 0x20, 0x00, 0xfd, 0x0f)
@@ -487,24 +488,24 @@ func shapeSplat(k int) wfunc {
 	for j := 2; j <= k; j++ {
 		b = append(b, 0xfd, 0x51)
 	}
-	return wfunc{params: []byte{tI32}, body: append(b, 0xfd, 0x0b, 0x04, 0x00)}
+	return wasmtest.Func{Params: []byte{wasmtest.I32}, Body: append(b, 0xfd, 0x0b, 0x04, 0x00)}
 }
 
 // modify adds local j+1 to local j, for each of l locals.
 func modify(b []byte, l int) []byte {
 	for j := 1; j <= l; j++ {
 		b = append(b, 0x20)
-		b = append(b, leb(uint32(j))...)
+		b = append(b, wasmtest.LEB(uint32(j))...)
 		b = append(b, 0x20)
-		b = append(b, leb(uint32(j%l+1))...)
+		b = append(b, wasmtest.LEB(uint32(j%l+1))...)
 		b = append(b, 0x7c, 0x21)
-		b = append(b, leb(uint32(j))...)
+		b = append(b, wasmtest.LEB(uint32(j))...)
 	}
 	return b
 }
 
 // nest loops, the innermost modifying all l locals (a phi per local per loop).
-func shapePhi(l, nest int) wfunc {
+func shapePhi(l, nest int) wasmtest.Func {
 	b := setLocals(nil, l)
 	b = append(b, bytesOf2(0x03, 0x40, nest)...)
 	b = modify(b, l)
@@ -512,11 +513,11 @@ func shapePhi(l, nest int) wfunc {
 		b = append(b, 0x20, 0x01, 0x50, 0x0d, 0x00, 0x0b) // br_if 0 when local 1 is 0: never
 	}
 	b = append(b, recTail...)
-	return wfunc{params: []byte{tI32}, nlocals: uint32(l), localType: tI64, body: sumLocals(b, l)}
+	return wasmtest.Func{Params: []byte{wasmtest.I32}, NLocals: uint32(l), LocalType: wasmtest.I64, Body: sumLocals(b, l)}
 }
 
 // nest ifs, the innermost modifying all l locals (a phi per local per if).
-func shapeIf(l, nest int) wfunc {
+func shapeIf(l, nest int) wasmtest.Func {
 	b := setLocals(nil, l)
 	for range nest {
 		b = append(b, 0x20, 0x00, 0x04, 0x40)
@@ -524,15 +525,15 @@ func shapeIf(l, nest int) wfunc {
 	b = modify(b, l)
 	b = append(b, bytesOf(0x0b, nest)...)
 	b = append(b, recTail...)
-	return wfunc{params: []byte{tI32}, nlocals: uint32(l), localType: tI64, body: sumLocals(b, l)}
+	return wasmtest.Func{Params: []byte{wasmtest.I32}, NLocals: uint32(l), LocalType: wasmtest.I64, Body: sumLocals(b, l)}
 }
 
 // r(n) returns r i64 values: zeros when n is 0, else r(n-1)'s.
-func shapeArity(r int) wfunc {
+func shapeArity(r int) wasmtest.Func {
 	b := []byte{0x20, 0x00, 0x45, 0x04, 0x40}
 	b = append(b, bytesOf2(0x42, 0x00, r)...)
 	b = append(b, 0x0f, 0x0b, 0x20, 0x00, 0x41, 0x01, 0x6b, 0x10, 0x08)
-	return wfunc{params: []byte{tI32}, results: bytesOf(tI64, r), body: b}
+	return wasmtest.Func{Params: []byte{wasmtest.I32}, Results: bytesOf(wasmtest.I64, r), Body: b}
 }
 
 func bytesOf2(a, b byte, n int) []byte {
