@@ -3,6 +3,7 @@ package clusterstate
 import (
 	"context"
 	"crypto/tls"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -13,6 +14,13 @@ import (
 // read or write cluster state; it is safe for concurrent use.
 type Client struct {
 	cli *clientv3.Client
+
+	// Made on first use, for the life of cli: the committer of the
+	// matchmaking writes (tickets.go, "Group commit") and the one watch of
+	// every party's members (PartyFollower).
+	commitOnce, hubOnce sync.Once
+	commits             *groupCommitter
+	hub                 *partyHub
 }
 
 // New wraps an etcd client (from ops/etcdserver, or one built by cmd/). Closing

@@ -200,11 +200,7 @@ func TestTicketGroupRefusesOnlyTheAccountSearching(t *testing.T) {
 	}
 	var group []*txnItem
 	for i := range 4 {
-		it, err := enqueueTxn(lease.ID(), ticketFor(tenant, fmt.Sprintf("t%d", i), fmt.Sprintf("a%d", i)), "tok")
-		if err != nil {
-			t.Fatal(err)
-		}
-		group = append(group, it)
+		group = append(group, enqueueTxn(lease.ID(), ticketFor(tenant, fmt.Sprintf("t%d", i), fmt.Sprintf("a%d", i)), "tok"))
 	}
 	state.committer().commitGroup(group)
 	var rev int64
@@ -243,11 +239,7 @@ func TestTicketGroupFailureReachesEveryCaller(t *testing.T) {
 	items := func(lease func(i int) int64) []*txnItem {
 		var group []*txnItem
 		for i := range 5 {
-			it, err := enqueueTxn(lease(i), ticketFor(tenant, uniq("t"), uniq("a")), "tok")
-			if err != nil {
-				t.Fatal(err)
-			}
-			group = append(group, it)
+			group = append(group, enqueueTxn(lease(i), ticketFor(tenant, uniq("t"), uniq("a")), "tok"))
 		}
 		return group
 	}
@@ -609,4 +601,175 @@ func TestTicketBusyRefusesNewSearches(t *testing.T) {
 	if n, _ := state.CountTickets(ctx, tenant, "m"); n != 1 {
 		t.Fatalf("%d tickets, want 1", n)
 	}
+}
+
+// A party with a free slot below taken ones (a member left): the join takes
+// the free slot, through the general transaction since the last slot is
+// taken, and the party is full again.
+func TestTicketPartyJoinFillsAHole(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("th%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	pl, err := state.GrantExpiringLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Party{Code: "HOLE23", Tenant: tenant, Mode: "m", Size: 3, Creator: "a0"}
+	if err := state.CreateParty(ctx, p, pl); err != nil {
+		t.Fatal(err)
+	}
+	join := func(acc string) (Joined, error) {
+		return state.JoinParty(ctx, lease, p, PartyMember{QueuedMember: QueuedMember{AccountID: acc, Replica: "r1", Rating: 1400,
+			RTT: map[string]float64{"eu": 30, "us": 90}}, Token: "tok-" + acc})
+	}
+	for i, acc := range []string{"a0", "a1", "a2"} {
+		if j, err := join(acc); err != nil || j.Slot != i {
+			t.Fatalf("%s: %+v %v", acc, j, err)
+		}
+	}
+	if err := state.EndSearch(ctx, tenant, "a1", "tok-a1", PartyMemberKey(tenant, p.Code, 1)); err != nil {
+		t.Fatal(err)
+	}
+	j, err := join("a3")
+	if err != nil || j.Slot != 1 || len(j.Members) != 3 {
+		t.Fatalf("a3 into the hole: %+v %v, want slot 1 of 3 members", j, err)
+	}
+	for _, m := range j.Members {
+		if m.Slot == 1 && (m.AccountID != "a3" || m.Token != "tok-a3" || m.RTT["us"] != 90 || m.Rating != 1400) {
+			t.Fatalf("slot 1 holds %+v", m)
+		}
+	}
+	if _, err := join("a4"); !errors.Is(err, ErrPartyFull) {
+		t.Fatalf("a4: %v, want ErrPartyFull", err)
+	}
+	// Neither the refused join nor the one through the general transaction
+	// left a search key of an account that is not in the party.
+	if _, err := state.Enqueue(ctx, lease, ticketFor(tenant, "solo-a4", "a4"), "tok"); err != nil {
+		t.Fatalf("a4 searching alone after a refused join: %v", err)
+	}
+}
+
+// The leader publishes the queue's size; a leader that lost its term cannot.
+func TestTicketQueueSize(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("tz%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	if _, ok, err := state.QueueSize(ctx, tenant, "m"); ok || err != nil {
+		t.Fatalf("size before any leader: %v %v", ok, err)
+	}
+	l, err := state.Campaign(ctx, lease, MatchElection(tenant, "m"), "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := state.PutQueueSize(ctx, l, lease, tenant, "m", 42); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok, err := state.QueueSize(ctx, tenant, "m"); n != 42 || !ok || err != nil {
+		t.Fatalf("size %d %v %v, want 42", n, ok, err)
+	}
+	if err := l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := state.PutQueueSize(ctx, l, lease, tenant, "m", 7); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a former leader's size: %v, want ErrNotLeader", err)
+	}
+	if n, _, _ := state.QueueSize(ctx, tenant, "m"); n != 42 {
+		t.Fatalf("size %d after a former leader's write, want 42", n)
+	}
+}
+
+// Values round-trip through the binary encoding, and values written as JSON
+// (by earlier versions) still decode.
+func TestTicketValues(t *testing.T) {
+	tk := QueuedTicket{ID: "p-1", Tenant: "acme", Mode: "ranked", Party: "ABC234", Enqueued: time.Unix(1700000000, 123456789),
+		Members: []QueuedMember{
+			{AccountID: "a1", Replica: "r1", Rating: 1523.25, RTT: map[string]float64{"eu": 20.5, "us": 95}, Slot: 0, MemberRev: 17},
+			{AccountID: "a2", Replica: "r2", Rating: 0, RTT: map[string]float64{}, Slot: 1, MemberRev: 1 << 40},
+		}}
+	same := func(a, b QueuedTicket) bool {
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		return string(ja) == string(jb) && a.Enqueued.Equal(b.Enqueued)
+	}
+	enc := encodeTicket(tk)
+	got, ok := decodeTicket([]byte(enc))
+	if !ok || !same(got, tk) {
+		t.Fatalf("ticket round trip: %+v %v, want %+v", got, ok, tk)
+	}
+	for n := range len(enc) {
+		if _, ok := decodeTicket([]byte(enc[:n])); ok {
+			t.Fatalf("a ticket cut to %d of %d bytes decodes", n, len(enc))
+		}
+	}
+	if _, ok := decodeTicket([]byte(enc + "x")); ok {
+		t.Fatal("a ticket with a byte after it decodes")
+	}
+	old, _ := json.Marshal(tk)
+	if got, ok := decodeTicket(old); !ok || !same(got, tk) {
+		t.Fatalf("ticket from JSON: %+v %v", got, ok)
+	}
+	// Members as small as they come: the decoder's bound on counts must
+	// not refuse them.
+	tiny := QueuedTicket{Enqueued: time.Unix(0, 0), Members: make([]QueuedMember, 5)}
+	for i := range tiny.Members {
+		tiny.Members[i].RTT = map[string]float64{}
+	}
+	if got, ok := decodeTicket([]byte(encodeTicket(tiny))); !ok || !same(got, tiny) {
+		t.Fatalf("ticket of empty members: %+v %v", got, ok)
+	}
+
+	pm := PartyMember{QueuedMember: tk.Members[0], Token: "tok"}
+	pm.Slot, pm.MemberRev = 0, 0 // a member's value leaves them to its key
+	if got, ok := decodePartyMemberValue([]byte(encodePartyMember(pm))); !ok || got.Token != "tok" || got.AccountID != "a1" ||
+		got.Replica != "r1" || got.Rating != 1523.25 || len(got.RTT) != 2 || got.RTT["eu"] != 20.5 {
+		t.Fatalf("party member round trip: %+v %v", got, ok)
+	}
+	oldMember, _ := json.Marshal(pm)
+	if got, ok := decodePartyMemberValue(oldMember); !ok || got.Token != "tok" || got.RTT["us"] != 95 {
+		t.Fatalf("party member from JSON: %+v %v", got, ok)
+	}
+
+	results := map[string][]byte{"a1": []byte(`{"ticket":"p-1"}`), "a2": {}}
+	if got, ok := decodeResults([]byte(encodeResults(results))); !ok || len(got) != 2 || string(got["a1"]) != `{"ticket":"p-1"}` {
+		t.Fatalf("results round trip: %q %v", got, ok)
+	}
+	oldResults, _ := json.Marshal(results)
+	if got, ok := decodeResults(oldResults); !ok || string(got["a1"]) != `{"ticket":"p-1"}` {
+		t.Fatalf("results from JSON: %q %v", got, ok)
+	}
+	for _, bad := range []string{"", "\x02", "\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"} {
+		if _, ok := decodeTicket([]byte(bad)); ok {
+			t.Fatalf("ticket %q decodes", bad)
+		}
+		if _, ok := decodeResults([]byte(bad)); ok {
+			t.Fatalf("results %q decode", bad)
+		}
+	}
+}
+
+// The decoders of stored values take any bytes without panicking, and what
+// they accept encodes back to a value that decodes the same.
+func FuzzTicketValues(f *testing.F) {
+	f.Add([]byte(encodeTicket(ticketFor("t", "id", "a"))))
+	f.Add([]byte(encodePartyMember(PartyMember{QueuedMember: ticketFor("t", "id", "a").Members[0], Token: "x"})))
+	f.Add([]byte(encodeResults(map[string][]byte{"a": []byte("r")})))
+	f.Add([]byte(`{"id":"x","members":[{"account":"a","rtt":{"eu":1}}]}`))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		if tk, ok := decodeTicket(v); ok && v[0] == valueVersion {
+			again, ok := decodeTicket([]byte(encodeTicket(tk)))
+			if !ok || again.ID != tk.ID || len(again.Members) != len(tk.Members) || !again.Enqueued.Equal(tk.Enqueued) {
+				t.Fatalf("ticket %+v re-encoded decodes as %+v %v", tk, again, ok)
+			}
+		}
+		if m, ok := decodePartyMemberValue(v); ok && v[0] == valueVersion {
+			if again, ok := decodePartyMemberValue([]byte(encodePartyMember(m))); !ok || again.Token != m.Token || again.AccountID != m.AccountID {
+				t.Fatalf("member %+v re-encoded decodes as %+v %v", m, again, ok)
+			}
+		}
+		if rs, ok := decodeResults(v); ok && v[0] == valueVersion {
+			if again, ok := decodeResults([]byte(encodeResults(rs))); !ok || len(again) != len(rs) {
+				t.Fatalf("results %q re-encoded decode as %q %v", rs, again, ok)
+			}
+		}
+	})
 }

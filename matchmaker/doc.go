@@ -32,7 +32,11 @@
 // settles it: one transaction, fenced on the leader key's create revision,
 // that compares every ticket's mod revision and every party member's slot,
 // deletes them and puts the players' results, one key per replica holding
-// some of their streams (each replica watches its own results prefix). A
+// some of their streams (each replica watches its own results prefix). The
+// leader also publishes the queue's size, at most once a second, for the
+// searching updates of the other replicas' streams (clusterstate.QueueSize):
+// etcd counting a queue's keys visits every ticket key since its last
+// compaction, deleted ones too. A
 // ticket that left or changed, or a leader that lost its term, fails the
 // whole settlement: nothing is matched twice, and since the tickets stay in
 // etcd until settled, nothing is lost when a leader dies — the next leader

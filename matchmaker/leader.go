@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"ludus.dev/ludus/clusterstate"
@@ -16,7 +17,8 @@ import (
 func (m *Matchmaker) campaign(ctx context.Context, tenant, mode string) {
 	name := clusterstate.MatchElection(tenant, mode)
 	for ctx.Err() == nil {
-		l, err := m.state.Campaign(ctx, m.currentLease(), name, m.ID())
+		lease := m.currentLease()
+		l, err := m.state.Campaign(ctx, lease, name, m.ID())
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -26,7 +28,7 @@ func (m *Matchmaker) campaign(ctx context.Context, tenant, mode string) {
 		}
 		m.setLeading(tenant, mode, true)
 		m.log.Info("leading matchmaking queue", "tenant", tenant, "mode", mode)
-		m.lead(ctx, l, tenant, mode)
+		m.lead(ctx, l, lease, tenant, mode)
 		m.setLeading(tenant, mode, false)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_ = l.Resign(rctx)
@@ -48,7 +50,16 @@ func (m *Matchmaker) setLeading(tenant, mode string, on bool) {
 type leader struct {
 	m            *Matchmaker
 	l            *clusterstate.Leadership
+	lease        *clusterstate.Lease // the one l campaigned with
 	tenant, mode string
+
+	// The queue size last published for the other replicas' searches
+	// (clusterstate.PutQueueSize; -1 for none, or a publication that
+	// failed), and when; publishing is set while a publication is in
+	// flight.
+	published   atomic.Int64
+	publishedAt time.Time // used by the lead goroutine only
+	publishing  atomic.Bool
 
 	mu sync.Mutex
 	// queue is the queue as a watch of its tickets reports it (each ticket
@@ -81,7 +92,7 @@ func newQueuedTicket(t clusterstate.QueuedTicket) *queuedTicket {
 
 // lead forms the queue's matches every Interval until the leadership is
 // lost or ctx ends.
-func (m *Matchmaker) lead(ctx context.Context, l *clusterstate.Leadership, tenant, mode string) {
+func (m *Matchmaker) lead(ctx context.Context, l *clusterstate.Leadership, lease *clusterstate.Lease, tenant, mode string) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -91,8 +102,12 @@ func (m *Matchmaker) lead(ctx context.Context, l *clusterstate.Leadership, tenan
 		case <-ctx.Done():
 		}
 	}()
-	ld := &leader{m: m, l: l, tenant: tenant, mode: mode, queue: map[string]*queuedTicket{}, inflight: map[string]int64{}}
+	ld := &leader{m: m, l: l, lease: lease, tenant: tenant, mode: mode,
+		queue: map[string]*queuedTicket{}, inflight: map[string]int64{}}
+	ld.published.Store(-1)
 	defer ld.wg.Wait()
+	m.setLeader(tenant, mode, ld)
+	defer m.setLeader(tenant, mode, nil)
 	ld.wg.Add(1)
 	go func() { defer ld.wg.Done(); m.state.WatchQueue(ctx, tenant, mode, ld.apply) }()
 	tick := time.NewTicker(m.cfg.Interval)
@@ -107,6 +122,37 @@ func (m *Matchmaker) lead(ctx context.Context, l *clusterstate.Leadership, tenan
 		case <-tick.C:
 		}
 	}
+}
+
+// size returns the queue's ticket count as the leader's watch reports it;
+// ok is false until the watch has read the queue.
+func (ld *leader) size() (n int, ok bool) {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return len(ld.queue), ld.rev != 0
+}
+
+// publishSize publishes the queue's size for the other replicas' searches
+// when it changed, at most once a second (their searches read it that
+// often), in the background: a write waiting behind others must not hold
+// up forming matches. The count is etcd's, so it goes by etcd's clock.
+func (ld *leader) publishSize(ctx context.Context, n int) {
+	if int64(n) == ld.published.Load() || time.Since(ld.publishedAt) < time.Second || !ld.publishing.CompareAndSwap(false, true) {
+		return
+	}
+	ld.published.Store(int64(n))
+	ld.publishedAt = time.Now()
+	ld.wg.Go(func() {
+		defer ld.publishing.Store(false)
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := ld.m.state.PutQueueSize(pctx, ld.l, ld.lease, ld.tenant, ld.mode, n); err != nil {
+			ld.published.Store(-1) // try again, even if the size stays
+			if ctx.Err() == nil {
+				ld.m.log.Info("cannot publish the queue size", "tenant", ld.tenant, "mode", ld.mode, "err", err)
+			}
+		}
+	})
 }
 
 // apply updates the leader's view of the queue with a change from its watch.
@@ -156,7 +202,9 @@ func (ld *leader) scan(ctx context.Context) error {
 			delete(ld.inflight, id)
 		}
 	}
+	size := len(ld.queue)
 	ld.mu.Unlock()
+	ld.publishSize(ctx, size)
 	if len(tickets) == 0 {
 		return nil
 	}

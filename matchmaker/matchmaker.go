@@ -125,6 +125,7 @@ type Matchmaker struct {
 	queues  map[string]context.CancelFunc
 	rules   map[string]queueRules // tenant/mode -> the queue's rules, as WatchMatchQueues last told
 	leading map[string]bool
+	leaders map[string]*leader // tenant/mode -> this replica's term leading the queue
 	sizes   map[string]queueSize
 
 	resultLeases, partyLeases sharedLease // leases shared by the results and the parties written meanwhile
@@ -217,7 +218,7 @@ func New(cfg Config) (*Matchmaker, error) {
 		cfg: cfg, state: cfg.State, log: cfg.Log.With("replica", cfg.ReplicaID), valid: v,
 		life: life, cancel: cancel,
 		waiters: map[string]*waiter{}, queues: map[string]context.CancelFunc{},
-		rules: map[string]queueRules{}, leading: map[string]bool{}, sizes: map[string]queueSize{},
+		rules: map[string]queueRules{}, leading: map[string]bool{}, leaders: map[string]*leader{}, sizes: map[string]queueSize{},
 	}
 	lease, err := m.state.GrantLease(life, cfg.LeaseTTL)
 	if err != nil {
@@ -346,12 +347,33 @@ func (m *Matchmaker) recordAllocate(d time.Duration) {
 	m.allocNext = (m.allocNext + 1) % allocLatencyWindow
 }
 
-// queueSize returns the queue's ticket count, read at most once a second
-// per queue by this replica.
+// setLeader records this replica's term leading a queue (nil: it ended).
+func (m *Matchmaker) setLeader(tenant, mode string, ld *leader) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ld != nil {
+		m.leaders[tenant+"/"+mode] = ld
+	} else {
+		delete(m.leaders, tenant+"/"+mode)
+	}
+}
+
+// queueSize returns the queue's ticket count: the leader's own count on the
+// replica that leads the queue; elsewhere the count the leader publishes
+// (clusterstate.QueueSize), read at most once a second per queue by this
+// replica, or, while no leader publishes one, etcd's count of the tickets,
+// which costs etcd in proportion to the queue's recent traffic.
 func (m *Matchmaker) queueSize(ctx context.Context, tenant, mode string) int {
 	key := tenant + "/" + mode
 	now := m.cfg.Now()
 	m.mu.Lock()
+	if ld := m.leaders[key]; ld != nil {
+		m.mu.Unlock()
+		if n, ok := ld.size(); ok {
+			return n
+		}
+		m.mu.Lock()
+	}
 	s, ok := m.sizes[key]
 	if ok && now.Sub(s.at) < time.Second {
 		m.mu.Unlock()
@@ -359,7 +381,10 @@ func (m *Matchmaker) queueSize(ctx context.Context, tenant, mode string) int {
 	}
 	m.sizes[key] = queueSize{n: s.n, at: now} // others use the old value meanwhile
 	m.mu.Unlock()
-	n, err := m.state.CountTickets(ctx, tenant, mode)
+	n, published, err := m.state.QueueSize(ctx, tenant, mode)
+	if err == nil && !published {
+		n, err = m.state.CountTickets(ctx, tenant, mode)
+	}
 	if err != nil {
 		return s.n
 	}

@@ -160,6 +160,7 @@ type player struct {
 	last    *ludusv1.FindMatchResponse
 	err     error
 	updates atomic.Int32
+	queue   atomic.Int32 // the queue size of the last searching update
 }
 
 func (r *replica) find(t *testing.T, tenant, account string, req *ludusv1.FindMatchRequest) *player {
@@ -182,7 +183,8 @@ func (r *replica) find(t *testing.T, tenant, account string, req *ludusv1.FindMa
 		defer stream.Close()
 		for stream.Receive() {
 			p.last = stream.Msg()
-			if p.last.GetSearching() != nil {
+			if st := p.last.GetSearching(); st != nil {
+				p.queue.Store(st.QueueSize)
 				p.updates.Add(1)
 			}
 		}
@@ -471,6 +473,35 @@ func TestTicketStreamCloseRemovesTicket(t *testing.T) {
 	// And the account may search again at once.
 	again := r.find(t, tenant, "leaver", nil)
 	again.searching(t)
+}
+
+// The queue's leader publishes its size; the streams on another replica
+// report it.
+func TestTicketQueueSizeFromTheLeader(t *testing.T) {
+	a, b := startReplica(t, &fakeAllocator{}), startReplica(t, &fakeAllocator{})
+	tenant := newTenant(t, a.state, nil)
+	waitFor(t, 10*time.Second, "a leader", func() bool { return a.m.Leading(tenant, "ranked") || b.m.Leading(tenant, "ranked") })
+	other := b
+	if b.m.Leading(tenant, "ranked") {
+		other = a
+	}
+	var ps []*player
+	for i := range 3 {
+		p := other.find(t, tenant, fmt.Sprintf("q%d", i), nil)
+		p.searching(t)
+		ps = append(ps, p)
+	}
+	waitFor(t, 10*time.Second, "the leader to publish 3 tickets", func() bool {
+		n, ok, err := other.state.QueueSize(testCtx(t, 5*time.Second), tenant, "ranked")
+		return err == nil && ok && n == 3
+	})
+	// Read at most once a second by the replica: within a few of them.
+	waitFor(t, 5*time.Second, "a stream to report 3 tickets", func() bool { return ps[0].queue.Load() == 3 })
+	ps[2].cancel()
+	waitFor(t, 10*time.Second, "the leader to publish 2 tickets", func() bool {
+		n, ok, err := other.state.QueueSize(testCtx(t, 5*time.Second), tenant, "ranked")
+		return err == nil && ok && n == 2
+	})
 }
 
 func TestTicketFailedAllocationSearchesAgain(t *testing.T) {

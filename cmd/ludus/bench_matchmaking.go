@@ -41,6 +41,7 @@ type mmFlags struct {
 	satStep         time.Duration
 	satVerify       time.Duration
 	cpuprofile      string
+	memprofile      string
 }
 
 func init() {
@@ -60,6 +61,7 @@ func init() {
 			fs.DurationVar(&f.satStep, "saturate-step", 2*time.Second, "how long each ramp step lasts")
 			fs.DurationVar(&f.satVerify, "saturate-verify", 8*time.Second, "how long the steady run that confirms a rate lasts (a quarter of it warms up)")
 			fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole process (etcd included) to this file")
+			fs.StringVar(&f.memprofile, "memprofile", "", "write an allocation profile of the whole process (etcd included) to this file at the end")
 		},
 		run: func(ctx context.Context, progress io.Writer) (map[string]any, error) {
 			if !(f.rate > 0 && f.rate <= 50_000) || f.duration <= 0 || f.duration > time.Minute || f.drain < 0 || f.drain > time.Minute ||
@@ -81,9 +83,27 @@ func init() {
 				}
 				defer pprof.StopCPUProfile()
 			}
-			return benchMatchmaking(ctx, progress, f)
+			res, err := benchMatchmaking(ctx, progress, f)
+			if err == nil && f.memprofile != "" {
+				err = writeAllocProfile(f.memprofile)
+			}
+			return res, err
 		},
 	})
+}
+
+// writeAllocProfile writes the allocations made since the process started
+// (sampled, as runtime.MemProfileRate says): what garbage collection pays for.
+func writeAllocProfile(path string) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(out, 0); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // mmBenchResult is the bench's JSON: field names are an interface.
