@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -40,6 +41,7 @@ var (
 	bbWorkers  int
 	bbPostgres string
 	bbOnly     string
+	bbProfile  string
 )
 
 // bbWant reports whether figure group g ("guest", "password", "verify",
@@ -58,6 +60,7 @@ func init() {
 			fs.DurationVar(&bbDur, "duration", 2*time.Second, "measured time per figure and store")
 			fs.IntVar(&bbWorkers, "workers", 2*runtime.GOMAXPROCS(0), "concurrent clients")
 			fs.StringVar(&bbOnly, "only", "", "comma-separated figure groups to measure: guest, password, verify, match (default all)")
+			fs.StringVar(&bbProfile, "cpuprofile", "", "write a CPU profile of this process (clients, backend, driver) while it measures PostgreSQL to this file")
 			fs.StringVar(&bbPostgres, "postgres", os.Getenv("LUDUS_BENCH_POSTGRES"), "PostgreSQL DSN (default $LUDUS_BENCH_POSTGRES); empty skips PostgreSQL")
 		},
 		run: func(ctx context.Context, progress io.Writer) (map[string]any, error) {
@@ -99,7 +102,20 @@ func benchBackend(ctx context.Context, progress io.Writer) (map[string]any, erro
 		return res, nil
 	}
 	defer cleanup()
+	if bbProfile != "" {
+		f, err := os.Create(bbProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+	}
 	figs, err = benchBackendStore(ctx, progress, "postgres", pg)
+	if bbProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	pg.Close()
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)

@@ -14,7 +14,9 @@
 // concurrent write calls share one transaction on one connection and one
 // WAL flush, each call isolated from the others' failures. Guest logins
 // are batched apart, a batch in one statement (Dialect.BatchSessions), and
-// a match report is two statements (Dialect.WritableCTEs).
+// a match report is two statements (Dialect.WritableCTEs); the match
+// reports of a group commit send their statements together, with the
+// transaction's BEGIN and COMMIT (Dialect.Pipeline: pgx batches).
 package postgres
 
 import (
@@ -69,7 +71,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	return &Store{DB: sqlstore.New(db, db, sqlstore.Dialect{Name: "postgres", Dollar: true, MapError: mapError, Retry: retry,
-		GroupCommit: true, BatchTimeout: batchTimeout, BatchSessions: true, WritableCTEs: true}), db: db}, nil
+		GroupCommit: true, BatchTimeout: batchTimeout, BatchSessions: true, WritableCTEs: true,
+		Pipeline: pipeline}), db: db}, nil
 }
 
 // SchemaVersion is the schema version this package migrates to.

@@ -3,9 +3,14 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"ludus.dev/ludus/backend/store"
 )
 
 // Group commit (Dialect.GroupCommit: SQLite and PostgreSQL).
@@ -73,8 +78,10 @@ const (
 )
 
 type job struct {
-	ctx   context.Context
-	fn    func(*tx) error
+	ctx context.Context
+	fn  func(*tx) error
+	// steps, if set, is fn's work as two statements (Dialect.Pipeline).
+	steps twoStep
 	state atomic.Int32
 	tries int        // committer only
 	done  chan error // buffered: the committer never blocks on it
@@ -103,12 +110,13 @@ func (s *DB) stopCommitter() {
 	<-s.c.stopped
 }
 
-// submit runs fn in the next group commit and returns its outcome.
-func (s *DB) submit(ctx context.Context, fn func(*tx) error) error {
+// submit runs fn in the next group commit and returns its outcome. steps,
+// if set, is fn's work as two statements.
+func (s *DB) submit(ctx context.Context, fn func(*tx) error, steps twoStep) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	j := &job{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	j := &job{ctx: ctx, fn: fn, steps: steps, done: make(chan error, 1)}
 	select {
 	case s.c.jobs <- j:
 	case <-ctx.Done():
@@ -170,7 +178,13 @@ func (s *DB) commitBatch(batch []*job) (again []*job) {
 		j.tries++
 	}
 	for {
-		failed, jobErr, err := b.run()
+		var failed int
+		var jobErr, err error
+		if s.d.Pipeline != nil {
+			failed, jobErr, err = b.runPiped()
+		} else {
+			failed, jobErr, err = b.run()
+		}
 		if err != nil {
 			// The transaction failed as a whole: every job's work is
 			// lost, and every job of the batch gets the error (but
@@ -361,4 +375,282 @@ func (s *DB) readStmt(ctx context.Context, query string) *sql.Stmt {
 	}
 	s.rstmts.n.Add(1)
 	return st
+}
+
+// Pipelined batches (Dialect.Pipeline: PostgreSQL).
+//
+// On one connection the calls of a batch run in turn, so their round trips
+// add up: a match report is two (matches_cte.go), and the transaction two
+// more, BEGIN and COMMIT. With Dialect.Pipeline the committer begins and
+// commits the transaction itself on a connection of its own, and runs
+// consecutive jobs that are two steps (twoStep: match reports) in rounds:
+// the first statements of a round's jobs are sent together, BEGIN before
+// them if the transaction has not begun; then, built from their rows, the
+// second statements, COMMIT after them if no job follows. A batch of
+// match reports is then two round trips, however many reports it holds.
+//
+// Within a round every first statement runs before every second one, not
+// one job's after the other's as in turn. So jobs that read rows another
+// job's second statement writes must not share a round: reports of one
+// match (the match's totals so far) never do; reports sharing a player
+// share its rating row, which a report reads (locked) in its first
+// statement and writes in its second, so the round keeps what each
+// report's second statement writes (round.ratings) and the next report
+// rates from it. Every other row the second statements write they update
+// relative to the row's current value, in the order of the jobs.
+//
+// Failures stay isolated as in run: a statement that fails aborts the
+// transaction (PostgreSQL skips the pipeline's later statements, the
+// COMMIT too), which is rolled back, and the batch runs again without that
+// job, the jobs after it one at a time in savepoints. A COMMIT that
+// fails, or a connection that fails, fails the batch as a whole.
+
+// twoStep is a job's work as two statements, the second built from the
+// first's rows (reportSteps).
+type twoStep interface {
+	// roundKey: jobs with equal keys never share a round.
+	roundKey() string
+	// first is the first statement ("?" placeholders) and the reader of
+	// its rows (which resets what an earlier attempt read).
+	first() (query string, args []any, rows func(Rows) error)
+	// second is the second statement ("" if none), given the round so
+	// far; an error fails the job (its first statement is rolled back).
+	second(rd *round) (query string, args []any, rows func(Rows) error, err error)
+	// outcome is the job's outcome once both statements ran. An error here
+	// must be one whose statements changed nothing (a report whose claim
+	// missed): it stands without a rollback.
+	outcome() error
+}
+
+// round is what the second statements of a round write that later jobs of
+// the round build on.
+type round struct {
+	ratings map[ratingKey]store.Rating
+}
+
+// pipeTx is a transaction the committer began itself on conn.
+type pipeTx struct {
+	b     *batchRun
+	conn  *sql.Conn
+	begun bool
+	t     *tx
+}
+
+// pipe sends stmts in one round trip on the connection.
+func (p *pipeTx) pipe(stmts []PipeStmt) (failed int, err error) {
+	failed = -1
+	rerr := p.conn.Raw(func(dc any) error {
+		failed, err = p.b.s.d.Pipeline(p.b.ctx, dc, stmts)
+		return nil
+	})
+	if rerr != nil {
+		return -1, rerr
+	}
+	return failed, err
+}
+
+// exec runs a statement of the committer's own (BEGIN, COMMIT, ROLLBACK).
+func (p *pipeTx) exec(query string) error {
+	st := PipeStmt{Query: query}
+	if query == "COMMIT" {
+		st.Tag = commitTag
+	}
+	_, err := p.pipe([]PipeStmt{st})
+	return err
+}
+
+// commitTag checks the tag of a COMMIT: PostgreSQL answers the COMMIT of
+// a failed transaction with ROLLBACK, and no error.
+func commitTag(tag string) error {
+	if tag != "COMMIT" {
+		return fmt.Errorf("commit: the transaction was rolled back (%q)", tag)
+	}
+	return nil
+}
+
+// end rolls the transaction back if it is open and returns the connection
+// to the pool, or closes it if its state is unknown.
+func (p *pipeTx) end(rollback bool) {
+	if p.conn == nil {
+		return
+	}
+	if rollback && p.begun {
+		// Not the batch's context: it may be what ended the batch.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := p.conn.ExecContext(ctx, "ROLLBACK")
+		cancel()
+		if err != nil {
+			p.conn.Raw(func(any) error { return driver.ErrBadConn }) // the pool drops it
+		}
+	}
+	p.conn.Close()
+	p.conn = nil
+}
+
+// runPiped is run with Dialect.Pipeline.
+func (b *batchRun) runPiped() (failed int, jobErr, err error) {
+	undecided := 0
+	for i := range b.jobs {
+		if !b.decided[i] {
+			undecided++
+		}
+	}
+	p := &pipeTx{b: b}
+	committed := false
+	defer func() { p.end(!committed) }()
+	connect := func() error {
+		if p.conn != nil {
+			return nil
+		}
+		c, err := b.s.W.Conn(b.ctx)
+		if err != nil {
+			return err
+		}
+		p.conn, p.t = c, &tx{s: b.s, c: c, fixed: b.ctx}
+		return nil
+	}
+	ran := false
+	for i := 0; i < len(b.jobs); i++ {
+		j := b.jobs[i]
+		if b.decided[i] || !b.start(i) {
+			continue
+		}
+		ran = true
+		if err := connect(); err != nil {
+			return -1, nil, err
+		}
+		savepoint := i >= b.savepointsFrom && undecided > 1
+		if j.steps != nil && !savepoint {
+			// A round: this job and the step jobs after it, up to one
+			// sharing its key, or to the first of the savepoints.
+			rd := []int{i}
+			keys := map[string]bool{j.steps.roundKey(): true}
+			k := i + 1
+			for ; k < len(b.jobs) && k < b.savepointsFrom && len(rd) < maxBatch; k++ {
+				if b.decided[k] {
+					continue
+				}
+				jk := b.jobs[k]
+				if jk.steps == nil || keys[jk.steps.roundKey()] {
+					break
+				}
+				if !b.start(k) {
+					continue
+				}
+				keys[jk.steps.roundKey()] = true
+				rd = append(rd, k)
+			}
+			last := true
+			for m := k; m < len(b.jobs); m++ {
+				if !b.decided[m] {
+					last = false
+				}
+			}
+			done, f, ferr, err := b.runRound(p, rd, last)
+			if err != nil || f >= 0 {
+				return f, ferr, err
+			}
+			if done {
+				committed = true
+				return -1, nil, nil
+			}
+			i = k - 1
+			continue
+		}
+		if !p.begun {
+			if err := p.exec("BEGIN"); err != nil {
+				return -1, nil, err
+			}
+			p.begun = true
+		}
+		b.ran[i] = true
+		if savepoint {
+			if _, err := p.t.exec(b.ctx, `SAVEPOINT job`); err != nil {
+				return -1, nil, err
+			}
+		}
+		err := j.fn(p.t)
+		var ce commitErr
+		if errors.As(err, &ce) {
+			err = ce.err // keep its changes, report its error
+		} else if err != nil {
+			if !savepoint {
+				return i, err, nil
+			}
+			if _, rerr := p.t.exec(b.ctx, `ROLLBACK TO job`); rerr != nil {
+				return -1, nil, errors.Join(err, rerr)
+			}
+		}
+		b.out[i] = err
+	}
+	if !ran || !p.begun {
+		return -1, nil, nil // nothing ran
+	}
+	if err := p.exec("COMMIT"); err != nil {
+		return -1, nil, err
+	}
+	committed = true
+	return -1, nil, nil
+}
+
+// runRound runs the jobs rd (started, in order) as a round: their first
+// statements in one round trip, their second ones in another, followed by
+// COMMIT if commit (committed: it was). It returns as run does; failed >= 0
+// leaves the transaction to be rolled back.
+func (b *batchRun) runRound(p *pipeTx, rd []int, commit bool) (committed bool, failed int, jobErr, err error) {
+	stmts := make([]PipeStmt, 0, len(rd)+1)
+	off := 0
+	if !p.begun {
+		stmts = append(stmts, PipeStmt{Query: "BEGIN"})
+		off = 1
+	}
+	for _, i := range rd {
+		b.ran[i] = true
+		q, args, rows := b.jobs[i].steps.first()
+		stmts = append(stmts, PipeStmt{Query: b.s.q(q), Args: args, Rows: rows})
+	}
+	f, err := p.pipe(stmts)
+	if off == 1 && f != 0 {
+		p.begun = true // BEGIN ran (if the connection failed: the rollback fails, and the connection is dropped)
+	}
+	if err != nil {
+		if f < off {
+			return false, -1, nil, err
+		}
+		return false, rd[f-off], err, nil
+	}
+	var st round
+	stmts = stmts[:0]
+	var of []int // the job of each statement
+	for _, i := range rd {
+		q, args, rows, err := b.jobs[i].steps.second(&st)
+		if err != nil {
+			return false, i, err, nil
+		}
+		if q != "" {
+			stmts = append(stmts, PipeStmt{Query: b.s.q(q), Args: args, Rows: rows})
+			of = append(of, i)
+			if rows != nil {
+				// A statement whose rows could fail the job after the
+				// COMMIT ran: commit apart.
+				commit = false
+			}
+		}
+	}
+	if commit {
+		stmts = append(stmts, PipeStmt{Query: "COMMIT", Tag: commitTag})
+	}
+	if len(stmts) > 0 {
+		f, err := p.pipe(stmts)
+		if err != nil {
+			if f < 0 || f >= len(of) {
+				return false, -1, nil, err // the COMMIT, or the connection
+			}
+			return false, of[f], err, nil
+		}
+	}
+	for _, i := range rd {
+		b.out[i] = b.jobs[i].steps.outcome()
+	}
+	return commit, -1, nil, nil
 }

@@ -68,15 +68,22 @@ type playerState struct {
 // statement per table (applyReport).
 func (s *DB) ApplyMatchReport(ctx context.Context, r store.MatchReport) (bool, error) {
 	var applied bool
-	err := s.inTx(ctx, "apply match report", func(tx *tx) error {
+	cte := s.d.WritableCTEs && len(r.Players) <= rowsPerStmt
+	var steps twoStep
+	if cte && maxReportParams(r) <= maxStmtParams {
+		// With Dialect.Pipeline the group commit may send its statements
+		// with other reports' (commit.go).
+		steps = newReportSteps(r, &applied)
+	}
+	err := s.inTxSteps(ctx, "apply match report", func(tx *tx) error {
 		var err error
-		if s.d.WritableCTEs && len(r.Players) <= rowsPerStmt {
+		if cte {
 			applied, err = applyReportCTE(ctx, tx, r)
 		} else {
 			applied, err = applyReport(ctx, tx, r)
 		}
 		return err
-	})
+	}, steps)
 	return applied, err
 }
 

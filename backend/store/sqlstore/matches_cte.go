@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -29,6 +30,67 @@ const maxStmtParams = 30000
 // applyReportCTE applies r in tx in two statements; r has at most
 // rowsPerStmt players.
 func applyReportCTE(ctx context.Context, tx *tx, r store.MatchReport) (bool, error) {
+	x := newReportSteps(r, nil)
+	rows, err := tx.query(ctx, x.q1, x.args1...)
+	if err != nil {
+		return false, err
+	}
+	err = x.scanFirst(rows)
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return false, err
+	}
+	if !x.claimed {
+		return false, claimMissed(ctx, tx, r)
+	}
+	if len(x.prev) == 0 {
+		return true, nil
+	}
+	p, rrows, err := x.plan(nil)
+	if err != nil {
+		return false, err
+	}
+	if reportParams(p, rrows) > maxStmtParams {
+		// Every write in one statement would take too many parameters
+		// (a big match with many stats): a statement per table.
+		if err := writePlan(ctx, tx, r, p); err != nil {
+			return false, err
+		}
+		return true, execRows(ctx, tx, ratingsInsert, ratingsWrite, 8, rrows, nil)
+	}
+	q, args := writeReport(r, p, rrows)
+	if _, err := tx.exec(ctx, q, args...); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// reportSteps is a match report as the first statement of applyReportCTE
+// and, built from its rows, the second: what the group commit needs to
+// send the statements of several reports together (twoStep, commit.go).
+type reportSteps struct {
+	r       store.MatchReport
+	players []store.PlayerReport
+	// The first statement ("?" placeholders).
+	q1    string
+	args1 []any
+	// From its rows: the claim, what the match granted each player before,
+	// whose change key is fresh, the rating rows it locked.
+	claimed bool
+	game    string
+	prev    map[string]*playerState
+	fresh   map[string]bool
+	locked  map[string]store.Rating
+	// missed is the outcome of a claim that missed (claimMissed).
+	missed error
+	// applied, if set, gets the outcome of ApplyMatchReport.
+	applied *bool
+}
+
+func newReportSteps(r store.MatchReport, applied *bool) *reportSteps {
 	players := sortedPlayers(r)
 	ids := make([]string, 0, len(players))
 	for _, p := range players {
@@ -39,13 +101,20 @@ func applyReportCTE(ctx context.Context, tx *tx, r store.MatchReport) (bool, err
 	at := ToDB(r.At)
 	var q strings.Builder
 	var args []any
-	// The claim, as applyReport's.
+	// The claim, as applyReport's. "(ended_at + 0) IS NULL" is
+	// "ended_at IS NULL" that no index serves: PostgreSQL keeps a prepared
+	// statement's generic plan, and one made while the tables were small
+	// found the match through matches_ended (tenant_id, ended_at), reading
+	// the entries of every unended match of the tenant (and of those ended
+	// since the last vacuum) instead of one by the primary key. Likewise
+	// "account_id || ''" below keeps match_players_account (every match of
+	// the player) out of the lookup of a player's row of the match.
 	if r.Final {
 		q.WriteString(`WITH c AS (UPDATE matches SET ended_at = ?, last_seq = CASE WHEN last_seq > ? THEN last_seq ELSE ? END
-			WHERE tenant_id = ? AND id = ? AND ended_at IS NULL RETURNING game)`)
+			WHERE tenant_id = ? AND id = ? AND (ended_at + 0) IS NULL RETURNING game)`)
 		args = append(args, at, r.Seq, r.Seq, r.TenantID, r.MatchID)
 	} else {
-		q.WriteString(`WITH c AS (UPDATE matches SET last_seq = ? WHERE tenant_id = ? AND id = ? AND ended_at IS NULL AND last_seq < ?
+		q.WriteString(`WITH c AS (UPDATE matches SET last_seq = ? WHERE tenant_id = ? AND id = ? AND (ended_at + 0) IS NULL AND last_seq < ?
 			RETURNING game)`)
 		args = append(args, r.Seq, r.TenantID, r.MatchID, r.Seq)
 	}
@@ -71,7 +140,7 @@ func applyReportCTE(ctx context.Context, tx *tx, r store.MatchReport) (bool, err
 			strings.TrimSuffix(strings.Repeat("(?), ", len(ids)), ", ") + `) p (id)
 			CROSS JOIN LATERAL (SELECT id FROM accounts WHERE tenant_id = ? AND id = p.id LIMIT 1) x
 			LEFT JOIN LATERAL (SELECT xp, currency, items FROM match_players
-				WHERE tenant_id = ? AND match_id = ? AND account_id = x.id LIMIT 1) mp ON true
+				WHERE tenant_id = ? AND match_id = ? AND account_id || '' = x.id LIMIT 1) mp ON true
 			WHERE EXISTS (SELECT 1 FROM c))
 			, ch AS (INSERT INTO changes_applied (tenant_id, account_id, key, at) SELECT ?, id, ?, ?::bigint FROM acc ORDER BY id
 			ON CONFLICT (tenant_id, account_id, key) DO NOTHING RETURNING account_id)`)
@@ -92,69 +161,100 @@ func applyReportCTE(ctx context.Context, tx *tx, r store.MatchReport) (bool, err
 			q.WriteString(` UNION ALL SELECT 'r', account_id, NULL, NULL, NULL, rating, rd, volatility, matches, updated_at FROM rt`)
 		}
 	}
-	claimed := false
-	var game string
-	prev := map[string]*playerState{}
-	fresh := map[string]bool{}
-	locked := map[string]store.Rating{}
-	rows, err := tx.query(ctx, q.String(), args...)
-	if err != nil {
-		return false, err
-	}
+	return &reportSteps{r: r, players: players, q1: q.String(), args1: args, applied: applied}
+}
+
+// scanFirst reads the first statement's rows, afresh (a job may run again).
+func (x *reportSteps) scanFirst(rows Rows) error {
+	x.claimed, x.game, x.missed = false, "", nil
+	x.prev, x.fresh, x.locked = map[string]*playerState{}, map[string]bool{}, map[string]store.Rating{}
 	for rows.Next() {
 		var kind, id string
 		var xp, matches, updated sql.NullInt64
 		var cur, items sql.NullString
 		var rating, rd, vol sql.NullFloat64
 		if err := rows.Scan(&kind, &id, &xp, &cur, &items, &rating, &rd, &vol, &matches, &updated); err != nil {
-			rows.Close()
-			return false, err
+			return err
 		}
 		switch kind {
 		case "c":
-			claimed, game = true, id
+			x.claimed, x.game = true, id
 		case "a":
-			if prev[id], err = scanPrev(xp, cur, items); err != nil {
-				rows.Close()
-				return false, err
+			var err error
+			if x.prev[id], err = scanPrev(xp, cur, items); err != nil {
+				return err
 			}
 		case "f":
-			fresh[id] = true
+			x.fresh[id] = true
 		case "r":
-			x := store.Rating{AccountID: id, Rating: rating.Float64, RD: rd.Float64, Volatility: vol.Float64, Matches: matches.Int64}
+			v := store.Rating{AccountID: id, Rating: rating.Float64, RD: rd.Float64, Volatility: vol.Float64, Matches: matches.Int64}
 			if updated.Int64 != 0 {
-				x.UpdatedAt = FromDB(updated.Int64)
+				v.UpdatedAt = FromDB(updated.Int64)
 			}
-			locked[id] = x
+			x.locked[id] = v
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return false, err
-	}
-	if !claimed {
-		return false, claimMissed(ctx, tx, r)
-	}
-	if len(prev) == 0 {
-		return true, nil
-	}
+	return nil
+}
 
-	// Every write, in one statement, unless it would take too many
-	// parameters (a big match with many stats): then a statement per table.
-	p := planReport(r, game, players, prev, fresh)
-	var rrows []any
-	if len(p.rated) > 0 {
-		var err error
-		if rrows, err = rateRows(r.TenantID, r.Rating, p.rated, locked, p.at); err != nil {
-			return false, err
+// ratingKey names a rating row.
+type ratingKey struct{ tenant, mode, account string }
+
+// plan computes the claimed report's writes. ratings, if set, holds the
+// rating rows written in this transaction since the first statement read
+// them (by reports before this one in its round): they replace what the
+// first statement returned, and get this report's.
+func (x *reportSteps) plan(ratings map[ratingKey]store.Rating) (reportPlan, []any, error) {
+	r := x.r
+	p := planReport(r, x.game, x.players, x.prev, x.fresh)
+	if len(p.rated) == 0 {
+		return p, nil, nil
+	}
+	locked := x.locked
+	if ratings != nil {
+		locked = make(map[string]store.Rating, len(x.locked))
+		for id, v := range x.locked {
+			if w, ok := ratings[ratingKey{r.TenantID, r.Rating.Mode, id}]; ok {
+				v = w
+			}
+			locked[id] = v
 		}
 	}
-	if n := len(p.matchPlayers) + len(p.xp) + 2*len(p.cur) + len(p.items) + len(p.boards) + len(rrows); n > maxStmtParams {
-		if err := writePlan(ctx, tx, r, p); err != nil {
-			return false, err
-		}
-		return true, execRows(ctx, tx, ratingsInsert, ratingsWrite, 8, rrows, nil)
+	rrows, err := rateRows(r.TenantID, r.Rating, p.rated, locked, p.at)
+	if err != nil {
+		return p, nil, err
 	}
+	if ratings != nil {
+		for i := 0; i < len(rrows); i += 8 {
+			id := rrows[i+2].(string)
+			v := store.Rating{AccountID: id, Rating: rrows[i+3].(float64), RD: rrows[i+4].(float64),
+				Volatility: rrows[i+5].(float64), Matches: rrows[i+6].(int64)}
+			if at := rrows[i+7].(int64); at != 0 {
+				v.UpdatedAt = FromDB(at)
+			}
+			ratings[ratingKey{r.TenantID, r.Rating.Mode, id}] = v
+		}
+	}
+	return p, rrows, nil
+}
+
+// reportParams counts the parameters of writeReport's statement.
+func reportParams(p reportPlan, rrows []any) int {
+	return len(p.matchPlayers) + len(p.xp) + 2*len(p.cur) + len(p.items) + len(p.boards) + len(rrows)
+}
+
+// maxReportParams bounds reportParams for r, whatever the match granted
+// before: a report under maxStmtParams always fits one statement.
+func maxReportParams(r store.MatchReport) int {
+	n := 6 * len(r.Boards)
+	for _, p := range r.Players {
+		n += 13 + 3 + 6 + 8 + 8*len(p.Currency) + 4*len(p.Items)
+	}
+	return n
+}
+
+// writeReport is the statement that writes every table of a report.
+func writeReport(r store.MatchReport, p reportPlan, rrows []any) (string, []any) {
 	var w strings.Builder
 	var wargs []any
 	sep := "WITH "
@@ -190,8 +290,58 @@ func applyReportCTE(ctx context.Context, tx *tx, r store.MatchReport) (bool, err
 		add("rw", ratingsInsert, 8, rrows, ratingsWrite)
 	}
 	w.WriteString(` SELECT 1`)
-	if _, err := tx.exec(ctx, w.String(), wargs...); err != nil {
-		return false, err
+	return w.String(), wargs
+}
+
+// The report as a twoStep.
+
+func (x *reportSteps) roundKey() string { return x.r.TenantID + "\x00" + x.r.MatchID }
+
+func (x *reportSteps) first() (string, []any, func(Rows) error) { return x.q1, x.args1, x.scanFirst }
+
+func (x *reportSteps) second(rd *round) (string, []any, func(Rows) error, error) {
+	if !x.claimed {
+		// claimMissed, its statement sent with the round's.
+		return `SELECT ` + matchCols + ` FROM matches WHERE tenant_id = ? AND id = ?`, []any{x.r.TenantID, x.r.MatchID},
+			func(rows Rows) error {
+				x.missed = sql.ErrNoRows
+				if rows.Next() {
+					m, err := scanMatch(rows)
+					if err != nil {
+						return err
+					}
+					x.missed = nil
+					if !m.EndedAt.IsZero() && !x.r.Final {
+						x.missed = store.ErrMatchEnded
+					}
+				}
+				return nil
+			}, nil
 	}
-	return true, nil
+	if len(x.prev) == 0 {
+		return "", nil, nil, nil
+	}
+	if rd.ratings == nil {
+		rd.ratings = map[ratingKey]store.Rating{}
+	}
+	p, rrows, err := x.plan(rd.ratings)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if reportParams(p, rrows) > maxStmtParams {
+		// Not sent as steps (maxReportParams): a bug if it happens.
+		return "", nil, nil, fmt.Errorf("match report: %d parameters in one statement", reportParams(p, rrows))
+	}
+	q, args := writeReport(x.r, p, rrows)
+	return q, args, nil, nil
+}
+
+func (x *reportSteps) outcome() error {
+	if x.applied != nil {
+		*x.applied = x.claimed
+	}
+	if !x.claimed {
+		return x.missed
+	}
+	return nil
 }

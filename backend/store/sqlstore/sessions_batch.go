@@ -17,13 +17,18 @@ import (
 // in its own transaction costs four round trips and a WAL flush; batched,
 // up to maxSessionBatch concurrent logins are one statement (INSERT and
 // UPDATE in WITH clauses, run outside a transaction: it commits by itself),
-// so one round trip and one flush (a lone login too). sessionWorkers
-// batches run at once, apart from the group commit: distinct devices touch
-// distinct rows, so batches do not wait for each other (PostgreSQL flushes
-// the WAL of concurrent commits together), and batches fill while others
-// commit. Four rather than two: with two, four concurrent callers on the
-// 2-core dev machine ran at 900 to 3,100 logins/s from one run to the
-// next, with four at 2,800 to 3,300 (docs/RATIONALE.md).
+// so one round trip and one flush (a lone login too). Batches run apart
+// from the group commit (distinct devices touch distinct rows), one at a
+// time: while one runs, the next fills, so that concurrent logins share
+// statements, round trips and flushes. A batch whose statement has run
+// for sessionOverlap (a slow flush, a lock wait) lets the next one start,
+// up to sessionWorkers at once, so one stalled statement does not hold up
+// every login of the process. With sessionWorkers batches always free to
+// start at once, the bench's four callers each ran a batch of their own
+// on the 2-core dev machine, about 230 µs of PostgreSQL CPU per login; one
+// at a time, batches hold about two, 140 µs, and the logins/s went up by
+// a sixth. A single batcher without the bound ran once at 618 logins/s
+// (docs/RATIONALE.md).
 //
 // Errors stay isolated: if the statement fails (a NUL byte in a name, a
 // tenant that does not exist), nothing of it is stored and each call runs
@@ -37,6 +42,10 @@ import (
 const (
 	maxSessionBatch = 64
 	sessionWorkers  = 4
+	// sessionOverlap is how long a batch's statement runs before the next
+	// batch may start beside it: a few times what a statement and its
+	// flush take on an idle disk.
+	sessionOverlap = time.Millisecond
 	// sessionBatchTimeout bounds a batch's statement, which runs for
 	// several callers whatever their contexts.
 	sessionBatchTimeout = 30 * time.Second
@@ -56,13 +65,16 @@ type sessionCall struct {
 type sessionBatcher struct {
 	s     *DB
 	calls chan *sessionCall
-	quit  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+	// turn is held by the worker that gathers the next batch, then by its
+	// statement, for up to sessionOverlap.
+	turn chan struct{}
+	quit chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
 }
 
 func newSessionBatcher(s *DB) *sessionBatcher {
-	b := &sessionBatcher{s: s, calls: make(chan *sessionCall), quit: make(chan struct{})}
+	b := &sessionBatcher{s: s, calls: make(chan *sessionCall), turn: make(chan struct{}, 1), quit: make(chan struct{})}
 	for range sessionWorkers {
 		b.wg.Add(1)
 		go b.run()
@@ -94,10 +106,16 @@ func (b *sessionBatcher) submit(ctx context.Context, a store.Account, rename str
 func (b *sessionBatcher) run() {
 	defer b.wg.Done()
 	for {
+		select {
+		case b.turn <- struct{}{}:
+		case <-b.quit:
+			return
+		}
 		var first *sessionCall
 		select {
 		case first = <-b.calls:
 		case <-b.quit:
+			<-b.turn
 			return
 		}
 		batch := []*sessionCall{first}
@@ -110,11 +128,17 @@ func (b *sessionBatcher) run() {
 				break drain
 			}
 		}
-		b.runBatch(batch)
+		release := sync.OnceFunc(func() { <-b.turn })
+		t := time.AfterFunc(sessionOverlap, release)
+		b.runBatch(batch, func() {
+			t.Stop()
+			release()
+		})
 	}
 }
 
-func (b *sessionBatcher) runBatch(batch []*sessionCall) {
+// runBatch runs batch; ran is called once its statement has run.
+func (b *sessionBatcher) runBatch(batch []*sessionCall, ran func()) {
 	defer func() {
 		for _, c := range batch {
 			close(c.done)
@@ -149,6 +173,7 @@ func (b *sessionBatcher) runBatch(batch []*sessionCall) {
 			}
 		}
 	}
+	ran()
 	// One by one, but at once: with group commit they share commits.
 	var wg sync.WaitGroup
 	for _, c := range alone {

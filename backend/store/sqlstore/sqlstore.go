@@ -55,6 +55,35 @@ type Dialect struct {
 	// (PostgreSQL), so writes that would take a round trip per table take
 	// one statement (matches_cte.go, sessions_batch.go).
 	WritableCTEs bool
+	// Pipeline, if set, sends stmts in one round trip on driverConn (what
+	// sql.Conn.Raw passes: a connection of W) and reads their outcomes in
+	// order. It returns the index of the first statement that failed and
+	// its error; statements after it have no effect (PostgreSQL skips them
+	// up to the pipeline's end). failed is -1 if all ran, or if err is not
+	// any one statement's (the connection failed). With it (and
+	// GroupCommit, WritableCTEs), the group commit begins and commits its
+	// transactions itself and sends the statements of a batch's match
+	// reports together (commit.go).
+	Pipeline func(ctx context.Context, driverConn any, stmts []PipeStmt) (failed int, err error)
+}
+
+// PipeStmt is a statement for Dialect.Pipeline: Query has the dialect's
+// placeholders.
+type PipeStmt struct {
+	Query string
+	Args  []any
+	// Rows, if set, reads the statement's rows (it is called once, and
+	// calls Next until it returns false or an error).
+	Rows func(Rows) error
+	// Tag, if set, checks the statement's command tag ("COMMIT": PostgreSQL
+	// answers a COMMIT of a failed transaction with "ROLLBACK").
+	Tag func(string) error
+}
+
+// Rows are a statement's rows, as *sql.Rows and pgx's rows read them.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
 }
 
 // DB is a store.Store over a writer pool and a reader pool (the same pool
@@ -166,6 +195,9 @@ func (s *DB) wrap(op string, err error) error {
 type tx struct {
 	s  *DB
 	tx *sql.Tx
+	// c, if set, replaces tx: a connection on which the group commit began
+	// the transaction itself (Dialect.Pipeline).
+	c *sql.Conn
 	// fixed, if set, replaces the callers' contexts (group commit: a
 	// statement interrupted mid-batch could roll back the others' work).
 	fixed context.Context
@@ -180,6 +212,9 @@ func (t *tx) ctx(ctx context.Context) context.Context {
 
 func (t *tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	ctx = t.ctx(ctx)
+	if t.c != nil {
+		return t.c.ExecContext(ctx, t.s.q(query), args...)
+	}
 	if st := t.s.writeStmt(query); st != nil {
 		return t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 	}
@@ -188,6 +223,9 @@ func (t *tx) exec(ctx context.Context, query string, args ...any) (sql.Result, e
 
 func (t *tx) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	ctx = t.ctx(ctx)
+	if t.c != nil {
+		return t.c.QueryContext(ctx, t.s.q(query), args...)
+	}
 	if st := t.s.writeStmt(query); st != nil {
 		return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 	}
@@ -196,6 +234,9 @@ func (t *tx) query(ctx context.Context, query string, args ...any) (*sql.Rows, e
 
 func (t *tx) row(ctx context.Context, query string, args ...any) *sql.Row {
 	ctx = t.ctx(ctx)
+	if t.c != nil {
+		return t.c.QueryRowContext(ctx, t.s.q(query), args...)
+	}
 	if st := t.s.writeStmt(query); st != nil {
 		return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 	}
@@ -215,8 +256,18 @@ func (c commitErr) Error() string { return c.err.Error() }
 // returns afresh each time. If fn returns a commitErr, the transaction is
 // committed and its error returned.
 func (s *DB) inTx(ctx context.Context, op string, fn func(t *tx) error) error {
+	return s.inTxSteps(ctx, op, fn, nil)
+}
+
+// inTxSteps is inTx for work that the group commit may also run as steps
+// (fn's work as two statements: see twoStep); without Dialect.Pipeline it
+// runs fn.
+func (s *DB) inTxSteps(ctx context.Context, op string, fn func(t *tx) error, steps twoStep) error {
 	if s.c != nil {
-		return s.wrap(op, s.submit(ctx, fn))
+		if s.d.Pipeline == nil {
+			steps = nil
+		}
+		return s.wrap(op, s.submit(ctx, fn, steps))
 	}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
