@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/ops/devstack"
 )
@@ -44,28 +42,9 @@ func TestHandoffDesyncFailsLoudly(t *testing.T) {
 	}
 
 	pl := login(t, protocols()[0], devstack.DemoTenant)
-	g, err := pl.games.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "talker", Config: []byte(`{"view":true}`)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := g.Msg.Game.GameId
-	if _, err := pl.games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: id})); err != nil {
-		t.Fatal(err)
-	}
-	stream, err := pl.games.StreamFrames(ctx, connect.NewRequest(&ludusv1.StreamFramesRequest{GameId: id}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.Close()
 	// Every frame drawn for the player is a View call that changes the state.
-	for frames := 0; frames < 20; {
-		if !stream.Receive() {
-			t.Fatalf("the stream ended after %d frames: %v", frames, stream.Err())
-		}
-		if stream.Msg().GetFrame() != nil {
-			frames++
-		}
-	}
+	g, stream := pl.play(t, ctx, &ludusv1.CreateGameRequest{ModuleName: "talker", Config: []byte(`{"view":true}`)}, 20)
+	id := g.GameId
 	time.Sleep(300 * time.Millisecond) // past a state hash and a log flush
 
 	cmd := exec.CommandContext(ctx, bin, "ctl", "--url", stack.GatewayURL, "game", "handoff", devstack.DemoTenant, id)

@@ -89,6 +89,33 @@ type player struct {
 	games   ludusv1connect.GameServiceClient
 }
 
+// play creates a game as req says, joins it and reads frames frames of its
+// stream, which stays open for the test (closed when it ends).
+func (pl *player) play(t *testing.T, ctx context.Context, req *ludusv1.CreateGameRequest, frames int) (*ludusv1.GameInfo, *connect.ServerStreamForClient[ludusv1.StreamFramesResponse]) {
+	t.Helper()
+	g, err := pl.games.CreateGame(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pl.games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: g.Msg.Game.GameId})); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := pl.games.StreamFrames(ctx, connect.NewRequest(&ludusv1.StreamFramesRequest{GameId: g.Msg.Game.GameId}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stream.Close() })
+	for n := 0; n < frames; {
+		if !stream.Receive() {
+			t.Fatalf("the stream of game %s ended after %d frames: %v", g.Msg.Game.GameId, n, stream.Err())
+		}
+		if stream.Msg().GetFrame() != nil {
+			n++
+		}
+	}
+	return g.Msg.Game, stream
+}
+
 func withTicket(ticket *string) connect.Interceptor {
 	return ticketInterceptor{ticket}
 }

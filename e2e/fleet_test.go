@@ -125,27 +125,11 @@ func TestEndGameThroughFleetService(t *testing.T) {
 	p := protocols()[0]
 	pl := login(t, p, devstack.DemoTenant)
 	fleetc := ludusv1connect.NewFleetServiceClient(p.client, stack.GatewayURL, connect.WithInterceptors(withTicket(&stack.OperatorKey)))
-	g, err := pl.games.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "arena", Bots: 1}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := g.Msg.Game.GameId
-	if _, err := pl.games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: id})); err != nil {
-		t.Fatal(err)
-	}
-	stream, err := pl.games.StreamFrames(ctx, connect.NewRequest(&ludusv1.StreamFramesRequest{GameId: id}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.Close()
-	for frames := 0; frames < 10 && stream.Receive(); {
-		if stream.Msg().GetFrame() != nil {
-			frames++
-		}
-	}
+	g, stream := pl.play(t, ctx, &ludusv1.CreateGameRequest{ModuleName: "arena", Bots: 1}, 10)
+	id := g.GameId
 
 	bad := "lds_not_an_operator_key"
-	_, err = ludusv1connect.NewFleetServiceClient(p.client, stack.GatewayURL, connect.WithInterceptors(withTicket(&bad))).
+	_, err := ludusv1connect.NewFleetServiceClient(p.client, stack.GatewayURL, connect.WithInterceptors(withTicket(&bad))).
 		EndGame(ctx, connect.NewRequest(&ludusv1.EndGameRequest{TenantId: stack.TenantID, GameId: id}))
 	wantCode(t, err, connect.CodePermissionDenied)
 	_, err = fleetc.EndGame(ctx, connect.NewRequest(&ludusv1.EndGameRequest{TenantId: stack.TenantID, GameId: "no-such-game"}))
@@ -159,8 +143,8 @@ func TestEndGameThroughFleetService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if end.Msg.NodeId != g.Msg.Game.NodeId || end.Msg.Tick <= 0 {
-		t.Fatalf("EndGame answered %+v; the game ran on %s", end.Msg, g.Msg.Game.NodeId)
+	if end.Msg.NodeId != g.NodeId || end.Msg.Tick <= 0 {
+		t.Fatalf("EndGame answered %+v; the game ran on %s", end.Msg, g.NodeId)
 	}
 	var last *ludusv1.Status
 	for stream.Receive() {
