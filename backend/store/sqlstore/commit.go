@@ -267,7 +267,7 @@ func (b *batchRun) run() (failed int, jobErr, err error) {
 	}
 	var sqlTx *sql.Tx
 	var t *tx
-	for i, j := range b.jobs {
+	for i := range b.jobs {
 		if b.decided[i] || !b.start(i) {
 			continue
 		}
@@ -277,38 +277,46 @@ func (b *batchRun) run() (failed int, jobErr, err error) {
 			}
 			t = &tx{s: b.s, tx: sqlTx, fixed: b.ctx}
 		}
-		b.ran[i] = true
-		savepoint := i >= b.savepointsFrom && undecided > 1
-		if savepoint {
-			// Savepoints nest, all named job: none is released (COMMIT
-			// ends them, ROLLBACK TO names the innermost).
-			if _, err := t.exec(b.ctx, `SAVEPOINT job`); err != nil {
-				sqlTx.Rollback()
-				return -1, nil, err
-			}
+		if f, je, err := b.runJob(i, t, i >= b.savepointsFrom && undecided > 1); err != nil || f >= 0 {
+			sqlTx.Rollback()
+			return f, je, err
 		}
-		err := j.fn(t)
-		var ce commitErr
-		if errors.As(err, &ce) {
-			err = ce.err // keep its changes, report its error
-		} else if err != nil {
-			if !savepoint {
-				sqlTx.Rollback()
-				return i, err, nil
-			}
-			// On PostgreSQL a failed statement aborts the transaction
-			// until this.
-			if _, rerr := t.exec(b.ctx, `ROLLBACK TO job`); rerr != nil {
-				sqlTx.Rollback()
-				return -1, nil, errors.Join(err, rerr)
-			}
-		}
-		b.out[i] = err
 	}
 	if sqlTx == nil {
 		return -1, nil, nil // nothing ran
 	}
 	return -1, nil, sqlTx.Commit()
+}
+
+// runJob runs job i in t, in a savepoint if savepoint, and records its
+// outcome. A failure that ends the batch's transaction is returned as run
+// returns it (failed >= 0: that job's own error; err: the transaction's);
+// the caller rolls back.
+func (b *batchRun) runJob(i int, t *tx, savepoint bool) (failed int, jobErr, err error) {
+	b.ran[i] = true
+	if savepoint {
+		// Savepoints nest, all named job: none is released (COMMIT
+		// ends them, ROLLBACK TO names the innermost).
+		if _, err := t.exec(b.ctx, `SAVEPOINT job`); err != nil {
+			return -1, nil, err
+		}
+	}
+	err = b.jobs[i].fn(t)
+	var ce commitErr
+	if errors.As(err, &ce) {
+		err = ce.err // keep its changes, report its error
+	} else if err != nil {
+		if !savepoint {
+			return i, err, nil
+		}
+		// On PostgreSQL a failed statement aborts the transaction
+		// until this.
+		if _, rerr := t.exec(b.ctx, `ROLLBACK TO job`); rerr != nil {
+			return -1, nil, errors.Join(err, rerr)
+		}
+	}
+	b.out[i] = err
+	return -1, nil, nil
 }
 
 // retryable reports whether j failed with err in a way worth running it
@@ -563,25 +571,9 @@ func (b *batchRun) runPiped() (failed int, jobErr, err error) {
 			}
 			p.begun = true
 		}
-		b.ran[i] = true
-		if savepoint {
-			if _, err := p.t.exec(b.ctx, `SAVEPOINT job`); err != nil {
-				return -1, nil, err
-			}
+		if f, je, err := b.runJob(i, p.t, savepoint); err != nil || f >= 0 {
+			return f, je, err // the deferred end rolls back
 		}
-		err := j.fn(p.t)
-		var ce commitErr
-		if errors.As(err, &ce) {
-			err = ce.err // keep its changes, report its error
-		} else if err != nil {
-			if !savepoint {
-				return i, err, nil
-			}
-			if _, rerr := p.t.exec(b.ctx, `ROLLBACK TO job`); rerr != nil {
-				return -1, nil, errors.Join(err, rerr)
-			}
-		}
-		b.out[i] = err
 	}
 	if !ran || !p.begun {
 		return -1, nil, nil // nothing ran
