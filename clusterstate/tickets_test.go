@@ -522,14 +522,8 @@ func TestTicketLargePartyFillsInOrder(t *testing.T) {
 	ctx := testCtx(t)
 	tenant := fmt.Sprintf("tl%d", time.Now().UnixNano())
 	lease := grantLease(t)
-	pl, err := state.GrantExpiringLease(ctx, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := Party{Code: "LARGE2", Tenant: tenant, Mode: "m", Size: joinSlotsPerTxn*2 + 1, Creator: "a0"}
-	if err := state.CreateParty(ctx, p, pl); err != nil {
-		t.Fatal(err)
-	}
+	createParty(t, ctx, p)
 	for i := range p.Size {
 		acc := fmt.Sprintf("a%d", i)
 		j, err := state.JoinParty(ctx, lease, p, PartyMember{QueuedMember: QueuedMember{AccountID: acc, Replica: "r1"}, Token: acc})
@@ -610,14 +604,8 @@ func TestTicketPartyJoinFillsAHole(t *testing.T) {
 	ctx := testCtx(t)
 	tenant := fmt.Sprintf("th%d", time.Now().UnixNano())
 	lease := grantLease(t)
-	pl, err := state.GrantExpiringLease(ctx, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := Party{Code: "HOLE23", Tenant: tenant, Mode: "m", Size: 3, Creator: "a0"}
-	if err := state.CreateParty(ctx, p, pl); err != nil {
-		t.Fatal(err)
-	}
+	createParty(t, ctx, p)
 	join := func(acc string) (Joined, error) {
 		return state.JoinParty(ctx, lease, p, PartyMember{QueuedMember: QueuedMember{AccountID: acc, Replica: "r1", Rating: 1400,
 			RTT: map[string]float64{"eu": 30, "us": 90}}, Token: "tok-" + acc})
@@ -772,4 +760,16 @@ func FuzzTicketValues(f *testing.F) {
 			}
 		}
 	})
+}
+
+// createParty creates p under a party lease of its own (a minute).
+func createParty(t *testing.T, ctx context.Context, p Party) {
+	t.Helper()
+	pl, err := state.GrantExpiringLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := state.CreateParty(ctx, p, pl); err != nil {
+		t.Fatal(err)
+	}
 }
