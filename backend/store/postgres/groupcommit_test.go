@@ -202,10 +202,7 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 // error and nothing of the batch is stored; the next batch commits.
 func TestGroupCommitFailedCommit(t *testing.T) {
 	ctx := context.Background()
-	s := openFresh(t)
-	if err := s.CreateTenant(ctx, store.Tenant{ID: "t_g", Slug: "g", Name: "G", CreatedAt: t0}); err != nil {
-		t.Fatal(err)
-	}
+	s := openWithTenant(t)
 	if err := s.CreateAccount(ctx, newAccount("a_hold", "t_g", "dev-hold")); err != nil {
 		t.Fatal(err)
 	}
@@ -321,10 +318,7 @@ func TestGroupCommitRetriesDeadlock(t *testing.T) {
 // run.
 func TestGroupCommitCallerGone(t *testing.T) {
 	ctx := context.Background()
-	s := openFresh(t)
-	if err := s.CreateTenant(ctx, store.Tenant{ID: "t_g", Slug: "g", Name: "G", CreatedAt: t0}); err != nil {
-		t.Fatal(err)
-	}
+	s := openWithTenant(t)
 	for _, id := range []string{"a_1", "a_2"} {
 		if err := s.CreateAccount(ctx, newAccount(id, "t_g", "dev-"+id)); err != nil {
 			t.Fatal(err)
@@ -403,10 +397,7 @@ func TestGroupCommitCallerGone(t *testing.T) {
 // is stored, and each refresh token belongs to the call's account.
 func TestDeviceSessionBatchRenames(t *testing.T) {
 	ctx := context.Background()
-	s := openFresh(t)
-	if err := s.CreateTenant(ctx, store.Tenant{ID: "t_g", Slug: "g", Name: "G", CreatedAt: t0}); err != nil {
-		t.Fatal(err)
-	}
+	s := openWithTenant(t)
 	const n = 24
 	for i := 0; i < n; i += 2 {
 		if err := s.CreateAccount(ctx, newAccount(fmt.Sprintf("a_known%d", i), "t_g", fmt.Sprintf("dev-%d", i))); err != nil {

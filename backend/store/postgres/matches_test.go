@@ -14,10 +14,7 @@ import (
 // boards each) is written a statement per table instead, and completely.
 func TestBigReport(t *testing.T) {
 	ctx := context.Background()
-	s := openFresh(t)
-	if err := s.CreateTenant(ctx, store.Tenant{ID: "t_g", Slug: "g", Name: "G", CreatedAt: t0}); err != nil {
-		t.Fatal(err)
-	}
+	s := openWithTenant(t)
 	if err := s.CreateMatch(ctx, store.Match{TenantID: "t_g", ID: "m_1", Game: "arena", CredentialHash: []byte("c"), CreatedAt: t0,
 		ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)

@@ -31,10 +31,7 @@ func pipeRate(before []store.Rating) ([]store.Rating, error) {
 func pipeStore(t *testing.T) *Store {
 	t.Helper()
 	ctx := context.Background()
-	s := openFresh(t)
-	if err := s.CreateTenant(ctx, store.Tenant{ID: "t_g", Slug: "g", Name: "G", CreatedAt: t0}); err != nil {
-		t.Fatal(err)
-	}
+	s := openWithTenant(t)
 	for _, id := range []string{"a_1", "a_2", "a_hold"} {
 		if err := s.CreateAccount(ctx, newAccount(id, "t_g", "dev-"+id)); err != nil {
 			t.Fatal(err)

@@ -18,6 +18,16 @@ func openFresh(t *testing.T) *Store {
 	return s
 }
 
+// openWithTenant is openFresh with tenant t_g created.
+func openWithTenant(t *testing.T) *Store {
+	t.Helper()
+	s := openFresh(t)
+	if err := s.CreateTenant(context.Background(), store.Tenant{ID: "t_g", Slug: "g", Name: "G", CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func openFreshDSN(t *testing.T) (*Store, string) {
 	t.Helper()
 	dsn := pgtest.FreshSchema(t)

@@ -15,10 +15,7 @@ import (
 // transaction ends.
 func TestDeviceSessionStalledBatch(t *testing.T) {
 	ctx := context.Background()
-	s := openFresh(t)
-	if err := s.CreateTenant(ctx, store.Tenant{ID: "t_g", Slug: "g", Name: "G", CreatedAt: t0}); err != nil {
-		t.Fatal(err)
-	}
+	s := openWithTenant(t)
 	lock, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
