@@ -26,23 +26,11 @@ func (m *Matchmaker) campaign(ctx context.Context, tenant, mode string) {
 			}
 			continue
 		}
-		m.setLeading(tenant, mode, true)
 		m.log.Info("leading matchmaking queue", "tenant", tenant, "mode", mode)
 		m.lead(ctx, l, lease, tenant, mode)
-		m.setLeading(tenant, mode, false)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_ = l.Resign(rctx)
 		cancel()
-	}
-}
-
-func (m *Matchmaker) setLeading(tenant, mode string, on bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if on {
-		m.leading[tenant+"/"+mode] = true
-	} else {
-		delete(m.leading, tenant+"/"+mode)
 	}
 }
 

@@ -124,8 +124,7 @@ type Matchmaker struct {
 	waiters map[string]*waiter // tenant/account -> the account's stream here
 	queues  map[string]context.CancelFunc
 	rules   map[string]queueRules // tenant/mode -> the queue's rules, as WatchMatchQueues last told
-	leading map[string]bool
-	leaders map[string]*leader // tenant/mode -> this replica's term leading the queue
+	leaders map[string]*leader    // tenant/mode -> this replica's term leading the queue
 	sizes   map[string]queueSize
 
 	resultLeases, partyLeases sharedLease // leases shared by the results and the parties written meanwhile
@@ -218,7 +217,7 @@ func New(cfg Config) (*Matchmaker, error) {
 		cfg: cfg, state: cfg.State, log: cfg.Log.With("replica", cfg.ReplicaID), valid: v,
 		life: life, cancel: cancel,
 		waiters: map[string]*waiter{}, queues: map[string]context.CancelFunc{},
-		rules: map[string]queueRules{}, leading: map[string]bool{}, leaders: map[string]*leader{}, sizes: map[string]queueSize{},
+		rules: map[string]queueRules{}, leaders: map[string]*leader{}, sizes: map[string]queueSize{},
 	}
 	lease, err := m.state.GrantLease(life, cfg.LeaseTTL)
 	if err != nil {
@@ -316,7 +315,7 @@ func (m *Matchmaker) queueChanged(tenant, mode string, raw []byte) {
 func (m *Matchmaker) Leading(tenant, mode string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.leading[tenant+"/"+mode]
+	return m.leaders[tenant+"/"+mode] != nil
 }
 
 // AllocateLatency returns the median and 99th percentile of the Allocate
