@@ -27,7 +27,9 @@
 //	                                                of the replica holding the stream
 //	/ludus/mm/accounts/{tenant}/{account}           one search per account and tenant
 //	/ludus/mm/parties/{tenant}/{code}               Party JSON, its own 15-minute lease
-//	/ludus/mm/party-members/{tenant}/{code}/{slot}  PartyMember JSON, member's replica lease
+//	/ludus/mm/party-accounts/{tenant}/{code}/{account}
+//	                                                a PartyMember, member's replica lease; the party
+//	                                                is its first Size members by create revision
 //	/ludus/mm/results/{replica}/{tenant}/{account}  a found match for that replica's stream
 //	/ludus/elections/mm/{tenant}/{mode}/{lease}     leader election per queue
 //

@@ -29,8 +29,10 @@ import (
 //	                                             tenant (any mode), bound to the replica's lease
 //	/ludus/mm/parties/{tenant}/{code}            the party's mode and size (JSON), bound to a
 //	                                             party lease (about 15 min)
-//	/ludus/mm/party-members/{tenant}/{code}/{slot}
-//	                                             a PartyMember ("Values"), bound to the member's replica lease
+//	/ludus/mm/party-accounts/{tenant}/{code}/{account}
+//	                                             a PartyMember ("Values"), bound to the member's replica lease;
+//	                                             the party is its first Size members by create
+//	                                             revision (then key): see JoinParty
 //	/ludus/mm/results/{replica}/{tenant}/{ticket}
 //	                                             the outcomes of one settlement for the streams on
 //	                                             replica, by account ("Values"; the matchmaker's values),
@@ -83,11 +85,18 @@ func SearchKey(tenant, account string) string {
 	return mmPrefix() + "accounts/" + tenant + "/" + account
 }
 func PartyKey(tenant, code string) string { return mmPrefix() + "parties/" + tenant + "/" + code }
+func partyMembersRoot() string            { return mmPrefix() + "party-accounts/" }
 func PartyMembersPrefix(tenant, code string) string {
-	return mmPrefix() + "party-members/" + tenant + "/" + code + "/"
+	return partyMembersRoot() + tenant + "/" + code + "/"
 }
-func PartyMemberKey(tenant, code string, slot int) string {
-	return PartyMembersPrefix(tenant, code) + strconv.Itoa(slot)
+func PartyMemberKey(tenant, code, account string) string {
+	return PartyMembersPrefix(tenant, code) + account
+}
+
+// legacyPartySlotKey is where versions before party-accounts kept a party's
+// member: by slot. Tickets they queued (slotKeyed) are settled against it.
+func legacyPartySlotKey(tenant, code string, slot int) string {
+	return mmPrefix() + "party-members/" + tenant + "/" + code + "/" + strconv.Itoa(slot)
 }
 func ResultsPrefix(replica string) string { return mmPrefix() + "results/" + replica + "/" }
 func ResultKey(replica, tenant, ticket string) string {
@@ -111,6 +120,9 @@ type QueuedTicket struct {
 
 	// Rev is the ticket key's mod revision when read; settlements compare it.
 	Rev int64 `json:"-"`
+	// slotKeyed: a party ticket queued by an earlier version, whose members'
+	// keys are by slot (legacyPartySlotKey).
+	slotKeyed bool
 }
 
 // QueuedMember is one player of a ticket.
@@ -119,8 +131,8 @@ type QueuedMember struct {
 	Replica   string             `json:"replica"` // where the player's stream is: results go there
 	Rating    float64            `json:"rating"`
 	RTT       map[string]float64 `json:"rtt"`
-	// In a party: the member's slot and its key's mod revision, compared
-	// when the ticket is queued and settled.
+	// In a party: the member's place in join order and its key's mod
+	// revision, compared when the ticket is queued and settled.
 	Slot      int   `json:"slot,omitempty"`
 	MemberRev int64 `json:"member_rev,omitempty"`
 }
@@ -397,7 +409,7 @@ type Settlement struct {
 
 // Settle commits s in one transaction fenced on l: only if l still leads,
 // every ticket is unchanged since read and every party member is still in
-// its slot, it deletes the tickets, their players' search keys and party
+// the party, it deletes the tickets, their players' search keys and party
 // member keys, and puts the results. Otherwise nothing is written and it
 // returns ErrNotLeader or ErrTicketsChanged. It returns the commit revision.
 // Concurrent settlements are committed together, each with its own
@@ -430,7 +442,10 @@ func settleTxn(l *Leadership, s Settlement) *txnItem {
 		for _, m := range t.Members {
 			ops = append(ops, clientv3.OpDelete(SearchKey(t.Tenant, m.AccountID)))
 			if t.Party != "" {
-				mk := PartyMemberKey(t.Tenant, t.Party, m.Slot)
+				mk := PartyMemberKey(t.Tenant, t.Party, m.AccountID)
+				if t.slotKeyed {
+					mk = legacyPartySlotKey(t.Tenant, t.Party, m.Slot)
+				}
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(mk), "=", m.MemberRev))
 				ops = append(ops, clientv3.OpDelete(mk))
 			}
@@ -618,61 +633,51 @@ type PartyMember struct {
 
 // Joined is a member's place in a party (JoinParty).
 type Joined struct {
+	// Slot is the member's place in join order (PartyMember.Slot).
 	Slot int
 	// Rev is the revision of the write: the member key's create revision,
 	// and results with a higher mod revision are this search's.
 	Rev int64
-	// Members are the party's members (by slot) as of Rev, the new one
+	// Members are the party's members (Roster) as of Rev, the new one
 	// included: PartyFollower.Watch goes on from there.
 	Members []PartyMember
 }
 
-// joinSlotsPerTxn bounds the slots one JoinParty transaction tries: each is
-// a transaction nested in the previous one's Else, and etcd's operation
-// budget shrinks with every level.
-const joinSlotsPerTxn = 8
-
-// JoinParty puts m in the first free slot of the party p names (its
-// Tenant, Code, and the Mode and Size the member asks for), bound to lease,
-// and takes the member's search key with m.Token. One transaction checks the
-// party's mode and size and tries the slots (a chain of nested
-// transactions: slot 0, else slot 1, ...); while the last slot is free, a
-// lighter one that is sure to find a slot (joinFast), and the general one
-// only when it wrote nothing. It returns the member's place and
-// the party as of the write, or ErrAlreadySearching, ErrNoParty,
-// *PartyMismatch, ErrPartyFull or ErrBusy (as Enqueue).
+// JoinParty puts m in the party p names (its Tenant, Code, and the Mode and
+// Size the member asks for), bound to lease, and takes the member's search
+// key with m.Token. It returns the member's place and the party as of the
+// write, or ErrAlreadySearching, ErrNoParty, *PartyMismatch, ErrPartyFull or
+// ErrBusy (as Enqueue).
+//
+// A member's key is named for its account, and one flat transaction checks
+// the party's mode and size and the account's search key, puts both keys
+// and reads the party's members back. Nothing in it can stop more than Size
+// members joining at once, so the party is its first Size members in join
+// order (Roster: by create revision, then key, since a group commit gives
+// several joins one revision): a member that finds itself after them takes
+// its keys back and gets ErrPartyFull. Members keyed by slot needed a chain
+// of nested transactions, one per slot, for the same guarantee; the joins
+// of parties were half of the matchmaker's compares and operations in etcd,
+// which decodes each of them twice (docs/RATIONALE.md).
 func (c *Client) JoinParty(ctx context.Context, lease *Lease, p Party, m PartyMember) (Joined, error) {
 	search := SearchKey(p.Tenant, m.AccountID)
 	party := PartyKey(p.Tenant, p.Code)
-	prefix := PartyMembersPrefix(p.Tenant, p.Code)
+	key := PartyMemberKey(p.Tenant, p.Code, m.AccountID)
 	leaseOpt := clientv3.WithLease(clientv3.LeaseID(lease.ID()))
-	m.Slot = 0 // the key says which slot it is
+	m.Slot = 0 // the order of the keys says which place it is
 	b := encodePartyMember(m)
-	if p.Size <= joinSlotsPerTxn {
-		if j, ok, err := c.joinFast(ctx, lease, p, m.AccountID, m.Token, b); err != nil || ok {
-			return j, err
-		}
-	}
-	want, reread := p.value(), false
-	for first := 0; first < p.Size; {
-		last := min(first+joinSlotsPerTxn, p.Size) - 1
-		// Built from the last slot up: each slot's Else tries the next.
-		var next []clientv3.Op
-		for slot := last; slot >= first; slot-- {
-			key := PartyMemberKey(p.Tenant, p.Code, slot)
-			next = []clientv3.Op{clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-				[]clientv3.Op{
-					clientv3.OpPut(search, m.Token, leaseOpt),
-					clientv3.OpPut(key, b, leaseOpt),
-					clientv3.OpGet(prefix, clientv3.WithPrefix()),
-				}, next)}
-		}
+	want := p.value()
+	for reread := false; ; {
 		it := newTxnItem(lease.ID(),
 			[]clientv3.Cmp{
 				clientv3.Compare(clientv3.Value(party), "=", want),
 				clientv3.Compare(clientv3.CreateRevision(search), "=", 0),
-			}, next,
+			},
+			[]clientv3.Op{
+				clientv3.OpPut(key, b, leaseOpt),
+				clientv3.OpPut(search, m.Token, leaseOpt),
+				clientv3.OpGet(PartyMembersPrefix(p.Tenant, p.Code), clientv3.WithPrefix()),
+			},
 			[]clientv3.Op{clientv3.OpGet(party), clientv3.OpGet(search, clientv3.WithCountOnly())})
 		it.admission = true
 		if err := c.committer().do(ctx, it); err != nil {
@@ -698,102 +703,53 @@ func (c *Client) JoinParty(ctx context.Context, lease *Lease, p Party, m PartyMe
 			}
 			return Joined{}, ErrAlreadySearching
 		}
-		// Walk the chain to the slot that was free.
-		r := it.resp.Responses[0].GetResponseTxn()
-		for slot := first; slot <= last; slot++ {
-			if r.Succeeded {
-				j := Joined{Slot: slot, Rev: it.rev}
-				for _, kv := range r.Responses[2].GetResponseRange().Kvs {
-					if pm, ok := decodePartyMember(kv); ok {
-						j.Members = append(j.Members, pm)
-					}
-				}
-				sortMembers(j.Members)
-				return j, nil
-			}
-			if slot < last {
-				r = r.Responses[0].GetResponseTxn()
+		var all []PartyMember
+		for _, kv := range it.resp.Responses[2].GetResponseRange().Kvs {
+			if pm, ok := decodePartyMember(kv); ok {
+				all = append(all, pm)
 			}
 		}
-		first = last + 1
-	}
-	return Joined{}, ErrPartyFull
-}
-
-// joinFast is JoinParty's usual case in a smaller transaction (13 compares
-// and operations for a party of four, not 20): while
-// the party's last slot is free, the chain of slots is sure to find a free
-// one, so each slot's branch only puts the member, and the search key is put
-// and the members read once, after the chain, rather than in every branch
-// (etcd decodes every operation of a transaction twice, and the joins of
-// parties were about 60% of the matchmaker's compares and operations). ok is false when it
-// wrote nothing: the last slot taken (a full party, or one a member left),
-// no party, another mode or size, or the account searching already; the
-// general transaction then sorts out which.
-func (c *Client) joinFast(ctx context.Context, lease *Lease, p Party, account, token, member string) (Joined, bool, error) {
-	leaseOpt := clientv3.WithLease(clientv3.LeaseID(lease.ID()))
-	var chain []clientv3.Op
-	for slot := p.Size - 1; slot >= 0; slot-- {
-		key := PartyMemberKey(p.Tenant, p.Code, slot)
-		chain = []clientv3.Op{clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(key, member, leaseOpt)}, chain)}
-	}
-	search := SearchKey(p.Tenant, account)
-	it := newTxnItem(lease.ID(),
-		[]clientv3.Cmp{
-			clientv3.Compare(clientv3.Value(PartyKey(p.Tenant, p.Code)), "=", p.value()),
-			clientv3.Compare(clientv3.CreateRevision(search), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(PartyMemberKey(p.Tenant, p.Code, p.Size-1)), "=", 0),
-		},
-		append(chain, clientv3.OpPut(search, token, leaseOpt), clientv3.OpGet(PartyMembersPrefix(p.Tenant, p.Code), clientv3.WithPrefix())),
-		nil)
-	it.admission = true
-	if err := c.committer().do(ctx, it); err != nil {
-		return Joined{}, false, err
-	}
-	if !it.resp.Succeeded {
-		return Joined{}, false, nil
-	}
-	r := it.resp.Responses[0].GetResponseTxn()
-	for slot := 0; r != nil; slot++ {
-		if r.Succeeded {
-			j := Joined{Slot: slot, Rev: it.rev}
-			for _, kv := range it.resp.Responses[2].GetResponseRange().Kvs {
-				if pm, ok := decodePartyMember(kv); ok {
-					j.Members = append(j.Members, pm)
-				}
+		members := Roster(all, p.Size)
+		for _, pm := range members {
+			if pm.AccountID == m.AccountID && pm.CreateRev == it.rev {
+				return Joined{Slot: pm.Slot, Rev: it.rev, Members: members}, nil
 			}
-			sortMembers(j.Members)
-			return j, true, nil
 		}
-		if len(r.Responses) == 0 {
-			break
+		// After the party's first Size members: the party is full.
+		if err := c.EndSearch(ctx, p.Tenant, m.AccountID, m.Token, key); err != nil {
+			return Joined{}, fmt.Errorf("clusterstate: party %s is full, and leaving it failed: %w", p.Code, err)
 		}
-		r = r.Responses[0].GetResponseTxn()
+		return Joined{}, ErrPartyFull
 	}
-	// Cannot happen: the last slot was free.
-	return Joined{}, false, fmt.Errorf("clusterstate: party %s: no slot was free though the last was", p.Code)
 }
 
 func decodePartyMember(kv *mvccpb.KeyValue) (PartyMember, bool) {
 	m, ok := decodePartyMemberValue(kv.Value)
-	if !ok {
+	if !ok || m.AccountID != lastSegment(string(kv.Key)) {
 		return m, false
 	}
-	slot, err := strconv.Atoi(lastSegment(string(kv.Key)))
-	if err != nil {
-		return m, false
-	}
-	m.Slot, m.Rev, m.CreateRev = slot, kv.ModRevision, kv.CreateRevision
+	m.Rev, m.CreateRev = kv.ModRevision, kv.CreateRevision
 	return m, true
 }
 
-func sortMembers(ms []PartyMember) {
-	slices.SortFunc(ms, func(a, b PartyMember) int { return cmp.Compare(a.Slot, b.Slot) })
+// Roster returns a party's members, its first size in join order (create
+// revision, then account), each with its Slot: its place in that order.
+// Those who joined after them are not in the party (JoinParty). ms is
+// left as it is.
+func Roster(ms []PartyMember, size int) []PartyMember {
+	ms = slices.Clone(ms)
+	slices.SortFunc(ms, func(a, b PartyMember) int {
+		return cmp.Or(cmp.Compare(a.CreateRev, b.CreateRev), strings.Compare(a.AccountID, b.AccountID))
+	})
+	ms = ms[:min(len(ms), max(size, 0))]
+	for i := range ms {
+		ms[i].Slot = i
+	}
+	return ms
 }
 
-// PartyMembers reads a party's members (by slot) now, and the revision read.
+// PartyMembers reads a party's members now (all of them, in join order: see
+// Roster), and the revision read.
 func (c *Client) PartyMembers(ctx context.Context, tenant, code string) ([]PartyMember, int64, error) {
 	resp, err := c.cli.Get(ctx, PartyMembersPrefix(tenant, code), clientv3.WithPrefix())
 	if err != nil {
@@ -805,8 +761,7 @@ func (c *Client) PartyMembers(ctx context.Context, tenant, code string) ([]Party
 			out = append(out, m)
 		}
 	}
-	sortMembers(out)
-	return out, resp.Header.Revision, nil
+	return Roster(out, len(out)), resp.Header.Revision, nil
 }
 
 // Party watches. Every member of a party follows its party's members (who
@@ -860,16 +815,17 @@ func (f *PartyFollower) Stop() {
 	}
 }
 
-// Watch calls fn with the party's members (by slot) after every revision
+// Watch calls fn with the party's members (all of them, in join order: see
+// Roster) after every revision
 // after rev that changes them, starting from members (the party as of rev:
 // Joined), in order and none skipped, until fn returns false (nil), ctx
 // ends (ctx's error) or the shared watch missed changes (an error: the
 // caller cannot know who is there any more). A settlement deletes every
 // member's key at one revision, so fn sees them all leave at once.
 func (f *PartyFollower) Watch(ctx context.Context, rev int64, members []PartyMember, fn func(members []PartyMember) bool) error {
-	bySlot := map[string]PartyMember{}
+	byKey := map[string]PartyMember{}
 	for _, m := range members {
-		bySlot[f.prefix+strconv.Itoa(m.Slot)] = m
+		byKey[f.prefix+m.AccountID] = m
 	}
 	for {
 		f.mu.Lock()
@@ -882,19 +838,18 @@ func (f *PartyFollower) Watch(ctx context.Context, rev int64, members []PartyMem
 			}
 			switch {
 			case !ev.put:
-				delete(bySlot, ev.key)
+				delete(byKey, ev.key)
 			case ev.ok:
-				bySlot[ev.key] = ev.m
+				byKey[ev.key] = ev.m
 			}
 			if i+1 < len(evs) && evs[i+1].rev == ev.rev {
 				continue // the rest of this revision first
 			}
-			list := make([]PartyMember, 0, len(bySlot))
-			for _, m := range bySlot {
+			list := make([]PartyMember, 0, len(byKey))
+			for _, m := range byKey {
 				list = append(list, m)
 			}
-			sortMembers(list)
-			if !fn(list) {
+			if !fn(Roster(list, len(list))) {
 				return nil
 			}
 		}
@@ -938,7 +893,7 @@ func (c *Client) partyHub() *partyHub {
 // that breaks is taken up again after the last revision seen, so no change
 // is missed; if etcd compacted that revision away, every follower is told.
 func (h *partyHub) run(ctx context.Context) {
-	prefix := mmPrefix() + "party-members/"
+	prefix := partyMembersRoot()
 	var last int64 // the last revision seen; 0 before the first watch is in place
 	for ctx.Err() == nil {
 		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
@@ -1024,15 +979,15 @@ func (h *partyHub) breakAll() {
 }
 
 // QueuePartyTicket puts a full party's ticket in its queue, bound to lease,
-// if no ticket has its id yet and every member is still in its slot as read
-// (QueuedMember.MemberRev). It reports whether this call queued it (false:
+// if no ticket has its id yet and every member is still in the party as
+// read (QueuedMember.MemberRev). It reports whether this call queued it (false:
 // another member's call did, or a member left).
 func (c *Client) QueuePartyTicket(ctx context.Context, lease *Lease, t QueuedTicket) (bool, error) {
 	b := encodeTicket(t)
 	key := TicketKey(t.Tenant, t.Mode, t.ID)
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
 	for _, m := range t.Members {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(PartyMemberKey(t.Tenant, t.Party, m.Slot)), "=", m.MemberRev))
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(PartyMemberKey(t.Tenant, t.Party, m.AccountID)), "=", m.MemberRev))
 	}
 	it := newTxnItem(lease.ID(), cmps,
 		[]clientv3.Op{clientv3.OpPut(key, b, clientv3.WithLease(clientv3.LeaseID(lease.ID())))}, nil)
@@ -1333,7 +1288,7 @@ func oneLease(group []*txnItem) bool {
 // replica that follows it (a party member's key by each replica with a
 // member of the party, a ticket by the queue's leader), and encoding/json
 // with its reflection and the members' RTT maps was a tenth of the
-// matchmaker's CPU. A value is valueVersion, then its fields in order:
+// matchmaker's CPU. A value is valueVersion (a ticket's, ticketVersion), then its fields in order:
 // strings and byte strings as a uvarint length and the bytes, counts and
 // slots as uvarints, revisions and times (Unix nanoseconds) as varints,
 // ratings and RTTs as IEEE 754 doubles, little-endian. A value that starts
@@ -1344,6 +1299,12 @@ func oneLease(group []*txnItem) bool {
 // tickets wait for the upgrade of the queue's leader).
 
 const valueVersion = 1
+
+// ticketVersion is the first byte of a ticket's value: 2 since a party's
+// members are keyed by account (party-accounts), 1 (valueVersion) before,
+// by slot. Versions before this one refuse a 2, so an older leader leaves
+// such tickets out; this one reads both (QueuedTicket.slotKeyed).
+const ticketVersion = 2
 
 type valueWriter struct{ b []byte }
 
@@ -1456,11 +1417,20 @@ func newValueReader(v []byte) (*valueReader, bool) {
 	return &valueReader{b: v[1:]}, true
 }
 
+// newTicketReader is newValueReader for tickets (ticketVersion), and says
+// whether the value is of the version before.
+func newTicketReader(v []byte) (r *valueReader, old, ok bool) {
+	if len(v) == 0 || (v[0] != ticketVersion && v[0] != valueVersion) {
+		return nil, false, false
+	}
+	return &valueReader{b: v[1:]}, v[0] == valueVersion, true
+}
+
 func isJSON(v []byte) bool { return len(v) > 0 && v[0] == '{' }
 
 func encodeTicket(t QueuedTicket) string {
 	w := valueWriter{b: make([]byte, 0, 64+len(t.Members)*64)}
-	w.b = append(w.b, valueVersion)
+	w.b = append(w.b, ticketVersion)
 	w.str(t.ID)
 	w.str(t.Tenant)
 	w.str(t.Mode)
@@ -1476,13 +1446,16 @@ func encodeTicket(t QueuedTicket) string {
 func decodeTicket(v []byte) (QueuedTicket, bool) {
 	var t QueuedTicket
 	if isJSON(v) {
-		return t, json.Unmarshal(v, &t) == nil
+		ok := json.Unmarshal(v, &t) == nil
+		t.slotKeyed = t.Party != ""
+		return t, ok
 	}
-	r, ok := newValueReader(v)
+	r, old, ok := newTicketReader(v)
 	if !ok {
 		return t, false
 	}
 	t.ID, t.Tenant, t.Mode, t.Party = r.str(), r.str(), r.str(), r.str()
+	t.slotKeyed = old && t.Party != ""
 	t.Enqueued = time.Unix(0, r.int())
 	n := r.count(13) // a member: two lengths, a rating, a count, a slot and a revision
 	t.Members = make([]QueuedMember, 0, n)

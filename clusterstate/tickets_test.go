@@ -444,12 +444,23 @@ func TestTicketPartySlots(t *testing.T) {
 	if err != nil || len(ms) != 2 || ms[0].AccountID != "a1" || ms[1].Slot != 1 || rev < joined[1].Rev {
 		t.Fatalf("members %+v at %d: %v", ms, rev, err)
 	}
-	// a1 follows the party from its join: it sees a2 come.
+	// a1 follows the party from its join: it sees a2 come. It also sees
+	// a3, refused, come and go again: the party is its first two members
+	// (Roster), and only changes of those are reported here.
 	seen := make(chan []PartyMember, 8)
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
+	last := ""
 	go follow.Watch(wctx, joined[0].Rev, joined[0].Members, func(ms []PartyMember) bool {
-		seen <- ms
+		ms = Roster(ms, p.Size)
+		names := ""
+		for _, m := range ms {
+			names += m.AccountID + ","
+		}
+		if names != last {
+			last = names
+			seen <- ms
+		}
 		return true
 	})
 	next := func() []PartyMember {
@@ -516,13 +527,12 @@ func TestTicketPartyOfAnEarlierEncoding(t *testing.T) {
 	}
 }
 
-// A party larger than one join transaction tries: the slots still fill in
-// order.
+// A large party fills in join order, and refuses one more.
 func TestTicketLargePartyFillsInOrder(t *testing.T) {
 	ctx := testCtx(t)
 	tenant := fmt.Sprintf("tl%d", time.Now().UnixNano())
 	lease := grantLease(t)
-	p := Party{Code: "LARGE2", Tenant: tenant, Mode: "m", Size: joinSlotsPerTxn*2 + 1, Creator: "a0"}
+	p := Party{Code: "LARGE2", Tenant: tenant, Mode: "m", Size: 17, Creator: "a0"}
 	createParty(t, ctx, p)
 	for i := range p.Size {
 		acc := fmt.Sprintf("a%d", i)
@@ -597,9 +607,8 @@ func TestTicketBusyRefusesNewSearches(t *testing.T) {
 	}
 }
 
-// A party with a free slot below taken ones (a member left): the join takes
-// the free slot, through the general transaction since the last slot is
-// taken, and the party is full again.
+// A party a member left: the next join takes the free place (last in join
+// order), and the party is full again.
 func TestTicketPartyJoinFillsAHole(t *testing.T) {
 	ctx := testCtx(t)
 	tenant := fmt.Sprintf("th%d", time.Now().UnixNano())
@@ -615,25 +624,128 @@ func TestTicketPartyJoinFillsAHole(t *testing.T) {
 			t.Fatalf("%s: %+v %v", acc, j, err)
 		}
 	}
-	if err := state.EndSearch(ctx, tenant, "a1", "tok-a1", PartyMemberKey(tenant, p.Code, 1)); err != nil {
+	if err := state.EndSearch(ctx, tenant, "a1", "tok-a1", PartyMemberKey(tenant, p.Code, "a1")); err != nil {
 		t.Fatal(err)
 	}
 	j, err := join("a3")
-	if err != nil || j.Slot != 1 || len(j.Members) != 3 {
-		t.Fatalf("a3 into the hole: %+v %v, want slot 1 of 3 members", j, err)
+	if err != nil || j.Slot != 2 || len(j.Members) != 3 {
+		t.Fatalf("a3 into the hole: %+v %v, want place 2 of 3 members", j, err)
 	}
-	for _, m := range j.Members {
-		if m.Slot == 1 && (m.AccountID != "a3" || m.Token != "tok-a3" || m.RTT["us"] != 90 || m.Rating != 1400) {
-			t.Fatalf("slot 1 holds %+v", m)
+	for i, m := range j.Members {
+		if m.Slot != i || (i == 2 && (m.AccountID != "a3" || m.Token != "tok-a3" || m.RTT["us"] != 90 || m.Rating != 1400)) {
+			t.Fatalf("place %d holds %+v", i, m)
 		}
 	}
 	if _, err := join("a4"); !errors.Is(err, ErrPartyFull) {
 		t.Fatalf("a4: %v, want ErrPartyFull", err)
 	}
-	// Neither the refused join nor the one through the general transaction
-	// left a search key of an account that is not in the party.
+	// The refused join took its keys back: no search key, no member key.
 	if _, err := state.Enqueue(ctx, lease, ticketFor(tenant, "solo-a4", "a4"), "tok"); err != nil {
 		t.Fatalf("a4 searching alone after a refused join: %v", err)
+	}
+	if ms, _, err := state.PartyMembers(ctx, tenant, p.Code); err != nil || len(ms) != 3 || ms[2].AccountID != "a3" {
+		t.Fatalf("members after the refused join: %+v %v", ms, err)
+	}
+}
+
+// Many joining one party at once: nothing in a join's transaction stops
+// more than Size members being written, so exactly Size are in (the first
+// in join order), every other one is refused and takes its keys back, and
+// every joiner in reads the same members.
+func TestTicketPartyOversubscribed(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("to%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	p := Party{Code: "MANY23", Tenant: tenant, Mode: "m", Size: 3, Creator: "a0"}
+	createParty(t, ctx, p)
+	const joiners = 12
+	type outcome struct {
+		acc string
+		j   Joined
+		err error
+	}
+	out := make(chan outcome, joiners)
+	for i := range joiners {
+		acc := fmt.Sprintf("a%02d", i)
+		go func() {
+			j, err := state.JoinParty(ctx, lease, p, PartyMember{QueuedMember: QueuedMember{AccountID: acc, Replica: "r1"}, Token: "tok-" + acc})
+			out <- outcome{acc, j, err}
+		}()
+	}
+	var in []outcome
+	var refused []string
+	for range joiners {
+		o := <-out
+		switch {
+		case o.err == nil:
+			in = append(in, o)
+		case errors.Is(o.err, ErrPartyFull):
+			refused = append(refused, o.acc)
+		default:
+			t.Fatalf("%s: %v", o.acc, o.err)
+		}
+	}
+	if len(in) != p.Size || len(refused) != joiners-p.Size {
+		t.Fatalf("%d joined and %d refused, want %d and %d", len(in), len(refused), p.Size, joiners-p.Size)
+	}
+	ms, _, err := state.PartyMembers(ctx, tenant, p.Code)
+	if err != nil || len(ms) != p.Size {
+		t.Fatalf("members %+v %v, want the %d who joined", ms, err, p.Size)
+	}
+	for _, o := range in {
+		// Each joiner's view as of its join holds itself, at its place,
+		// and agrees with the final members on everyone up to it.
+		if o.j.Slot >= len(o.j.Members) || o.j.Members[o.j.Slot].AccountID != o.acc || ms[o.j.Slot].AccountID != o.acc {
+			t.Fatalf("%s joined at place %d with %+v; members now %+v", o.acc, o.j.Slot, o.j.Members, ms)
+		}
+	}
+	for _, acc := range refused {
+		if _, err := state.Enqueue(ctx, lease, ticketFor(tenant, "solo-"+acc, acc), "tok"); err != nil {
+			t.Fatalf("%s searching alone after it was refused: %v", acc, err)
+		}
+	}
+}
+
+// A party ticket queued by the version before (members keyed by slot, a
+// version 1 value) is still settled, against those keys.
+func TestTicketSlotKeyedPartySettles(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("tk%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	leaseOpt := clientv3.WithLease(clientv3.LeaseID(lease.ID()))
+	tk := QueuedTicket{ID: "OLD345-1", Tenant: tenant, Mode: "m", Party: "OLD345", Enqueued: time.Now()}
+	for slot, acc := range []string{"a1", "a2"} {
+		mk := legacyPartySlotKey(tenant, "OLD345", slot)
+		resp, err := raw.Put(ctx, mk, encodePartyMember(PartyMember{QueuedMember: QueuedMember{AccountID: acc, Replica: "r1"}, Token: acc}), leaseOpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Members = append(tk.Members, QueuedMember{AccountID: acc, Replica: "r1", RTT: map[string]float64{}, Slot: slot, MemberRev: resp.Header.Revision})
+	}
+	v := []byte(encodeTicket(tk))
+	v[0] = valueVersion // the same fields, as the version before wrote them
+	if _, err := raw.Put(ctx, TicketKey(tenant, "m", tk.ID), string(v), leaseOpt); err != nil {
+		t.Fatal(err)
+	}
+	l, err := state.Campaign(ctx, lease, MatchElection(tenant, "m"), "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Resign(ctx)
+	q := readQueue(t, tenant, "m").Put
+	if len(q) != 1 || !q[0].slotKeyed {
+		t.Fatalf("queue %+v, want the one slot-keyed ticket", q)
+	}
+	rl, err := state.GrantExpiringLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.Settle(ctx, l, Settlement{Tickets: q, ResultsLease: rl}); err != nil {
+		t.Fatalf("settling the slot-keyed ticket: %v", err)
+	}
+	resp, err := raw.Get(ctx, mmPrefix()+"party-members/"+tenant+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("%v slot keys left after the settlement (%v), want 0", resp.Count, err)
 	}
 }
 
@@ -743,7 +855,7 @@ func FuzzTicketValues(f *testing.F) {
 	f.Add([]byte(encodeResults(map[string][]byte{"a": []byte("r")})))
 	f.Add([]byte(`{"id":"x","members":[{"account":"a","rtt":{"eu":1}}]}`))
 	f.Fuzz(func(t *testing.T, v []byte) {
-		if tk, ok := decodeTicket(v); ok && v[0] == valueVersion {
+		if tk, ok := decodeTicket(v); ok && (v[0] == ticketVersion || v[0] == valueVersion) {
 			again, ok := decodeTicket([]byte(encodeTicket(tk)))
 			if !ok || again.ID != tk.ID || len(again.Members) != len(tk.Members) || !again.Enqueued.Equal(tk.Enqueued) {
 				t.Fatalf("ticket %+v re-encoded decodes as %+v %v", tk, again, ok)

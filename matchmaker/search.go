@@ -339,7 +339,7 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.minRev = j.Rev
-	s.keys = []string{clusterstate.PartyMemberKey(s.c.TenantID, code, j.Slot)}
+	s.keys = []string{clusterstate.PartyMemberKey(s.c.TenantID, code, s.c.AccountID)}
 
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -362,25 +362,28 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 			}
 		}
 	}()
-	seen := map[int]int64{} // slot -> create revision of the member seen in it
+	seen := map[string]int64{} // account -> create revision of the member's key seen
 	queued := false
 	onParty := func(ms []clusterstate.PartyMember) (*ludusv1.FindMatchResponse, error) {
 		if ms == nil {
 			return nil, fmt.Errorf("%w: lost track of the party; search again", ErrUnavailable)
 		}
-		now := map[int]int64{}
+		// Who joined after the party was full is not in it (and leaves
+		// again at once): only the first size count.
+		ms = clusterstate.Roster(ms, size)
+		now := map[string]int64{}
 		for _, pm := range ms {
-			now[pm.Slot] = pm.CreateRev
+			now[pm.AccountID] = pm.CreateRev
 		}
-		if now[j.Slot] != j.Rev {
+		if now[s.c.AccountID] != j.Rev {
 			// Our own key is gone, with the others' (a settlement deletes
 			// them all at one revision): the result is on its way.
 			s.settled, s.keys = true, nil
 			stop()
 			return nil, nil
 		}
-		for slot, rev := range seen {
-			if now[slot] != rev { // a member left
+		for account, rev := range seen {
+			if now[account] != rev { // a member left
 				s.end(ctx)
 				return cancelled(PartyLeft), nil
 			}

@@ -34,6 +34,7 @@ type mmFlags struct {
 	rate            float64
 	duration, drain time.Duration
 	ttl             time.Duration
+	retention       time.Duration // etcd's compaction retention
 	replicas        int
 	kill            bool
 	saturate        bool
@@ -53,6 +54,7 @@ func init() {
 			fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long tickets arrive in the first phase")
 			fs.DurationVar(&f.drain, "drain", 10*time.Second, "how long to wait after the arrivals of a phase for the last matches")
 			fs.DurationVar(&f.ttl, "lease-ttl", 5*time.Second, "replica lease TTL (a dead leader's queue waits this long)")
+			fs.DurationVar(&f.retention, "etcd-compaction-retention", etcdserver.DefaultCompactionRetention, "how long the embedded etcd keeps replaced revisions (its periodic compaction)")
 			fs.IntVar(&f.replicas, "replicas", 3, "matchmaker replicas, each with its own etcd client")
 			fs.BoolVar(&f.kill, "kill", true, "kill the leading replica (close its etcd client, no resignation) halfway through the first phase")
 			fs.BoolVar(&f.saturate, "saturate", true, "run the saturation phase (fresh etcd and replicas, no kill) that measures tickets_per_sec; false leaves it 0")
@@ -71,6 +73,9 @@ func init() {
 			if f.saturate && (!(f.satFrom > 0 && f.satFrom <= f.satMax && f.satMax <= 50_000) ||
 				f.satStep < 500*time.Millisecond || f.satStep > 10*time.Second || f.satVerify < 2*time.Second || f.satVerify > time.Minute) {
 				return nil, errors.New("want 0 < -saturate-from <= -saturate-max <= 50000, 500ms <= -saturate-step <= 10s, 2s <= -saturate-verify <= 1m")
+			}
+			if f.retention < time.Second || f.retention > 24*time.Hour {
+				return nil, errors.New("want 1s <= -etcd-compaction-retention <= 24h")
 			}
 			if f.cpuprofile != "" {
 				out, err := os.Create(f.cpuprofile)
@@ -157,6 +162,12 @@ type mmBenchResult struct {
 	EtcdRequestsPerTicket    float64 `json:"etcd_requests_per_ticket"`
 	EtcdWritesPerTicket      float64 `json:"etcd_writes_per_ticket"`
 	EtcdWatchEventsPerTicket float64 `json:"etcd_watch_events_per_ticket"`
+
+	// The saturation phase's etcd database at its end: the file's size and
+	// the part of it in use. What compaction (ops/etcdserver) frees is
+	// reused, so these grow with the revisions etcd still keeps.
+	SaturationEtcdDBBytes      float64 `json:"saturation_etcd_db_bytes"`
+	SaturationEtcdDBInUseBytes float64 `json:"saturation_etcd_db_in_use_bytes"`
 }
 
 const (
@@ -230,7 +241,7 @@ type mmRig struct {
 }
 
 // startMMRig starts etcd and nrep replicas; the first leads the queue.
-func startMMRig(ctx context.Context, nrep int, ttl time.Duration) (_ *mmRig, err error) {
+func startMMRig(ctx context.Context, nrep int, ttl, retention time.Duration) (_ *mmRig, err error) {
 	r := &mmRig{alloc: &mmRecorder{games: map[string][][]matchmaker.Seat{}}, rs: &mmRatings{}}
 	defer func() {
 		if err != nil {
@@ -240,7 +251,7 @@ func startMMRig(ctx context.Context, nrep int, ttl time.Duration) (_ *mmRig, err
 	if r.dir, err = os.MkdirTemp("", "ludus-bench-mm"); err != nil {
 		return nil, err
 	}
-	if r.es, err = etcdserver.Start(ctx, etcdserver.Config{Dir: r.dir, NoFsync: true}); err != nil {
+	if r.es, err = etcdserver.Start(ctx, etcdserver.Config{Dir: r.dir, NoFsync: true, CompactionRetention: retention}); err != nil {
 		return nil, err
 	}
 	for i := range nrep {
@@ -626,7 +637,7 @@ func benchMatchmaking(ctx context.Context, progress io.Writer, f mmFlags) (map[s
 	var nTickets int
 
 	// Phase 1: arrivals at -rate, the leading replica killed halfway.
-	rig, err := startMMRig(ctx, f.replicas, f.ttl)
+	rig, err := startMMRig(ctx, f.replicas, f.ttl, f.retention)
 	if err != nil {
 		return nil, err
 	}
@@ -702,6 +713,7 @@ func benchMatchmaking(ctx context.Context, progress io.Writer, f mmFlags) (map[s
 		res.SaturationMsP50, res.SaturationMsP99 = sat.p50, sat.p99
 		res.SaturationSeconds = sat.seconds
 		res.SaturationCPUMsPerTicket = sat.cpuMsPerTicket
+		res.SaturationEtcdDBBytes, res.SaturationEtcdDBInUseBytes = sat.etcd.dbBytes, sat.etcd.dbInUseBytes
 		// The correctness figures cover both phases.
 		res.PartiesSplit += sat.t.split
 		res.TicketsLost += sat.t.lost
@@ -744,7 +756,7 @@ type mmSaturation struct {
 // arrived at.
 func saturate(ctx context.Context, progress io.Writer, f mmFlags) (mmSaturation, error) {
 	var out mmSaturation
-	rig, err := startMMRig(ctx, f.replicas, f.ttl)
+	rig, err := startMMRig(ctx, f.replicas, f.ttl, f.retention)
 	if err != nil {
 		return out, err
 	}
@@ -866,15 +878,17 @@ func verifyRate(ctx context.Context, progress io.Writer, load *mmLoad, rate floa
 	return ok, math.Round(float64(matched)/w1.Sub(w0).Seconds()*10) / 10, mmPct(waits, 0.5), mmPct(waits, 0.99)
 }
 
-// etcdCounters are etcd's own counters, read from its /metrics.
-type etcdCounters struct{ requests, writes, events float64 }
+// etcdCounters are etcd's own counters, read from its /metrics, and the
+// size of its database file and of the part of it in use (gauges: sub and
+// add keep a's).
+type etcdCounters struct{ requests, writes, events, dbBytes, dbInUseBytes float64 }
 
 func (a etcdCounters) sub(b etcdCounters) etcdCounters {
-	return etcdCounters{a.requests - b.requests, a.writes - b.writes, a.events - b.events}
+	return etcdCounters{a.requests - b.requests, a.writes - b.writes, a.events - b.events, a.dbBytes, a.dbInUseBytes}
 }
 
 func (a etcdCounters) add(b etcdCounters) etcdCounters {
-	return etcdCounters{a.requests + b.requests, a.writes + b.writes, a.events + b.events}
+	return etcdCounters{a.requests + b.requests, a.writes + b.writes, a.events + b.events, a.dbBytes, a.dbInUseBytes}
 }
 
 // readEtcdCounters reads the embedded etcd's Prometheus metrics (served on
@@ -910,6 +924,10 @@ func readEtcdCounters(ctx context.Context, endpoint string) (etcdCounters, error
 			c.writes = v
 		case name == "etcd_debugging_mvcc_events_total":
 			c.events = v
+		case name == "etcd_mvcc_db_total_size_in_bytes":
+			c.dbBytes = v
+		case name == "etcd_mvcc_db_total_size_in_use_in_bytes":
+			c.dbInUseBytes = v
 		}
 	}
 	return c, sc.Err()

@@ -23,11 +23,13 @@ func runEtcd(ctx context.Context, args []string, logger *slog.Logger) error {
 	election := fs.Duration("election-timeout", 0, "raft election timeout (default etcd's 1s)")
 	heartbeat := fs.Duration("heartbeat-interval", 0, "raft heartbeat interval (default etcd's 100ms)")
 	noFsync := fs.Bool("unsafe-no-fsync", false, "skip fsync (tests only)")
+	retention := fs.Duration("compaction-retention", etcdserver.DefaultCompactionRetention, "how long replaced revisions are kept before compaction")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	s, err := etcdserver.Start(ctx, etcdserver.Config{Dir: *data, Name: *name, InitialCluster: *cluster,
-		ClientPort: *clientPort, PeerPort: *peerPort, ElectionTimeout: *election, HeartbeatInterval: *heartbeat, NoFsync: *noFsync})
+		ClientPort: *clientPort, PeerPort: *peerPort, ElectionTimeout: *election, HeartbeatInterval: *heartbeat, NoFsync: *noFsync,
+		CompactionRetention: *retention})
 	if err != nil {
 		return err
 	}

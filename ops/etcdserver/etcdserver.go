@@ -32,7 +32,22 @@ type Config struct {
 	ElectionTimeout, HeartbeatInterval time.Duration
 	// CertFile and KeyFile, if set, make the member serve clients over TLS (https).
 	CertFile, KeyFile string
+	// CompactionRetention is how long etcd keeps the revisions a key's
+	// later writes or deletion replaced; 0 means DefaultCompactionRetention.
+	CompactionRetention time.Duration
 }
+
+// DefaultCompactionRetention: etcd keeps every replaced revision, in its
+// index (memory) and in its database file, until a compaction, and
+// matchmaking replaces a lot of them: each ticket creates and deletes a few
+// keys. `ludus bench matchmaking` grew the database by about 1.4 KB per
+// ticket, so at 3,000 tickets/s an hour's retention would fill the 2 GiB
+// default quota (etcd then refuses every write) within ten minutes, and
+// every operation slows as the index grows. Ludus reads no old revisions;
+// its watches need them only to resume after a broken stream, seconds
+// later, and read again if they are gone. A minute keeps the database to
+// about two minutes of writes (docs/OPERATIONS.md).
+const DefaultCompactionRetention = time.Minute
 
 // Server is a running embedded etcd.
 type Server struct {
@@ -81,10 +96,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ec.InitialCluster = cfg.InitialCluster
 		ec.InitialClusterToken = "ludus"
 	}
-	// Finished games' logs are deleted; compact old revisions hourly so deleted
-	// keys do not pile up in the store (see docs/OPERATIONS.md).
+	// Deleted keys (finished games' logs, settled tickets) and replaced
+	// values stay in the store until compacted (DefaultCompactionRetention).
+	retention := cfg.CompactionRetention
+	if retention <= 0 {
+		retention = DefaultCompactionRetention
+	}
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
-	ec.AutoCompactionRetention = "1h"
+	ec.AutoCompactionRetention = retention.String()
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("etcdserver: start: %w", err)
