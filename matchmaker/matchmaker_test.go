@@ -376,6 +376,35 @@ func TestTicketPartyMemberLeavingCancelsTheParty(t *testing.T) {
 	again.searching(t)
 }
 
+// A member more than the party's size is refused with FailedPrecondition,
+// can search alone afterwards, and the party it could not join still plays.
+func TestTicketPartyFullIsFailedPrecondition(t *testing.T) {
+	alloc := &fakeAllocator{}
+	reps := []*replica{startReplica(t, alloc), startReplica(t, alloc)}
+	tenant := newTenant(t, reps[0].state, nil)
+	code := createParty(t, reps[0], tenant, "lead", 2)
+	join := func(r *replica, account string) *player {
+		return r.find(t, tenant, account, &ludusv1.FindMatchRequest{
+			Mode: "ranked", PartyCode: code, PartySize: 2, RttMs: map[string]int32{"eu": 20}})
+	}
+	party := []*player{join(reps[0], "friend0"), join(reps[1], "friend1")}
+	waitFor(t, 5*time.Second, "the party's ticket", func() bool { return ticketCount(t, reps[0].state, tenant) == 1 })
+	late := join(reps[1], "late")
+	late.wait(t, 5*time.Second)
+	if connect.CodeOf(late.err) != connect.CodeFailedPrecondition || !strings.Contains(late.err.Error(), "all 2 players of party") {
+		t.Fatalf("a third member of a party of 2: %v, want FailedPrecondition saying the party is full", late.err)
+	}
+	players := append([]*player{}, party...)
+	players = append(players, reps[0].find(t, tenant, "late", nil)) // alone now: not AlreadyExists
+	for i := range 5 {
+		players = append(players, reps[i%2].find(t, tenant, fmt.Sprintf("solo%d", i), nil))
+	}
+	checkOneMatch(t, players, alloc)
+	if party[0].last.GetFound().Team != party[1].last.GetFound().Team {
+		t.Fatal("the party was split")
+	}
+}
+
 func TestTicketEnqueueTwiceIsAlreadyExists(t *testing.T) {
 	alloc := &fakeAllocator{}
 	reps := []*replica{startReplica(t, alloc), startReplica(t, alloc)}
