@@ -27,29 +27,14 @@ func TestHandoffDesyncFailsLoudly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin := ludusBinary(t)
-	wasm := filepath.Join(t.TempDir(), "talker.wasm")
-	build := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false", "-o", wasm, "../simnode/engine/testdata/talker")
-	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the talker module: %v\n%s", err, out)
-	}
-	code, err := os.ReadFile(wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := stack.Backend.EnsureModule(ctx, stack.TenantID, "talker", code); err != nil {
-		t.Fatalf("upload: %v", err)
-	}
-
+	uploadTalker(t, ctx)
 	pl := login(t, protocols()[0], devstack.DemoTenant)
 	// Every frame drawn for the player is a View call that changes the state.
 	g, stream := pl.play(t, ctx, &ludusv1.CreateGameRequest{ModuleName: "talker", Config: []byte(`{"view":true}`)}, 20)
 	id := g.GameId
 	time.Sleep(300 * time.Millisecond) // past a state hash and a log flush
 
-	cmd := exec.CommandContext(ctx, bin, "ctl", "--url", stack.GatewayURL, "game", "handoff", devstack.DemoTenant, id)
-	cmd.Env = append(os.Environ(), "LUDUS_KEY="+stack.OperatorKey, "LUDUS_KEY_FILE=")
-	out, err := cmd.CombinedOutput()
+	out, err := ctlHandoff(ctx, bin, id)
 	if err == nil || strings.Contains(string(out), "moved to") && !strings.Contains(string(out), "then failed") {
 		t.Fatalf("ctl game handoff of a desyncing game: err %v, printed:\n%s", err, out)
 	}
@@ -71,4 +56,31 @@ func TestHandoffDesyncFailsLoudly(t *testing.T) {
 		t.Fatalf("the player's stream ended with %+v (err %v)", last, stream.Err())
 	}
 	t.Logf("ctl: %s; player: %s", strings.TrimSpace(string(out)), last.Message)
+}
+
+// uploadTalker builds the talker test module (its View changes its state when
+// its config says {"view":true}) and uploads it to the demo tenant.
+func uploadTalker(t *testing.T, ctx context.Context) {
+	t.Helper()
+	wasm := filepath.Join(t.TempDir(), "talker.wasm")
+	build := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false", "-o", wasm, "../simnode/engine/testdata/talker")
+	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the talker module: %v\n%s", err, out)
+	}
+	code, err := os.ReadFile(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stack.Backend.EnsureModule(ctx, stack.TenantID, "talker", code); err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+}
+
+// ctlHandoff runs the real `ludus ctl game handoff` of a demo game and returns
+// what it printed.
+func ctlHandoff(ctx context.Context, bin, game string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, bin, "ctl", "--url", stack.GatewayURL, "game", "handoff", devstack.DemoTenant, game)
+	cmd.Env = append(os.Environ(), "LUDUS_KEY="+stack.OperatorKey, "LUDUS_KEY_FILE=")
+	return cmd.CombinedOutput()
 }

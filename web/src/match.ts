@@ -571,7 +571,10 @@ export class Match {
           this.finish(`The game was ended by its operators: ${byOperator[1]}`, "error");
           break;
         }
-        this.finish("The game stopped because of an error on the server.", "error", s.message);
+        // The server's reason (a module's trap, a desync after a move, with
+        // its likely causes) is for the studio: under "details".
+        this.status.set({ reason: s.message });
+        this.finish("The game stopped because of an error on the server (the reason is under “details”).", "error", s.message);
         break;
       }
       case "migrating":

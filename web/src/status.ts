@@ -26,6 +26,7 @@ const DETAILS = {
   ack: "input ack",
   mouse: "mouse look",
   why: "delivery",
+  reason: "stop reason",
 } as const;
 
 /** What the main fields mean, for screen readers and hover. */
