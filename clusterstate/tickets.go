@@ -715,8 +715,12 @@ func (c *Client) JoinParty(ctx context.Context, lease *Lease, p Party, m PartyMe
 				return Joined{Slot: pm.Slot, Rev: it.rev, Members: members}, nil
 			}
 		}
-		// After the party's first Size members: the party is full.
-		if err := c.EndSearch(ctx, p.Tenant, m.AccountID, m.Token, key); err != nil {
+		// After the party's first Size members: the party is full. The keys
+		// go even if ctx has ended: the search key left behind would keep
+		// the account from searching for as long as the lease lives.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := c.EndSearch(lctx, p.Tenant, m.AccountID, m.Token, key); err != nil {
 			return Joined{}, fmt.Errorf("clusterstate: party %s is full, and leaving it failed: %w", p.Code, err)
 		}
 		return Joined{}, ErrPartyFull
