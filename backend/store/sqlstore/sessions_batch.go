@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +29,10 @@ import (
 // on the 2-core dev machine, about 230 µs of PostgreSQL CPU per login; one
 // at a time, batches hold about two, 140 µs, and the logins/s went up by
 // a sixth. A single batcher without the bound ran once at 618 logins/s
-// (docs/RATIONALE.md).
+// (docs/RATIONALE.md). The worker whose statement has run keeps the turn
+// and gathers the next batch itself (no hand-off to another goroutine
+// between two statements); calls wait in a list (pending) rather than on
+// a channel send, so a caller does not wake when its call is taken.
 //
 // Errors stay isolated: if the statement fails (a NUL byte in a name, a
 // tenant that does not exist), nothing of it is stored and each call runs
@@ -36,7 +40,9 @@ import (
 // own outcome. So do the calls the statement does not settle: a device or
 // account id named twice in the batch, a rename, a device whose account
 // another transaction created after the statement's snapshot, an id that
-// collides with another device's account.
+// collides with another device's account. The calls the statement
+// settles return as soon as it has committed, without waiting for those of
+// the batch that run on their own.
 // Calls return after the commit, so "returned nil" means durable, as before.
 
 const (
@@ -59,12 +65,19 @@ type sessionCall struct {
 	acc     store.Account
 	created bool
 	err     error
+	alone   bool // runs on its own, not in the batch's statement
 	done    chan struct{}
 }
 
 type sessionBatcher struct {
-	s     *DB
-	calls chan *sessionCall
+	s *DB
+	// mu guards pending, the calls no batch has taken yet, and closed.
+	mu      sync.Mutex
+	pending []*sessionCall
+	closed  bool
+	// wake tells the worker that gathers the next batch that a call is
+	// pending (capacity 1).
+	wake chan struct{}
 	// turn is held by the worker that gathers the next batch, then by its
 	// statement, for up to sessionOverlap.
 	turn chan struct{}
@@ -74,7 +87,7 @@ type sessionBatcher struct {
 }
 
 func newSessionBatcher(s *DB) *sessionBatcher {
-	b := &sessionBatcher{s: s, calls: make(chan *sessionCall), turn: make(chan struct{}, 1), quit: make(chan struct{})}
+	b := &sessionBatcher{s: s, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1), quit: make(chan struct{})}
 	for range sessionWorkers {
 		b.wg.Add(1)
 		go b.run()
@@ -82,25 +95,62 @@ func newSessionBatcher(s *DB) *sessionBatcher {
 	return b
 }
 
+// stop ends the workers once their batches have run; calls still pending
+// fail with errClosed.
 func (b *sessionBatcher) stop() {
+	b.mu.Lock()
+	b.closed = true
+	left := b.pending
+	b.pending = nil
+	b.mu.Unlock()
+	for _, c := range left {
+		c.err = errClosed
+		close(c.done)
+	}
 	b.once.Do(func() { close(b.quit) })
 	b.wg.Wait()
 }
 
+// submit queues a call for the next batch and waits for its outcome. A
+// call whose context ends while it is still queued returns at once; once a
+// batch has taken it, it runs uncanceled and its outcome is the call's.
 func (b *sessionBatcher) submit(ctx context.Context, a store.Account, rename string, t store.RefreshToken) (store.Account, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Account{}, false, err
 	}
 	c := &sessionCall{ctx: ctx, a: a, rename: rename, t: t, done: make(chan struct{})}
-	select {
-	case b.calls <- c:
-	case <-ctx.Done():
-		return store.Account{}, false, ctx.Err()
-	case <-b.quit:
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
 		return store.Account{}, false, errClosed
 	}
-	<-c.done // the batch runs uncanceled; its outcome is this call's
+	b.pending = append(b.pending, c)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if b.unqueue(c) {
+			return store.Account{}, false, ctx.Err()
+		}
+		<-c.done
+	}
 	return c.acc, c.created, c.err
+}
+
+// unqueue takes c out of the pending calls; false if a batch has taken it
+// (or the batcher has stopped), so that it gets an outcome of its own.
+func (b *sessionBatcher) unqueue(c *sessionCall) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i := slices.Index(b.pending, c); i >= 0 {
+		b.pending = slices.Delete(b.pending, i, i+1)
+		return true
+	}
+	return false
 }
 
 func (b *sessionBatcher) run() {
@@ -111,39 +161,46 @@ func (b *sessionBatcher) run() {
 		case <-b.quit:
 			return
 		}
-		var first *sessionCall
-		select {
-		case first = <-b.calls:
-		case <-b.quit:
-			<-b.turn
-			return
-		}
-		batch := []*sessionCall{first}
-	drain:
-		for len(batch) < maxSessionBatch {
-			select {
-			case c := <-b.calls:
-				batch = append(batch, c)
-			default:
-				break drain
+		// The worker keeps the turn from one batch to the next, so that
+		// the next statement starts as soon as one has run, with no
+		// goroutine hand-off in between; it gives the turn back when a
+		// statement runs for sessionOverlap.
+		for kept := true; kept; {
+			batch := b.gather()
+			if batch == nil {
+				<-b.turn
+				return
 			}
+			t := time.AfterFunc(sessionOverlap, func() { <-b.turn })
+			b.runBatch(batch, func() { kept = t.Stop() })
 		}
-		release := sync.OnceFunc(func() { <-b.turn })
-		t := time.AfterFunc(sessionOverlap, release)
-		b.runBatch(batch, func() {
-			t.Stop()
-			release()
-		})
 	}
 }
 
-// runBatch runs batch; ran is called once its statement has run.
-func (b *sessionBatcher) runBatch(batch []*sessionCall, ran func()) {
-	defer func() {
-		for _, c := range batch {
-			close(c.done)
+// gather waits for a call and returns it with those pending beside it, up
+// to maxSessionBatch; nil once the batcher stops.
+func (b *sessionBatcher) gather() []*sessionCall {
+	for {
+		b.mu.Lock()
+		if n := min(len(b.pending), maxSessionBatch); n > 0 {
+			batch := slices.Clone(b.pending[:n])
+			b.pending = slices.Delete(b.pending, 0, n)
+			b.mu.Unlock()
+			return batch
 		}
-	}()
+		b.mu.Unlock()
+		select {
+		case <-b.wake:
+		case <-b.quit:
+			return nil
+		}
+	}
+}
+
+// runBatch runs batch; ran is called once its statement has run. The calls
+// it settles (or that were canceled) return then; the others run on their
+// own, in goroutines of their own, and return when they are done.
+func (b *sessionBatcher) runBatch(batch []*sessionCall, ran func()) {
 	// The calls the statement settles: live ones, each device and account
 	// id once, and no renames (they are rare, and renaming in the
 	// statement would join accounts in a way whose plan can go stale, as
@@ -158,6 +215,7 @@ func (b *sessionBatcher) runBatch(batch []*sessionCall, ran func()) {
 		d := dev{c.a.TenantID, c.a.DeviceID}
 		if devices[d] || ids[c.a.ID] || c.rename != "" {
 			alone = append(alone, c)
+			c.alone = true
 			continue
 		}
 		devices[d], ids[c.a.ID] = true, true
@@ -170,20 +228,25 @@ func (b *sessionBatcher) runBatch(batch []*sessionCall, ran func()) {
 		for i, c := range live {
 			if err != nil || !settled[i] {
 				alone = append(alone, c)
+				c.alone = true
 			}
 		}
 	}
 	ran()
+	for _, c := range batch {
+		if !c.alone {
+			close(c.done)
+		}
+	}
 	// One by one, but at once: with group commit they share commits.
-	var wg sync.WaitGroup
 	for _, c := range alone {
-		wg.Add(1)
+		b.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer b.wg.Done()
 			c.acc, c.created, c.err = b.s.deviceSessionTx(c.ctx, c.a, c.rename, c.t)
+			close(c.done)
 		}()
 	}
-	wg.Wait()
 }
 
 // sessionsIn signs in calls (distinct devices and account ids) in one
