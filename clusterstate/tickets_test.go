@@ -885,3 +885,15 @@ func createParty(t *testing.T, ctx context.Context, p Party) {
 		t.Fatal(err)
 	}
 }
+
+// A party's value, compared by every join, is what json.Marshal writes, for
+// modes of every kind.
+func TestPartyValueIsJSON(t *testing.T) {
+	for _, mode := range []string{"ranked", "4v4_Duo-X9", "", "a\"b", "<html>", "é", "a/b"} {
+		p := Party{Mode: mode, Size: 3}
+		want, _ := json.Marshal(partyValue{Mode: mode, Size: 3})
+		if got := p.value(); got != string(want) {
+			t.Errorf("mode %q: %s, want %s", mode, got, want)
+		}
+	}
+}
