@@ -678,9 +678,15 @@ type Joined struct {
 // the party's mode and size and the account's search key, puts both keys
 // and reads the party's members back. Nothing in it can stop more than Size
 // members joining at once, so the party is its first Size members in join
-// order (Roster: by create revision, then key, since a group commit gives
-// several joins one revision): a member that finds itself after them takes
-// its keys back and gets ErrPartyFull. Members keyed by slot needed a chain
+// order (Roster: by create revision): a member that finds itself after them
+// takes its keys back and gets ErrPartyFull. Every join of a party has a
+// revision of its own: a group commit never holds two joins of one party
+// (each counts the party key as a key it touches), since the nested
+// transactions of one group share a revision and the earlier ones would
+// not see the later ones' members. So the members a join reads are every
+// member before it, and a member that finds itself among the first Size
+// stays there (until one before it leaves, which ends the party's search
+// anyway). Members keyed by slot needed a chain
 // of nested transactions, one per slot, for the same guarantee; the joins
 // of parties were half of the matchmaker's compares and operations in etcd,
 // which decodes each of them twice (docs/RATIONALE.md).
@@ -704,6 +710,7 @@ func (c *Client) JoinParty(ctx context.Context, lease *Lease, p Party, m PartyMe
 				clientv3.OpGet(PartyMembersPrefix(p.Tenant, p.Code), clientv3.WithPrefix()),
 			},
 			[]clientv3.Op{clientv3.OpGet(party), clientv3.OpGet(search, clientv3.WithCountOnly())})
+		it.keys = append(it.keys, party) // no two joins of the party in one group (above)
 		it.admission = true
 		if err := c.committer().do(ctx, it); err != nil {
 			return Joined{}, err
@@ -762,7 +769,8 @@ func decodePartyMember(kv *mvccpb.KeyValue) (PartyMember, bool) {
 }
 
 // Roster returns a party's members, its first size in join order (create
-// revision, then account), each with its Slot: its place in that order.
+// revision; then account, for a deterministic order should two ever share
+// one), each with its Slot: its place in that order.
 // Those who joined after them are not in the party (JoinParty). ms is
 // left as it is.
 func Roster(ms []PartyMember, size int) []PartyMember {
