@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"ludus.dev/ludus/backend/store"
@@ -22,7 +23,8 @@ import (
 // from the group commit (distinct devices touch distinct rows), one at a
 // time: while one runs, the next fills, so that concurrent logins share
 // statements, round trips and flushes. A batch whose statement has run
-// for sessionOverlap (a slow flush, a lock wait) lets the next one start,
+// for its overlap (three typical statements, 1 to 10 ms: a slow flush, a
+// lock wait) lets the next one start,
 // up to sessionWorkers at once, so one stalled statement does not hold up
 // every login of the process. With sessionWorkers batches always free to
 // start at once, the bench's four callers each ran a batch of their own
@@ -48,10 +50,18 @@ import (
 const (
 	maxSessionBatch = 64
 	sessionWorkers  = 4
-	// sessionOverlap is how long a batch's statement runs before the next
-	// batch may start beside it: a few times what a statement and its
-	// flush take on an idle disk.
-	sessionOverlap = time.Millisecond
+	// A batch's statement that runs for sessionOverlapFactor times the
+	// typical statement (an average of the recent ones), and at least
+	// minSessionOverlap, lets the next batch start beside it; never later
+	// than maxSessionOverlap. A fixed 1 ms let a cascade start: once one
+	// slow statement let a second batch start, the two slowed each other
+	// past 1 ms, each let the next one start too, batches shrank to one
+	// login and the logins/s halved until the load fell. Measured against
+	// the typical statement, slower statements make the overlap longer,
+	// fewer batches run at once, and the statements get fast again.
+	sessionOverlapFactor = 3
+	minSessionOverlap    = time.Millisecond
+	maxSessionOverlap    = 10 * time.Millisecond
 	// sessionBatchTimeout bounds a batch's statement, which runs for
 	// several callers whatever their contexts.
 	sessionBatchTimeout = 30 * time.Second
@@ -79,11 +89,14 @@ type sessionBatcher struct {
 	// pending (capacity 1).
 	wake chan struct{}
 	// turn is held by the worker that gathers the next batch, then by its
-	// statement, for up to sessionOverlap.
+	// statement, for up to overlap().
 	turn chan struct{}
 	quit chan struct{}
-	wg   sync.WaitGroup
-	once sync.Once
+	// typical is an average of the recent statements' durations
+	// (nanoseconds), each counted as at most maxSessionOverlap.
+	typical atomic.Int64
+	wg      sync.WaitGroup
+	once    sync.Once
 }
 
 func newSessionBatcher(s *DB) *sessionBatcher {
@@ -164,15 +177,35 @@ func (b *sessionBatcher) run() {
 		// The worker keeps the turn from one batch to the next, so that
 		// the next statement starts as soon as one has run, with no
 		// goroutine hand-off in between; it gives the turn back when a
-		// statement runs for sessionOverlap.
+		// statement runs for overlap().
 		for kept := true; kept; {
 			batch := b.gather()
 			if batch == nil {
 				<-b.turn
 				return
 			}
-			t := time.AfterFunc(sessionOverlap, func() { <-b.turn })
+			t := time.AfterFunc(b.overlap(), func() { <-b.turn })
 			b.runBatch(batch, func() { kept = t.Stop() })
+		}
+	}
+}
+
+// overlap is how long a statement runs before the next batch may start
+// beside it.
+func (b *sessionBatcher) overlap() time.Duration {
+	return min(max(sessionOverlapFactor*time.Duration(b.typical.Load()), minSessionOverlap), maxSessionOverlap)
+}
+
+// observe adds a statement's duration to the typical one (an exponential
+// average, an eighth to each new statement). A statement stuck on a lock
+// counts as maxSessionOverlap, so that one stall does not hold the
+// overlap at its bound for long.
+func (b *sessionBatcher) observe(d time.Duration) {
+	d = min(d, maxSessionOverlap)
+	for {
+		old := b.typical.Load()
+		if b.typical.CompareAndSwap(old, old+(int64(d)-old)/8) {
+			return
 		}
 	}
 }
@@ -223,7 +256,9 @@ func (b *sessionBatcher) runBatch(batch []*sessionCall, ran func()) {
 	}
 	if len(live) > 0 { // one call too: one round trip, where a transaction of its own takes four
 		ctx, cancel := context.WithTimeout(context.Background(), sessionBatchTimeout)
+		start := time.Now()
 		settled, err := b.s.sessionsIn(ctx, live)
+		b.observe(time.Since(start))
 		cancel()
 		for i, c := range live {
 			if err != nil || !settled[i] {
