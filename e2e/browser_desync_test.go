@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -34,27 +31,12 @@ func TestBrowserDesyncShowsTheReason(t *testing.T) {
 		}
 	}()
 
-	script, _ := filepath.Abs("../web/e2e/desync.mjs")
-	cmd := exec.CommandContext(ctx, "node", script, stack.GatewayURL+"/", artifacts)
-	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
+	s := startBrowserScript(t, ctx, chromium, "desync.mjs", nil, stack.GatewayURL+"/", artifacts)
+	defer s.cmd.Process.Kill()
+	if _, err := fmt.Fprintf(s.stdin, "GAME %s\n", g.GameId); err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	if _, err := stdin.Write([]byte("GAME " + g.GameId + "\n")); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stdout)
+	lines := bufio.NewScanner(s.stdout)
 	var printed []string
 	var result struct {
 		OK      bool   `json:"ok"`
@@ -76,8 +58,8 @@ func TestBrowserDesyncShowsTheReason(t *testing.T) {
 			}
 		}
 	}
-	if err := cmd.Wait(); err != nil || !result.OK {
-		t.Fatalf("desync.mjs: %v\nstdout:\n%s\nstderr:\n%s", err, strings.Join(printed, "\n"), stderr.String())
+	if err := s.cmd.Wait(); err != nil || !result.OK {
+		t.Fatalf("desync.mjs: %v\nstdout:\n%s\nstderr:\n%s", err, strings.Join(printed, "\n"), s.stderr.String())
 	}
 	for _, want := range []string{"desync in game " + g.GameId, "likely causes"} {
 		if !strings.Contains(result.Reason, want) {

@@ -2,13 +2,11 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,24 +56,11 @@ func TestBrowserHistory(t *testing.T) {
 	aresTicket := g.Msg.Ticket
 	ares := ludusv1connect.NewGameServiceClient(hc, stack.GatewayURL, connect.WithInterceptors(withTicket(&aresTicket)))
 
-	script, _ := filepath.Abs("../web/e2e/history.mjs")
-	cmd := exec.CommandContext(ctx, "node", script, stack.GatewayURL+"/", artifacts)
 	// The password goes in the environment, not the arguments.
-	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium,
-		"LUDUS_TENANT="+slug, "LUDUS_EMAIL="+email, "LUDUS_PASSWORD="+password, "LUDUS_ACCOUNT="+hera)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	s := startBrowserScript(t, ctx, chromium, "history.mjs",
+		[]string{"LUDUS_TENANT=" + slug, "LUDUS_EMAIL=" + email, "LUDUS_PASSWORD=" + password, "LUDUS_ACCOUNT=" + hera},
+		stack.GatewayURL+"/", artifacts)
+	stdin := s.stdin
 	var out []string
 	var row struct {
 		Match string   `json:"match"`
@@ -88,7 +73,7 @@ func TestBrowserHistory(t *testing.T) {
 	}
 	gameID := ""
 	played := make(chan error, 1)
-	sc := bufio.NewScanner(stdout)
+	sc := bufio.NewScanner(s.stdout)
 	for sc.Scan() {
 		line := sc.Text()
 		out = append(out, line)
@@ -121,8 +106,8 @@ func TestBrowserHistory(t *testing.T) {
 			}
 		}
 	}
-	err = cmd.Wait()
-	t.Logf("%s\n%s", strings.Join(out, "\n"), stderr.String())
+	err = s.cmd.Wait()
+	t.Logf("%s\n%s", strings.Join(out, "\n"), s.stderr.String())
 	if err != nil {
 		t.Fatalf("history e2e failed: %v", err)
 	}

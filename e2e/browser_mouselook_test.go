@@ -2,14 +2,10 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,32 +31,17 @@ const arenaTurnPerTick = 800
 // the pointer is released moving the mouse turns nothing.
 func TestBrowserMouseLook(t *testing.T) {
 	chromium, artifacts := browserSetup(t)
-	script, _ := filepath.Abs("../web/e2e/mouselook.mjs")
 	for _, mode := range []string{"snapshots", "pixels"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, "node", script, stack.GatewayURL+"/", artifacts, mode)
-			cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
+			s := startBrowserScript(t, ctx, chromium, "mouselook.mjs", nil, stack.GatewayURL+"/", artifacts, mode)
 			var out []string
 			var w *headingWatch
 			var start uint16 // the heading before the mouse moved
 			var turnedAt int
-			reply := func(s string) { fmt.Fprintln(stdin, s) }
-			sc := bufio.NewScanner(stdout)
+			reply := func(line string) { fmt.Fprintln(s.stdin, line) }
+			sc := bufio.NewScanner(s.stdout)
 			for sc.Scan() {
 				line := sc.Text()
 				out = append(out, line)
@@ -102,8 +83,8 @@ func TestBrowserMouseLook(t *testing.T) {
 					reply("ok")
 				}
 			}
-			err = cmd.Wait()
-			t.Logf("%s\n%s", strings.Join(out, "\n"), stderr.String())
+			err := s.cmd.Wait()
+			t.Logf("%s\n%s", strings.Join(out, "\n"), s.stderr.String())
 			if err != nil {
 				t.Fatalf("mouse look e2e (%s) failed: %v", mode, err)
 			}

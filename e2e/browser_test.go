@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -69,6 +70,36 @@ func TestBrowserPlays(t *testing.T) {
 
 // browserSetup returns the Chromium to use and the artifacts directory, or skips
 // (fails in CI) when Chromium, node or playwright-core is missing.
+// browserScript is a script of web/e2e the test talks to: lines to its
+// stdin, lines from its stdout, and its stderr kept for the report.
+type browserScript struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	stderr bytes.Buffer
+}
+
+// startBrowserScript starts `node web/e2e/NAME ARGS...` with Chromium and
+// env in its environment.
+func startBrowserScript(t *testing.T, ctx context.Context, chromium, name string, env []string, args ...string) *browserScript {
+	t.Helper()
+	script, _ := filepath.Abs(filepath.Join("../web/e2e", name))
+	s := &browserScript{cmd: exec.CommandContext(ctx, "node", append([]string{script}, args...)...)}
+	s.cmd.Env = append(append(os.Environ(), "CHROMIUM="+chromium), env...)
+	s.cmd.Stderr = &s.stderr
+	var err error
+	if s.stdin, err = s.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if s.stdout, err = s.cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func browserSetup(t *testing.T) (chromium, artifacts string) {
 	t.Helper()
 	chromium = os.Getenv("CHROMIUM")
@@ -104,27 +135,13 @@ func browserSetup(t *testing.T) (chromium, artifacts string) {
 // and the games table at 360 px. Screenshots go to artifacts/web-*.png.
 func TestBrowserSite(t *testing.T) {
 	chromium, artifacts := browserSetup(t)
-	script, _ := filepath.Abs("../web/e2e/site.mjs")
 	for _, flow := range []string{"meta", "session", "status", "errors", "phone"} {
 		t.Run(flow, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, "node", script, stack.GatewayURL+"/", artifacts, flow)
-			cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			sc := bufio.NewScanner(stdout)
+			s := startBrowserScript(t, ctx, chromium, "site.mjs", nil, stack.GatewayURL+"/", artifacts, flow)
+			stdin := s.stdin
+			sc := bufio.NewScanner(s.stdout)
 			var out []string
 			for sc.Scan() {
 				line := sc.Text()
@@ -142,8 +159,8 @@ func TestBrowserSite(t *testing.T) {
 					fmt.Fprintln(stdin, "moved")
 				}
 			}
-			err = cmd.Wait()
-			t.Logf("%s%s", strings.Join(out, "\n"), stderr.String())
+			err := s.cmd.Wait()
+			t.Logf("%s%s", strings.Join(out, "\n"), s.stderr.String())
 			if err != nil {
 				t.Fatalf("site e2e %s failed: %v", flow, err)
 			}

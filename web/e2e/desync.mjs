@@ -11,9 +11,8 @@
 // the server's reason is there ("desync in game <id>…"), saves desync.png, and
 // prints one line of JSON. Everything is bounded by a 120 s timeout.
 
-import { createInterface } from "node:readline";
 import { join } from "node:path";
-import { firstPage, harness, FAILED_REQUESTS } from "./harness.mjs";
+import { FAILED_REQUESTS, firstPage, harness, readLine } from "./harness.mjs";
 
 const [base, artifacts] = process.argv.slice(2);
 const h = harness({
@@ -26,13 +25,6 @@ const h = harness({
   poll: 150,
 });
 const { check, until, step } = h;
-
-const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
-async function readLine(prefix) {
-  const { value, done } = await lines.next();
-  check(!done && value.startsWith(prefix), `expected "${prefix}…" from the test, got ${JSON.stringify(value)}`);
-  return value.slice(prefix.length).trim();
-}
 
 const text = (page, sel) => page.evaluate((s) => document.querySelector(s)?.textContent ?? "", sel);
 

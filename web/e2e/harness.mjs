@@ -1,7 +1,7 @@
 // The harness every browser script here runs in: the usage line, the overall
 // deadline, the steps done so far, the page errors seen, polling with a report
-// of what the page shows, the browsers to close and profiles to remove, and how
-// a run ends: one line of JSON on stdout and exit 0, or the failure on stderr
+// of what the page shows, the browsers to close and profiles to remove, the
+// lines a Go test writes to stdin (readLine), and how a run ends: one line of JSON on stdout and exit 0, or the failure on stderr
 // and exit 1.
 //
 //   const h = harness({ name: "account e2e", usage: "node e2e/account.mjs BASE_URL ARTIFACTS_DIR",
@@ -24,6 +24,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { launchBrowser, launchChromium } from "./chromium.mjs";
 
 /** Console errors of requests a flow makes fail on purpose (bad uploads, aborted streams, 404s). */
@@ -32,6 +33,16 @@ export const FAILED_REQUESTS = /Failed to load resource|net::ERR_FAILED/;
 /** Throws `what` unless `cond`. */
 export function check(cond, what) {
   if (!cond) throw new Error(what);
+}
+
+let stdinLines = null;
+
+/** The next line the Go test wrote to stdin, which must start with prefix: the rest of it, trimmed. */
+export async function readLine(prefix) {
+  stdinLines ??= createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+  const { value, done } = await stdinLines.next();
+  check(!done && value.startsWith(prefix), `expected "${prefix}…" from the test, got ${JSON.stringify(value)}`);
+  return value.slice(prefix.length).trim();
 }
 
 /** A launched context's first page (a persistent context opens with one). */

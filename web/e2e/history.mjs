@@ -16,8 +16,7 @@
 // Screenshots: ARTIFACTS_DIR/history-*.png.
 
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { FAILED_REQUESTS, firstPage, harness } from "./harness.mjs";
+import { FAILED_REQUESTS, firstPage, harness, readLine } from "./harness.mjs";
 
 const TOTAL_MS = 120_000;
 const [base, artifacts] = process.argv.slice(2);
@@ -32,13 +31,6 @@ const h = harness({
   poll: 150,
 });
 const { check, until, step } = h;
-
-const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
-async function readLine(prefix) {
-  const { value, done } = await lines.next();
-  check(!done && value.startsWith(prefix), `expected "${prefix}…" from the test, got ${JSON.stringify(value)}`);
-  return value.slice(prefix.length).trim();
-}
 
 const route = (page) => page.evaluate(() => window.ludus?.route() ?? "");
 const text = (page, sel) => page.evaluate((s) => document.querySelector(s)?.textContent ?? "", sel);
