@@ -741,7 +741,8 @@ func (c *Client) JoinParty(ctx context.Context, lease *Lease, p Party, m PartyMe
 				all = append(all, pm)
 			}
 		}
-		members := Roster(all, p.Size)
+		members := inJoinOrder(all)
+		members = members[:min(len(members), max(p.Size, 0))]
 		for _, pm := range members {
 			if pm.AccountID == m.AccountID && pm.CreateRev == it.rev {
 				return Joined{Slot: pm.Slot, Rev: it.rev, Members: members}, nil
@@ -774,11 +775,17 @@ func decodePartyMember(kv *mvccpb.KeyValue) (PartyMember, bool) {
 // Those who joined after them are not in the party (JoinParty). ms is
 // left as it is.
 func Roster(ms []PartyMember, size int) []PartyMember {
-	ms = slices.Clone(ms)
+	ms = inJoinOrder(slices.Clone(ms))
+	return ms[:min(len(ms), max(size, 0))]
+}
+
+// inJoinOrder sorts ms in join order, in place, and sets each one's Slot.
+// The lists this package returns are in that order (Joined.Members,
+// PartyMembers, PartyFollower.Watch), so their first size are the party.
+func inJoinOrder(ms []PartyMember) []PartyMember {
 	slices.SortFunc(ms, func(a, b PartyMember) int {
 		return cmp.Or(cmp.Compare(a.CreateRev, b.CreateRev), strings.Compare(a.AccountID, b.AccountID))
 	})
-	ms = ms[:min(len(ms), max(size, 0))]
 	for i := range ms {
 		ms[i].Slot = i
 	}
@@ -798,7 +805,7 @@ func (c *Client) PartyMembers(ctx context.Context, tenant, code string) ([]Party
 			out = append(out, m)
 		}
 	}
-	return Roster(out, len(out)), resp.Header.Revision, nil
+	return inJoinOrder(out), resp.Header.Revision, nil
 }
 
 // Party watches. Every member of a party follows its party's members (who
@@ -886,7 +893,7 @@ func (f *PartyFollower) Watch(ctx context.Context, rev int64, members []PartyMem
 			for _, m := range byKey {
 				list = append(list, m)
 			}
-			if !fn(Roster(list, len(list))) {
+			if !fn(inJoinOrder(list)) {
 				return nil
 			}
 		}

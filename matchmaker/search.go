@@ -369,8 +369,9 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 			return nil, fmt.Errorf("%w: lost track of the party; search again", ErrUnavailable)
 		}
 		// Who joined after the party was full is not in it (and leaves
-		// again at once): only the first size count.
-		ms = clusterstate.Roster(ms, size)
+		// again at once): only the first size count (ms is in join
+		// order: clusterstate.Roster).
+		ms = ms[:min(len(ms), size)]
 		now := map[string]int64{}
 		for _, pm := range ms {
 			now[pm.AccountID] = pm.CreateRev
