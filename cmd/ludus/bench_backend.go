@@ -33,6 +33,7 @@ import (
 	"ludus.dev/ludus/backend/store/sqlite"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/internal/gcpolicy"
 	"ludus.dev/ludus/sdk/abi"
 )
 
@@ -73,7 +74,11 @@ func init() {
 // postgres, the plain figure names for SQLite, and postgres_skipped (a
 // reason) when PostgreSQL is not measured.
 func benchBackend(ctx context.Context, progress io.Writer) (map[string]any, error) {
-	res := map[string]any{"workers": bbWorkers, "duration_s": bbDur.Seconds(), "gomaxprocs": runtime.GOMAXPROCS(0)}
+	// The process stands in for a backend server, which keeps Go's garbage
+	// collector settings (or those of GOGC and GOMEMLIMIT).
+	gc := gcpolicy.Current()
+	res := map[string]any{"workers": bbWorkers, "duration_s": bbDur.Seconds(), "gomaxprocs": runtime.GOMAXPROCS(0),
+		"gc_percent": gc.GCPercent, "memory_limit_bytes": gc.MemoryLimit}
 	dir, err := os.MkdirTemp("", "ludus-bench-backend")
 	if err != nil {
 		return nil, err

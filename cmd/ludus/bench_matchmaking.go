@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 
 	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+	"ludus.dev/ludus/internal/gcpolicy"
 	"ludus.dev/ludus/matchmaker"
 	"ludus.dev/ludus/matchmaking"
 	"ludus.dev/ludus/ops/etcdserver"
@@ -137,11 +139,16 @@ type mmBenchResult struct {
 	// Refused: tickets turned away at once (matchmaker.ErrOverloaded,
 	// Unavailable: search again) because etcd was not keeping up; both
 	// phases. They are not lost: the players were told.
-	Refused          int     `json:"tickets_refused"`
-	StillSearching   int     `json:"tickets_still_searching"`
-	Matches          int     `json:"matches"`
-	AllocationsWaste int     `json:"allocations_unannounced"`
-	Replicas         int     `json:"replicas"`
+	Refused          int `json:"tickets_refused"`
+	StillSearching   int `json:"tickets_still_searching"`
+	Matches          int `json:"matches"`
+	AllocationsWaste int `json:"allocations_unannounced"`
+	Replicas         int `json:"replicas"`
+	// The collector's settings the process ran with (internal/gcpolicy:
+	// those of a gateway and an etcd server, unless GOGC or GOMEMLIMIT say
+	// otherwise).
+	GCPercent        int     `json:"gc_percent"`
+	MemoryLimitBytes int64   `json:"memory_limit_bytes"`
 	ReplicaKilled    bool    `json:"replica_killed"`
 	Seconds          float64 `json:"seconds"`
 
@@ -632,7 +639,9 @@ func logReasons(progress io.Writer, phase string, tickets []*mmTicket) {
 }
 
 func benchMatchmaking(ctx context.Context, progress io.Writer, f mmFlags) (map[string]any, error) {
-	res := mmBenchResult{ArrivalsPerSec: f.rate, Replicas: f.replicas}
+	// The process stands in for gateways and etcd, and runs as they do.
+	gc := gcpolicy.ForServer(slog.New(slog.NewTextHandler(progress, nil)))
+	res := mmBenchResult{ArrivalsPerSec: f.rate, Replicas: f.replicas, GCPercent: gc.GCPercent, MemoryLimitBytes: gc.MemoryLimit}
 	var etcd etcdCounters
 	var nTickets int
 
@@ -750,8 +759,9 @@ type mmSaturation struct {
 // half stayed within what 0.75 s of its arrivals would leave queued
 // (Little's law: a mean wait of 0.75 s), with no stream failing. Steady
 // runs (verifyRate, -saturate-verify long) then decide, going up from the
-// proposed rate (1.25 times) while they pass and down while they fail.
-// tickets_per_sec is the best passing window's tickets matched within
+// proposed rate (1.25 times) while they pass and down while they fail, and
+// once more halfway (geometrically) between the highest rate that passed
+// and the lowest above it that failed. tickets_per_sec is the best passing window's tickets matched within
 // mmSustainWait, per second of the window: it cannot exceed the rate they
 // arrived at.
 func saturate(ctx context.Context, progress io.Writer, f mmFlags) (mmSaturation, error) {
@@ -798,6 +808,14 @@ search:
 			rate /= 1.25 // failed, and nothing passed yet: try lower
 		default:
 			break search
+		}
+	}
+	// The steps of 1.25 hide up to a fifth of the rate: try once between
+	// the highest that passed and the lowest above it that failed.
+	if mid := math.Sqrt(passed * failedAt); passed > 0 && failedAt > passed*1.1 && ctx.Err() == nil {
+		ok, tps, p50, p99 := verifyRate(ctx, progress, load, mid, f.satVerify)
+		if ok && tps > out.ticketsPerSec {
+			out.rate, out.ticketsPerSec, out.p50, out.p99 = math.Round(mid), tps, p50, p99
 		}
 	}
 	still, err := load.drain(ctx, f.drain, stopStreams)

@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"ludus.dev/ludus/internal/gcpolicy"
 )
 
 const usage = `ludus — a backend for authoritative multiplayer games
@@ -43,6 +45,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	args := os.Args[2:]
+	serverGC(os.Args[1], logger)
 	var err error
 	switch os.Args[1] {
 	case "dev":
@@ -72,4 +75,18 @@ func main() {
 		fmt.Fprintf(os.Stderr, "ludus %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
+}
+
+// serverGC applies the servers' garbage collector policy (internal/gcpolicy)
+// for the commands that run etcd or matchmaker replicas (gateways), and
+// reports whether it did. Sim nodes keep Go's defaults: their heap is mostly
+// the modules' memories, which a higher GOGC would multiply. The backend
+// does too: its logins wait on the database, and measured no faster.
+func serverGC(command string, logger *slog.Logger) bool {
+	switch command {
+	case "dev", "gateway", "etcd":
+		gcpolicy.ForServer(logger)
+		return true
+	}
+	return false
 }
