@@ -63,7 +63,7 @@ func init() {
 			fs.Float64Var(&f.satFrom, "saturate-from", 400, "first arrival rate of the saturation ramp (tickets/s); each step is 1.25 times the last")
 			fs.Float64Var(&f.satMax, "saturate-max", 20_000, "highest arrival rate the ramp tries")
 			fs.DurationVar(&f.satStep, "saturate-step", 2*time.Second, "how long each ramp step lasts")
-			fs.DurationVar(&f.satVerify, "saturate-verify", 8*time.Second, "how long the steady run that confirms a rate lasts (a quarter of it warms up)")
+			fs.DurationVar(&f.satVerify, "saturate-verify", 30*time.Second, "how long each steady run that confirms a rate lasts, on a fresh etcd and replicas (a quarter of it warms up)")
 			fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole process (etcd included) to this file")
 			fs.StringVar(&f.memprofile, "memprofile", "", "write an allocation profile of the whole process (etcd included) to this file at the end")
 		},
@@ -170,9 +170,10 @@ type mmBenchResult struct {
 	EtcdWritesPerTicket      float64 `json:"etcd_writes_per_ticket"`
 	EtcdWatchEventsPerTicket float64 `json:"etcd_watch_events_per_ticket"`
 
-	// The saturation phase's etcd database at its end: the file's size and
-	// the part of it in use. What compaction (ops/etcdserver) frees is
-	// reused, so these grow with the revisions etcd still keeps.
+	// The etcd database of the saturation phase's ramp (its longest run on
+	// one etcd) at the ramp's end: the file's size and the part of it in
+	// use. What compaction (ops/etcdserver) frees is reused, so these grow
+	// with the revisions etcd still keeps.
 	SaturationEtcdDBBytes      float64 `json:"saturation_etcd_db_bytes"`
 	SaturationEtcdDBInUseBytes float64 `json:"saturation_etcd_db_in_use_bytes"`
 }
@@ -537,6 +538,20 @@ type mmTally struct {
 	waits, spreads                                                 []float64
 }
 
+// add adds b's counts and samples to t's.
+func (t *mmTally) add(b mmTally) {
+	t.matched += b.matched
+	t.timedOut += b.timedOut
+	t.refused += b.refused
+	t.lost += b.lost
+	t.split += b.split
+	t.twice += b.twice
+	t.matches += b.matches
+	t.waste += b.waste
+	t.waits = append(t.waits, b.waits...)
+	t.spreads = append(t.spreads, b.spreads...)
+}
+
 // tally checks a phase's tickets against the allocator's record, the ground
 // truth: a game is announced when a player was told of it; the other
 // allocations were wasted (a ticket left, or the leader died, between
@@ -753,52 +768,98 @@ type mmSaturation struct {
 	etcdOK              bool
 }
 
-// saturate finds the highest arrival rate the replicas sustain, on a fresh
-// etcd with no kill. A ramp (each step 1.25 times the last, -saturate-step
-// long) proposes a rate: the last step whose mean backlog over its second
-// half stayed within what 0.75 s of its arrivals would leave queued
+// saturate finds the highest arrival rate the replicas sustain, with no
+// kill. A ramp (each step 1.25 times the last, -saturate-step long) on a
+// fresh etcd proposes a rate: the last step whose mean backlog over its
+// second half stayed within what 0.75 s of its arrivals would leave queued
 // (Little's law: a mean wait of 0.75 s), with no stream failing. Steady
 // runs (verifyRate, -saturate-verify long) then decide, going up from the
 // proposed rate (1.25 times) while they pass and down while they fail, and
 // once more halfway (geometrically) between the highest rate that passed
-// and the lowest above it that failed. tickets_per_sec is the best passing window's tickets matched within
+// and the lowest above it that failed. Each steady run has an etcd and
+// replicas of its own, fresh: a run that failed leaves thousands of tickets
+// searching (parties waiting for their bands to widen) and their revisions
+// in etcd, which would count against the next run rather than its own
+// rate. tickets_per_sec is the best passing window's tickets matched within
 // mmSustainWait, per second of the window: it cannot exceed the rate they
-// arrived at.
+// arrived at. Every run's tickets are tallied against its own allocator.
 func saturate(ctx context.Context, progress io.Writer, f mmFlags) (mmSaturation, error) {
 	var out mmSaturation
-	rig, err := startMMRig(ctx, f.replicas, f.ttl, f.retention)
+	start, cpu0 := time.Now(), cpuTime()
+	out.etcdOK = true
+	// run runs fn against a fresh rig, then drains and tallies its tickets.
+	run := func(seed uint64, fn func(load *mmLoad)) error {
+		rig, err := startMMRig(ctx, f.replicas, f.ttl, f.retention)
+		if err != nil {
+			return err
+		}
+		defer rig.Close()
+		runCtx, stopStreams := context.WithCancel(ctx)
+		defer stopStreams()
+		load := newMMLoad(runCtx, rig, rig.reps, seed)
+		fn(load)
+		still, err := load.drain(ctx, f.drain, stopStreams)
+		if err != nil {
+			return err
+		}
+		tickets := load.snapshot()
+		out.tickets += len(tickets)
+		logReasons(progress, "saturation", tickets)
+		rig.alloc.mu.Lock()
+		out.t.add(tally(tickets, rig.alloc.games, still))
+		rig.alloc.mu.Unlock()
+		c, err := readEtcdCounters(ctx, rig.es.Endpoint)
+		if err != nil {
+			out.etcdOK = false
+			return nil
+		}
+		first := out.etcd == etcdCounters{}
+		out.etcd = out.etcd.add(c.sub(rig.etcd0))
+		if first { // the ramp's database: the longest run on one etcd
+			out.etcd.dbBytes, out.etcd.dbInUseBytes = c.dbBytes, c.dbInUseBytes
+		}
+		return nil
+	}
+
+	rate, proposed := f.satFrom, 0.0
+	err := run(2, func(load *mmLoad) {
+		for rate <= f.satMax && ctx.Err() == nil {
+			failed := load.failures()
+			load.arrivals(ctx, rate, f.satStep/2)
+			b := load.meanBacklog(ctx, rate, f.satStep-f.satStep/2)
+			fmt.Fprintf(progress, "matchmaking saturation: %.0f arrivals/s, %.0f tickets searching (mean)\n", rate, b)
+			if b > max(0.75*rate, 300) || load.failures() > failed {
+				break
+			}
+			proposed = rate
+			rate *= 1.25
+		}
+	})
 	if err != nil {
 		return out, err
 	}
-	defer rig.Close()
-	runCtx, stopStreams := context.WithCancel(ctx)
-	defer stopStreams()
-	load := newMMLoad(runCtx, rig, rig.reps, 2)
-	start, cpu0 := time.Now(), cpuTime()
-
-	rate, proposed := f.satFrom, 0.0
-	for rate <= f.satMax && ctx.Err() == nil {
-		failed := load.failures()
-		load.arrivals(ctx, rate, f.satStep/2)
-		b := load.meanBacklog(ctx, rate, f.satStep-f.satStep/2)
-		fmt.Fprintf(progress, "matchmaking saturation: %.0f arrivals/s, %.0f tickets searching (mean)\n", rate, b)
-		if b > max(0.75*rate, 300) || load.failures() > failed {
-			break
-		}
-		proposed = rate
-		rate *= 1.25
+	verify := func(rate float64) (bool, error) {
+		var ok bool
+		err := run(3, func(load *mmLoad) {
+			var tps, p50, p99 float64
+			ok, tps, p50, p99 = verifyRate(ctx, progress, load, rate, f.satVerify)
+			if ok && tps > out.ticketsPerSec {
+				out.rate, out.ticketsPerSec, out.p50, out.p99 = math.Round(rate), tps, p50, p99
+			}
+		})
+		return ok, err
 	}
 	rate = max(proposed, f.satFrom)
 	passed, failedAt := 0.0, 0.0
 search:
 	for tries := 0; tries < 6 && ctx.Err() == nil; tries++ {
-		ok, tps, p50, p99 := verifyRate(ctx, progress, load, rate, f.satVerify)
-		if ok && tps > out.ticketsPerSec {
-			out.rate, out.ticketsPerSec, out.p50, out.p99 = math.Round(rate), tps, p50, p99
+		ok, err := verify(rate)
+		if err != nil {
+			return out, err
 		}
 		if ok {
 			passed = max(passed, rate)
-		} else {
+		} else if failedAt == 0 || rate < failedAt {
 			failedAt = rate
 		}
 		switch {
@@ -813,27 +874,13 @@ search:
 	// The steps of 1.25 hide up to a fifth of the rate: try once between
 	// the highest that passed and the lowest above it that failed.
 	if mid := math.Sqrt(passed * failedAt); passed > 0 && failedAt > passed*1.1 && ctx.Err() == nil {
-		ok, tps, p50, p99 := verifyRate(ctx, progress, load, mid, f.satVerify)
-		if ok && tps > out.ticketsPerSec {
-			out.rate, out.ticketsPerSec, out.p50, out.p99 = math.Round(mid), tps, p50, p99
+		if _, err := verify(mid); err != nil {
+			return out, err
 		}
 	}
-	still, err := load.drain(ctx, f.drain, stopStreams)
-	if err != nil {
-		return out, err
-	}
 	out.seconds = time.Since(start).Seconds()
-	tickets := load.snapshot()
-	out.tickets = len(tickets)
-	if len(tickets) > 0 {
-		out.cpuMsPerTicket = math.Round(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(len(tickets))*1000) / 1000
-	}
-	logReasons(progress, "saturation", tickets)
-	rig.alloc.mu.Lock()
-	out.t = tally(tickets, rig.alloc.games, still)
-	rig.alloc.mu.Unlock()
-	if c, err := readEtcdCounters(ctx, rig.es.Endpoint); err == nil {
-		out.etcd, out.etcdOK = c.sub(rig.etcd0), true
+	if out.tickets > 0 {
+		out.cpuMsPerTicket = math.Round(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(out.tickets)*1000) / 1000
 	}
 	return out, nil
 }
