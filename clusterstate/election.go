@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -127,8 +128,8 @@ func (l *Leadership) Key() string { return l.key }
 func (l *Leadership) Rev() int64  { return l.rev }
 
 // fence is the comparison every write made as leader carries.
-func (l *Leadership) fence() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)
+func (l *Leadership) fence() *pb.Compare {
+	return cmpCreated(l.key, l.rev)
 }
 
 // Resign gives the leadership up (deleting the leader key, so another

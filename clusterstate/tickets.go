@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -312,8 +313,8 @@ func (c *Client) CountTickets(ctx context.Context, tenant, mode string) (int, er
 // bound to lease (the one l campaigned with, so that the count goes with the
 // leader), if l still leads. It is committed with the client's other writes.
 func (c *Client) PutQueueSize(ctx context.Context, l *Leadership, lease *Lease, tenant, mode string, n int) error {
-	it := newTxnItem(lease.ID(), []clientv3.Cmp{l.fence()},
-		[]clientv3.Op{clientv3.OpPut(QueueSizeKey(tenant, mode), strconv.Itoa(n), clientv3.WithLease(clientv3.LeaseID(lease.ID())))}, nil)
+	it := newTxnItem(lease.ID(), []*pb.Compare{l.fence()},
+		[]*pb.RequestOp{opPut(QueueSizeKey(tenant, mode), strconv.Itoa(n), lease.ID())}, nil)
 	if err := c.committer().do(ctx, it); err != nil {
 		return err
 	}
@@ -362,14 +363,8 @@ func enqueueTxn(lease int64, t QueuedTicket, token string) *txnItem {
 	search := SearchKey(t.Tenant, t.Members[0].AccountID)
 	ticket := TicketKey(t.Tenant, t.Mode, t.ID)
 	return newTxnItem(lease,
-		[]clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(search), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(ticket), "=", 0),
-		},
-		[]clientv3.Op{
-			clientv3.OpPut(search, token, clientv3.WithLease(clientv3.LeaseID(lease))),
-			clientv3.OpPut(ticket, b, clientv3.WithLease(clientv3.LeaseID(lease))),
-		}, nil)
+		[]*pb.Compare{cmpCreated(search, 0), cmpCreated(ticket, 0)},
+		[]*pb.RequestOp{opPut(search, token, lease), opPut(ticket, b, lease)}, nil)
 }
 
 // enqueued is the outcome of a committed enqueueTxn.
@@ -388,12 +383,12 @@ func (it *txnItem) enqueued() (int64, error) {
 // key if it still holds token (a newer search of the account keeps its own).
 func (c *Client) EndSearch(ctx context.Context, tenant, account, token string, keys ...string) error {
 	search := SearchKey(tenant, account)
-	ops := make([]clientv3.Op, 0, len(keys)+1)
+	ops := make([]*pb.RequestOp, 0, len(keys)+1)
 	for _, k := range keys {
-		ops = append(ops, clientv3.OpDelete(k))
+		ops = append(ops, opDelete(k))
 	}
-	it := newTxnItem(0, []clientv3.Cmp{clientv3.Compare(clientv3.Value(search), "=", token)},
-		append(slices.Clip(ops), clientv3.OpDelete(search)), ops)
+	it := newTxnItem(0, []*pb.Compare{cmpValue(search, token)},
+		append(slices.Clip(ops), opDelete(search)), ops)
 	return c.committer().do(ctx, it)
 }
 
@@ -427,16 +422,16 @@ func (c *Client) Settle(ctx context.Context, l *Leadership, s Settlement) (int64
 // replica (named for the first ticket with a player there) rather than one
 // per player: fewer keys to write, expire and watch.
 func settleTxn(l *Leadership, s Settlement) *txnItem {
-	// An Op is a large struct: sized once, not grown (a ticket: its delete
-	// and compare; a player: its search key's delete, in a party its
-	// member key's delete and compare; a results key per replica).
+	// Sized once, not grown (a ticket: its delete and compare; a player:
+	// its search key's delete, in a party its member key's delete and
+	// compare; a results key per replica).
 	n := 0
 	for _, t := range s.Tickets {
 		n += 1 + 2*len(t.Members)
 	}
-	cmps := make([]clientv3.Cmp, 1, 1+n)
+	cmps := make([]*pb.Compare, 1, 1+n)
 	cmps[0] = l.fence()
-	ops := make([]clientv3.Op, 0, n+4)
+	ops := make([]*pb.RequestOp, 0, n+4)
 	type bundle struct {
 		key     string
 		results map[string][]byte
@@ -445,17 +440,17 @@ func settleTxn(l *Leadership, s Settlement) *txnItem {
 	byReplica := map[string]*bundle{}
 	for _, t := range s.Tickets {
 		key := TicketKey(t.Tenant, t.Mode, t.ID)
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", t.Rev))
-		ops = append(ops, clientv3.OpDelete(key))
+		cmps = append(cmps, cmpModified(key, t.Rev))
+		ops = append(ops, opDelete(key))
 		for _, m := range t.Members {
-			ops = append(ops, clientv3.OpDelete(SearchKey(t.Tenant, m.AccountID)))
+			ops = append(ops, opDelete(SearchKey(t.Tenant, m.AccountID)))
 			if t.Party != "" {
 				mk := PartyMemberKey(t.Tenant, t.Party, m.AccountID)
 				if t.slotKeyed {
 					mk = legacyPartySlotKey(t.Tenant, t.Party, m.Slot)
 				}
-				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(mk), "=", m.MemberRev))
-				ops = append(ops, clientv3.OpDelete(mk))
+				cmps = append(cmps, cmpModified(mk, m.MemberRev))
+				ops = append(ops, opDelete(mk))
 			}
 			r, ok := s.Results[m.AccountID]
 			if !ok {
@@ -472,9 +467,9 @@ func settleTxn(l *Leadership, s Settlement) *txnItem {
 	}
 	for _, b := range bundles {
 		v := encodeResults(b.results)
-		ops = append(ops, clientv3.OpPut(b.key, v, clientv3.WithLease(clientv3.LeaseID(s.ResultsLease))))
+		ops = append(ops, opPut(b.key, v, s.ResultsLease))
 	}
-	return newTxnItem(s.ResultsLease, cmps, ops, []clientv3.Op{clientv3.OpGet(l.key)})
+	return newTxnItem(s.ResultsLease, cmps, ops, []*pb.RequestOp{opGet(l.key)})
 }
 
 // settled is the outcome of a committed settleTxn.
@@ -619,8 +614,7 @@ func plainMode(mode string) bool {
 // share one); ErrPartyExists if its code is taken, ErrBusy as Enqueue.
 func (c *Client) CreateParty(ctx context.Context, p Party, lease int64) error {
 	key := PartyKey(p.Tenant, p.Code)
-	it := newTxnItem(lease, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-		[]clientv3.Op{clientv3.OpPut(key, p.value(), clientv3.WithLease(clientv3.LeaseID(lease)))}, nil)
+	it := newTxnItem(lease, []*pb.Compare{cmpCreated(key, 0)}, []*pb.RequestOp{opPut(key, p.value(), lease)}, nil)
 	it.admission = true
 	if err := c.committer().do(ctx, it); err != nil {
 		return err
@@ -694,22 +688,18 @@ func (c *Client) JoinParty(ctx context.Context, lease *Lease, p Party, m PartyMe
 	search := SearchKey(p.Tenant, m.AccountID)
 	party := PartyKey(p.Tenant, p.Code)
 	key := PartyMemberKey(p.Tenant, p.Code, m.AccountID)
-	leaseOpt := clientv3.WithLease(clientv3.LeaseID(lease.ID()))
 	m.Slot = 0 // the order of the keys says which place it is
 	b := encodePartyMember(m)
 	want := p.value()
 	for reread := false; ; {
 		it := newTxnItem(lease.ID(),
-			[]clientv3.Cmp{
-				clientv3.Compare(clientv3.Value(party), "=", want),
-				clientv3.Compare(clientv3.CreateRevision(search), "=", 0),
+			[]*pb.Compare{cmpValue(party, want), cmpCreated(search, 0)},
+			[]*pb.RequestOp{
+				opPut(key, b, lease.ID()),
+				opPut(search, m.Token, lease.ID()),
+				opGetPrefix(PartyMembersPrefix(p.Tenant, p.Code)),
 			},
-			[]clientv3.Op{
-				clientv3.OpPut(key, b, leaseOpt),
-				clientv3.OpPut(search, m.Token, leaseOpt),
-				clientv3.OpGet(PartyMembersPrefix(p.Tenant, p.Code), clientv3.WithPrefix()),
-			},
-			[]clientv3.Op{clientv3.OpGet(party), clientv3.OpGet(search, clientv3.WithCountOnly())})
+			[]*pb.RequestOp{opGet(party), opCount(search)})
 		it.keys = append(it.keys, party) // no two joins of the party in one group (above)
 		it.admission = true
 		if err := c.committer().do(ctx, it); err != nil {
@@ -1029,12 +1019,11 @@ func (h *partyHub) breakAll() {
 func (c *Client) QueuePartyTicket(ctx context.Context, lease *Lease, t QueuedTicket) (bool, error) {
 	b := encodeTicket(t)
 	key := TicketKey(t.Tenant, t.Mode, t.ID)
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
+	cmps := []*pb.Compare{cmpCreated(key, 0)}
 	for _, m := range t.Members {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(PartyMemberKey(t.Tenant, t.Party, m.AccountID)), "=", m.MemberRev))
+		cmps = append(cmps, cmpModified(PartyMemberKey(t.Tenant, t.Party, m.AccountID), m.MemberRev))
 	}
-	it := newTxnItem(lease.ID(), cmps,
-		[]clientv3.Op{clientv3.OpPut(key, b, clientv3.WithLease(clientv3.LeaseID(lease.ID())))}, nil)
+	it := newTxnItem(lease.ID(), cmps, []*pb.RequestOp{opPut(key, b, lease.ID())}, nil)
 	if err := c.committer().do(ctx, it); err != nil {
 		return false, err
 	}
@@ -1093,8 +1082,8 @@ const (
 
 // txnItem is one caller's transaction in a group, and its outcome.
 type txnItem struct {
-	cmps      []clientv3.Cmp
-	then, els []clientv3.Op
+	cmps      []*pb.Compare
+	then, els []*pb.RequestOp
 	lease     int64    // the lease its puts are bound to; 0 for none
 	need      int      // operation budget it needs: its own plus its deepest nested transaction's
 	keys      []string // keys it writes, on either branch
@@ -1110,7 +1099,7 @@ type txnItem struct {
 	groupSize int // how many items the transaction that committed it held
 }
 
-func newTxnItem(lease int64, cmps []clientv3.Cmp, then, els []clientv3.Op) *txnItem {
+func newTxnItem(lease int64, cmps []*pb.Compare, then, els []*pb.RequestOp) *txnItem {
 	it := &txnItem{cmps: cmps, then: then, els: els, lease: lease, done: make(chan struct{})}
 	it.need = it.measure(cmps, then, els)
 	it.alone = it.alone || it.need > maxTxnOps/2
@@ -1119,24 +1108,29 @@ func newTxnItem(lease int64, cmps []clientv3.Cmp, then, els []clientv3.Op) *txnI
 
 // measure adds the keys and bytes of a transaction's writes to it and
 // returns the operation budget the transaction needs.
-func (it *txnItem) measure(cmps []clientv3.Cmp, then, els []clientv3.Op) int {
+func (it *txnItem) measure(cmps []*pb.Compare, then, els []*pb.RequestOp) int {
 	for _, c := range cmps {
-		it.bytes += len(c.KeyBytes()) + 16
+		it.bytes += len(c.Key) + len(c.GetValue()) + 16
 	}
 	sub := 0
-	for _, ops := range [2][]clientv3.Op{then, els} {
-		for i := range ops {
-			op := &ops[i] // an Op is a large struct: no copies
-			it.bytes += len(op.KeyBytes()) + len(op.ValueBytes()) + 16
-			switch {
-			case op.IsTxn():
-				c, t, e := op.Txn()
-				sub = max(sub, it.measure(c, t, e))
-			case op.IsPut() || op.IsDelete():
-				if len(op.RangeBytes()) > 0 {
+	for _, ops := range [2][]*pb.RequestOp{then, els} {
+		for _, op := range ops {
+			it.bytes += 16
+			switch r := op.Request.(type) {
+			case *pb.RequestOp_RequestTxn:
+				t := r.RequestTxn
+				sub = max(sub, it.measure(t.Compare, t.Success, t.Failure))
+			case *pb.RequestOp_RequestPut:
+				it.bytes += len(r.RequestPut.Key) + len(r.RequestPut.Value)
+				it.keys = append(it.keys, string(r.RequestPut.Key))
+			case *pb.RequestOp_RequestDeleteRange:
+				it.bytes += len(r.RequestDeleteRange.Key)
+				if len(r.RequestDeleteRange.RangeEnd) > 0 {
 					it.alone = true // a range of keys: no telling what it overlaps
 				}
-				it.keys = append(it.keys, string(op.KeyBytes()))
+				it.keys = append(it.keys, string(r.RequestDeleteRange.Key))
+			case *pb.RequestOp_RequestRange:
+				it.bytes += len(r.RequestRange.Key)
 			}
 		}
 	}
@@ -1145,8 +1139,8 @@ func (it *txnItem) measure(cmps []clientv3.Cmp, then, els []clientv3.Op) int {
 
 // groupCommitter commits the transactions of one etcd client in groups.
 type groupCommitter struct {
-	cli *clientv3.Client
-	mu  sync.Mutex
+	kv pb.KVClient // the client's connection, as its KV uses it
+	mu sync.Mutex
 	// Waiting writes: urgent ones (settlements, which empty the queue) go
 	// first, so that a flood of new tickets cannot hold up the matches
 	// that would make room for them.
@@ -1156,7 +1150,7 @@ type groupCommitter struct {
 
 // committer returns the client's groupCommitter, made on first use.
 func (c *Client) committer() *groupCommitter {
-	c.commitOnce.Do(func() { c.commits = &groupCommitter{cli: c.cli} })
+	c.commitOnce.Do(func() { c.commits = &groupCommitter{kv: clientv3.RetryKVClient(c.cli)} })
 	return c.commits
 }
 
@@ -1269,11 +1263,11 @@ func (g *groupCommitter) commitGroup(group []*txnItem) {
 		g.commitAlone(group[0])
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), groupCommitTimeout)
-		ops := make([]clientv3.Op, len(group))
+		ops := make([]*pb.RequestOp, len(group))
 		for i, it := range group {
-			ops[i] = clientv3.OpTxn(it.cmps, it.then, it.els)
+			ops[i] = opTxn(it.cmps, it.then, it.els)
 		}
-		resp, err := g.cli.Txn(ctx).Then(ops...).Commit()
+		resp, err := commitTxn(ctx, g.kv, &pb.TxnRequest{Success: ops})
 		cancel()
 		switch {
 		case err == nil:
@@ -1301,7 +1295,7 @@ func (g *groupCommitter) commitGroup(group []*txnItem) {
 func (g *groupCommitter) commitAlone(it *txnItem) {
 	ctx, cancel := context.WithTimeout(context.Background(), groupCommitTimeout)
 	defer cancel()
-	resp, err := g.cli.Txn(ctx).If(it.cmps...).Then(it.then...).Else(it.els...).Commit()
+	resp, err := commitTxn(ctx, g.kv, &pb.TxnRequest{Compare: it.cmps, Success: it.then, Failure: it.els})
 	if err != nil {
 		it.err = err
 		return
