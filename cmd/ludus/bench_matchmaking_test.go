@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"runtime/debug"
 	"testing"
 	"time"
 
@@ -20,9 +19,7 @@ func TestBenchMatchmakingSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts several embedded etcd servers")
 	}
-	pct, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
-	debug.SetGCPercent(pct)
-	t.Cleanup(func() { debug.SetGCPercent(pct); debug.SetMemoryLimit(limit) })
+	t.Cleanup(gcpolicy.Save())
 	t.Setenv("GOGC", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

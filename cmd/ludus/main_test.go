@@ -14,9 +14,7 @@ import (
 // servers' GC policy; backends, sim nodes and the tools keep Go's defaults
 // (docs/OPERATIONS.md).
 func TestServerGC(t *testing.T) {
-	pct, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
-	debug.SetGCPercent(pct)
-	t.Cleanup(func() { debug.SetGCPercent(pct); debug.SetMemoryLimit(limit) })
+	t.Cleanup(gcpolicy.Save())
 	t.Setenv("GOGC", "")
 	os.Unsetenv("GOGC")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))

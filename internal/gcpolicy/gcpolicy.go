@@ -71,3 +71,15 @@ func Current() Settings {
 	}
 	return Settings{GCPercent: pct, MemoryLimit: limit}
 }
+
+// Save returns a function that puts the collector's settings back as they
+// are now: for tests and tools that apply the policy for a while.
+func Save() (restore func()) {
+	pct := debug.SetGCPercent(-1) // reading the percent means setting it: put it back at once
+	debug.SetGCPercent(pct)
+	limit := debug.SetMemoryLimit(-1)
+	return func() {
+		debug.SetGCPercent(pct)
+		debug.SetMemoryLimit(limit)
+	}
+}

@@ -9,17 +9,6 @@ import (
 	"testing"
 )
 
-// restore puts the collector back as the test found it.
-func restore(t *testing.T) {
-	pct := debug.SetGCPercent(-1)
-	debug.SetGCPercent(pct)
-	limit := debug.SetMemoryLimit(-1)
-	t.Cleanup(func() {
-		debug.SetGCPercent(pct)
-		debug.SetMemoryLimit(limit)
-	})
-}
-
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // unset removes key from the environment for the test (t.Setenv restores it).
@@ -29,7 +18,7 @@ func unset(t *testing.T, key string) {
 }
 
 func TestServerPolicy(t *testing.T) {
-	restore(t)
+	t.Cleanup(Save())
 	unset(t, "GOGC")
 	unset(t, "GOMEMLIMIT")
 	unset(t, "AUTOMEMLIMIT")
@@ -49,7 +38,7 @@ func TestServerPolicy(t *testing.T) {
 }
 
 func TestEnvironmentWins(t *testing.T) {
-	restore(t)
+	t.Cleanup(Save())
 	t.Setenv("GOGC", "150")
 	t.Setenv("GOMEMLIMIT", "1GiB")
 	debug.SetGCPercent(150)       // as the runtime did when GOGC was read
@@ -61,7 +50,7 @@ func TestEnvironmentWins(t *testing.T) {
 }
 
 func TestAutomemlimitOff(t *testing.T) {
-	restore(t)
+	t.Cleanup(Save())
 	unset(t, "GOGC")
 	unset(t, "GOMEMLIMIT")
 	t.Setenv("AUTOMEMLIMIT", "off")
