@@ -532,6 +532,21 @@ func (l *mmLoad) drain(ctx context.Context, d time.Duration, stop context.Cancel
 	return still, err
 }
 
+// conclude ends a run: it drains the load (drain, at most d), logs how its
+// streams ended otherwise than matched, and tallies its tickets against
+// the rig's allocator.
+func (l *mmLoad) conclude(ctx context.Context, progress io.Writer, phase string, d time.Duration, stop context.CancelFunc) (tickets []*mmTicket, still int, t mmTally, err error) {
+	if still, err = l.drain(ctx, d, stop); err != nil {
+		return nil, 0, t, err
+	}
+	tickets = l.snapshot()
+	logReasons(progress, phase, tickets)
+	l.rig.alloc.mu.Lock()
+	t = tally(tickets, l.rig.alloc.games, still)
+	l.rig.alloc.mu.Unlock()
+	return tickets, still, t, nil
+}
+
 // mmTally is what a phase's tickets and the allocator's record say.
 type mmTally struct {
 	matched, timedOut, refused, lost, split, twice, matches, waste int
@@ -683,16 +698,11 @@ func benchMatchmaking(ctx context.Context, progress io.Writer, f mmFlags) (map[s
 		load.arrivals(ctx, f.rate, f.duration)
 	}
 	arrivalEnd := time.Now()
-	still, err := load.drain(ctx, f.drain, stopStreams)
+	tickets, still, t, err := load.conclude(ctx, progress, "phase 1", f.drain, stopStreams)
 	if err != nil {
 		return nil, err
 	}
 	res.Seconds = time.Since(start).Seconds()
-	tickets := load.snapshot()
-	logReasons(progress, "phase 1", tickets)
-	rig.alloc.mu.Lock()
-	t := tally(tickets, rig.alloc.games, still)
-	rig.alloc.mu.Unlock()
 	res.Tickets, res.Players, res.StillSearching = len(tickets), load.players, still
 	res.Matched, res.TimedOut, res.Matches, res.AllocationsWaste = t.matched, t.timedOut, t.matches, t.waste
 	res.Refused = t.refused
@@ -787,42 +797,35 @@ func saturate(ctx context.Context, progress io.Writer, f mmFlags) (mmSaturation,
 	var out mmSaturation
 	start, cpu0 := time.Now(), cpuTime()
 	out.etcdOK = true
-	// run runs fn against a fresh rig, then drains and tallies its tickets.
-	run := func(seed uint64, fn func(load *mmLoad)) error {
+	// run runs fn against a fresh rig, then drains and tallies its tickets;
+	// it returns etcd's counters at the end (ok false if unread).
+	run := func(seed uint64, fn func(load *mmLoad)) (etcdAtEnd etcdCounters, ok bool, err error) {
 		rig, err := startMMRig(ctx, f.replicas, f.ttl, f.retention)
 		if err != nil {
-			return err
+			return etcdAtEnd, false, err
 		}
 		defer rig.Close()
 		runCtx, stopStreams := context.WithCancel(ctx)
 		defer stopStreams()
 		load := newMMLoad(runCtx, rig, rig.reps, seed)
 		fn(load)
-		still, err := load.drain(ctx, f.drain, stopStreams)
+		tickets, _, t, err := load.conclude(ctx, progress, "saturation", f.drain, stopStreams)
 		if err != nil {
-			return err
+			return etcdAtEnd, false, err
 		}
-		tickets := load.snapshot()
 		out.tickets += len(tickets)
-		logReasons(progress, "saturation", tickets)
-		rig.alloc.mu.Lock()
-		out.t.add(tally(tickets, rig.alloc.games, still))
-		rig.alloc.mu.Unlock()
-		c, err := readEtcdCounters(ctx, rig.es.Endpoint)
+		out.t.add(t)
+		etcdAtEnd, err = readEtcdCounters(ctx, rig.es.Endpoint)
 		if err != nil {
 			out.etcdOK = false
-			return nil
+			return etcdAtEnd, false, nil
 		}
-		first := out.etcd == etcdCounters{}
-		out.etcd = out.etcd.add(c.sub(rig.etcd0))
-		if first { // the ramp's database: the longest run on one etcd
-			out.etcd.dbBytes, out.etcd.dbInUseBytes = c.dbBytes, c.dbInUseBytes
-		}
-		return nil
+		out.etcd = out.etcd.add(etcdAtEnd.sub(rig.etcd0))
+		return etcdAtEnd, true, nil
 	}
 
 	rate, proposed := f.satFrom, 0.0
-	err := run(2, func(load *mmLoad) {
+	rampEtcd, rampOK, err := run(2, func(load *mmLoad) {
 		for rate <= f.satMax && ctx.Err() == nil {
 			failed := load.failures()
 			load.arrivals(ctx, rate, f.satStep/2)
@@ -838,9 +841,12 @@ func saturate(ctx context.Context, progress io.Writer, f mmFlags) (mmSaturation,
 	if err != nil {
 		return out, err
 	}
+	if rampOK { // the ramp's database: the longest run on one etcd
+		out.etcd.dbBytes, out.etcd.dbInUseBytes = rampEtcd.dbBytes, rampEtcd.dbInUseBytes
+	}
 	verify := func(rate float64) (bool, error) {
 		var ok bool
-		err := run(3, func(load *mmLoad) {
+		_, _, err := run(3, func(load *mmLoad) {
 			var tps, p50, p99 float64
 			ok, tps, p50, p99 = verifyRate(ctx, progress, load, rate, f.satVerify)
 			if ok && tps > out.ticketsPerSec {
