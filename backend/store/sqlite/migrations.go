@@ -345,4 +345,14 @@ var migrations = [][]string{
 	{
 		`ALTER TABLE game_archives ADD COLUMN guest_log BLOB NOT NULL DEFAULT x''`,
 	},
+	// Version 9: the email and custom-id indexes hold only the accounts
+	// that have one. A NULL never conflicts, so uniqueness is unchanged, and
+	// the lookups (email = ?, custom_id = ?) imply IS NOT NULL; but guest
+	// accounts, most of them, no longer add an entry to each index.
+	{
+		`DROP INDEX accounts_email`,
+		`CREATE UNIQUE INDEX accounts_email ON accounts(tenant_id, email) WHERE email IS NOT NULL`,
+		`DROP INDEX accounts_custom_id`,
+		`CREATE UNIQUE INDEX accounts_custom_id ON accounts(tenant_id, custom_id) WHERE custom_id IS NOT NULL`,
+	},
 }

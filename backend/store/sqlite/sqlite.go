@@ -90,7 +90,11 @@ func dsn(path string, readOnly bool) string {
 // SchemaVersion is the schema version this package migrates to.
 func SchemaVersion() int { return len(migrations) }
 
-func migrate(ctx context.Context, db *sql.DB) error {
+func migrate(ctx context.Context, db *sql.DB) error { return migrateTo(ctx, db, len(migrations)) }
+
+// migrateTo brings the schema to version target (tests start from an
+// earlier version to check an upgrade with data in it).
+func migrateTo(ctx context.Context, db *sql.DB, target int) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -109,7 +113,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if cur > len(migrations) {
 		return fmt.Errorf("database schema version %d is newer than this program knows (%d): upgrade ludus", cur, len(migrations))
 	}
-	for v := cur + 1; v <= len(migrations); v++ {
+	for v := cur + 1; v <= target; v++ {
 		for i, stmt := range migrations[v-1] {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("migration %d, statement %d: %w", v, i+1, err)
