@@ -393,7 +393,7 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	batchWorkers := fs.Int("batch-workers", 0, "batch games (ludus ctl batch) this node plays at once, below its live matches: they pause while a live tick starts late; 0: none here")
 	enrollment := fs.String("node-enrollment-key", os.Getenv("LUDUS_NODE_ENROLLMENT_KEY"), `for fleets whose node ids are not known in advance (a Kubernetes Deployment): the node derives its own credential for its --id from this key ("ludus ctl node enrollment-key" prints it); it has every node's power and no more`)
 	drainOnTerm := fs.Bool("drain-on-term", false, "on SIGTERM or interrupt, hand every game to other nodes before exiting (what a Kubernetes pod needs, with no preStop hook and no operator key)")
-	drainTimeout := fs.Duration("drain-timeout", 4*time.Minute, "with --drain-on-term, the longest the drain may take; games still here then fail over from their logs")
+	drainTimeout := fs.Duration("drain-timeout", 4*time.Minute, "with --drain-on-term, the longest the drain may take; games still here then end as failed (\"node shutting down\")")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -483,7 +483,7 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 				logger.Info("stopping: handing every game to other nodes first", "timeout", *drainTimeout)
 				dctx, cancel := context.WithTimeout(context.Background(), *drainTimeout)
 				if err := n.Drain(dctx); err != nil {
-					logger.Warn("the drain did not finish; the games left fail over from their logs", "err", err)
+					logger.Warn("the drain did not finish; the games left end as failed (node shutting down)", "err", err)
 				} else {
 					logger.Info("drained: exiting")
 				}
