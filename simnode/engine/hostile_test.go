@@ -30,7 +30,15 @@ var (
 // must fail for their own reason, not because the machine was slow.
 func hostileEngine(t *testing.T, mode Interrupt) *Engine {
 	t.Helper()
-	e, err := New(context.Background(), Config{CacheDir: cacheDir, Interrupt: mode, CallDeadline: 300 * time.Millisecond, MemoryLimitPages: 1024})
+	return hostileEngineDeadline(t, mode, 300*time.Millisecond)
+}
+
+// hostileEngineDeadline is hostileEngine with another call deadline, for
+// tests of what a call does before any deadline (a stack overflow): on a
+// loaded machine the 300 ms can pass first.
+func hostileEngineDeadline(t *testing.T, mode Interrupt, deadline time.Duration) *Engine {
+	t.Helper()
+	e, err := New(context.Background(), Config{CacheDir: cacheDir, Interrupt: mode, CallDeadline: deadline, MemoryLimitPages: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}

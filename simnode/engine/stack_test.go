@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -81,7 +82,9 @@ func TestDeepRecursionMemory(t *testing.T) {
 		fn   wasmtest.Func
 	}{{"tiny frames", wasmtest.DeepFunc}, {"fat frames", fatDeep()}} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := hostileEngine(t, InterruptFuel)
+			// Four recursions at once on two cores take about 50 ms, but one
+			// ran past 300 ms in a loaded CI run and met the deadline first.
+			e := hostileEngineDeadline(t, InterruptFuel, 10*time.Second)
 			ctx := context.Background()
 			const n = 4
 			const capPages = 16 // 1 MiB of linear memory per match
