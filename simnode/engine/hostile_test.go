@@ -172,7 +172,7 @@ func firstLine(err error) string {
 // TestMemoryCapPerInstance: memory.grow fails at the instance's cap, not the
 // engine's, and a module that needs more than the cap at start is refused.
 func TestMemoryCapPerInstance(t *testing.T) {
-	e := hostileEngine(t, InterruptFuel)
+	e := hostileEngineDeadline(t, InterruptFuel, 10*time.Second) // grows to the cap; no deadline is tested here
 	ctx := context.Background()
 	// Step grows until it fails and returns running; the hash is memory.size.
 	wasm := wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Bomb, wasmtest.I32Const(0)))

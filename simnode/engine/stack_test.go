@@ -177,7 +177,7 @@ func stackLeft(t *testing.T, inst *Instance) int64 {
 // and after a real game's steps, views, checkpoints and renders, the stack
 // budget is whole again.
 func TestStackBudgetRestored(t *testing.T) {
-	e := hostileEngine(t, InterruptFuel)
+	e := hostileEngineDeadline(t, InterruptFuel, 10*time.Second) // 100,000 calls a step; no deadline is tested here
 	ctx := context.Background()
 	inst := startHostile(t, e, exitPaths(), InstanceOptions{})
 	for range 3 {
@@ -275,7 +275,7 @@ func walk(n int, acc uint64) uint64 {
 // linear memory.
 func TestLegitimateRecursion(t *testing.T) {
 	wasm := buildDeepGo(t)
-	e := hostileEngine(t, InterruptFuel)
+	e := hostileEngineDeadline(t, InterruptFuel, 10*time.Second) // a million frames deep; no deadline is tested here
 	ctx := context.Background()
 	m, err := e.Compile(ctx, wasm)
 	if err != nil {
