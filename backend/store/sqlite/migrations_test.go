@@ -3,13 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"ludus.dev/ludus/backend/store"
+	"ludus.dev/ludus/backend/store/storetest"
 )
 
 // TestPartialAccountIndexesUpgrade upgrades a database of schema version 8
@@ -26,13 +24,7 @@ func TestPartialAccountIndexesUpgrade(t *testing.T) {
 	if err := migrateTo(ctx, w, 8); err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{
-		`INSERT INTO tenants (id, slug, name, created_at) VALUES ('t_1', 'demo', 'Demo', 0)`,
-		`INSERT INTO accounts (id, tenant_id, device_id, display_name, created_at, updated_at) VALUES ('a_guest1', 't_1', 'dev-1', 'g1', 0, 0)`,
-		`INSERT INTO accounts (id, tenant_id, device_id, display_name, created_at, updated_at) VALUES ('a_guest2', 't_1', 'dev-2', 'g2', 0, 0)`,
-		`INSERT INTO accounts (id, tenant_id, email, password_hash, display_name, created_at, updated_at) VALUES ('a_mail', 't_1', 'a@example.com', 'h', 'm', 0, 0)`,
-		`INSERT INTO accounts (id, tenant_id, custom_id, display_name, created_at, updated_at) VALUES ('a_custom', 't_1', 'c-1', 'c', 0, 0)`,
-	} {
+	for _, q := range storetest.AccountsBeforePartialIndexes {
 		if _, err := w.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -70,23 +62,5 @@ func TestPartialAccountIndexesUpgrade(t *testing.T) {
 		}
 	}
 
-	if a, err := s.AccountByEmail(ctx, "t_1", "a@example.com"); err != nil || a.ID != "a_mail" {
-		t.Fatalf("AccountByEmail after the upgrade: %+v, %v", a, err)
-	}
-	if a, err := s.AccountByCustomID(ctx, "t_1", "c-1"); err != nil || a.ID != "a_custom" {
-		t.Fatalf("AccountByCustomID after the upgrade: %+v, %v", a, err)
-	}
-	now := time.Unix(10, 0).UTC()
-	dupMail := store.Account{ID: "a_dup1", TenantID: "t_1", Email: "a@example.com", PasswordHash: "h", DisplayName: "d", CreatedAt: now, UpdatedAt: now}
-	if err := s.CreateAccount(ctx, dupMail); !errors.Is(err, store.ErrAlreadyExists) {
-		t.Errorf("a second account with the email: %v, want ErrAlreadyExists", err)
-	}
-	dupCustom := store.Account{ID: "a_dup2", TenantID: "t_1", CustomID: "c-1", DisplayName: "d", CreatedAt: now, UpdatedAt: now}
-	if err := s.CreateAccount(ctx, dupCustom); !errors.Is(err, store.ErrAlreadyExists) {
-		t.Errorf("a second account with the custom id: %v, want ErrAlreadyExists", err)
-	}
-	guest := store.Account{ID: "a_guest3", TenantID: "t_1", DeviceID: "dev-3", DisplayName: "g3", CreatedAt: now, UpdatedAt: now}
-	if err := s.CreateAccount(ctx, guest); err != nil {
-		t.Errorf("a third account with neither: %v", err)
-	}
+	storetest.CheckAccountsAfterPartialIndexes(t, s)
 }
