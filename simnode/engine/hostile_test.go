@@ -30,13 +30,20 @@ var (
 // must fail for their own reason, not because the machine was slow.
 func hostileEngine(t *testing.T, mode Interrupt) *Engine {
 	t.Helper()
-	return hostileEngineDeadline(t, mode, 300*time.Millisecond)
+	return newHostileEngine(t, mode, 300*time.Millisecond)
 }
 
-// hostileEngineDeadline is hostileEngine with another call deadline, for
-// tests of what a call does before any deadline (a stack overflow): on a
-// loaded machine the 300 ms can pass first.
-func hostileEngineDeadline(t *testing.T, mode Interrupt, deadline time.Duration) *Engine {
+// undeadlinedEngine is hostileEngine (fuel mode) for tests that check what a
+// call does before any deadline (a stack overflow, a memory cap): its
+// deadline only stops a test that hangs. On a loaded machine 300 ms can
+// pass first: four recursions at once that take about 50 ms ran past it in
+// a CI run.
+func undeadlinedEngine(t *testing.T) *Engine {
+	t.Helper()
+	return newHostileEngine(t, InterruptFuel, 10*time.Second)
+}
+
+func newHostileEngine(t *testing.T, mode Interrupt, deadline time.Duration) *Engine {
 	t.Helper()
 	e, err := New(context.Background(), Config{CacheDir: cacheDir, Interrupt: mode, CallDeadline: deadline, MemoryLimitPages: 1024})
 	if err != nil {
@@ -172,7 +179,7 @@ func firstLine(err error) string {
 // TestMemoryCapPerInstance: memory.grow fails at the instance's cap, not the
 // engine's, and a module that needs more than the cap at start is refused.
 func TestMemoryCapPerInstance(t *testing.T) {
-	e := hostileEngineDeadline(t, InterruptFuel, 10*time.Second) // grows to the cap; no deadline is tested here
+	e := undeadlinedEngine(t)
 	ctx := context.Background()
 	// Step grows until it fails and returns running; the hash is memory.size.
 	wasm := wasmtest.Hostile("ludus_step", wasmtest.Cat(wasmtest.Bomb, wasmtest.I32Const(0)))

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -82,9 +81,7 @@ func TestDeepRecursionMemory(t *testing.T) {
 		fn   wasmtest.Func
 	}{{"tiny frames", wasmtest.DeepFunc}, {"fat frames", fatDeep()}} {
 		t.Run(tc.name, func(t *testing.T) {
-			// Four recursions at once on two cores take about 50 ms, but one
-			// ran past 300 ms in a loaded CI run and met the deadline first.
-			e := hostileEngineDeadline(t, InterruptFuel, 10*time.Second)
+			e := undeadlinedEngine(t)
 			ctx := context.Background()
 			const n = 4
 			const capPages = 16 // 1 MiB of linear memory per match
@@ -177,7 +174,7 @@ func stackLeft(t *testing.T, inst *Instance) int64 {
 // and after a real game's steps, views, checkpoints and renders, the stack
 // budget is whole again.
 func TestStackBudgetRestored(t *testing.T) {
-	e := hostileEngineDeadline(t, InterruptFuel, 10*time.Second) // 100,000 calls a step; no deadline is tested here
+	e := undeadlinedEngine(t)
 	ctx := context.Background()
 	inst := startHostile(t, e, exitPaths(), InstanceOptions{})
 	for range 3 {
@@ -275,7 +272,7 @@ func walk(n int, acc uint64) uint64 {
 // linear memory.
 func TestLegitimateRecursion(t *testing.T) {
 	wasm := buildDeepGo(t)
-	e := hostileEngineDeadline(t, InterruptFuel, 10*time.Second) // a million frames deep; no deadline is tested here
+	e := undeadlinedEngine(t)
 	ctx := context.Background()
 	m, err := e.Compile(ctx, wasm)
 	if err != nil {
