@@ -427,6 +427,12 @@ type Store interface {
 	// RevokeRefreshFamily revokes the family of the token with this hash.
 	// ErrNotFound if unknown.
 	RevokeRefreshFamily(ctx context.Context, hash []byte) error
+	// DeleteExpiredRefreshTokens deletes up to limit refresh tokens that
+	// expired at or before now, oldest first, whether used, revoked or
+	// neither (none of them can be used again: UseRefreshToken refuses an
+	// expired token as it refuses an unknown one), and returns how many it
+	// deleted.
+	DeleteExpiredRefreshTokens(ctx context.Context, now time.Time, limit int) (int, error)
 
 	// ApplyChange applies a progression change atomically, once per
 	// (tenant, account, key). applied is false if the key was seen before.

@@ -263,6 +263,7 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 		return err
 	}
 	go srv.RunWebhooks(ctx, time.Second)
+	go srv.RunSweeps(ctx, backend.SweepInterval)
 	control := &fleet.Control{Etcd: cli, OperatorKey: *opKey, ClusterToken: *token,
 		HTTPClient: &http.Client{Transport: gateway.H2CTransport()}}
 	mux := http.NewServeMux()

@@ -199,9 +199,10 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		gwLn.Close()
 		return nil, err
 	}
-	// Webhook deliveries run until the stack closes.
+	// Webhook deliveries and sweeps run until the stack closes.
 	hookCtx, stopHooks := context.WithCancel(context.Background())
 	go s.Backend.RunWebhooks(hookCtx, time.Second)
+	go s.Backend.RunSweeps(hookCtx, backend.SweepInterval)
 	s.closers = append(s.closers, func(context.Context) { stopHooks() })
 	h2c := &http.Client{Transport: gateway.H2CTransport()}
 	control := &fleet.Control{Etcd: s.Etcd, OperatorKey: s.OperatorKey, ClusterToken: clusterToken, HTTPClient: h2c}

@@ -348,4 +348,15 @@ var migrations = [][]string{
 		`ALTER INDEX accounts_email_partial RENAME TO accounts_email`,
 		`ALTER INDEX accounts_custom_id_partial RENAME TO accounts_custom_id`,
 	},
+	// Version 9 (SQLite version 10): expired refresh tokens are deleted
+	// (by expires_at), and a family is revoked by (account_id, family_id):
+	// one index that also finds an account's tokens when it is deleted,
+	// where there were two. A login still writes three index entries for
+	// its token, one of them now at the end of an index in time order.
+	{
+		`CREATE INDEX refresh_tokens_account_family ON refresh_tokens(account_id, family_id)`,
+		`CREATE INDEX refresh_tokens_expiry ON refresh_tokens(expires_at)`,
+		`DROP INDEX refresh_tokens_family`,
+		`DROP INDEX refresh_tokens_account`,
+	},
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -58,26 +59,102 @@ func TestPartialAccountIndexesUpgrade(t *testing.T) {
 		}
 	}
 	for _, q := range []struct{ col, idx string }{{"email", "accounts_email"}, {"custom_id", "accounts_custom_id"}} {
-		if _, err := conn.ExecContext(ctx, `PREPARE by_`+q.col+`(text, text) AS SELECT id FROM accounts WHERE tenant_id = $1 AND `+q.col+` = $2`); err != nil {
-			t.Fatal(err)
-		}
-		rows, err := conn.QueryContext(ctx, `EXPLAIN EXECUTE by_`+q.col+`('t_1', 'x')`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		rows.Close()
-		if !strings.Contains(plan.String(), q.idx) {
-			t.Errorf("the generic plan of a lookup by %s does not use %s:\n%s", q.col, q.idx, plan.String())
+		plan := genericPlan(t, conn, "by_"+q.col, `SELECT id FROM accounts WHERE tenant_id = $1 AND `+q.col+` = $2`, "('t_1', 'x')")
+		if !strings.Contains(plan, q.idx) {
+			t.Errorf("the generic plan of a lookup by %s does not use %s:\n%s", q.col, q.idx, plan)
 		}
 	}
 
 	storetest.CheckAccountsAfterPartialIndexes(t, s)
+}
+
+// TestRefreshTokenIndexesUpgrade upgrades a schema of version 8 with
+// refresh tokens in it: the two one-column indexes give way to one on
+// (account_id, family_id) and one on expires_at, which the family
+// revocation, the deletion of expired tokens and an account's tokens use
+// in generic plans, and the old tokens work as before.
+func TestRefreshTokenIndexesUpgrade(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.FreshSchema(t)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := migrateTo(ctx, db, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := storetest.SeedRefreshTokensBeforeExpiryIndex(func(q string, args ...any) error {
+		_, err := db.ExecContext(ctx, q, args...)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got string
+	if err := db.QueryRowContext(ctx, `SELECT string_agg(indexname, ' ' ORDER BY indexname) FROM pg_indexes
+		WHERE schemaname = current_schema() AND tablename = 'refresh_tokens' AND indexname <> 'refresh_tokens_pkey'`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != "refresh_tokens_account_family refresh_tokens_expiry" {
+		t.Errorf("refresh_tokens indexes after the upgrade: %s", got)
+	}
+	// One connection: the settings and the prepared statements are its own.
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{`SET plan_cache_mode = force_generic_plan`, `SET enable_seqscan = off`} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, q := range storetest.RefreshTokenQueries {
+		args := "('a', 'b')"
+		switch {
+		case strings.Contains(q.Query, "expires_at"):
+			args = "(0, 10)"
+		case !strings.Contains(q.Query, "$2"):
+			args = "('a')"
+		}
+		if plan := genericPlan(t, conn, fmt.Sprintf("refresh_q%d", i), q.Query, args); !strings.Contains(plan, q.Index) {
+			t.Errorf("the generic plan of %s does not use %s:\n%s", q.Query, q.Index, plan)
+		}
+	}
+
+	storetest.CheckRefreshTokensAfterExpiryIndex(t, s)
+}
+
+// genericPlan prepares query as name on conn and returns the plan of
+// EXECUTE name args (args in parentheses), one line per step: the generic
+// plan when the connection has plan_cache_mode = force_generic_plan.
+func genericPlan(t *testing.T, conn *sql.Conn, name, query, args string) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := conn.ExecContext(ctx, `PREPARE `+name+` AS `+query); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	rows, err := conn.QueryContext(ctx, `EXPLAIN EXECUTE `+name+args)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan.String()
 }

@@ -355,4 +355,13 @@ var migrations = [][]string{
 		`DROP INDEX accounts_custom_id`,
 		`CREATE UNIQUE INDEX accounts_custom_id ON accounts(tenant_id, custom_id) WHERE custom_id IS NOT NULL`,
 	},
+	// Version 10: expired refresh tokens are deleted (by expires_at), and a
+	// family is revoked by (account_id, family_id), one index that also
+	// finds an account's tokens when it is deleted, where there were two.
+	{
+		`CREATE INDEX refresh_tokens_account_family ON refresh_tokens(account_id, family_id)`,
+		`CREATE INDEX refresh_tokens_expiry ON refresh_tokens(expires_at)`,
+		`DROP INDEX refresh_tokens_family`,
+		`DROP INDEX refresh_tokens_account`,
+	},
 }

@@ -43,24 +43,84 @@ func TestPartialAccountIndexesUpgrade(t *testing.T) {
 		}
 	}
 	for _, q := range []struct{ col, idx string }{{"email", "accounts_email"}, {"custom_id", "accounts_custom_id"}} {
-		var plan strings.Builder
-		rows, err := s.r.QueryContext(ctx, `EXPLAIN QUERY PLAN SELECT id FROM accounts WHERE tenant_id = ? AND `+q.col+` = ?`, "t_1", "x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(detail + "; ")
-		}
-		rows.Close()
-		if !strings.Contains(plan.String(), q.idx) {
-			t.Errorf("lookup by %s does not use %s: %s", q.col, q.idx, plan.String())
+		if plan := queryPlan(t, s.r, `SELECT id FROM accounts WHERE tenant_id = ? AND `+q.col+` = ?`, "t_1", "x"); !strings.Contains(plan, q.idx) {
+			t.Errorf("lookup by %s does not use %s: %s", q.col, q.idx, plan)
 		}
 	}
 
 	storetest.CheckAccountsAfterPartialIndexes(t, s)
+}
+
+// TestRefreshTokenIndexesUpgrade upgrades a database of schema version 9
+// with refresh tokens in it: the two one-column indexes give way to one on
+// (account_id, family_id) and one on expires_at, which the family
+// revocation, the deletion of expired tokens and an account's tokens use,
+// and the old tokens work as before.
+func TestRefreshTokenIndexesUpgrade(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ludus.db")
+	w, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateTo(ctx, w, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := storetest.SeedRefreshTokensBeforeExpiryIndex(func(q string, args ...any) error {
+		_, err := w.ExecContext(ctx, q, args...)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	s := open(t, path)
+	defer s.Close()
+	var indexes []string
+	rows, err := s.r.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'refresh_tokens' AND sql IS NOT NULL ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		indexes = append(indexes, name)
+	}
+	rows.Close()
+	if got := strings.Join(indexes, " "); got != "refresh_tokens_account_family refresh_tokens_expiry" {
+		t.Errorf("refresh_tokens indexes after the upgrade: %s", got)
+	}
+	for _, q := range storetest.RefreshTokenQueries {
+		if plan := queryPlan(t, s.r, q.Query, "a", "b"); !strings.Contains(plan, q.Index) {
+			t.Errorf("%s does not use %s: %s", q.Query, q.Index, plan)
+		}
+	}
+
+	storetest.CheckRefreshTokensAfterExpiryIndex(t, s)
+}
+
+// queryPlan returns SQLite's plan for query (EXPLAIN QUERY PLAN), its
+// steps joined by "; ".
+func queryPlan(t *testing.T, db *sql.DB, query string, args ...any) string {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(detail + "; ")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan.String()
 }

@@ -668,7 +668,7 @@ func (s *DB) UseRefreshToken(ctx context.Context, hash []byte, at time.Time, nex
 				return store.ErrRevoked
 			}
 			// Used before: theft or a replay. Revoke the family, and commit that.
-			if _, err := tx.exec(ctx, `UPDATE refresh_tokens SET revoked = 1 WHERE family_id = ?`, old.FamilyID); err != nil {
+			if err := revokeFamily(ctx, tx, old.AccountID, old.FamilyID); err != nil {
 				return err
 			}
 			return commitErr{store.ErrRefreshReused}
@@ -685,13 +685,38 @@ func (s *DB) UseRefreshToken(ctx context.Context, hash []byte, at time.Time, nex
 // RevokeRefreshFamily implements store.Store.
 func (s *DB) RevokeRefreshFamily(ctx context.Context, hash []byte) error {
 	return s.inTx(ctx, "revoke refresh family", func(tx *tx) error {
-		var family string
-		if err := tx.row(ctx, `SELECT family_id FROM refresh_tokens WHERE hash = ?`, hash).Scan(&family); err != nil {
+		var account, family string
+		if err := tx.row(ctx, `SELECT account_id, family_id FROM refresh_tokens WHERE hash = ?`, hash).Scan(&account, &family); err != nil {
 			return err
 		}
-		_, err := tx.exec(ctx, `UPDATE refresh_tokens SET revoked = 1 WHERE family_id = ?`, family)
+		return revokeFamily(ctx, tx, account, family)
+	})
+}
+
+// revokeFamily revokes every token of a family. A family is one account's
+// (each token inherits the account of the one it replaced), so the lookup
+// is by (account_id, family_id): the index that also serves deleting an
+// account's tokens (SQLite schema 10, PostgreSQL 9; before, two indexes,
+// one per column).
+func revokeFamily(ctx context.Context, tx *tx, accountID, familyID string) error {
+	_, err := tx.exec(ctx, `UPDATE refresh_tokens SET revoked = 1 WHERE account_id = ? AND family_id = ?`, accountID, familyID)
+	return err
+}
+
+// DeleteExpiredRefreshTokens implements store.Store. The subquery takes the
+// oldest by the expiry index; DELETE has no LIMIT in PostgreSQL.
+func (s *DB) DeleteExpiredRefreshTokens(ctx context.Context, now time.Time, limit int) (int, error) {
+	var n int64
+	err := s.inTx(ctx, "delete expired refresh tokens", func(tx *tx) error {
+		res, err := tx.exec(ctx, `DELETE FROM refresh_tokens WHERE hash IN
+			(SELECT hash FROM refresh_tokens WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`, ToDB(now), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
 		return err
 	})
+	return int(n), err
 }
 
 // Progression

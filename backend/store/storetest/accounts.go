@@ -179,6 +179,65 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 	wantErr(t, "logout unknown", s.RevokeRefreshFamily(ctx, hash("zzz")), store.ErrNotFound)
 }
 
+// testRefreshTokenExpiry: DeleteExpiredRefreshTokens deletes the tokens
+// expired at now (used, revoked or neither), oldest first, up to its limit,
+// and none other; the tokens left keep working, reuse detection and family
+// revocation included.
+func testRefreshTokenExpiry(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tn := mustTenant(t, s, "rte")
+	a := mustAccount(t, s, tn.ID, "dev-rte-00000000")
+	b := mustAccount(t, s, tn.ID, "dev-rte-00000001")
+	mk := func(h, family string, acc store.Account, created time.Time) {
+		t.Helper()
+		r := refresh(h, created) // expires an hour after created
+		r.FamilyID, r.TenantID, r.AccountID = family, tn.ID, acc.ID
+		must(t, "create "+h, s.CreateRefreshToken(ctx, r))
+	}
+	mk("e0", "fe", a, base)                                                                                      // used below, expires at base+1h
+	mk("e2", "fg", b, base.Add(2*time.Minute))                                                                   // revoked below, expires at base+1h2m
+	mk("e3", "fh", b, base.Add(3*time.Minute))                                                                   // plain, expires at base+1h3m
+	mk("e9", "fi", a, base.Add(2*time.Hour))                                                                     // expires at base+3h
+	_, err := s.UseRefreshToken(ctx, hash("e0"), base.Add(time.Minute), refresh("e1", base.Add(90*time.Minute))) // e1: fe, expires at base+2h30m
+	must(t, "use e0", err)
+	must(t, "revoke e2", s.RevokeRefreshFamily(ctx, hash("e2")))
+
+	del := func(now time.Time, limit, want int) {
+		t.Helper()
+		n, err := s.DeleteExpiredRefreshTokens(ctx, now, limit)
+		if err != nil || n != want {
+			t.Fatalf("DeleteExpiredRefreshTokens(%v, %d) = %d, %v; want %d", now.Sub(base), limit, n, err, want)
+		}
+	}
+	del(base.Add(time.Hour-time.Second), 10, 0) // nothing expired yet
+	// At base+1h10m e0, e2 and e3 have expired; a limit of 2 takes the
+	// two oldest (e0, e2), then e3.
+	at := base.Add(70 * time.Minute)
+	del(at, 2, 2)
+	_, err = s.UseRefreshToken(ctx, hash("e0"), at, refresh("x0", at))
+	wantErr(t, "e0 after its deletion", err, store.ErrNotFound)
+	_, err = s.UseRefreshToken(ctx, hash("e3"), at, refresh("x3", at))
+	wantErr(t, "e3, expired, not yet deleted", err, store.ErrRevoked)
+	del(at, 2, 1)
+	del(at, 2, 0)
+	_, err = s.UseRefreshToken(ctx, hash("e3"), at, refresh("x3", at))
+	wantErr(t, "e3 after its deletion", err, store.ErrNotFound)
+
+	// e1 (family fe) and e9 are left, and still work: e1 is used, then its
+	// reuse revokes the family; e9 is revoked by logout.
+	_, err = s.UseRefreshToken(ctx, hash("e1"), at, refresh("e1n", at))
+	must(t, "use e1", err)
+	_, err = s.UseRefreshToken(ctx, hash("e1"), at, refresh("e1m", at))
+	wantErr(t, "reuse e1", err, store.ErrRefreshReused)
+	_, err = s.UseRefreshToken(ctx, hash("e1n"), at, refresh("e1o", at))
+	wantErr(t, "e1n after its family was revoked", err, store.ErrRevoked)
+	must(t, "logout e9", s.RevokeRefreshFamily(ctx, hash("e9")))
+	_, err = s.UseRefreshToken(ctx, hash("e9"), at, refresh("e9n", at))
+	wantErr(t, "e9 after logout", err, store.ErrRevoked)
+	// Far in the future, everything goes.
+	del(base.Add(48*time.Hour), 100, 3) // e1, e1n, e9
+}
+
 func testRefreshConcurrentUse(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	tn := mustTenant(t, s, "rtc")

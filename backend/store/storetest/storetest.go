@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"LoginThrottle", testLoginThrottle},
 		{"RefreshTokens", testRefreshTokens},
 		{"RefreshConcurrentUse", testRefreshConcurrentUse},
+		{"RefreshTokenExpiry", testRefreshTokenExpiry},
 		{"Progression", testProgression},
 		{"ProgressionConcurrent", testProgressionConcurrent},
 		{"MatchReports", testMatchReports},

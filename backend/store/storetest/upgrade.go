@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"ludus.dev/ludus/backend/store"
 )
@@ -48,4 +49,69 @@ func CheckAccountsAfterPartialIndexes(t *testing.T, s store.Store) {
 	if err := s.CreateAccount(ctx, guest); err != nil {
 		t.Errorf("a third account with neither: %v", err)
 	}
+}
+
+// SeedRefreshTokensBeforeExpiryIndex writes, through exec (placeholders $1,
+// $2 ..., which both stores take), the rows a store's test stores at the
+// schema version before expired refresh tokens were deleted (SQLite 9,
+// PostgreSQL 8): tenant t_r, account a_r, and three tokens: "old-used"
+// (used, family f_a, expires at base+1h), "old-next" (f_a, base+2h) and
+// "other" (f_b, base+3h).
+func SeedRefreshTokensBeforeExpiryIndex(exec func(query string, args ...any) error) error {
+	if err := exec(`INSERT INTO tenants (id, slug, name, created_at) VALUES ('t_r', 'rtu', 'Refresh upgrade', 0)`); err != nil {
+		return err
+	}
+	if err := exec(`INSERT INTO accounts (id, tenant_id, device_id, display_name, created_at, updated_at) VALUES ('a_r', 't_r', 'dev-r', 'r', 0, 0)`); err != nil {
+		return err
+	}
+	for _, r := range []struct {
+		hash, family string
+		expires      time.Duration
+		used         bool
+	}{{"old-used", "f_a", time.Hour, true}, {"old-next", "f_a", 2 * time.Hour, false}, {"other", "f_b", 3 * time.Hour, false}} {
+		var used any
+		if r.used {
+			used = base.UnixMicro()
+		}
+		if err := exec(`INSERT INTO refresh_tokens (hash, family_id, tenant_id, account_id, created_at, expires_at, used_at, revoked)
+			VALUES ($1, $2, 't_r', 'a_r', $3, $4, $5, 0)`, hash(r.hash), r.family, base.UnixMicro(), base.Add(r.expires).UnixMicro(), used); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckRefreshTokensAfterExpiryIndex checks the tokens of
+// SeedRefreshTokensBeforeExpiryIndex after the upgrade: the expired one is
+// deleted, reuse of a used one still revokes its family, logout still
+// revokes a family, and everything goes once expired.
+func CheckRefreshTokensAfterExpiryIndex(t *testing.T, s store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	at := base.Add(90 * time.Minute)
+	if n, err := s.DeleteExpiredRefreshTokens(ctx, at, 10); err != nil || n != 1 {
+		t.Fatalf("DeleteExpiredRefreshTokens at base+90m = %d, %v; want 1 (old-used)", n, err)
+	}
+	next := store.RefreshToken{Hash: hash("new-next"), CreatedAt: at, ExpiresAt: at.Add(time.Hour)}
+	if old, err := s.UseRefreshToken(ctx, hash("old-next"), at, next); err != nil || old.FamilyID != "f_a" || old.AccountID != "a_r" {
+		t.Fatalf("use old-next: %+v, %v", old, err)
+	}
+	_, err := s.UseRefreshToken(ctx, hash("old-next"), at, store.RefreshToken{Hash: hash("x"), CreatedAt: at, ExpiresAt: at})
+	wantErr(t, "reuse old-next", err, store.ErrRefreshReused)
+	_, err = s.UseRefreshToken(ctx, hash("new-next"), at, store.RefreshToken{Hash: hash("y"), CreatedAt: at, ExpiresAt: at})
+	wantErr(t, "new-next after its family was revoked", err, store.ErrRevoked)
+	must(t, "logout other", s.RevokeRefreshFamily(ctx, hash("other")))
+	_, err = s.UseRefreshToken(ctx, hash("other"), at, store.RefreshToken{Hash: hash("z"), CreatedAt: at, ExpiresAt: at})
+	wantErr(t, "other after logout", err, store.ErrRevoked)
+	if n, err := s.DeleteExpiredRefreshTokens(ctx, base.Add(48*time.Hour), 10); err != nil || n != 3 {
+		t.Fatalf("DeleteExpiredRefreshTokens at base+48h = %d, %v; want 3 (old-next, new-next, other)", n, err)
+	}
+}
+
+// RefreshTokenQueries are the statements the refresh-token indexes of
+// SQLite schema 10 and PostgreSQL 9 serve, with the index each must use.
+var RefreshTokenQueries = []struct{ Query, Index string }{
+	{`UPDATE refresh_tokens SET revoked = 1 WHERE account_id = $1 AND family_id = $2`, "refresh_tokens_account_family"},
+	{`SELECT hash FROM refresh_tokens WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2`, "refresh_tokens_expiry"},
+	{`SELECT hash FROM refresh_tokens WHERE account_id = $1`, "refresh_tokens_account_family"},
 }

@@ -1,0 +1,94 @@
+package backend_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"ludus.dev/ludus/backend"
+	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
+)
+
+// TestSweepDeletesExpiredRefreshTokens: a sweep deletes the refresh tokens
+// past their expiry (used ones too), and only those: a token presented
+// after its sweep is refused as an expired one was, the family's newer
+// token still works, and a sweep with nothing expired deletes nothing.
+func TestSweepDeletesExpiredRefreshTokens(t *testing.T) {
+	e := newEnv(t)
+	e.createTenant("sw")
+	refresh := func(tok string) (*ludusv1.Session, error) {
+		r, err := e.auth.Refresh(ctx, connect.NewRequest(&ludusv1.RefreshRequest{Tenant: "sw", RefreshToken: tok}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg.Session, nil
+	}
+	sweep := func(want int) {
+		t.Helper()
+		n, err := e.srv.SweepRefreshTokens(ctx)
+		if err != nil || n != want {
+			t.Fatalf("sweep at %v: deleted %d, %v; want %d", e.clock.Now(), n, err, want)
+		}
+	}
+
+	a0 := e.guestLogin("sw", "device-sw-a-0123456789", "").RefreshToken // expires at day 30
+	sweep(0)
+	e.clock.Add(10 * 24 * time.Hour)
+	a1, err := refresh(a0) // a0 used (kept until day 30: its reuse revokes the family); a1 expires at day 40
+	if err != nil {
+		t.Fatal(err)
+	}
+	b0 := e.guestLogin("sw", "device-sw-b-0123456789", "").RefreshToken // expires at day 40
+	sweep(0)
+
+	e.clock.Add(backend.RefreshTTL - 10*24*time.Hour + time.Second) // day 30 and a second
+	sweep(1)                                                        // a0
+	_, err = refresh(a0)
+	wantCode(t, err, connect.CodeUnauthenticated)
+	a2, err := refresh(a1.RefreshToken) // the family lives on: a0's sweep revoked nothing
+	if err != nil {
+		t.Fatalf("the family's live token after the sweep: %v", err)
+	}
+	sweep(0)
+
+	e.clock.Add(10 * 24 * time.Hour) // day 40 and a second: a1 (used) and b0 expire
+	sweep(2)
+	_, err = refresh(b0)
+	wantCode(t, err, connect.CodeUnauthenticated)
+	if _, err := refresh(a2.RefreshToken); err != nil { // expires at day 60
+		t.Fatalf("a token 20 days from its expiry: %v", err)
+	}
+}
+
+// TestSweepsRun: RunSweeps sweeps at once and stops with its context.
+func TestSweepsRun(t *testing.T) {
+	e := newEnv(t)
+	e.createTenant("swr")
+	e.guestLogin("swr", "device-swr-0123456789", "")
+	e.clock.Add(backend.RefreshTTL)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.srv.RunSweeps(ctx, time.Hour)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(e.logs.String(), "deleted expired refresh tokens") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no sweep within 10 s; logs:\n%s", e.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, err := e.srv.SweepRefreshTokens(ctx); err != nil || n != 0 {
+		t.Fatalf("after RunSweeps's first sweep: deleted %d more, %v", n, err)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunSweeps did not return after its context ended")
+	}
+}
