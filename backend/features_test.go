@@ -559,6 +559,19 @@ func testWebhooks(t *testing.T, e *env) {
 	}
 	e.clock.Add(time.Hour)
 	e.srv.DeliverWebhooks(ctx)
+	// The finished delivery is kept for WebhookDeliveryRetention after its
+	// last attempt (an hour ago), then swept.
+	if n, err := e.srv.SweepWebhookDeliveries(ctx); n != 0 || err != nil {
+		t.Fatalf("sweep an hour after delivery: %d, %v", n, err)
+	}
+	state()
+	e.clock.Add(backend.WebhookDeliveryRetention - time.Hour + time.Second)
+	if n, err := e.srv.SweepWebhookDeliveries(ctx); n != 1 || err != nil {
+		t.Fatalf("sweep past the retention: %d, %v", n, err)
+	}
+	if ds, err := e.admin.ListWebhookDeliveries(ctx, req(&ludusv1.ListWebhookDeliveriesRequest{}, admin)); err != nil || len(ds.Msg.Deliveries) != 0 {
+		t.Fatalf("deliveries after the sweep: %v %v", ds, err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 1 {

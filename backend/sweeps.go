@@ -6,10 +6,18 @@ import (
 )
 
 // Sweeps delete what has outlived its use, so that tables that grow with
-// every login do not grow without end. Today that is the refresh tokens
-// past their expiry: every login and every refresh stores one, a used one
-// is kept (a second use of it revokes its family) until it expires, and
-// after that it can never be used again, so it is deleted.
+// every login or every match do not grow without end:
+//   - refresh tokens past their expiry: every login and every refresh
+//     stores one, a used one is kept (a second use of it revokes its
+//     family) until it expires, and after that it can never be used again;
+//   - webhook deliveries that were delivered or failed for good, a
+//     WebhookDeliveryRetention after their last attempt: one is queued for
+//     every final match result, and ListWebhookDeliveries shows the recent
+//     ones. Pending deliveries stay until they finish.
+
+// WebhookDeliveryRetention is how long a finished webhook delivery is kept
+// after its last attempt.
+const WebhookDeliveryRetention = 7 * 24 * time.Hour
 
 // SweepInterval is how often RunSweeps sweeps.
 const SweepInterval = time.Hour
@@ -23,9 +31,23 @@ const sweepBatch = 1000
 // and returns how many it deleted.
 func (s *Server) SweepRefreshTokens(ctx context.Context) (int, error) {
 	now := s.now()
+	return inBatches(func() (int, error) { return s.store.DeleteExpiredRefreshTokens(ctx, now, sweepBatch) })
+}
+
+// SweepWebhookDeliveries deletes the deliveries that finished (delivered,
+// or failed for good) more than WebhookDeliveryRetention ago and returns
+// how many it deleted.
+func (s *Server) SweepWebhookDeliveries(ctx context.Context) (int, error) {
+	before := s.now().Add(-WebhookDeliveryRetention)
+	return inBatches(func() (int, error) { return s.store.DeleteFinishedDeliveries(ctx, before, sweepBatch) })
+}
+
+// inBatches calls del, which deletes up to sweepBatch rows, until it
+// deletes fewer (or fails), and returns how many it deleted in all.
+func inBatches(del func() (int, error)) (int, error) {
 	total := 0
 	for {
-		n, err := s.store.DeleteExpiredRefreshTokens(ctx, now, sweepBatch)
+		n, err := del()
 		total += n
 		if err != nil || n < sweepBatch {
 			return total, err
@@ -42,12 +64,18 @@ func (s *Server) RunSweeps(ctx context.Context, interval time.Duration) {
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	sweeps := []struct {
+		what  string
+		sweep func(context.Context) (int, error)
+	}{{"expired refresh tokens", s.SweepRefreshTokens}, {"finished webhook deliveries", s.SweepWebhookDeliveries}}
 	for {
-		n, err := s.SweepRefreshTokens(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.log.WarnContext(ctx, "backend: sweeping expired refresh tokens", "deleted", n, "err", err)
-		} else if n > 0 {
-			s.log.InfoContext(ctx, "backend: deleted expired refresh tokens", "deleted", n)
+		for _, sw := range sweeps {
+			n, err := sw.sweep(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "backend: sweeping "+sw.what, "deleted", n, "err", err)
+			} else if n > 0 {
+				s.log.InfoContext(ctx, "backend: deleted "+sw.what, "deleted", n)
+			}
 		}
 		select {
 		case <-ctx.Done():

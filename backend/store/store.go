@@ -500,6 +500,10 @@ type Store interface {
 	UpdateDelivery(ctx context.Context, d WebhookDelivery) error
 	// ListDeliveries lists a tenant's deliveries, newest first.
 	ListDeliveries(ctx context.Context, tenantID string, limit int) ([]WebhookDelivery, error)
+	// DeleteFinishedDeliveries deletes up to limit deliveries that are
+	// delivered or failed and whose last attempt (UpdatedAt) was before
+	// before, and returns how many it deleted. Pending ones stay.
+	DeleteFinishedDeliveries(ctx context.Context, before time.Time, limit int) (int, error)
 
 	// PutModule stores a build under a name and makes it the newest of that
 	// name; m.UploadedAt is the time of this upload (CreatedAt is ignored and

@@ -1094,6 +1094,34 @@ func (s *DB) UpdateDelivery(ctx context.Context, d store.WebhookDelivery) error 
 	})
 }
 
+// DeleteFinishedDeliveries implements store.Store. A finished delivery's
+// next_at is the time its last attempt was due, at or before the attempt
+// (updated_at): the (state, next_at) index finds every candidate, and
+// updated_at decides.
+func (s *DB) DeleteFinishedDeliveries(ctx context.Context, before time.Time, limit int) (int, error) {
+	total := 0
+	for _, state := range []string{store.DeliveryDelivered, store.DeliveryFailed} {
+		if total >= limit {
+			break
+		}
+		var n int64
+		err := s.inTx(ctx, "delete finished deliveries", func(tx *tx) error {
+			res, err := tx.exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
+				WHERE state = ? AND next_at < ? AND updated_at < ? ORDER BY next_at LIMIT ?)`, state, ToDB(before), ToDB(before), limit-total)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		total += int(n)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
 // ListDeliveries implements store.Store.
 func (s *DB) ListDeliveries(ctx context.Context, tenantID string, limit int) ([]store.WebhookDelivery, error) {
 	return list(ctx, s, "list deliveries", scanDelivery, `SELECT `+deliveryCols+` FROM webhook_deliveries

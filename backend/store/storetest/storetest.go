@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"MatchRosterConcurrent", testMatchRosterConcurrent},
 		{"Leaderboard", testLeaderboard},
 		{"Webhooks", testWebhooks},
+		{"WebhookDeliveryRetention", testWebhookDeliveryRetention},
 		{"DeleteAccountCascades", testDeleteAccountCascades},
 		{"NastyStringsEverywhere", testNastyStringsEverywhere},
 		{"GameArchives", testGameArchives},

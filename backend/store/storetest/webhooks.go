@@ -3,6 +3,8 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +66,63 @@ func testWebhooks(t *testing.T, s store.Store) {
 	must(t, "remove webhook", s.PutWebhook(ctx, store.Webhook{TenantID: tn.ID}))
 	_, err = s.Webhook(ctx, tn.ID)
 	wantErr(t, "removed webhook", err, store.ErrNotFound)
+}
+
+// testWebhookDeliveryRetention: DeleteFinishedDeliveries deletes the
+// delivered and failed deliveries whose last attempt was before its time,
+// up to its limit, and never a pending one.
+func testWebhookDeliveryRetention(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tn := mustTenant(t, s, "whr")
+	a := mustAccount(t, s, tn.ID, "dev-whr-00000000")
+	// d0 delivered at base+1m, d1 failed at base+2m, d2 pending (its
+	// last attempt at base+1m), d3 delivered at base+10m.
+	finish := []struct {
+		state string
+		at    time.Duration
+	}{{store.DeliveryDelivered, time.Minute}, {store.DeliveryFailed, 2 * time.Minute}, {store.DeliveryPending, time.Minute}, {store.DeliveryDelivered, 10 * time.Minute}}
+	for i, f := range finish {
+		mid := fmt.Sprint("whr", i)
+		mustMatch(t, s, tn.ID, mid, "arena")
+		d := store.WebhookDelivery{ID: fmt.Sprint("d", i), TenantID: tn.ID, Event: "match.result", Payload: []byte(mid),
+			NextAt: base, CreatedAt: base, UpdatedAt: base}
+		_, err := s.ApplyMatchReport(ctx, store.MatchReport{TenantID: tn.ID, MatchID: mid, Final: true, At: base,
+			Players: []store.PlayerReport{{AccountID: a.ID, Score: 1}}, Webhook: &d})
+		must(t, "final", err)
+		// As the backend records an attempt: next_at stays the time the
+		// attempt was due (a retry's is later, and still pending).
+		d.State, d.Attempts, d.UpdatedAt = f.state, 1, base.Add(f.at)
+		if f.state == store.DeliveryPending {
+			d.NextAt = base.Add(f.at + time.Hour)
+		}
+		must(t, "update", s.UpdateDelivery(ctx, d))
+	}
+	ids := func() string {
+		t.Helper()
+		ds, err := s.ListDeliveries(ctx, tn.ID, 10)
+		must(t, "list", err)
+		var out []string
+		for _, d := range ds {
+			out = append(out, d.ID)
+		}
+		slices.Sort(out)
+		return strings.Join(out, " ")
+	}
+	del := func(before time.Duration, limit, want int) {
+		t.Helper()
+		n, err := s.DeleteFinishedDeliveries(ctx, base.Add(before), limit)
+		if err != nil || n != want {
+			t.Fatalf("DeleteFinishedDeliveries(base+%v, %d) = %d, %v; want %d", before, limit, n, err, want)
+		}
+	}
+	del(time.Minute, 10, 0) // d0's attempt was at base+1m: not before it
+	del(5*time.Minute, 1, 1)
+	del(5*time.Minute, 10, 1)
+	if got := ids(); got != "d2 d3" {
+		t.Fatalf("deliveries left after deleting those finished before base+5m: %s, want d2 d3", got)
+	}
+	del(24*time.Hour, 10, 1)
+	if got := ids(); got != "d2" {
+		t.Fatalf("deliveries left: %s, want the pending d2", got)
+	}
 }
