@@ -56,8 +56,8 @@ func inBatches(del func() (int, error)) (int, error) {
 }
 
 // RunSweeps sweeps at once, then every interval (SweepInterval if zero),
-// until ctx ends. Each backend replica may run it: a sweep deletes only
-// what has expired, so two sweeps at once delete each row once.
+// until ctx ends. Every backend replica runs it; a sweep deletes only what
+// has expired, whichever replica gets to it first.
 func (s *Server) RunSweeps(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = SweepInterval

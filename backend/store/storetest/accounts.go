@@ -238,6 +238,47 @@ func testRefreshTokenExpiry(t *testing.T, s store.Store) {
 	del(base.Add(48*time.Hour), 100, 3) // e1, e1n, e9
 }
 
+// testRefreshTokenExpiryConcurrent: sweeps running at once (one per
+// backend replica) delete every expired token once between them, without
+// an error.
+func testRefreshTokenExpiryConcurrent(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tn := mustTenant(t, s, "rtec")
+	a := mustAccount(t, s, tn.ID, "dev-rtec-0000000")
+	const tokens = 200
+	for i := range tokens {
+		r := refresh(fmt.Sprint("ec", i), base.Add(time.Duration(i%7)*time.Second))
+		r.FamilyID, r.TenantID, r.AccountID = fmt.Sprint("fec", i%5), tn.ID, a.ID
+		must(t, "create", s.CreateRefreshToken(ctx, r))
+	}
+	var deleted atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				n, err := s.DeleteExpiredRefreshTokens(ctx, base.Add(2*time.Hour), 16)
+				if err != nil {
+					t.Errorf("concurrent sweep: %v", err)
+					return
+				}
+				deleted.Add(int64(n))
+				if n == 0 { // not n < 16: another sweep may have taken part of this one's batch
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n, err := s.DeleteExpiredRefreshTokens(ctx, base.Add(2*time.Hour), 1000); err != nil || n != 0 {
+		t.Fatalf("after the concurrent sweeps: %d more deleted, %v", n, err)
+	}
+	if deleted.Load() != tokens {
+		t.Fatalf("concurrent sweeps deleted %d tokens in all, want %d", deleted.Load(), tokens)
+	}
+}
+
 func testRefreshConcurrentUse(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	tn := mustTenant(t, s, "rtc")

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RefreshTokens", testRefreshTokens},
 		{"RefreshConcurrentUse", testRefreshConcurrentUse},
 		{"RefreshTokenExpiry", testRefreshTokenExpiry},
+		{"RefreshTokenExpiryConcurrent", testRefreshTokenExpiryConcurrent},
 		{"Progression", testProgression},
 		{"ProgressionConcurrent", testProgressionConcurrent},
 		{"MatchReports", testMatchReports},
