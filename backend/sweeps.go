@@ -13,7 +13,12 @@ import (
 //   - webhook deliveries that were delivered or failed for good, a
 //     WebhookDeliveryRetention after their last attempt: one is queued for
 //     every final match result, and ListWebhookDeliveries shows the recent
-//     ones. Pending deliveries stay until they finish.
+//     ones. Pending deliveries stay until they finish;
+//   - login throttles that no longer hold anyone back (last failure more
+//     than ThrottleWindow ago, no lockout running): every failed email login
+//     stores one, for any email, so a password sprayer's made-up emails
+//     would otherwise stay for good. EmailLogin ignores such a throttle, so
+//     deleting it changes nothing for the next attempt.
 
 // WebhookDeliveryRetention is how long a finished webhook delivery is kept
 // after its last attempt.
@@ -42,6 +47,15 @@ func (s *Server) SweepWebhookDeliveries(ctx context.Context) (int, error) {
 	return inBatches(func() (int, error) { return s.store.DeleteFinishedDeliveries(ctx, before, sweepBatch) })
 }
 
+// SweepLoginThrottles deletes the login throttles that no longer hold
+// anyone back and returns how many it deleted.
+func (s *Server) SweepLoginThrottles(ctx context.Context) (int, error) {
+	now := s.now()
+	return inBatches(func() (int, error) {
+		return s.store.DeleteStaleLoginThrottles(ctx, now.Add(-ThrottleWindow), now, sweepBatch)
+	})
+}
+
 // inBatches calls del, which deletes up to sweepBatch rows, until it
 // deletes fewer (or fails), and returns how many it deleted in all.
 func inBatches(del func() (int, error)) (int, error) {
@@ -67,7 +81,8 @@ func (s *Server) RunSweeps(ctx context.Context, interval time.Duration) {
 	sweeps := []struct {
 		what  string
 		sweep func(context.Context) (int, error)
-	}{{"expired refresh tokens", s.SweepRefreshTokens}, {"finished webhook deliveries", s.SweepWebhookDeliveries}}
+	}{{"expired refresh tokens", s.SweepRefreshTokens}, {"finished webhook deliveries", s.SweepWebhookDeliveries},
+		{"stale login throttles", s.SweepLoginThrottles}}
 	for {
 		for _, sw := range sweeps {
 			n, err := sw.sweep(ctx)

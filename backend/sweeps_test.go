@@ -92,3 +92,41 @@ func TestSweepsRun(t *testing.T) {
 		t.Fatal("RunSweeps did not return after its context ended")
 	}
 }
+
+// TestSweepDeletesStaleLoginThrottles: failed email logins leave a throttle
+// (for a made-up email too); a sweep keeps it while it counts and deletes
+// it once its window has passed, after which the email has its free
+// attempts again, as it had before the sweep.
+func TestSweepDeletesStaleLoginThrottles(t *testing.T) {
+	e := newEnv(t)
+	e.createTenant("swt")
+	if _, err := e.auth.RegisterEmail(ctx, connect.NewRequest(&ludusv1.RegisterEmailRequest{Tenant: "swt", Email: "ann@example.com", Password: "the right one"})); err != nil {
+		t.Fatal(err)
+	}
+	fail := func(email string) {
+		t.Helper()
+		_, err := e.auth.EmailLogin(ctx, connect.NewRequest(&ludusv1.EmailLoginRequest{Tenant: "swt", Email: email, Password: "a wrong one"}))
+		wantCode(t, err, connect.CodeUnauthenticated, "wrong email or password")
+	}
+	for range backend.ThrottleFreeFailures {
+		fail("ann@example.com")
+	}
+	fail("nobody@example.com")
+	if n, err := e.srv.SweepLoginThrottles(ctx); n != 0 || err != nil {
+		t.Fatalf("sweep while the failures count: %d, %v", n, err)
+	}
+	_, err := e.auth.EmailLogin(ctx, connect.NewRequest(&ludusv1.EmailLoginRequest{Tenant: "swt", Email: "ann@example.com", Password: "a wrong one"}))
+	wantCode(t, err, connect.CodeResourceExhausted, "retry in")
+
+	e.clock.Add(backend.ThrottleWindow + time.Second)
+	if n, err := e.srv.SweepLoginThrottles(ctx); n != 2 || err != nil {
+		t.Fatalf("sweep after the window: %d, %v; want 2", n, err)
+	}
+	for range backend.ThrottleFreeFailures { // free again: no "retry in"
+		fail("ann@example.com")
+	}
+	e.clock.Add(2 * time.Second) // past the delay the third failure set
+	if _, err := e.auth.EmailLogin(ctx, connect.NewRequest(&ludusv1.EmailLoginRequest{Tenant: "swt", Email: "ann@example.com", Password: "the right one"})); err != nil {
+		t.Fatalf("the right password after the sweep: %v", err)
+	}
+}

@@ -406,6 +406,11 @@ type Store interface {
 	LoginThrottle(ctx context.Context, tenantID, key string) (LoginThrottle, error)
 	// PutLoginThrottle stores it; a zero throttle deletes it.
 	PutLoginThrottle(ctx context.Context, tenantID, key string, t LoginThrottle) error
+	// DeleteStaleLoginThrottles deletes up to limit throttles whose last
+	// failure was before failedBefore and whose lockout, if any, ended
+	// before now (throttles that no longer hold anyone back), and returns
+	// how many it deleted.
+	DeleteStaleLoginThrottles(ctx context.Context, failedBefore, now time.Time, limit int) (int, error)
 
 	// DeviceSession signs a device in, in one transaction: it stores a (a new
 	// guest account with a.DeviceID) unless the tenant already has an account

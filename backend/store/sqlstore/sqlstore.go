@@ -612,6 +612,23 @@ func zeroOr(t time.Time) int64 {
 	return ToDB(t)
 }
 
+// DeleteStaleLoginThrottles implements store.Store. The table holds a row
+// per email with recent failures only, once swept: no index on the times.
+func (s *DB) DeleteStaleLoginThrottles(ctx context.Context, failedBefore, now time.Time, limit int) (int, error) {
+	var n int64
+	err := s.inTx(ctx, "delete stale login throttles", func(tx *tx) error {
+		res, err := tx.exec(ctx, `DELETE FROM login_throttles WHERE (tenant_id, key) IN
+			(SELECT tenant_id, key FROM login_throttles WHERE last_failure < ? AND locked_until < ? LIMIT ?)`,
+			ToDB(failedBefore), ToDB(now), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
 // PutLoginThrottle implements store.Store.
 func (s *DB) PutLoginThrottle(ctx context.Context, tenantID, key string, t store.LoginThrottle) error {
 	return s.inTx(ctx, "put login throttle", func(tx *tx) error {

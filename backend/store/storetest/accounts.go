@@ -136,6 +136,58 @@ func testLoginThrottle(t *testing.T, s store.Store) {
 	}
 }
 
+// testLoginThrottleSweep: DeleteStaleLoginThrottles deletes, in every
+// tenant and up to its limit, the throttles whose last failure is old and
+// whose lockout (if any) has ended, and keeps the others.
+func testLoginThrottleSweep(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tn, other := mustTenant(t, s, "ths"), mustTenant(t, s, "ths2")
+	put := func(tenant, key string, th store.LoginThrottle) {
+		t.Helper()
+		must(t, "put "+key, s.PutLoginThrottle(ctx, tenant, key, th))
+	}
+	put(tn.ID, "email:old", store.LoginThrottle{Failures: 2, LastFailure: base})
+	put(other.ID, "email:old", store.LoginThrottle{Failures: 1, LastFailure: base})
+	put(tn.ID, "email:locked", store.LoginThrottle{Failures: 10, LastFailure: base, LockedUntil: base.Add(15 * time.Minute)})
+	put(tn.ID, "email:recent", store.LoginThrottle{Failures: 1, LastFailure: base.Add(10 * time.Minute)})
+	left := func(tenant string, keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if got, err := s.LoginThrottle(ctx, tenant, k); err != nil || got == (store.LoginThrottle{}) {
+				t.Fatalf("throttle %s: %+v, %v; want it kept", k, got, err)
+			}
+		}
+	}
+	gone := func(tenant string, keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if got, err := s.LoginThrottle(ctx, tenant, k); err != nil || got != (store.LoginThrottle{}) {
+				t.Fatalf("throttle %s: %+v, %v; want it deleted", k, got, err)
+			}
+		}
+	}
+	del := func(failedBefore, now time.Duration, limit, want int) {
+		t.Helper()
+		n, err := s.DeleteStaleLoginThrottles(ctx, base.Add(failedBefore), base.Add(now), limit)
+		if err != nil || n != want {
+			t.Fatalf("DeleteStaleLoginThrottles(base+%v, base+%v, %d) = %d, %v; want %d", failedBefore, now, limit, n, err, want)
+		}
+	}
+	del(0, 14*time.Minute, 10, 0) // no failure before base
+	// At base+14m, failures before base+1s: the two "old" ones; the lockout
+	// still runs.
+	del(time.Second, 14*time.Minute, 1, 1)
+	del(time.Second, 14*time.Minute, 10, 1)
+	gone(tn.ID, "email:old")
+	gone(other.ID, "email:old")
+	left(tn.ID, "email:locked", "email:recent")
+	del(time.Second, 16*time.Minute, 10, 1) // the lockout ended at base+15m
+	gone(tn.ID, "email:locked")
+	left(tn.ID, "email:recent")
+	del(11*time.Minute, 30*time.Minute, 10, 1)
+	gone(tn.ID, "email:recent")
+}
+
 func refresh(h string, at time.Time) store.RefreshToken {
 	return store.RefreshToken{Hash: hash(h), CreatedAt: at, ExpiresAt: at.Add(time.Hour)}
 }

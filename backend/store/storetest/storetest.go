@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"APIKeyLifecycle", testAPIKeyLifecycle},
 		{"AccountIdentities", testAccountIdentities},
 		{"LoginThrottle", testLoginThrottle},
+		{"LoginThrottleSweep", testLoginThrottleSweep},
 		{"RefreshTokens", testRefreshTokens},
 		{"RefreshConcurrentUse", testRefreshConcurrentUse},
 		{"RefreshTokenExpiry", testRefreshTokenExpiry},
