@@ -615,11 +615,17 @@ func zeroOr(t time.Time) int64 {
 // DeleteStaleLoginThrottles implements store.Store. The table holds a row
 // per email with recent failures only, once swept: no index on the times.
 func (s *DB) DeleteStaleLoginThrottles(ctx context.Context, failedBefore, now time.Time, limit int) (int, error) {
+	return s.deleteRows(ctx, "delete stale login throttles", `DELETE FROM login_throttles WHERE (tenant_id, key) IN
+		(SELECT tenant_id, key FROM login_throttles WHERE last_failure < ? AND locked_until < ? LIMIT ?)`,
+		ToDB(failedBefore), ToDB(now), limit)
+}
+
+// deleteRows runs a DELETE in a transaction of its own and returns how
+// many rows it deleted.
+func (s *DB) deleteRows(ctx context.Context, what, query string, args ...any) (int, error) {
 	var n int64
-	err := s.inTx(ctx, "delete stale login throttles", func(tx *tx) error {
-		res, err := tx.exec(ctx, `DELETE FROM login_throttles WHERE (tenant_id, key) IN
-			(SELECT tenant_id, key FROM login_throttles WHERE last_failure < ? AND locked_until < ? LIMIT ?)`,
-			ToDB(failedBefore), ToDB(now), limit)
+	err := s.inTx(ctx, what, func(tx *tx) error {
+		res, err := tx.exec(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -723,17 +729,8 @@ func revokeFamily(ctx context.Context, tx *tx, accountID, familyID string) error
 // DeleteExpiredRefreshTokens implements store.Store. The subquery takes the
 // oldest by the expiry index; DELETE has no LIMIT in PostgreSQL.
 func (s *DB) DeleteExpiredRefreshTokens(ctx context.Context, now time.Time, limit int) (int, error) {
-	var n int64
-	err := s.inTx(ctx, "delete expired refresh tokens", func(tx *tx) error {
-		res, err := tx.exec(ctx, `DELETE FROM refresh_tokens WHERE hash IN
-			(SELECT hash FROM refresh_tokens WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`, ToDB(now), limit)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return int(n), err
+	return s.deleteRows(ctx, "delete expired refresh tokens", `DELETE FROM refresh_tokens WHERE hash IN
+		(SELECT hash FROM refresh_tokens WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`, ToDB(now), limit)
 }
 
 // Progression
@@ -1121,17 +1118,9 @@ func (s *DB) DeleteFinishedDeliveries(ctx context.Context, before time.Time, lim
 		if total >= limit {
 			break
 		}
-		var n int64
-		err := s.inTx(ctx, "delete finished deliveries", func(tx *tx) error {
-			res, err := tx.exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
-				WHERE state = ? AND next_at < ? AND updated_at < ? ORDER BY next_at LIMIT ?)`, state, ToDB(before), ToDB(before), limit-total)
-			if err != nil {
-				return err
-			}
-			n, err = res.RowsAffected()
-			return err
-		})
-		total += int(n)
+		n, err := s.deleteRows(ctx, "delete finished deliveries", `DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
+			WHERE state = ? AND next_at < ? AND updated_at < ? ORDER BY next_at LIMIT ?)`, state, ToDB(before), ToDB(before), limit-total)
+		total += n
 		if err != nil {
 			return total, err
 		}
