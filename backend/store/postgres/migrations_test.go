@@ -18,26 +18,7 @@ import (
 // prepared statements too.
 func TestPartialAccountIndexesUpgrade(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.FreshSchema(t)
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := migrateTo(ctx, db, 7); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range storetest.AccountsBeforePartialIndexes {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-
-	s, err := Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, db := upgradedFrom(t, 7, storetest.SeedAccountsBeforePartialIndexes)
 	for _, idx := range []string{"accounts_email", "accounts_custom_id"} {
 		var def string
 		if err := db.QueryRowContext(ctx, `SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND indexname = $1`, idx).Scan(&def); err != nil {
@@ -75,27 +56,7 @@ func TestPartialAccountIndexesUpgrade(t *testing.T) {
 // in generic plans, and the old tokens work as before.
 func TestRefreshTokenIndexesUpgrade(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.FreshSchema(t)
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := migrateTo(ctx, db, 8); err != nil {
-		t.Fatal(err)
-	}
-	if err := storetest.SeedRefreshTokensBeforeExpiryIndex(func(q string, args ...any) error {
-		_, err := db.ExecContext(ctx, q, args...)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-
-	s, err := Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, db := upgradedFrom(t, 8, storetest.SeedRefreshTokensBeforeExpiryIndex)
 	var got string
 	if err := db.QueryRowContext(ctx, `SELECT string_agg(indexname, ' ' ORDER BY indexname) FROM pg_indexes
 		WHERE schemaname = current_schema() AND tablename = 'refresh_tokens' AND indexname <> 'refresh_tokens_pkey'`).Scan(&got); err != nil {
@@ -157,4 +118,33 @@ func genericPlan(t *testing.T, conn *sql.Conn, name, query, args string) string 
 		t.Fatal(err)
 	}
 	return plan.String()
+}
+
+// upgradedFrom brings a fresh schema to version, writes seed into it, and
+// opens a Store on it, which migrates it to the newest version; db is a
+// plain connection pool to the same schema. Both close with the test.
+func upgradedFrom(t *testing.T, version int, seed func(storetest.Exec) error) (*Store, *sql.DB) {
+	t.Helper()
+	ctx := context.Background()
+	dsn := pgtest.FreshSchema(t)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := migrateTo(ctx, db, version); err != nil {
+		t.Fatal(err)
+	}
+	if err := seed(func(q string, args ...any) error {
+		_, err := db.ExecContext(ctx, q, args...)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, db
 }

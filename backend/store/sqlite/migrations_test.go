@@ -16,23 +16,7 @@ import (
 // the lookups by email and custom id.
 func TestPartialAccountIndexesUpgrade(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ludus.db")
-	w, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrateTo(ctx, w, 8); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range storetest.AccountsBeforePartialIndexes {
-		if _, err := w.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	w.Close()
-
-	s := open(t, path)
-	defer s.Close()
+	s := upgradedFrom(t, 8, storetest.SeedAccountsBeforePartialIndexes)
 	for _, idx := range []string{"accounts_email", "accounts_custom_id"} {
 		var def string
 		if err := s.r.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?`, idx).Scan(&def); err != nil {
@@ -58,24 +42,7 @@ func TestPartialAccountIndexesUpgrade(t *testing.T) {
 // and the old tokens work as before.
 func TestRefreshTokenIndexesUpgrade(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ludus.db")
-	w, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrateTo(ctx, w, 9); err != nil {
-		t.Fatal(err)
-	}
-	if err := storetest.SeedRefreshTokensBeforeExpiryIndex(func(q string, args ...any) error {
-		_, err := w.ExecContext(ctx, q, args...)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-
-	s := open(t, path)
-	defer s.Close()
+	s := upgradedFrom(t, 9, storetest.SeedRefreshTokensBeforeExpiryIndex)
 	var indexes []string
 	rows, err := s.r.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'refresh_tokens' AND sql IS NOT NULL ORDER BY name`)
 	if err != nil {
@@ -123,4 +90,30 @@ func queryPlan(t *testing.T, db *sql.DB, query string, args ...any) string {
 		t.Fatal(err)
 	}
 	return plan.String()
+}
+
+// upgradedFrom makes a database of schema version, writes seed into it,
+// and opens a Store on it, which migrates it to the newest version; the
+// Store closes with the test.
+func upgradedFrom(t *testing.T, version int, seed func(storetest.Exec) error) *Store {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ludus.db")
+	w, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateTo(ctx, w, version); err != nil {
+		t.Fatal(err)
+	}
+	if err := seed(func(q string, args ...any) error {
+		_, err := w.ExecContext(ctx, q, args...)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	s := open(t, path)
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,11 +13,25 @@ import (
 // Upgrades: rows written by an earlier schema, then checked through the
 // store after the upgrade. Both stores take the same SQL here.
 
-// AccountsBeforePartialIndexes are the rows a store's test writes at the
-// schema version before the email and custom-id indexes became partial
-// (SQLite 8, PostgreSQL 7): two guests, an email account and a custom-id
-// account of tenant t_1.
-var AccountsBeforePartialIndexes = []string{
+// Exec runs one statement of a seed on a database an upgrade test brings
+// to an earlier schema version (placeholders $1, $2 ..., which both stores
+// take).
+type Exec func(query string, args ...any) error
+
+// SeedAccountsBeforePartialIndexes writes, through exec, the rows a store's
+// test stores at the schema version before the email and custom-id indexes
+// became partial (SQLite 8, PostgreSQL 7): two guests, an email account and
+// a custom-id account of tenant t_1.
+func SeedAccountsBeforePartialIndexes(exec Exec) error {
+	for _, q := range accountsBeforePartialIndexes {
+		if err := exec(q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return nil
+}
+
+var accountsBeforePartialIndexes = []string{
 	`INSERT INTO tenants (id, slug, name, created_at) VALUES ('t_1', 'demo', 'Demo', 0)`,
 	`INSERT INTO accounts (id, tenant_id, device_id, display_name, created_at, updated_at) VALUES ('a_guest1', 't_1', 'dev-1', 'g1', 0, 0)`,
 	`INSERT INTO accounts (id, tenant_id, device_id, display_name, created_at, updated_at) VALUES ('a_guest2', 't_1', 'dev-2', 'g2', 0, 0)`,
@@ -25,7 +40,7 @@ var AccountsBeforePartialIndexes = []string{
 }
 
 // CheckAccountsAfterPartialIndexes checks the accounts of
-// AccountsBeforePartialIndexes after the upgrade: found by email and by
+// SeedAccountsBeforePartialIndexes after the upgrade: found by email and by
 // custom id, a second account with either refused (ErrAlreadyExists), a
 // third account with neither accepted.
 func CheckAccountsAfterPartialIndexes(t *testing.T, s store.Store) {
@@ -51,13 +66,12 @@ func CheckAccountsAfterPartialIndexes(t *testing.T, s store.Store) {
 	}
 }
 
-// SeedRefreshTokensBeforeExpiryIndex writes, through exec (placeholders $1,
-// $2 ..., which both stores take), the rows a store's test stores at the
-// schema version before expired refresh tokens were deleted (SQLite 9,
+// SeedRefreshTokensBeforeExpiryIndex writes, through exec, the rows a
+// store's test stores at the schema version before expired refresh tokens were deleted (SQLite 9,
 // PostgreSQL 8): tenant t_r, account a_r, and three tokens: "old-used"
 // (used, family f_a, expires at base+1h), "old-next" (f_a, base+2h) and
 // "other" (f_b, base+3h).
-func SeedRefreshTokensBeforeExpiryIndex(exec func(query string, args ...any) error) error {
+func SeedRefreshTokensBeforeExpiryIndex(exec Exec) error {
 	if err := exec(`INSERT INTO tenants (id, slug, name, created_at) VALUES ('t_r', 'rtu', 'Refresh upgrade', 0)`); err != nil {
 		return err
 	}
