@@ -273,13 +273,7 @@ func TestRefreshRotationReuseAndLogout(t *testing.T) {
 	if g.RefreshToken == "" {
 		t.Fatal("no refresh token")
 	}
-	refresh := func(tok string) (*ludusv1.Session, error) {
-		r, err := e.auth.Refresh(ctx, connect.NewRequest(&ludusv1.RefreshRequest{Tenant: "rt", RefreshToken: tok}))
-		if err != nil {
-			return nil, err
-		}
-		return r.Msg.Session, nil
-	}
+	refresh := func(tok string) (*ludusv1.Session, error) { return e.refresh("rt", tok) }
 	s1, err := refresh(g.RefreshToken)
 	if err != nil || s1.AccountId != g.AccountId || s1.RefreshToken == g.RefreshToken {
 		t.Fatalf("refresh: %v %v", s1, err)

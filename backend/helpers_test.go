@@ -257,6 +257,15 @@ func (e *env) guestLogin(tenant, device, name string) *ludusv1.GuestLoginRespons
 	return resp.Msg
 }
 
+// refresh calls Refresh with a tenant's refresh token and returns the new session.
+func (e *env) refresh(tenant, token string) (*ludusv1.Session, error) {
+	r, err := e.auth.Refresh(context.Background(), connect.NewRequest(&ludusv1.RefreshRequest{Tenant: tenant, RefreshToken: token}))
+	if err != nil {
+		return nil, err
+	}
+	return r.Msg.Session, nil
+}
+
 // wantCode checks a Connect error's code and that its message contains each of subs.
 func wantCode(t *testing.T, err error, code connect.Code, subs ...string) {
 	t.Helper()

@@ -19,13 +19,7 @@ import (
 func TestSweepDeletesExpiredRefreshTokens(t *testing.T) {
 	e := newEnv(t)
 	e.createTenant("sw")
-	refresh := func(tok string) (*ludusv1.Session, error) {
-		r, err := e.auth.Refresh(ctx, connect.NewRequest(&ludusv1.RefreshRequest{Tenant: "sw", RefreshToken: tok}))
-		if err != nil {
-			return nil, err
-		}
-		return r.Msg.Session, nil
-	}
+	refresh := func(tok string) (*ludusv1.Session, error) { return e.refresh("sw", tok) }
 	sweep := func(want int) {
 		t.Helper()
 		n, err := e.srv.SweepRefreshTokens(ctx)

@@ -28,17 +28,7 @@ func TestPartialAccountIndexesUpgrade(t *testing.T) {
 			t.Errorf("%s is not partial: %s", idx, def)
 		}
 	}
-	// One connection: the settings and the prepared statement are its own.
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	for _, q := range []string{`SET plan_cache_mode = force_generic_plan`, `SET enable_seqscan = off`} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	conn := planConn(t, db)
 	for _, q := range []struct{ col, idx string }{{"email", "accounts_email"}, {"custom_id", "accounts_custom_id"}} {
 		plan := genericPlan(t, conn, "by_"+q.col, `SELECT id FROM accounts WHERE tenant_id = $1 AND `+q.col+` = $2`, "('t_1', 'x')")
 		if !strings.Contains(plan, q.idx) {
@@ -65,17 +55,7 @@ func TestRefreshTokenIndexesUpgrade(t *testing.T) {
 	if got != "refresh_tokens_account_family refresh_tokens_expiry" {
 		t.Errorf("refresh_tokens indexes after the upgrade: %s", got)
 	}
-	// One connection: the settings and the prepared statements are its own.
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	for _, q := range []string{`SET plan_cache_mode = force_generic_plan`, `SET enable_seqscan = off`} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	conn := planConn(t, db)
 	for i, q := range storetest.RefreshTokenQueries {
 		args := "('a', 'b')"
 		switch {
@@ -92,9 +72,29 @@ func TestRefreshTokenIndexesUpgrade(t *testing.T) {
 	storetest.CheckRefreshTokensAfterExpiryIndex(t, s)
 }
 
+// planConn returns a connection of db (closed with the test) that plans a
+// prepared statement generically and avoids sequential scans, so that
+// EXPLAIN shows whether an index serves it whatever the table's size. One
+// connection: the settings and the prepared statements are its own.
+func planConn(t *testing.T, db *sql.DB) *sql.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	for _, q := range []string{`SET plan_cache_mode = force_generic_plan`, `SET enable_seqscan = off`} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return conn
+}
+
 // genericPlan prepares query as name on conn and returns the plan of
 // EXECUTE name args (args in parentheses), one line per step: the generic
-// plan when the connection has plan_cache_mode = force_generic_plan.
+// plan on a planConn.
 func genericPlan(t *testing.T, conn *sql.Conn, name, query, args string) string {
 	t.Helper()
 	ctx := context.Background()
