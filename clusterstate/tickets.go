@@ -1,6 +1,7 @@
 package clusterstate
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -981,12 +982,12 @@ func (h *partyHub) dispatch(evs []*clientv3.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, ev := range evs {
-		k := string(ev.Kv.Key)
-		fs := h.followers[k[:strings.LastIndexByte(k, '/')+1]]
+		key := ev.Kv.Key
+		fs := h.followers[string(key[:bytes.LastIndexByte(key, '/')+1])] // no copy of the key to look it up
 		if len(fs) == 0 {
 			continue
 		}
-		pe := partyEvent{key: k, rev: ev.Kv.ModRevision, put: ev.Type == mvccpb.PUT}
+		pe := partyEvent{key: string(key), rev: ev.Kv.ModRevision, put: ev.Type == mvccpb.PUT}
 		if pe.put {
 			pe.m, pe.ok = decodePartyMember(ev.Kv)
 		}

@@ -2,7 +2,6 @@ package matchmaker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -223,7 +222,7 @@ func (ld *leader) scan(ctx context.Context) error {
 
 // settleAlone settles one ticket with the same outcome for all its players.
 func (ld *leader) settleAlone(ctx context.Context, t clusterstate.QueuedTicket, o outcome) {
-	b, _ := json.Marshal(o)
+	b := o.encode()
 	results := map[string][]byte{}
 	for _, mem := range t.Members {
 		results[mem.AccountID] = b
@@ -318,11 +317,10 @@ func (ld *leader) allocate(ctx context.Context, rules matchmaking.Rules, match m
 			if s.Bot {
 				continue
 			}
-			b, _ := json.Marshal(outcome{Ticket: s.TicketID, Found: &foundSeat{
+			results[s.AccountID] = outcome{Ticket: s.TicketID, Found: &foundSeat{
 				GameID: a.GameID, Region: a.Region, Gateway: a.Gateway,
 				Team: ti, Slot: ti*rules.TeamSize + si, Teammates: mates,
-			}})
-			results[s.AccountID] = b
+			}}.encode()
 		}
 	}
 	rev, err := ld.settle(ctx, ts, results)

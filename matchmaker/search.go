@@ -2,7 +2,6 @@ package matchmaker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -25,37 +24,6 @@ type Caller struct {
 // PartyLeft is the reason every member of a party is given when one of them
 // leaves.
 const PartyLeft = "a party member left"
-
-// outcome is a search's result as stored in etcd for the player's stream.
-type outcome struct {
-	Ticket    string     `json:"ticket"`
-	Found     *foundSeat `json:"found,omitempty"`
-	TimedOut  string     `json:"timed_out,omitempty"`
-	Cancelled string     `json:"cancelled,omitempty"`
-}
-
-type foundSeat struct {
-	GameID    string   `json:"game"`
-	Region    string   `json:"region"`
-	Gateway   string   `json:"gateway,omitempty"`
-	Team      int      `json:"team"`
-	Slot      int      `json:"slot"`
-	Teammates []string `json:"teammates,omitempty"`
-}
-
-func (o outcome) response() *ludusv1.FindMatchResponse {
-	switch {
-	case o.Found != nil:
-		f := o.Found
-		return &ludusv1.FindMatchResponse{Msg: &ludusv1.FindMatchResponse_Found{Found: &ludusv1.MatchFound{
-			GameId: f.GameID, Region: f.Region, Gateway: f.Gateway, Team: int32(f.Team), Slot: int32(f.Slot), Teammates: f.Teammates,
-		}}}
-	case o.TimedOut != "":
-		return &ludusv1.FindMatchResponse{Msg: &ludusv1.FindMatchResponse_TimedOut{TimedOut: &ludusv1.MatchTimedOut{Reason: o.TimedOut}}}
-	default:
-		return cancelled(o.Cancelled)
-	}
-}
 
 func cancelled(reason string) *ludusv1.FindMatchResponse {
 	return &ludusv1.FindMatchResponse{Msg: &ludusv1.FindMatchResponse_Cancelled{Cancelled: &ludusv1.MatchCancelled{Reason: reason}}}
@@ -226,8 +194,8 @@ func (s *search) result(r clusterstate.Result) (*ludusv1.FindMatchResponse, bool
 	if r.Rev <= s.minRev {
 		return nil, false
 	}
-	var o outcome
-	if err := json.Unmarshal(r.Value, &o); err != nil {
+	o, err := decodeOutcome(r.Value)
+	if err != nil {
 		s.m.log.Error("undecodable matchmaking result", "tenant", s.c.TenantID, "account", s.c.AccountID, "err", err)
 		return cancelled("matchmaking failed; search again"), true
 	}
