@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -111,5 +112,28 @@ func TestFindMatchRefusesNonsense(t *testing.T) {
 		if code := connect.CodeOf(err); code != connect.CodeNotFound && code != connect.CodeInvalidArgument {
 			t.Errorf("%s: err = %v, want NotFound or InvalidArgument", name, err)
 		}
+	}
+	// What the protos declare is refused with the field named, for both
+	// calls (the service validates; the gateway does not validate again).
+	for name, req := range map[string]*ludusv1.FindMatchRequest{
+		"negative rtt":  {Mode: "arena", RttMs: map[string]int32{"local": -5}},
+		"no regions":    {Mode: "arena"},
+		"bad mode":      {Mode: "arena mode", RttMs: map[string]int32{"local": 20}},
+		"party of 1000": {Mode: "arena", PartyCode: "ABCDEF", PartySize: 1000, RttMs: map[string]int32{"local": 20}},
+	} {
+		s, err := mm.FindMatch(ctx, connect.NewRequest(req))
+		if err == nil {
+			for s.Receive() {
+				t.Errorf("%s: got %v", name, s.Msg())
+			}
+			err = s.Err()
+		}
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "validation error") {
+			t.Errorf("%s: err = %v, want InvalidArgument with the field's validation error", name, err)
+		}
+	}
+	_, err := mm.CreateParty(ctx, connect.NewRequest(&ludusv1.CreatePartyRequest{Mode: "arena", Size: -1}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "size") {
+		t.Errorf("CreateParty of size -1: err = %v, want InvalidArgument naming the size", err)
 	}
 }
