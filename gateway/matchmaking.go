@@ -120,7 +120,8 @@ func (g *Gateway) matchmakingHandler(mm *matchmaker.Matchmaker) (string, http.Ha
 	// Without the gateway's validator: the service validates each request
 	// itself (matchmaker.Find, CreateParty), first thing, and a second pass
 	// of protovalidate cost every search as much again (its CEL rules over
-	// the RTT map were 3 % of a replica's CPU at saturation).
+	// the RTT map were 3 % of all CPU, etcd's included, in a saturation
+	// profile of ludus bench matchmaking).
 	path, h := ludusv1connect.NewMatchmakingServiceHandler(svc,
 		connect.WithInterceptors(&ticketInterceptor{v: g.cfg.Verifier}),
 		connect.WithReadMaxBytes(g.limits.MaxMessageBytes))
