@@ -11,8 +11,9 @@
 //
 //   - A ticket (one player, or one full party) is a key bound to the lease of
 //     the replica holding the stream that queued it. The stream's end deletes
-//     it at once; a replica that dies takes its tickets with it within the
-//     lease TTL (5 s by default).
+//     it at once (or, while etcd cannot take the deletion, as soon as it
+//     can: the replica's lease outlives the search); a replica that dies
+//     takes its tickets with it within the lease TTL (5 s by default).
 //   - An account's search key (one search per account and tenant, any mode)
 //     makes a second FindMatch of the same player fail with AlreadyExists.
 //   - A party's members each hold a slot key, taken in one transaction that

@@ -245,6 +245,32 @@ func (m *Matchmaker) Close() error {
 	return m.lease.Close()
 }
 
+// endLater deletes an ended search's keys (clusterstate.EndSearch) in the
+// background, again and again, until etcd takes the deletion, the lease the
+// keys are bound to ends (they go with it), or the replica closes (Close
+// revokes the lease). The deletion is safe to repeat: the search key goes
+// only while it still holds the search's token.
+func (m *Matchmaker) endLater(tenant, account, token string, keys []string, lease *clusterstate.Lease) {
+	go func() {
+		for wait := 200 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+			select {
+			case <-m.life.Done():
+				return
+			case <-lease.Done():
+				return
+			case <-time.After(wait):
+			}
+			ctx, cancel := context.WithTimeout(m.life, 5*time.Second)
+			err := m.state.EndSearch(ctx, tenant, account, token, keys...)
+			cancel()
+			if err == nil {
+				m.log.Info("left the queue after trying again", "tenant", tenant, "account", account)
+				return
+			}
+		}
+	}()
+}
+
 // currentLease is the replica's lease now.
 func (m *Matchmaker) currentLease() *clusterstate.Lease {
 	m.leaseMu.Lock()

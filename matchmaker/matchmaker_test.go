@@ -48,7 +48,13 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 
 func dial(t *testing.T) *clusterstate.Client {
 	t.Helper()
-	c, err := clusterstate.Dial(clusterstate.DialConfig{Endpoints: []string{endpoint}})
+	return dialTo(t, []string{endpoint})
+}
+
+// dialTo connects to the etcd members at endpoints.
+func dialTo(t *testing.T, endpoints []string) *clusterstate.Client {
+	t.Helper()
+	c, err := clusterstate.Dial(clusterstate.DialConfig{Endpoints: endpoints})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,9 +111,16 @@ type replica struct {
 
 func startReplica(t *testing.T, alloc Allocator) *replica {
 	t.Helper()
-	state := dial(t)
+	return startReplicaOn(t, alloc, []string{endpoint}, 2*time.Second)
+}
+
+// startReplicaOn starts a replica on the etcd members at endpoints, its
+// lease of leaseTTL.
+func startReplicaOn(t *testing.T, alloc Allocator, endpoints []string, leaseTTL time.Duration) *replica {
+	t.Helper()
+	state := dialTo(t, endpoints)
 	m, err := New(Config{State: state, Allocator: alloc, Interval: 50 * time.Millisecond,
-		LeaseTTL: 2 * time.Second, StatusInterval: 100 * time.Millisecond})
+		LeaseTTL: leaseTTL, StatusInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

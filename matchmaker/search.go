@@ -166,12 +166,17 @@ type search struct {
 const partyResultWait = 5 * time.Second
 
 // end leaves the queue: deletes the search's keys, bounded, even after ctx
-// ended.
+// ended. When etcd does not take the deletion in time (an election under
+// way), it goes on trying in the background: the keys are bound to the
+// replica's lease, which outlives the search, so a ticket left behind
+// would be matched without its player, and its search key would refuse the
+// account's next search (AlreadyExists) for as long as the replica lives.
 func (s *search) end(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
 	if err := s.m.state.EndSearch(ctx, s.c.TenantID, s.c.AccountID, s.token, s.keys...); err != nil {
-		s.m.log.Warn("cannot leave the queue; the ticket goes with the lease", "tenant", s.c.TenantID, "account", s.c.AccountID, "err", err)
+		s.m.log.Warn("cannot leave the queue yet; trying again", "tenant", s.c.TenantID, "account", s.c.AccountID, "err", err)
+		s.m.endLater(s.c.TenantID, s.c.AccountID, s.token, s.keys, s.lease)
 	}
 }
 

@@ -17,9 +17,10 @@ import (
 
 // connectError maps the package's errors to RPC codes: the one place that
 // does. Context errors pass through (connect maps them to Canceled and
-// DeadlineExceeded).
+// DeadlineExceeded), but not inside ErrUnavailable: that is the deadline
+// of a call to etcd, and the player should search again.
 func connectError(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil {
 		return err
 	}
 	var ce *connect.Error
@@ -28,6 +29,13 @@ func connectError(err error) error {
 	}
 	code := connect.CodeInternal
 	switch {
+	case errors.Is(err, ErrUnavailable):
+		// Before the context errors: an etcd call that timed out on its
+		// own deadline (an election under way) is "search again", not the
+		// caller's deadline.
+		code = connect.CodeUnavailable
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
 	case errors.Is(err, ErrInvalid):
 		code = connect.CodeInvalidArgument
 	case errors.Is(err, ErrUnauthenticated):
@@ -38,8 +46,6 @@ func connectError(err error) error {
 		code = connect.CodeAlreadyExists
 	case errors.Is(err, ErrPartyFull):
 		code = connect.CodeFailedPrecondition
-	case errors.Is(err, ErrUnavailable):
-		code = connect.CodeUnavailable
 	}
 	return connect.NewError(code, err)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -53,6 +54,8 @@ const DefaultCompactionRetention = time.Minute
 type Server struct {
 	e        *embed.Etcd
 	Endpoint string // client URL, e.g. http://127.0.0.1:2379
+	cfg      Config // as started, ports included (Restart)
+	stop     sync.Once
 }
 
 // Start starts etcd and waits until it serves.
@@ -65,6 +68,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.ClientPort, cfg.PeerPort = cport, pport
 	ec := embed.NewConfig()
 	ec.Name = "ludus-dev"
 	if cfg.Name != "" {
@@ -110,7 +114,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.InitialCluster != "" {
 		// A member of a cluster is ready only once a quorum is up; don't wait here.
-		return &Server{e: e, Endpoint: cu.String()}, nil
+		return &Server{e: e, Endpoint: cu.String(), cfg: cfg}, nil
 	}
 	select {
 	case <-e.Server.ReadyNotify():
@@ -121,7 +125,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		e.Close()
 		return nil, ctx.Err()
 	}
-	return &Server{e: e, Endpoint: cu.String()}, nil
+	return &Server{e: e, Endpoint: cu.String(), cfg: cfg}, nil
 }
 
 // Client returns a new client of the server.
@@ -129,9 +133,10 @@ func (s *Server) Client() (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 }
 
-// Close stops etcd.
+// Close stops etcd (a leader hands its leadership to another member
+// first); later calls, and Close after Kill, do nothing.
 func (s *Server) Close() {
-	s.e.Close()
+	s.stop.Do(s.e.Close)
 }
 
 func port(p int) (int, error) {
