@@ -1,6 +1,8 @@
-// Package etcdserver runs a single-member etcd in process (go.etcd.io/etcd/server/v3/embed)
-// for `ludus dev` and for tests. It binds loopback only. Production runs an
-// external etcd cluster and every role takes its endpoints with --etcd.
+// Package etcdserver runs etcd in process (go.etcd.io/etcd/server/v3/embed):
+// one member for `ludus dev`, `ludus etcd` and tests, or a cluster of members
+// (StartCluster) for tests that take etcd's leader down. It binds loopback
+// only. Production runs an external etcd cluster and every role takes its
+// endpoints with --etcd.
 package etcdserver
 
 import (
