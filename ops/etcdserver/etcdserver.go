@@ -1,7 +1,7 @@
 // Package etcdserver runs etcd in process (go.etcd.io/etcd/server/v3/embed):
-// one member for `ludus dev`, `ludus etcd` and tests, or a cluster of members
-// (StartCluster) for tests that take etcd's leader down. It binds loopback
-// only. Production runs an external etcd cluster and every role takes its
+// one member, alone (`ludus dev`, tests) or of a cluster (`ludus etcd`
+// --initial-cluster), or a whole cluster (StartCluster) for tests that take
+// etcd's leader down. It binds loopback only. Production runs an external etcd cluster and every role takes its
 // endpoints with --etcd.
 package etcdserver
 
