@@ -222,7 +222,7 @@ func (s *searcher) run(ctx context.Context, reps []*replica, tenant string, firs
 		switch {
 		case err == nil:
 			code = resp.Msg.Code
-		case connect.CodeOf(err) != connect.CodeUnavailable || attempt == maxSearches:
+		case connect.CodeOf(err) != connect.CodeUnavailable || time.Since(start) > searchAgainFor:
 			s.err = fmt.Errorf("create party (attempt %d): %w", attempt, err)
 			return
 		default:
@@ -235,7 +235,7 @@ func (s *searcher) run(ctx context.Context, reps []*replica, tenant string, firs
 	var wg sync.WaitGroup
 	for i, acc := range s.accounts {
 		wg.Go(func() {
-			for attempts[i] = 1; attempts[i] <= maxSearches; attempts[i]++ {
+			for attempts[i] = 1; time.Since(start) <= searchAgainFor; attempts[i]++ {
 				last, err := searchOnce(ctx, rep(i+attempts[i]), tenant, acc, code, size)
 				if err == nil && last.GetFound() != nil {
 					found[i] = last.GetFound()
@@ -249,7 +249,7 @@ func (s *searcher) run(ctx context.Context, reps []*replica, tenant string, firs
 				}
 				time.Sleep(200 * time.Millisecond)
 			}
-			errs[i] = fmt.Errorf("%s searched %d times", acc, maxSearches)
+			errs[i] = fmt.Errorf("%s searched %d times in %v", acc, attempts[i]-1, searchAgainFor)
 		})
 	}
 	wg.Wait()
@@ -264,8 +264,8 @@ func (s *searcher) run(ctx context.Context, reps []*replica, tenant string, firs
 	}
 }
 
-// maxSearches bounds how often one member searches again.
-const maxSearches = 50
+// searchAgainFor bounds how long a searcher goes on searching again.
+const searchAgainFor = time.Minute
 
 // searchOnce runs one FindMatch to its end: its last message, and its error.
 func searchOnce(ctx context.Context, r *replica, tenant, account, code string, size int) (*ludusv1.FindMatchResponse, error) {
