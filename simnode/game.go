@@ -306,6 +306,14 @@ func (g *game) run() {
 				return
 			}
 			if g.inst.Tick()-g.durableTick.Load() >= g.speculation {
+				// The ticks stepped since the last flush are in no chunk yet.
+				// A game catching up on a late schedule steps a burst of
+				// them within one FlushInterval; when they alone reach the
+				// bound, no commit can lift it and the game would wait
+				// forever (tick() is what flushes). Hand them over now.
+				if g.pending.To > g.pending.From {
+					g.flush(false, "")
+				}
 				// The log is behind (etcd slow or unreachable): wait for it
 				// rather than show players ticks a new owner might not replay.
 				g.stalls.Add(1)

@@ -257,3 +257,37 @@ func TestSpeculationIsBounded(t *testing.T) {
 	t.Logf("stopped %d ticks past the durable log (bound %d ticks = %v)", ahead, g.speculation, n.cfg.MaxSpeculation)
 	_ = os.RemoveAll(dir)
 }
+
+// A game that catches up on a late schedule steps a burst of ticks within one
+// FlushInterval. When those unflushed ticks alone reach MaxSpeculation, the
+// game must still hand them to the log writer: it used to wait for a commit
+// that nothing would ever make (only a stepped tick flushed), and froze for
+// good while the node and etcd were healthy — under a loaded CI run, a
+// spectator saw the arena stop at tick 216.
+func TestSpeculationBoundAfterABurstDoesNotFreezeTheGame(t *testing.T) {
+	// 300 ms is 10 ticks at 35 Hz: a burst of 14 ticks after a flush reaches it.
+	cn := startClockNode(t, "n-burst", Config{MaxSpeculation: 300 * time.Millisecond, FlushInterval: 250 * time.Millisecond})
+	id := createGame(t, cn.c, "tenant-burst", 2)
+	g, ok := cn.n.game("tenant-burst", id)
+	if !ok {
+		t.Fatal("the game is not on the node")
+	}
+	waitStepped := func(want int64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); g.stepped.Load() < want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the game stepped %d ticks, want %d", g.stepped.Load(), want)
+			}
+		}
+	}
+	cn.clk.Advance(240 * time.Millisecond) // 8 ticks, within one flush interval
+	waitStepped(8)
+	// 400 ms late, less than the schedule's re-base lag: the game steps the
+	// missed ticks back to back, flushing only at the first.
+	cn.clk.Advance(400 * time.Millisecond)
+	cn.clk.Drive(t, 5*time.Millisecond, "the game steps 100 ticks", func() bool { return g.stepped.Load() >= 100 })
+	if g.stalls.Load() == 0 {
+		t.Fatal("the game never waited for its log: the test did not reach the bound it is about")
+	}
+	t.Logf("100 ticks stepped; %d ticks held back on the way", g.stalls.Load())
+}
