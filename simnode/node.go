@@ -93,8 +93,9 @@ type Config struct {
 	// 512 (32 MiB); it cannot exceed the engine's engine.Config.MemoryLimitPages.
 	MemoryLimitPages uint32
 	// CallDeadline bounds each call into a match's module (step, view, state
-	// hash): a call running longer fails the match with "exceeded its CPU
-	// deadline". Default 100 ms (a 35 Hz tick is 28.6 ms).
+	// hash) in CPU time of the guest's thread (engine.Config.CallDeadline): a
+	// call using more fails the match with "exceeded its CPU deadline".
+	// Default 100 ms (a 35 Hz tick is 28.6 ms).
 	CallDeadline time.Duration
 	// WarmInstances is the fewest pre-instantiated instances the node keeps
 	// per build once a build has been used, so starting a match does not pay

@@ -40,9 +40,13 @@ type Config struct {
 	Interrupt Interrupt
 	// CallDeadline bounds every call into a guest: ludus_step, ludus_view, ... A
 	// call that runs longer fails with ErrDeadline and the instance is closed.
-	// Default 250 ms. With InterruptNone it is not enforced.
+	// Default 250 ms. With InterruptNone it is not enforced. With InterruptFuel
+	// (the default) on Linux it counts the CPU time of the guest's thread, and a
+	// starved call stops at starvedCallLimit times it of wall time (budget.go);
+	// otherwise it is wall-clock time.
 	CallDeadline time.Duration
-	// InitDeadline bounds _initialize, ludus_init and ludus_load. Default 5 s.
+	// InitDeadline bounds _initialize, ludus_init and ludus_load (counted as
+	// CallDeadline is). Default 5 s.
 	InitDeadline time.Duration
 }
 
@@ -90,6 +94,14 @@ type Engine struct {
 	cache wazero.CompilationCache
 	cfg   Config
 	epoch time.Time // the monotonic clock of deadlines counts from here
+	// threadCPU reads the CPU time the calling OS thread has used, in
+	// nanoseconds (cputime_linux.go); nil where the platform has no such clock,
+	// and call deadlines are then wall-clock time. Tests replace it to starve
+	// a guest's thread on demand.
+	threadCPU func() int64
+	// budgets holds each fuel-mode instance's call budget by its module, for
+	// refill, which is given the module only.
+	budgets sync.Map // api.Module → *callBudget
 
 	mu      sync.Mutex
 	modules map[string]*Module // by build id
@@ -129,7 +141,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("engine: instantiate WASI: %w", err)
 	}
-	e := &Engine{rt: rt, cache: cache, cfg: cfg, epoch: time.Now(), modules: map[string]*Module{}, closed: make(chan struct{})}
+	e := &Engine{rt: rt, cache: cache, cfg: cfg, epoch: time.Now(), threadCPU: threadCPUClock(), modules: map[string]*Module{}, closed: make(chan struct{})}
 	if _, err := rt.NewHostModuleBuilder(hostModule).
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(e.refill), nil, nil).Export(hostRefill).
 		Instantiate(ctx); err != nil {
@@ -158,8 +170,12 @@ func (e *Engine) refill(_ context.Context, mod api.Module, _ []uint64) {
 		// No call of the host's has set a deadline: this is the module's start
 		// function, run while wazero instantiates it. It gets _initialize's.
 		mod.ExportedGlobal(deadlineExport).(api.MutableGlobal).Set(uint64(e.now() + int64(e.cfg.InitDeadline)))
-	case e.now() > dl:
-		panic(errDeadline)
+	default:
+		if b, ok := e.budgets.Load(mod); ok {
+			b.(*callBudget).check(e, mod, dl)
+		} else if e.now() > dl {
+			panic(errDeadline)
+		}
 	}
 	if int64(mod.ExportedGlobal(stackExport).Get()) < 0 {
 		panic(errStackOverflow)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,7 @@ type Instance struct {
 	opts     InstanceOptions
 	rand     *switchableStream
 	deadline api.MutableGlobal // fuel mode: the current call's deadline
+	budget   *callBudget       // fuel mode: the current call's time (budget.go)
 	flag     *flagWatch        // flag mode
 	failed   error             // the error that poisoned the instance
 
@@ -161,6 +163,8 @@ func (m *Module) instantiate(ctx context.Context, opts InstanceOptions) (*Instan
 	switch e.cfg.Interrupt {
 	case InterruptFuel:
 		inst.deadline, _ = mod.ExportedGlobal(deadlineExport).(api.MutableGlobal)
+		inst.budget = &callBudget{}
+		e.budgets.Store(mod, inst.budget)
 	case InterruptFlag:
 		if g, ok := mod.ExportedGlobal(counterExport).(api.MutableGlobal); ok {
 			inst.flag = newFlagWatch(g)
@@ -198,6 +202,14 @@ func (i *Instance) Deadline() time.Duration {
 func (i *Instance) Close(ctx context.Context) error {
 	if i.flag != nil {
 		i.flag.timer.Stop()
+	}
+	return i.closeModule(ctx)
+}
+
+// closeModule frees the instance's module (more than once is fine).
+func (i *Instance) closeModule(ctx context.Context) error {
+	if i.budget != nil {
+		i.m.eng.budgets.Delete(i.mod)
 	}
 	return i.mod.Close(ctx)
 }
@@ -279,8 +291,14 @@ func (i *Instance) callWithin(ctx context.Context, fn api.Function, d time.Durat
 	var err error
 	switch {
 	case i.deadline != nil:
-		i.deadline.Set(uint64(i.m.eng.now() + int64(d)))
+		// The deadline counts the CPU time of the guest's thread (budget.go),
+		// so the call stays on one thread from here to its return.
+		runtime.LockOSThread()
+		now := i.m.eng.now()
+		*i.budget = callBudget{limit: int64(d), wallStart: now, cpuBase: -1}
+		i.deadline.Set(uint64(now + int64(d)))
 		err = fn.CallWithStack(ctx, s)
+		runtime.UnlockOSThread()
 	case i.flag != nil:
 		err = i.flag.call(ctx, fn, s, d)
 	case i.m.eng.cfg.Interrupt == InterruptWazero:
@@ -301,7 +319,7 @@ func (i *Instance) callWithin(ctx context.Context, fn api.Function, d time.Durat
 			err = fmt.Errorf("%w; the stack budget is %d KiB", ErrStackOverflow, StackLimit>>10)
 		}
 		i.failed = &TrapError{Export: fn.Definition().ExportNames()[0], Tick: i.tick, Err: err, Message: i.out.message()}
-		i.mod.Close(context.WithoutCancel(ctx))
+		i.closeModule(context.WithoutCancel(ctx))
 		i.release()
 		return 0, i.failed
 	}

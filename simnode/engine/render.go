@@ -84,7 +84,7 @@ func (r *Renderer) Render(ctx context.Context, snapshot []byte) ([]byte, error) 
 func (r *Renderer) fail(ctx context.Context, err error) error {
 	if r.inst.failed == nil {
 		r.inst.failed = err
-		r.inst.mod.Close(context.WithoutCancel(ctx))
+		r.inst.closeModule(context.WithoutCancel(ctx))
 	}
 	return r.inst.failed
 }
