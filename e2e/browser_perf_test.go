@@ -153,7 +153,11 @@ func TestBrowserPixelFramesExact(t *testing.T) {
 			if err := json.Unmarshal(out, &res); err != nil || !res.OK || res.DecodeOn != decode || len(res.Frames) == 0 {
 				t.Fatalf("pixel frames (%s) printed %q: %v", decode, out, err)
 			}
+			// Pixel streams are latest-wins: a loaded machine may make the Go
+			// spectator skip a frame the page drew. Those frames cannot be
+			// compared; most must be.
 			ticks := map[string]bool{}
+			compared := 0
 			for _, f := range res.Frames {
 				tick, err := strconv.ParseInt(f.Tick, 10, 64)
 				if err != nil {
@@ -169,16 +173,22 @@ func TestBrowserPixelFramesExact(t *testing.T) {
 						break
 					}
 				}
-				if want == "" {
-					t.Errorf("tick %d: the page drew a frame the node's stream never had", tick)
-				} else if f.SHA256 != want {
+				switch {
+				case want == "":
+					t.Logf("tick %d: the Go spectator skipped this frame; not compared", tick)
+				case f.SHA256 != want:
 					t.Errorf("tick %d: the page drew %s…, the node sent %s…", tick, f.SHA256[:12], want[:12])
+				default:
+					compared++
 				}
+			}
+			if compared < len(res.Frames)/2 {
+				t.Errorf("only %d of the %d frames the page drew were among those the Go spectator received: too few compared", compared, len(res.Frames))
 			}
 			if len(ticks) < 3 {
 				t.Errorf("only %d distinct ticks in 10 samples 150 ms apart: is the page drawing?", len(ticks))
 			}
-			t.Logf("%s: %d frames matched the node's, ticks %s..%s", decode, len(res.Frames), res.Frames[0].Tick, res.Frames[len(res.Frames)-1].Tick)
+			t.Logf("%s: %d of %d frames compared, all matched the node's, ticks %s..%s", decode, compared, len(res.Frames), res.Frames[0].Tick, res.Frames[len(res.Frames)-1].Tick)
 		})
 	}
 }
