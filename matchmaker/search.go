@@ -309,6 +309,13 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 	case errors.Is(err, clusterstate.ErrBusy):
 		return ErrOverloaded
 	case err != nil:
+		// The join may have been applied all the same (a timeout while
+		// etcd elects a leader): take the member key and the search key
+		// back out, as solo does its ticket. Left behind, the member would
+		// fill the party with nobody behind it, so its ticket is never
+		// queued, and the account's next search would be refused.
+		s.keys = []string{clusterstate.PartyMemberKey(s.c.TenantID, code, s.c.AccountID)}
+		s.end(ctx)
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.minRev = j.Rev
