@@ -1031,6 +1031,37 @@ func (c *Client) QueuePartyTicket(ctx context.Context, lease *Lease, t QueuedTic
 	return it.resp.Succeeded, nil
 }
 
+// DropDeadPartyTicket deletes a party ticket that no settlement can ever
+// take: it is unchanged since read (t.Rev), and one of its members' keys no
+// longer has the revision the ticket names (QueuedMember.MemberRev), because
+// that member left, or left and joined again. (A member key is never
+// written twice, so the ticket cannot come alive again.) It reports whether
+// it deleted the ticket; a ticket of one player is never dropped. No
+// search key is touched: they belong to the players' current searches.
+func (c *Client) DropDeadPartyTicket(ctx context.Context, t QueuedTicket) (bool, error) {
+	if t.Party == "" {
+		return false, nil
+	}
+	key := TicketKey(t.Tenant, t.Mode, t.ID)
+	for _, m := range t.Members {
+		mk := PartyMemberKey(t.Tenant, t.Party, m.AccountID)
+		if t.slotKeyed {
+			mk = legacyPartySlotKey(t.Tenant, t.Party, m.Slot)
+		}
+		resp, err := c.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(key), "=", t.Rev),
+			clientv3.Compare(clientv3.ModRevision(mk), "!=", m.MemberRev),
+		).Then(clientv3.OpDelete(key)).Commit()
+		if err != nil {
+			return false, err
+		}
+		if resp.Succeeded {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // PartyTicketID is the id of the ticket a party's members queue once all
 // are in: the same for all of them (the code and the newest member key's
 // create revision), new for every assembly of the party.

@@ -57,7 +57,15 @@ type leader struct {
 	// inflight holds the tickets of matches being allocated (0) or settled
 	// at a revision: they are left out of Form until the queue, seen at
 	// that revision or later, no longer has them.
-	inflight   map[string]int64
+	inflight map[string]int64
+	// stale holds tickets left out of Form because a player of theirs is in
+	// a ticket queued after them (a higher etcd revision): that one is the
+	// player's search now (a search key allows one at a time), and the old
+	// one is left over from a search whose deletion did not reach etcd. It
+	// leaves the queue by its owner's retry, its lease, or
+	// DropDeadPartyTicket; until then it must not cancel the new search or
+	// be matched.
+	stale      map[string]struct{}
 	allocating int
 	wg         sync.WaitGroup
 }
@@ -90,7 +98,7 @@ func (m *Matchmaker) lead(ctx context.Context, l *clusterstate.Leadership, lease
 		}
 	}()
 	ld := &leader{m: m, l: l, lease: lease, tenant: tenant, mode: mode,
-		queue: map[string]*queuedTicket{}, inflight: map[string]int64{}}
+		queue: map[string]*queuedTicket{}, inflight: map[string]int64{}, stale: map[string]struct{}{}}
 	ld.published.Store(-1)
 	defer ld.wg.Wait()
 	m.setLeader(tenant, mode, ld)
@@ -148,6 +156,7 @@ func (ld *leader) apply(ch clusterstate.QueueChange) {
 	defer ld.mu.Unlock()
 	if ch.Reset {
 		clear(ld.queue)
+		clear(ld.stale)
 		ld.rev = 0
 	}
 	for _, t := range ch.Put {
@@ -155,6 +164,7 @@ func (ld *leader) apply(ch clusterstate.QueueChange) {
 	}
 	for _, id := range ch.Deleted {
 		delete(ld.queue, id)
+		delete(ld.stale, id)
 	}
 	ld.rev = max(ld.rev, ch.Rev)
 }
@@ -181,6 +191,9 @@ func (ld *leader) scan(ctx context.Context) error {
 		if _, busy := ld.inflight[id]; busy {
 			continue
 		}
+		if _, old := ld.stale[id]; old {
+			continue
+		}
 		byID[id] = q.t
 		tickets = append(tickets, q.mt)
 	}
@@ -199,14 +212,32 @@ func (ld *leader) scan(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Tickets left over from earlier searches of their players first: no
+	// match of this scan may take one.
+	var wg sync.WaitGroup
+	var stale map[string]bool
+	for _, r := range res.Rejected {
+		var qe *matchmaking.QueuedElsewhereError
+		if errors.As(r.Err, &qe) {
+			if stale == nil {
+				stale = map[string]bool{}
+			}
+			stale[ld.leaveOut(ctx, &wg, byID[qe.Ticket], byID[qe.Other], qe.Account)] = true
+		}
+	}
+matches:
 	for _, match := range res.Matches {
+		for _, id := range match.Tickets {
+			if stale[id] {
+				continue matches // its other tickets form again at the next scan
+			}
+		}
 		if !ld.startAllocation(ctx, rules, match, byID) {
 			break // at MaxAllocating: the rest wait for a later scan
 		}
 	}
 	// Timed-out and rejected tickets leave the queue with their reason, all
 	// at once (their settlements are committed together).
-	var wg sync.WaitGroup
 	for _, id := range res.TimedOut {
 		wg.Go(func() {
 			ld.settleAlone(ctx, byID[id], outcome{Ticket: id,
@@ -214,10 +245,46 @@ func (ld *leader) scan(ctx context.Context) error {
 		})
 	}
 	for _, r := range res.Rejected {
+		if errors.Is(r.Err, matchmaking.ErrAlreadyQueued) {
+			continue // left out above
+		}
 		wg.Go(func() { ld.settleAlone(ctx, byID[r.TicketID], outcome{Ticket: r.TicketID, Cancelled: r.Err.Error()}) })
 	}
 	wg.Wait()
 	return nil
+}
+
+// leaveOut settles a conflict between two tickets that share account: the
+// one queued first in etcd is stale (the account's search key allows one
+// search at a time, so the other was queued after its search ended), and
+// is left out of Form from now on, and deleted if it is a party ticket
+// whose party has changed since. The newer ticket is not cancelled: it
+// forms at the next scan. Form kept the one it saw as older by the
+// replicas' clocks; etcd's revisions decide. It returns the stale ticket's id.
+func (ld *leader) leaveOut(ctx context.Context, wg *sync.WaitGroup, rejected, kept clusterstate.QueuedTicket, account string) string {
+	old := kept
+	if rejected.Rev < kept.Rev {
+		old = rejected
+	}
+	ld.mu.Lock()
+	_, known := ld.stale[old.ID]
+	if _, queued := ld.queue[old.ID]; queued {
+		ld.stale[old.ID] = struct{}{}
+	}
+	ld.mu.Unlock()
+	if known {
+		return old.ID
+	}
+	ld.m.log.Info("ticket left out: its player searches again in a newer ticket", "tenant", ld.tenant, "mode", ld.mode,
+		"ticket", old.ID, "account", account)
+	wg.Go(func() {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := ld.m.state.DropDeadPartyTicket(dctx, old); err != nil && ctx.Err() == nil {
+			ld.m.log.Info("cannot drop a stale party ticket; it stays left out", "tenant", ld.tenant, "mode", ld.mode, "ticket", old.ID, "err", err)
+		}
+	})
+	return old.ID
 }
 
 // settleAlone settles one ticket with the same outcome for all its players.

@@ -709,3 +709,65 @@ func TestTicketOverloadedIsUnavailable(t *testing.T) {
 		t.Fatalf("ErrOverloaded maps to %v, want Unavailable", code)
 	}
 }
+
+// TestTicketLeftOverPartyTicketDoesNotCancelNewSearches: a party ticket left
+// in the queue after its members' searches ended (their deletion lost while
+// etcd elected a leader, say) shares its players with their new searches.
+// The new tickets are the players' searches now: they are matched, not
+// cancelled as "already queued in another ticket", and the left-over ticket
+// is never allocated and is taken out of the queue.
+func TestTicketLeftOverPartyTicketDoesNotCancelNewSearches(t *testing.T) {
+	alloc := &fakeAllocator{}
+	r := startReplica(t, alloc)
+	tenant := newTenant(t, r.state, nil)
+	ctx := testCtx(t, 40*time.Second)
+	lease := r.m.currentLease()
+	partyLease, err := r.state.GrantExpiringLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := clusterstate.Party{Code: "leftover", Tenant: tenant, Mode: "ranked", Size: 2}
+	if err := r.state.CreateParty(ctx, p, partyLease); err != nil {
+		t.Fatal(err)
+	}
+	var members []clusterstate.PartyMember
+	for _, acc := range []string{"ada", "bob"} {
+		j, err := r.state.JoinParty(ctx, lease, p, clusterstate.PartyMember{Token: "old-" + acc,
+			QueuedMember: clusterstate.QueuedMember{AccountID: acc, Replica: "gone", Rating: 1500, RTT: map[string]float64{"eu": 30, "us": 90}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = j.Members
+	}
+	old := clusterstate.QueuedTicket{ID: clusterstate.PartyTicketID(p.Code, members), Tenant: tenant, Mode: "ranked", Party: p.Code,
+		Enqueued: time.Now().Add(-time.Second)} // older than the new searches by any clock
+	for _, pm := range members {
+		qm := pm.QueuedMember
+		qm.Slot, qm.MemberRev = pm.Slot, pm.Rev
+		old.Members = append(old.Members, qm)
+	}
+	if ok, err := r.state.QueuePartyTicket(ctx, lease, old); err != nil || !ok {
+		t.Fatalf("queue the party's ticket: %v %v", ok, err)
+	}
+	// Both searches end, taking their member and search keys but not the ticket.
+	for _, pm := range members {
+		if err := r.state.EndSearch(ctx, tenant, pm.AccountID, "old-"+pm.AccountID, clusterstate.PartyMemberKey(tenant, p.Code, pm.AccountID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	players := []*player{r.find(t, tenant, "ada", nil), r.find(t, tenant, "bob", nil)}
+	for i := range 6 {
+		players = append(players, r.find(t, tenant, fmt.Sprintf("solo%d", i), nil))
+	}
+	checkOneMatch(t, players, alloc)
+	for _, c := range alloc.recorded() {
+		for _, team := range c.seats {
+			for _, s := range team {
+				if s.TicketID == old.ID {
+					t.Fatalf("the left-over ticket %s was allocated in %s", old.ID, c.game)
+				}
+			}
+		}
+	}
+	waitFor(t, 5*time.Second, "an empty queue", func() bool { return ticketCount(t, r.state, tenant) == 0 })
+}

@@ -77,6 +77,23 @@ type Rejection struct {
 	Err      error  // wraps one of the package's sentinel errors
 }
 
+// QueuedElsewhereError is the rejection of a ticket one of whose players is
+// also in another ticket, Other, that Form kept (it is older, or first by
+// id). It is ErrAlreadyQueued. A caller that knows which of the two is the
+// player's current search (package matchmaker: the newer etcd revision)
+// may keep that one instead.
+type QueuedElsewhereError struct {
+	Account, Ticket, Other string
+}
+
+func (e *QueuedElsewhereError) Error() string {
+	return fmt.Sprintf("%v: account %q of ticket %q is also in ticket %q; leave the other queue first",
+		ErrAlreadyQueued, e.Account, e.Ticket, e.Other)
+}
+
+// Is makes a QueuedElsewhereError ErrAlreadyQueued.
+func (e *QueuedElsewhereError) Is(target error) bool { return target == ErrAlreadyQueued }
+
 // entry is a valid ticket as Form sees it.
 type entry struct {
 	ticket  int // index into Form's tickets
@@ -287,8 +304,7 @@ func (f *former) admit(now time.Time, res *Result) {
 func (f *former) claimAccounts(t Ticket, accounts map[string]string) error {
 	for _, m := range t.Party {
 		if other, ok := accounts[m.AccountID]; ok {
-			return fmt.Errorf("%w: account %q of ticket %q is also in ticket %q; leave the other queue first",
-				ErrAlreadyQueued, m.AccountID, t.ID, other)
+			return &QueuedElsewhereError{Account: m.AccountID, Ticket: t.ID, Other: other}
 		}
 	}
 	for _, m := range t.Party {

@@ -316,6 +316,10 @@ func TestQueueLevelRejections(t *testing.T) {
 	if res.Rejected[0].Index != 0 || !errors.Is(res.Rejected[0].Err, ErrAlreadyQueued) {
 		t.Errorf("younger ticket with a queued account: %+v", res.Rejected[0])
 	}
+	var qe *QueuedElsewhereError
+	if !errors.As(res.Rejected[0].Err, &qe) || qe.Account != a.Party[0].AccountID || qe.Ticket != "b" || qe.Other != "a" {
+		t.Errorf("the rejection does not name the account and both tickets: %#v", res.Rejected[0].Err)
+	}
 	if res.Rejected[1].Index != 2 || !errors.Is(res.Rejected[1].Err, ErrDuplicateTicket) {
 		t.Errorf("duplicate id: %+v", res.Rejected[1])
 	}
