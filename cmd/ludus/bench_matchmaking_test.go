@@ -1,9 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +24,15 @@ func TestBenchMatchmakingSmall(t *testing.T) {
 	t.Setenv("GOGC", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res, err := benchMatchmaking(ctx, io.Discard, mmFlags{
+	// What the bench says as it runs (how streams ended), shown when the
+	// test fails.
+	progress := &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the bench said:\n%s", progress.String())
+		}
+	})
+	res, err := benchMatchmaking(ctx, progress, mmFlags{
 		rate: 100, duration: 2 * time.Second, drain: 5 * time.Second, ttl: 2 * time.Second,
 		retention: etcdserver.DefaultCompactionRetention, replicas: 2, kill: true,
 		saturate: true, satFrom: 100, satMax: 160, satStep: time.Second, satVerify: 2 * time.Second,
@@ -66,4 +75,22 @@ func TestBenchMatchmakingSmall(t *testing.T) {
 	if g := num("gc_percent"); int(g) != gcpolicy.ServerGCPercent {
 		t.Errorf("gc_percent = %v, want the gateways' %d", res["gc_percent"], gcpolicy.ServerGCPercent)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer for writers on several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
