@@ -48,9 +48,11 @@ func TestStudioFirstHour(t *testing.T) {
 	if build2 != engine.BuildID(wasm) {
 		t.Fatalf("uploaded build %s, want %s", build2, engine.BuildID(wasm))
 	}
-	// The config passes through to the module untouched: a 10 s match.
+	// The config passes through to the module untouched: a 30 s match. (Its
+	// clock runs from now; with 10 s, a loaded CI machine's second player,
+	// some 10 s of browser start-up and logins later, found it over.)
 	host := login(t, protocols()[0], devstack.DemoTenant)
-	g, err := host.games.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "gemrun", Config: []byte(`{"time_limit_s":10}`)}))
+	g, err := host.games.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "gemrun", Config: []byte(`{"time_limit_s":30}`)}))
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
