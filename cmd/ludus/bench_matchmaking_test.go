@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,10 +25,13 @@ func TestBenchMatchmakingSmall(t *testing.T) {
 	defer cancel()
 	// What the bench says as it runs (how streams ended), shown when the
 	// test fails.
-	progress := &lockedBuffer{}
+	var said bytes.Buffer
+	progress := &syncWriter{w: &said}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the bench said:\n%s", progress.String())
+			progress.mu.Lock()
+			defer progress.mu.Unlock()
+			t.Logf("the bench said:\n%s", said.String())
 		}
 	})
 	res, err := benchMatchmaking(ctx, progress, mmFlags{
@@ -75,22 +77,4 @@ func TestBenchMatchmakingSmall(t *testing.T) {
 	if g := num("gc_percent"); int(g) != gcpolicy.ServerGCPercent {
 		t.Errorf("gc_percent = %v, want the gateways' %d", res["gc_percent"], gcpolicy.ServerGCPercent)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer for writers on several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
