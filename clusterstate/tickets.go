@@ -31,6 +31,8 @@ import (
 //	                                             tenant (any mode), bound to the replica's lease
 //	/ludus/mm/parties/{tenant}/{code}            the party's mode and size (JSON), bound to a
 //	                                             party lease (about 15 min)
+//	/ludus/mm/party-creators/{tenant}/{account}  the code of the account's one open party (it replaces
+//	                                             the one before), bound to the party's lease
 //	/ludus/mm/party-accounts/{tenant}/{code}/{account}
 //	                                             a PartyMember ("Values"), bound to the member's replica lease;
 //	                                             the party is its first Size members by create
@@ -88,6 +90,12 @@ func SearchKey(tenant, account string) string {
 }
 func PartyKey(tenant, code string) string { return mmPrefix() + "parties/" + tenant + "/" + code }
 func partyMembersRoot() string            { return mmPrefix() + "party-accounts/" }
+
+// PartyCreatorKey holds the code of the one open party account created in
+// tenant (CreateParty).
+func PartyCreatorKey(tenant, account string) string {
+	return mmPrefix() + "party-creators/" + tenant + "/" + account
+}
 func PartyMembersPrefix(tenant, code string) string {
 	return partyMembersRoot() + tenant + "/" + code + "/"
 }
@@ -613,18 +621,65 @@ func plainMode(mode string) bool {
 
 // CreateParty stores p bound to lease (GrantExpiringLease; parties may
 // share one); ErrPartyExists if its code is taken, ErrBusy as Enqueue.
+//
+// A creator has one open party at a time: p.Creator's creator key names
+// its party, and a new party replaces the one it names, whose key goes in
+// the same transaction (its members keep their places, as when a party
+// expires; nobody can join it any more). So however often an account
+// creates parties, it holds one party key in etcd, not one per call for
+// the party's 15 minutes. A party without a Creator (tests, tools) is not
+// counted.
 func (c *Client) CreateParty(ctx context.Context, p Party, lease int64) error {
 	key := PartyKey(p.Tenant, p.Code)
-	it := newTxnItem(lease, []*pb.Compare{cmpCreated(key, 0)}, []*pb.RequestOp{opPut(key, p.value(), lease)}, nil)
-	it.admission = true
-	if err := c.committer().do(ctx, it); err != nil {
-		return err
+	if p.Creator == "" {
+		it := newTxnItem(lease, []*pb.Compare{cmpCreated(key, 0)}, []*pb.RequestOp{opPut(key, p.value(), lease)}, nil)
+		it.admission = true
+		if err := c.committer().do(ctx, it); err != nil {
+			return err
+		}
+		if !it.resp.Succeeded {
+			return ErrPartyExists
+		}
+		return nil
 	}
-	if !it.resp.Succeeded {
-		return ErrPartyExists
+	creator := PartyCreatorKey(p.Tenant, p.Creator)
+	// First as if the creator had no open party (the usual case: one
+	// transaction); the failure branch reads what it has.
+	creatorRev, previous := int64(0), ""
+	for attempt := range maxCreatorRaces {
+		cmps := []*pb.Compare{cmpCreated(key, 0), cmpCreated(creator, 0)}
+		then := []*pb.RequestOp{opPut(key, p.value(), lease), opPut(creator, p.Code, lease)}
+		if creatorRev != 0 {
+			cmps[1] = cmpModified(creator, creatorRev)
+			if previous != p.Code {
+				then = append(then, opDelete(PartyKey(p.Tenant, previous)))
+			}
+		}
+		it := newTxnItem(lease, cmps, then, []*pb.RequestOp{opCount(key), opGet(creator)})
+		it.admission = attempt == 0 // a retry is no new call: it is not refused for the queue's length
+		if err := c.committer().do(ctx, it); err != nil {
+			return err
+		}
+		if it.resp.Succeeded {
+			return nil
+		}
+		if it.resp.Responses[0].GetResponseRange().Count > 0 {
+			return ErrPartyExists
+		}
+		creatorRev, previous = 0, ""
+		if kvs := it.resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			creatorRev, previous = kvs[0].ModRevision, string(kvs[0].Value)
+		}
 	}
-	return nil
+	// Only the creator's own calls change its key: this many at once.
+	return ErrBusy
 }
+
+// maxCreatorRaces bounds CreateParty's attempts when other calls of the
+// same creator keep replacing its party meanwhile. Each failed attempt is
+// another call's success, so only a creator calling many times at once
+// (which the gateway's rate limit prevents) comes near it.
+const maxCreatorRaces = 64
 
 // PartyMismatch is JoinParty's error for a party created for another mode
 // or size than the member asked for; errors.Is(err, ErrPartyMismatch).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -902,5 +903,98 @@ func TestPartyValueIsJSON(t *testing.T) {
 		if got := p.value(); got != string(want) {
 			t.Errorf("mode %q: %s, want %s", mode, got, want)
 		}
+	}
+}
+
+// A creator holds one open party: a new one replaces the one before (its
+// key goes; a member already in keeps its place, a new member is refused),
+// however often and however concurrently the account creates parties.
+func TestTicketCreatorHoldsOneParty(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := fmt.Sprintf("tc%d", time.Now().UnixNano())
+	lease := grantLease(t)
+	pl, err := state.GrantExpiringLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	party := func(code string) Party {
+		return Party{Code: code, Tenant: tenant, Mode: "m", Size: 3, Creator: "lead"}
+	}
+	member := func(acc string) PartyMember {
+		return PartyMember{QueuedMember: QueuedMember{AccountID: acc, Replica: "r1", Rating: 1500}, Token: "tok-" + acc}
+	}
+	parties := func() []string {
+		t.Helper()
+		resp, err := raw.Get(ctx, mmPrefix()+"parties/"+tenant+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var codes []string
+		for _, kv := range resp.Kvs {
+			codes = append(codes, lastSegment(string(kv.Key)))
+		}
+		return codes
+	}
+
+	first := party("FIRST2")
+	if err := state.CreateParty(ctx, first, pl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.JoinParty(ctx, lease, first, member("early")); err != nil {
+		t.Fatalf("join the first party: %v", err)
+	}
+	second := party("SECND2")
+	if err := state.CreateParty(ctx, second, pl); err != nil {
+		t.Fatalf("a second party of the same creator: %v", err)
+	}
+	if got := parties(); !slices.Equal(got, []string{"SECND2"}) {
+		t.Fatalf("party keys after the second party: %v, want only SECND2", got)
+	}
+	if _, err := state.JoinParty(ctx, lease, first, member("late")); !errors.Is(err, ErrNoParty) {
+		t.Fatalf("join the replaced party: %v, want ErrNoParty", err)
+	}
+	if _, err := state.JoinParty(ctx, lease, second, member("late")); err != nil {
+		t.Fatalf("join the second party: %v", err)
+	}
+	// The code is still one code: another creator cannot take it.
+	taken := second
+	taken.Creator = "other"
+	if err := state.CreateParty(ctx, taken, pl); !errors.Is(err, ErrPartyExists) {
+		t.Fatalf("another creator reusing a live code: %v, want ErrPartyExists", err)
+	}
+
+	// Many at once, from several goroutines: one party is left.
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				if err := state.CreateParty(ctx, party(fmt.Sprintf("R%dX%d", g, i)), pl); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent CreateParty: %v", err)
+	}
+	got := parties()
+	if len(got) != 1 {
+		t.Fatalf("party keys after 40 concurrent creations: %v, want one", got)
+	}
+	resp, err := raw.Get(ctx, PartyCreatorKey(tenant, "lead"))
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != got[0] {
+		t.Fatalf("creator key %v (%v), want %s", resp, err, got[0])
+	}
+	// A party with no creator named is not counted against anybody.
+	if err := state.CreateParty(ctx, Party{Code: "NOBODY", Tenant: tenant, Mode: "m", Size: 2}, pl); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(parties()); n != 2 {
+		t.Fatalf("%d party keys, want 2", n)
 	}
 }

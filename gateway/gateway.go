@@ -98,9 +98,11 @@ type Gateway struct {
 	limits      Limits
 	valid       *validator
 	streams     streamCounter
-	inputs      *inputLimiter
-	metrics     *metrics
-	health      *grpchealth.StaticChecker
+	inputs      *accountLimiter
+	// searches limits each account's MatchmakingService calls.
+	searches *accountLimiter
+	metrics  *metrics
+	health   *grpchealth.StaticChecker
 
 	mu    sync.Mutex
 	nodes map[string]clusterv1connect.NodeServiceClient // by address
@@ -176,6 +178,7 @@ func New(cfg Config) (*Gateway, error) {
 		limits:      limits,
 		streams:     streamCounter{max: limits.MaxStreamsPerAccount},
 		inputs:      newInputLimiter(limits.InputsPerSecond, limits.InputBurst),
+		searches:    newAccountLimiter("matchmaking calls", limits.MatchmakingCallsPerSecond, limits.MatchmakingBurst),
 		metrics:     newMetrics(cfg.Registry),
 		health:      grpchealth.NewStaticChecker(ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName),
 	}

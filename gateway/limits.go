@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,14 @@ type Limits struct {
 	// ends).
 	InputsPerSecond float64
 	InputBurst      int
+	// MatchmakingCallsPerSecond and MatchmakingBurst size the token bucket
+	// of each account's MatchmakingService calls (FindMatch and CreateParty
+	// together): a player searches a few times a minute, and each call
+	// writes to etcd, which every game of the cluster shares. Default 1/s
+	// with a burst of 10. Exceeded: ResourceExhausted, before the call
+	// reaches the matchmaker.
+	MatchmakingCallsPerSecond float64
+	MatchmakingBurst          int
 	// MaxMessageBytes is the largest request message the gateway reads. Default
 	// 64 KiB. Exceeded: ResourceExhausted, before the message is decoded.
 	MaxMessageBytes int
@@ -56,17 +65,19 @@ type Limits struct {
 
 // DefaultLimits are the limits of a gateway whose Config leaves them zero.
 var DefaultLimits = Limits{
-	MaxStreamsPerAccount: 8,
-	InputsPerSecond:      60,
-	InputBurst:           120,
-	MaxMessageBytes:      64 << 10,
-	MaxInputBytes:        256,
-	MaxConfigBytes:       4 << 10,
-	MaxPendingInputs:     64,
-	MaxAuthMessageBytes:  16 << 10,
-	MaxAdminMessageBytes: 256 << 10,
-	MaxUploadBytes:       33 << 20,
-	BodyReadTimeout:      DefaultBodyReadTimeout,
+	MaxStreamsPerAccount:      8,
+	InputsPerSecond:           60,
+	InputBurst:                120,
+	MatchmakingCallsPerSecond: 1,
+	MatchmakingBurst:          10,
+	MaxMessageBytes:           64 << 10,
+	MaxInputBytes:             256,
+	MaxConfigBytes:            4 << 10,
+	MaxPendingInputs:          64,
+	MaxAuthMessageBytes:       16 << 10,
+	MaxAdminMessageBytes:      256 << 10,
+	MaxUploadBytes:            33 << 20,
+	BodyReadTimeout:           DefaultBodyReadTimeout,
 }
 
 func (l Limits) withDefaults() Limits {
@@ -79,6 +90,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.InputBurst <= 0 {
 		l.InputBurst = d.InputBurst
+	}
+	if l.MatchmakingCallsPerSecond == 0 {
+		l.MatchmakingCallsPerSecond = d.MatchmakingCallsPerSecond
+	}
+	if l.MatchmakingBurst <= 0 {
+		l.MatchmakingBurst = d.MatchmakingBurst
 	}
 	if l.MaxMessageBytes <= 0 {
 		l.MaxMessageBytes = d.MaxMessageBytes
@@ -141,8 +158,9 @@ func (c *streamCounter) acquire(account string) (release func(), err error) {
 	}, nil
 }
 
-// inputLimiter is a token bucket per account.
-type inputLimiter struct {
+// accountLimiter is a token bucket per account.
+type accountLimiter struct {
+	what  string  // what it counts, plural ("inputs"): for its error
 	rate  float64 // tokens per second; negative: unlimited
 	burst float64
 	now   func() time.Time
@@ -157,12 +175,17 @@ type bucket struct {
 	at     time.Time
 }
 
-func newInputLimiter(rate float64, burst int) *inputLimiter {
-	return &inputLimiter{rate: rate, burst: float64(burst), now: time.Now, buckets: map[string]*bucket{}}
+// newInputLimiter limits inputs (SendInput and Play together).
+func newInputLimiter(rate float64, burst int) *accountLimiter {
+	return newAccountLimiter("inputs", rate, burst)
+}
+
+func newAccountLimiter(what string, rate float64, burst int) *accountLimiter {
+	return &accountLimiter{what: what, rate: rate, burst: float64(burst), now: time.Now, buckets: map[string]*bucket{}}
 }
 
 // allow takes one token of account's bucket, or fails with ResourceExhausted.
-func (l *inputLimiter) allow(account string) error {
+func (l *accountLimiter) allow(account string) error {
 	if l.rate < 0 {
 		return nil
 	}
@@ -187,7 +210,7 @@ func (l *inputLimiter) allow(account string) error {
 	b.at = now
 	if b.tokens < 1 {
 		return connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("input rate limit: at most %g inputs per second per account (bursts of %g); slow down", l.rate, l.burst))
+			fmt.Errorf("%s rate limit: at most %g %s per second per account (bursts of %g); slow down", strings.TrimSuffix(l.what, "s"), l.rate, l.what, l.burst))
 	}
 	b.tokens--
 	return nil

@@ -74,14 +74,21 @@ func TestInputLimiter(t *testing.T) {
 	if err := newInputLimiter(-1, 1).allow("a"); err != nil {
 		t.Fatal(err)
 	}
+	// Its error names what it counts.
+	m := newAccountLimiter("matchmaking calls", 1, 1)
+	_ = m.allow("a")
+	if err := m.allow("a"); err == nil || !strings.Contains(err.Error(), "matchmaking call rate limit: at most 1 matchmaking calls per second") {
+		t.Fatalf("matchmaking calls over the burst: %v", err)
+	}
 }
 
 func TestLimitsDefaults(t *testing.T) {
 	if got := (Limits{}).withDefaults(); got != DefaultLimits {
 		t.Fatalf("zero limits: %+v", got)
 	}
-	got := (Limits{MaxStreamsPerAccount: -1, InputsPerSecond: 5}).withDefaults()
-	if got.MaxStreamsPerAccount != -1 || got.InputsPerSecond != 5 || got.InputBurst != DefaultLimits.InputBurst {
+	got := (Limits{MaxStreamsPerAccount: -1, InputsPerSecond: 5, MatchmakingCallsPerSecond: -1}).withDefaults()
+	if got.MaxStreamsPerAccount != -1 || got.InputsPerSecond != 5 || got.InputBurst != DefaultLimits.InputBurst ||
+		got.MatchmakingCallsPerSecond != -1 || got.MatchmakingBurst != DefaultLimits.MatchmakingBurst {
 		t.Fatalf("partial limits: %+v", got)
 	}
 }

@@ -123,7 +123,7 @@ func (g *Gateway) matchmakingHandler(mm *matchmaker.Matchmaker) (string, http.Ha
 	// the RTT map were 3 % of all CPU, etcd's included, in a saturation
 	// profile of ludus bench matchmaking).
 	path, h := ludusv1connect.NewMatchmakingServiceHandler(svc,
-		connect.WithInterceptors(&ticketInterceptor{v: g.cfg.Verifier}),
+		connect.WithInterceptors(&ticketInterceptor{v: g.cfg.Verifier}, accountRate{g.searches}),
 		connect.WithReadMaxBytes(g.limits.MaxMessageBytes))
 	return path, limitBodies(h, int64(g.limits.MaxMessageBytes)+bodySlack)
 }
@@ -145,4 +145,38 @@ func (r backendRatings) Rating(ctx context.Context, tenant, mode, account string
 		}
 	}
 	return ratings.New(), nil
+}
+
+// accountRate refuses a call over its account's token bucket (the ticket
+// interceptor, before it, has put the caller's claims in the context).
+type accountRate struct{ l *accountLimiter }
+
+func (r accountRate) allow(ctx context.Context) error {
+	c := claimsFrom(ctx)
+	if c == nil {
+		return nil // the service refuses the call (Unauthenticated)
+	}
+	return r.l.allow(c.AccountID)
+}
+
+func (r accountRate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := r.allow(ctx); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (r accountRate) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (r accountRate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := r.allow(ctx); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
 }

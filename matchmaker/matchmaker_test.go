@@ -389,6 +389,37 @@ func TestTicketPartyMemberLeavingCancelsTheParty(t *testing.T) {
 	again.searching(t)
 }
 
+// An account's second party replaces its first: the first code is NotFound
+// for a new member (saying why), while a member already in keeps searching.
+func TestTicketNewPartyReplacesTheCreatorsLast(t *testing.T) {
+	alloc := &fakeAllocator{}
+	r := startReplica(t, alloc)
+	tenant := newTenant(t, r.state, nil)
+	first := createParty(t, r, tenant, "lead", 3)
+	early := r.find(t, tenant, "early", &ludusv1.FindMatchRequest{
+		Mode: "ranked", PartyCode: first, PartySize: 3, RttMs: map[string]int32{"eu": 20}})
+	early.searching(t)
+	second := createParty(t, r, tenant, "lead", 2)
+	if second == first {
+		t.Fatalf("the same code twice: %s", first)
+	}
+	late := r.find(t, tenant, "late", &ludusv1.FindMatchRequest{
+		Mode: "ranked", PartyCode: first, PartySize: 3, RttMs: map[string]int32{"eu": 20}})
+	late.wait(t, 5*time.Second)
+	if connect.CodeOf(late.err) != connect.CodeNotFound || !strings.Contains(late.err.Error(), "creates another party") {
+		t.Fatalf("joining the replaced party: %v, want NotFound saying its creator made another", late.err)
+	}
+	select {
+	case <-early.done:
+		t.Fatalf("the member already in the replaced party was ended: %v %v", early.last, early.err)
+	default:
+	}
+	// The new code works.
+	joined := r.find(t, tenant, "late", &ludusv1.FindMatchRequest{
+		Mode: "ranked", PartyCode: second, PartySize: 2, RttMs: map[string]int32{"eu": 20}})
+	joined.searching(t)
+}
+
 // A member more than the party's size is refused with FailedPrecondition,
 // can search alone afterwards, and the party it could not join still plays.
 func TestTicketPartyFullIsFailedPrecondition(t *testing.T) {

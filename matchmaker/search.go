@@ -301,7 +301,7 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 	case errors.Is(err, clusterstate.ErrAlreadySearching):
 		return alreadySearching()
 	case errors.Is(err, clusterstate.ErrNoParty):
-		return fmt.Errorf("%w: no party with code %q; codes expire 15 minutes after CreateParty", ErrNoParty, code)
+		return fmt.Errorf("%w: no party with code %q; codes expire 15 minutes after CreateParty, or when their creator creates another party", ErrNoParty, code)
 	case errors.As(err, &mismatch):
 		return fmt.Errorf("%w: party %q is for mode %q with %d players; call FindMatch with that mode and party_size", ErrInvalid, code, mismatch.Mode, mismatch.Size)
 	case errors.Is(err, clusterstate.ErrPartyFull):

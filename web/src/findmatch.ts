@@ -72,7 +72,7 @@ export function searchTrouble(err: unknown, mode: string, party: boolean): Troub
     case Code.NotFound:
       t.gone = false;
       t.text = party && /part/i.test(ce.rawMessage)
-        ? "This party's code is unknown or has expired: make a new party."
+        ? "This party's code is unknown, has expired or was replaced by a newer party of its creator: make a new party."
         : `There is no matchmaking for “${mode}” in this tenant: try another mode.`;
       break;
     case Code.AlreadyExists:
