@@ -42,8 +42,8 @@
 // once a second (the rating band, the time waited), then exactly one of Found,
 // TimedOut and Cancelled; Cancel leaves the queue. The round trips sent with
 // the search come from MeasureRTT, which pings the gateway and reports the
-// median under the region named by WithRegion ("local" by default: the
-// gateway's Ping does not say its region). A party searches together: one
+// median under the region named by WithRegion, else the region the
+// gateway's Ping names, else "local". A party searches together: one
 // member calls CreateParty and shares its code, and every member, the creator
 // too, calls FindMatch with that code and the party's size. Play the game
 // Found names:

@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
@@ -123,7 +124,7 @@ func (g *Gateway) matchmakingHandler(mm *matchmaker.Matchmaker) (string, http.Ha
 	// the RTT map were 3 % of all CPU, etcd's included, in a saturation
 	// profile of ludus bench matchmaking).
 	path, h := ludusv1connect.NewMatchmakingServiceHandler(svc,
-		connect.WithInterceptors(&ticketInterceptor{v: g.cfg.Verifier}, accountRate{g.searches}),
+		connect.WithInterceptors(&ticketInterceptor{v: g.cfg.Verifier}, accountRate{l: g.searches, refused: g.metrics.limitRejected}),
 		connect.WithReadMaxBytes(g.limits.MaxMessageBytes))
 	return path, limitBodies(h, int64(g.limits.MaxMessageBytes)+bodySlack)
 }
@@ -149,14 +150,21 @@ func (r backendRatings) Rating(ctx context.Context, tenant, mode, account string
 
 // accountRate refuses a call over its account's token bucket (the ticket
 // interceptor, before it, has put the caller's claims in the context).
-type accountRate struct{ l *accountLimiter }
+type accountRate struct {
+	l       *accountLimiter
+	refused *prometheus.CounterVec // by tenant and limit ("matchmaking_rate")
+}
 
 func (r accountRate) allow(ctx context.Context) error {
 	c := claimsFrom(ctx)
 	if c == nil {
 		return nil // the service refuses the call (Unauthenticated)
 	}
-	return r.l.allow(c.AccountID)
+	if err := r.l.allow(c.AccountID); err != nil {
+		r.refused.WithLabelValues(c.TenantID, "matchmaking_rate").Inc()
+		return err
+	}
+	return nil
 }
 
 func (r accountRate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {

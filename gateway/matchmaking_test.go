@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
@@ -62,6 +63,9 @@ func TestMatchmakingCallRate(t *testing.T) {
 		if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "at most 0.001 matchmaking calls per second per account (bursts of 3)") {
 			t.Errorf("%s over the burst: %v, want ResourceExhausted naming the limit", name, err)
 		}
+	}
+	if got := testutil.ToFloat64(gw.metrics.limitRejected.WithLabelValues(tenantT1, "matchmaking_rate")); got != 2 {
+		t.Errorf("limit_rejections_total{limit=matchmaking_rate} = %v, want 2", got)
 	}
 	if err := createParty(ticketBob); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("another account: %v, want the matchmaker's NotFound", err)

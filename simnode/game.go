@@ -72,6 +72,9 @@ type game struct {
 	inst     *engine.Instance
 	claim    clusterstate.Claim // owner key value and create revision (the fence)
 	log      *slog.Logger
+	// saidIgnored: the log has said once, at info level, that the module's
+	// result holds fields that are not passed on.
+	saidIgnored bool
 
 	inbox chan any
 	quit  chan string

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -71,7 +72,13 @@ func (g *game) resultPlayers(ctx context.Context) ([]*ludusv1.PlayerResult, erro
 		return nil, err
 	}
 	if r.ignored > 0 {
-		g.log.Debug("result fields not passed on (not integers, bad names or too many)", "fields", r.ignored)
+		// At info level once per game, so that a studio reading the node's
+		// log finds it; the result is read again every 30 s.
+		level := slog.LevelDebug
+		if !g.saidIgnored {
+			level, g.saidIgnored = slog.LevelInfo, true
+		}
+		g.log.Log(ctx, level, "result fields not passed on (not integers, bad names or too many)", "fields", r.ignored)
 	}
 	var out []*ludusv1.PlayerResult
 	for _, p := range r.players {

@@ -1,10 +1,16 @@
 package simnode
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strings"
 	"testing"
+
+	"ludus.dev/ludus/clusterstate"
+	"ludus.dev/ludus/internal/wasmtest"
 )
 
 func TestDecodeResultPassesStatsThrough(t *testing.T) {
@@ -111,4 +117,39 @@ func FuzzDecodeResult(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A result with fields that are not passed on is said in the node's log at
+// info level the first time (a studio reads that log), at debug level after:
+// the result is read again every 30 s.
+func TestIgnoredResultFieldsLoggedOnce(t *testing.T) {
+	ctx := context.Background()
+	result := `{"players":[{"slot":0,"score":7,"title":"ace","ratio":0.5}]}`
+	funcs := wasmtest.ABIFuncs(wasmtest.HostileMetaBody())
+	wasmtest.SetBody(funcs, "ludus_result", wasmtest.I64Const(int64(wasmtest.DataAddr+len(wasmtest.HostileMeta))<<32|int64(len(result))))
+	mod, err := testEng.Compile(ctx, wasmtest.Module{Funcs: funcs, MemoryPages: 1, ExportMemory: true, Data: []byte(wasmtest.HostileMeta + result)}.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := mod.Instantiate(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(ctx)
+	if err := inst.Init(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	g := &game{inst: inst, spec: clusterstate.GameSpec{TickRate: 30}, log: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		slots: []*slot{{account: "a1"}, {}}}
+	for range 3 {
+		players, err := g.resultPlayers(ctx)
+		if err != nil || len(players) != 1 || players[0].Stats["score"] != 7 || len(players[0].Stats) != 1 {
+			t.Fatalf("result %v, %v; want a1 with score 7 alone", players, err)
+		}
+	}
+	if n := strings.Count(logged.String(), "result fields not passed on"); n != 1 || !strings.Contains(logged.String(), "level=INFO") ||
+		!strings.Contains(logged.String(), "fields=2") {
+		t.Fatalf("%d info lines about the fields left out, want one saying 2:\n%s", n, logged.String())
+	}
 }
