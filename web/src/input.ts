@@ -1,6 +1,9 @@
 // Keys, touch buttons and the mouse to the module's input (its declared controls,
 // meta.ts), and sending the held-buttons payload as inputs.
 
+import { Code, ConnectError } from "@connectrpc/connect";
+
+import { InputGapSchema } from "./gen/ludus/v1/game_pb";
 import { inputBytes, payloadOf, type Control } from "./meta";
 
 /**
@@ -340,12 +343,18 @@ const RETRY_MS = 1000;
  * Sequence numbers start at the wall clock in milliseconds, so a reloaded page (or a
  * second tab of the same account) continues above the numbers it used before instead
  * of being taken for duplicates; an ack above anything this page sent moves it past.
+ * A game of "event" inputs applies a seat's inputs in order from 1 and refuses one far
+ * ahead with Aborted and an InputGap naming the seq it waits for: the sender then
+ * numbers on from that seq and sends the newest payload at once (the inputs it had in
+ * flight were refused too, and their payloads are older).
  */
 export class InputSender {
   private desired: Uint8Array = new Uint8Array(0);
   /** The payload last handed to the network, or null when the newest must be (re)sent. */
   private sent: Uint8Array | null = null;
   private nextSeq = BigInt(Date.now());
+  /** Counts renumberings: a refusal of an input numbered before the last one is stale. */
+  private numbering = 0;
   private inFlight = 0;
   private blockedUntil = 0;
   private retryTimer = 0;
@@ -377,6 +386,7 @@ export class InputSender {
       }
       const payload = this.desired;
       const seq = this.nextSeq++;
+      const numbering = this.numbering;
       this.sent = payload;
       this.inFlight++;
       const t0 = performance.now();
@@ -398,6 +408,16 @@ export class InputSender {
         (err: unknown) => {
           this.inFlight--;
           if (signal.aborted) return;
+          const missing = missingSeq(err);
+          if (missing !== null) {
+            if (numbering === this.numbering) {
+              this.numbering++;
+              this.nextSeq = missing;
+              this.sent = null;
+            }
+            this.pump();
+            return;
+          }
           this.onError(err);
           this.sent = null;
           this.blockedUntil = performance.now() + RETRY_MS;
@@ -406,6 +426,14 @@ export class InputSender {
       );
     }
   }
+}
+
+/** The seq an event game waits for, when err refused an input for a gap before it. */
+function missingSeq(err: unknown): bigint | null {
+  const ce = ConnectError.from(err);
+  if (ce.code !== Code.Aborted) return null;
+  const gap = ce.findDetails(InputGapSchema)[0];
+  return gap && gap.missingSeq > 0n ? gap.missingSeq : null;
 }
 
 function same(a: Uint8Array, b: Uint8Array | null): boolean {
