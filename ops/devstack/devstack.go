@@ -459,17 +459,24 @@ func loadOrCreateSecret(path string) (string, error) {
 	return tok, nil
 }
 
+// demoMaxRTT is the RTT limit of the demo rules' regions, in ms. Every
+// region of `ludus dev` is on this machine, so a page's RTT measures the
+// machine's load, not a distance: a busy machine (a race-detector build, a
+// browser beside it) answered pings in 456 ms, and the 250 ms of a real
+// deployment refused every search.
+const demoMaxRTT = 2000
+
 // DemoMatchRules are the matchmaking rules `ludus dev` seeds for the demo
 // tenant's "arena" mode: the field report's band (±100, +50 every 5 s, at most
 // ±550), two teams of two, 45 s before bots fill the seats, in every region
-// given (default "local") at up to 250 ms.
+// given (default "local") at up to demoMaxRTT.
 func DemoMatchRules(regions ...string) *ludusv1.MatchmakingRules {
 	if len(regions) == 0 {
 		regions = []string{"local"}
 	}
 	rtt := map[string]int32{}
 	for _, r := range regions {
-		rtt[r] = 250
+		rtt[r] = demoMaxRTT
 	}
 	return &ludusv1.MatchmakingRules{Mode: "arena", TeamSize: 2, Teams: 2, BandStart: 100, BandStep: 50,
 		BandIntervalMs: 5000, BandCap: 550, MaxWaitMs: 45000, BotsFillAtTimeout: true, MaxRttMs: rtt}
