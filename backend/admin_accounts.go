@@ -51,7 +51,9 @@ func (s *adminService) CreateAccount(ctx context.Context, req *connect.Request[l
 		if err := checkPasswordValue(m.Password); err != nil {
 			return nil, invalidArg(err)
 		}
-		a.PasswordHash = hashPassword(s.pwParams, m.Password)
+		if a.PasswordHash, err = s.hashPasswordInTurn(ctx, m.Password); err != nil {
+			return nil, err
+		}
 	}
 	if a.CustomID == "" && a.DeviceID == "" && a.Email == "" {
 		return nil, invalidArg(errors.New("give at least one of custom_id, email (with password) or device_id"))

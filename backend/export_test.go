@@ -3,7 +3,23 @@ package backend
 import (
 	"context"
 	"net/netip"
+	"time"
 )
+
+// SetPasswordWait makes a Server built from c wait d for a password turn.
+func SetPasswordWait(c *Config, d time.Duration) { c.passwordWait = d }
+
+// HoldPasswordTurns takes every password turn of s until release.
+func HoldPasswordTurns(s *Server) (release func()) {
+	for range cap(s.pwTurns) {
+		s.pwTurns <- struct{}{}
+	}
+	return func() {
+		for range cap(s.pwTurns) {
+			<-s.pwTurns
+		}
+	}
+}
 
 // SetLookupIP makes a Server built from c resolve webhook hosts with f.
 func SetLookupIP(c *Config, f func(ctx context.Context, host string) ([]netip.Addr, error)) {

@@ -637,3 +637,36 @@ func clipTest(s string) string {
 }
 
 var _ ludusv1connect.MatchReportServiceClient = nil
+
+// Password work is bounded (Config.PasswordWorkers): with every turn taken,
+// EmailLogin, of an unknown email too, and RegisterEmail wait, then get
+// Unavailable, storing nothing; LinkEmail without a ticket is refused before
+// any hashing. With the turns back, everything works.
+func TestPasswordWorkIsBounded(t *testing.T) {
+	e := newEnv(t, func(c *backend.Config) { backend.SetPasswordWait(c, 50*time.Millisecond) })
+	e.createTenant("pw")
+	release := backend.HoldPasswordTurns(e.srv)
+	_, err := e.auth.EmailLogin(ctx, connect.NewRequest(&ludusv1.EmailLoginRequest{Tenant: "pw", Email: "nobody@example.com", Password: "whatever1"}))
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "try again in a few seconds") {
+		t.Fatalf("EmailLogin with every password turn taken: %v, want Unavailable", err)
+	}
+	register := func() error {
+		_, err := e.auth.RegisterEmail(ctx, connect.NewRequest(&ludusv1.RegisterEmailRequest{Tenant: "pw", Email: "ann@example.com", Password: "correct horse"}))
+		return err
+	}
+	if err := register(); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("RegisterEmail with every password turn taken: %v, want Unavailable", err)
+	}
+	_, err = e.auth.LinkEmail(ctx, connect.NewRequest(&ludusv1.LinkEmailRequest{Email: "eve@example.com", Password: "password1"}))
+	if connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("LinkEmail without a ticket: %v, want Unauthenticated before any hashing", err)
+	}
+	release()
+	if err := register(); err != nil {
+		t.Fatalf("RegisterEmail once the turns are back (the refused one stored nothing): %v", err)
+	}
+	_, err = e.auth.EmailLogin(ctx, connect.NewRequest(&ludusv1.EmailLoginRequest{Tenant: "pw", Email: "ann@example.com", Password: "correct horse"}))
+	if err != nil {
+		t.Fatalf("EmailLogin: %v", err)
+	}
+}

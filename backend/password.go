@@ -1,13 +1,16 @@
 package backend
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	"connectrpc.com/connect"
 	"golang.org/x/crypto/argon2"
 )
 
@@ -29,6 +32,41 @@ const (
 )
 
 var b64raw = base64.RawStdEncoding
+
+// errPasswordsBusy: every password worker was busy for the whole wait.
+var errPasswordsBusy = errors.New("too many sign-ins are checking passwords on this server at once: try again in a few seconds")
+
+// passwordTurn waits for one of the Server's password workers (Config.
+// PasswordWorkers); release gives it back. Unavailable once the wait has
+// passed.
+func (s *Server) passwordTurn(ctx context.Context) (release func(), err error) {
+	release = func() { <-s.pwTurns }
+	select {
+	case s.pwTurns <- struct{}{}:
+		return release, nil
+	default:
+	}
+	t := time.NewTimer(s.pwWait)
+	defer t.Stop()
+	select {
+	case s.pwTurns <- struct{}{}:
+		return release, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, connect.NewError(connect.CodeUnavailable, errPasswordsBusy)
+	}
+}
+
+// hashPasswordInTurn is hashPassword in one of the Server's password turns.
+func (s *Server) hashPasswordInTurn(ctx context.Context, password string) (string, error) {
+	release, err := s.passwordTurn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	return hashPassword(s.pwParams, password), nil
+}
 
 // hashPassword returns the PHC string of password:
 // $argon2id$v=19$m=19456,t=2,p=1$<salt>$<hash>.

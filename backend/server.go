@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -67,6 +69,14 @@ type Config struct {
 	// PasswordParams are the argon2id parameters of new password hashes;
 	// nil means DefaultPasswordParams (OWASP's). Lower them only in tests.
 	PasswordParams *PasswordParams
+	// PasswordWorkers is how many password hashes and checks (argon2id: 19
+	// MiB and about 25 ms of a core each) run at once; a sign-in beyond
+	// them waits up to 2 s for a turn, then gets Unavailable. Zero means
+	// GOMAXPROCS. It bounds the memory and CPU that callers who need no
+	// account (EmailLogin of unknown emails costs a full check) can take.
+	PasswordWorkers int
+	// passwordWait overrides the 2 s (tests).
+	passwordWait time.Duration
 	// WebhookClient posts webhooks. Nil builds one with a 10 s timeout that
 	// refuses non-public addresses (see AllowPrivateWebhooks) on every
 	// connection it dials. A client given here is used as it is (redirects
@@ -120,6 +130,8 @@ type Server struct {
 	rotateInFlight chan struct{} // serializes key rotations
 	pwParams       PasswordParams
 	dummyHash      string // checked against for unknown emails, to equalize timing
+	pwTurns        chan struct{}
+	pwWait         time.Duration
 	webhookClient  *http.Client
 	allowPrivate   bool // webhooks may reach non-public addresses
 	lookupIP       func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -159,6 +171,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.pwParams = *cfg.PasswordParams
 	}
 	s.dummyHash = hashPassword(s.pwParams, "dummy password")
+	workers := cfg.PasswordWorkers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	s.pwTurns = make(chan struct{}, workers)
+	s.pwWait = cmp.Or(cfg.passwordWait, 2*time.Second)
 	s.allowPrivate = cfg.AllowPrivateWebhooks
 	s.webhookClient = newWebhookClient(cfg.WebhookClient, s.allowPrivate)
 	s.lookupIP = cfg.lookupIP

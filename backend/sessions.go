@@ -113,8 +113,13 @@ func (s *authService) RegisterEmail(ctx context.Context, req *connect.Request[lu
 	if err != nil {
 		return nil, err
 	}
+	phc, err := s.hashPasswordInTurn(ctx, m.Password)
+	if err != nil {
+		signup.release()
+		return nil, err
+	}
 	now := s.now().UTC()
-	acc := store.Account{ID: newID("a_"), TenantID: tenant.ID, Email: email, PasswordHash: hashPassword(s.pwParams, m.Password),
+	acc := store.Account{ID: newID("a_"), TenantID: tenant.ID, Email: email, PasswordHash: phc,
 		DisplayName: name, CreatedAt: now, UpdatedAt: now}
 	if acc.DisplayName == "" {
 		acc.DisplayName = guestName(acc.ID)
@@ -173,7 +178,12 @@ func (s *authService) EmailLogin(ctx context.Context, req *connect.Request[ludus
 	if found {
 		phc = acc.PasswordHash
 	}
+	release, err := s.passwordTurn(ctx)
+	if err != nil {
+		return nil, err
+	}
 	ok, err := checkPassword(phc, m.Password)
+	release()
 	if err != nil {
 		return nil, s.internal(ctx, "check password", err)
 	}
@@ -374,8 +384,16 @@ func (s *authService) LinkEmail(ctx context.Context, req *connect.Request[ludusv
 	if err := checkPasswordValue(req.Msg.Password); err != nil {
 		return nil, invalidArg(err)
 	}
-	phc := hashPassword(s.pwParams, req.Msg.Password)
-	err = s.updateOwnAccount(ctx, req.Header(), func(a *store.Account) error { a.Email, a.PasswordHash = email, phc; return nil })
+	// The hash is made once the caller is known (updateOwnAccount checks the
+	// ticket first): a call without one costs no argon2 work.
+	err = s.updateOwnAccount(ctx, req.Header(), func(a *store.Account) error {
+		phc, err := s.hashPasswordInTurn(ctx, req.Msg.Password)
+		if err != nil {
+			return err
+		}
+		a.Email, a.PasswordHash = email, phc
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
