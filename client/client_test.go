@@ -45,6 +45,10 @@ type fakeGateway struct {
 	pingErr         error                                    // what Ping answers, if not nil
 	matchmaker      ludusv1connect.MatchmakingServiceHandler // served too, if not nil
 	pings           atomic.Int32
+	// refusals: what the next Play streams are refused with, one each, in
+	// order (then streams work).
+	refusals []error
+	joins    atomic.Int32
 
 	moduleHits atomic.Int32
 	refreshes  atomic.Int32
@@ -78,6 +82,7 @@ func (f *fakeGateway) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 	if !strings.HasPrefix(req.Header().Get("Authorization"), "Bearer ticket-") {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no ticket"))
 	}
+	f.joins.Add(1)
 	return connect.NewResponse(&ludusv1.JoinGameResponse{Game: f.game, Slot: 1}), nil
 }
 
@@ -109,10 +114,18 @@ func (f *fakeGateway) Play(ctx context.Context, st *connect.BidiStream[ludusv1.P
 	start := first.GetStart()
 	f.mu.Lock()
 	f.deliveries = append(f.deliveries, start.Delivery)
+	var refusal error
+	if len(f.refusals) > 0 {
+		refusal, f.refusals = f.refusals[0], f.refusals[1:]
+	}
 	f.mu.Unlock()
+	if refusal != nil {
+		return refusal
+	}
 	snapshots := start.Delivery == ludusv1.Delivery_DELIVERY_SNAPSHOTS
 	if snapshots && f.refuseSnapshots {
-		return connect.NewError(connect.CodeFailedPrecondition, errors.New("this game's module has no renderer"))
+		// The node's words (simnode/views.go).
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("this game's module has no renderer (no snapshot_format in its metadata), so it can only stream pixels: ask for DELIVERY_PIXELS"))
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -616,5 +629,58 @@ func TestClientResendsAfterUnavailable(t *testing.T) {
 	}
 	if n := noticesOf(s); len(n) != 1 || n[0].Kind != NoticeReconnecting || connect.CodeOf(n[0].Err) != connect.CodeUnavailable {
 		t.Fatalf("notices %v", n)
+	}
+}
+
+// A stream refused because the game ended meanwhile ends the session with
+// ErrGameEnded (a failed game with errGameFailed and its reason), without
+// taking the refusal for "no renderer": the session stays in snapshots.
+func TestClientStreamRefusedForGameOver(t *testing.T) {
+	for refusal, want := range map[string]error{
+		"game g1 is ended":                   ErrGameEnded,
+		"game g1 failed: node shutting down": errGameFailed,
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		f := &fakeGateway{game: arenaGame(), refusals: []error{connect.NewError(connect.CodeFailedPrecondition, errors.New(refusal))}}
+		c := dialFake(t, f.start(t))
+		c.openRenderer = func(ctx context.Context, build string) (frameRenderer, error) {
+			return &fakeRenderer{calls: new(atomic.Int32)}, nil
+		}
+		s, err := c.Play(ctx, "g1", Snapshots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-s.Done():
+		case <-ctx.Done():
+			t.Fatalf("%q: the session did not end", refusal)
+		}
+		if !errors.Is(s.Err(), want) || s.Mode() != Snapshots || s.Fallback() != nil {
+			t.Errorf("%q: ended with %v in mode %v (fallback %v), want %v in snapshots", refusal, s.Err(), s.Mode(), s.Fallback(), want)
+		}
+		if want == errGameFailed && !strings.Contains(s.Err().Error(), "node shutting down") {
+			t.Errorf("%q: %v does not say why", refusal, s.Err())
+		}
+		s.Close()
+		cancel()
+	}
+}
+
+// A stream refused because the game gave the player's seat up (30 s without
+// a stream) makes the session take the seat again and go on.
+func TestClientRejoinsAfterTheSeatWasDropped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f := &fakeGateway{game: arenaGame(), refusals: []error{connect.NewError(connect.CodeFailedPrecondition,
+		errors.New("join the game before sending input or streaming its frames"))}}
+	c := dialFake(t, f.start(t))
+	s, err := c.Play(ctx, "g1", Pixels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	frames(t, s, 3, 10*time.Second)
+	if n := f.joins.Load(); n != 2 {
+		t.Fatalf("JoinGame called %d times, want 2 (Play, then after the refusal)", n)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -514,6 +516,7 @@ func (s *Session) run() {
 	backoff := minBackoff
 	var failingSince time.Time
 	gaps, gapAcked := 0, uint64(0) // InputGap refusals in a row, and Acked() then
+	rejoined := false              // took the seat again since the last frame
 	var lastResync time.Time
 	for first := true; ; first = false {
 		if !first {
@@ -533,6 +536,7 @@ func (s *Session) run() {
 		}
 		if gotFrame {
 			failingSince, backoff = time.Time{}, minBackoff
+			rejoined = false
 		}
 		if failingSince.IsZero() {
 			failingSince = time.Now()
@@ -547,9 +551,25 @@ func (s *Session) run() {
 				s.notify(Notice{Kind: NoticeReconnecting, Message: "a frame could not be decoded; re-opening the stream (it starts with a keyframe)", Err: err})
 				continue
 			}
-		case code == connect.CodeFailedPrecondition && mode == Snapshots && !gotFrame:
-			s.fallback(err) // e.g. the module has no renderer after all
+		case code == connect.CodeFailedPrecondition && gameOver(err) != nil:
+			// A new stream to a game that ended meanwhile: no final status
+			// came, the refusal says it.
+			err = gameOver(err)
+			return
+		case code == connect.CodeFailedPrecondition && mode == Snapshots && !gotFrame && strings.Contains(err.Error(), "DELIVERY_PIXELS"):
+			s.fallback(err) // the module has no renderer after all
 			continue
+		case code == connect.CodeFailedPrecondition && strings.Contains(err.Error(), "join the game") && !rejoined:
+			// Away longer than the game keeps a seat (30 s without a stream):
+			// take a seat again and go on at once.
+			rejoined = true
+			jctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+			_, _, jerr := s.c.Join(jctx, s.game.GameId)
+			cancel()
+			if jerr == nil {
+				s.notify(Notice{Kind: NoticeReconnecting, Message: "the game had given the seat up; took it again", Err: err})
+				continue
+			}
 		case code == connect.CodeAborted:
 			gap, ok := inputGap(err)
 			if acked := s.Acked(); acked > gapAcked {
@@ -636,6 +656,29 @@ func (s *Session) renumber(gap *ludusv1.InputGap) bool {
 
 // errGameFailed wraps the message of a match that failed.
 var errGameFailed = errors.New("client: the game failed")
+
+// gameOverRefusal is the gateway's refusal of a stream to a game that is
+// over: "game X is ended", "game X is failed", "game X failed: why".
+var gameOverRefusal = regexp.MustCompile(`^game \S+ (?:is (\w+)|failed: (.*))$`)
+
+// gameOver returns ErrGameEnded, or errGameFailed with the reason, for a
+// refusal of a stream because the game is over; nil for any other error.
+func gameOver(err error) error {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeFailedPrecondition {
+		return nil
+	}
+	m := gameOverRefusal.FindStringSubmatch(ce.Message())
+	switch {
+	case m == nil:
+		return nil
+	case m[1] == "ended":
+		return ErrGameEnded
+	case m[1] != "":
+		return fmt.Errorf("%w: the game is %s", errGameFailed, m[1])
+	}
+	return fmt.Errorf("%w: %s", errGameFailed, m[2])
+}
 
 // finish ends the session: stops the render loop and closes the channels.
 func (s *Session) finish(err error) {
