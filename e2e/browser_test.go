@@ -131,7 +131,8 @@ func browserSetup(t *testing.T) (chromium, artifacts string) {
 // (web/e2e/site.mjs, one flow per subtest): the page presented from the
 // module's metadata, per-tab sessions and history navigation, the status bar
 // (including a real handoff to another node), errors in words with bounded
-// retries and the 404 page, and a phone: touch controls, sharing, full screen
+// retries (none for a game that is over; a seat the game gave up taken
+// again) and the 404 page, and a phone: touch controls, sharing, full screen
 // and the games table at 360 px. Screenshots go to artifacts/web-*.png.
 func TestBrowserSite(t *testing.T) {
 	chromium, artifacts := browserSetup(t)

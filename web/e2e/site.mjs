@@ -303,6 +303,16 @@ async function statusFlow(page) {
   return { game: id, status: s, line, migrations: moved };
 }
 
+// connectError is a Connect server-streaming answer that ends at once with
+// an error (an end-of-stream envelope: flag 2, then the error as JSON).
+function connectError(code, message) {
+  const json = Buffer.from(JSON.stringify({ error: { code, message } }));
+  const head = Buffer.alloc(5);
+  head[0] = 2;
+  head.writeUInt32BE(json.length, 1);
+  return { status: 200, headers: { "content-type": "application/connect+proto" }, body: Buffer.concat([head, json]) };
+}
+
 async function errorsFlow(page) {
   // A tab that has played (so it re-joins links at once) opens a game that does not exist.
   await open(page, url({ bots: "0" }));
@@ -346,6 +356,41 @@ async function errorsFlow(page) {
   await page.getByRole("button", { name: "Retry" }).click();
   await frameDrawn(page, "after Retry");
 
+  // A new stream refused because the game is over (the gateway's
+  // FailedPrecondition "game … is ended") stops the page at once: no tries,
+  // no Retry, a way back to the lobby.
+  await page.evaluate(() => (location.hash = ""));
+  await until(page, 5000, "lobby before the ended game", async () => (await route(page)) === "lobby");
+  await page.route(streams, (r) => r.fulfill(connectError("failed_precondition", "game abcdef is ended")));
+  await page.getByRole("button", { name: "Play as guest" }).click();
+  const over = await until(page, 15_000, "no word that the game is over", async () => {
+    const t = await page.textContent("#status .message");
+    return t.includes("Game abcdef is ended.") ? t : null;
+  });
+  await page.waitForTimeout(1500);
+  check(!/Trying again|Stopped/.test(await page.textContent("#status .message")), "the page retried a game that is over");
+  check(await page.getByRole("button", { name: "Retry" }).count() === 0, "Retry offered for a game that is over");
+  check(await page.getByRole("button", { name: "Back to lobby" }).count() === 1, "no way back to the lobby from a game that is over");
+  await page.unroute(streams);
+
+  // A stream refused because the player's seat was dropped (30 s without a
+  // stream: "join the game before …"): the page takes a seat again and plays on.
+  await page.getByRole("button", { name: "Back to lobby" }).click();
+  await until(page, 5000, "lobby before the dropped seat", async () => (await route(page)) === "lobby");
+  let joins = 0;
+  page.on("request", (req) => { if (req.url().endsWith("/ludus.v1.GameService/JoinGame")) joins++; });
+  let refused = false;
+  await page.route(streams, (r) => {
+    if (refused) return r.continue();
+    refused = true;
+    return r.fulfill(connectError("failed_precondition", "join the game before sending input or streaming its frames"));
+  });
+  await page.getByRole("button", { name: "Play as guest" }).click();
+  await frameDrawn(page, "after taking the seat again");
+  check(refused, "the stream was never refused");
+  check(joins >= 2, `JoinGame called ${joins} time(s): the page never took its seat again`);
+  await page.unroute(streams);
+
   // The 404 page: styled like the site, with a way home.
   const res = await page.goto(new URL("/no/such/page", base).href, { waitUntil: "load" });
   check(res?.status() === 404, `unknown path: HTTP ${res?.status()}`);
@@ -358,7 +403,7 @@ async function errorsFlow(page) {
   await page.screenshot({ path: join(artifacts, "web-404.png") });
   await page.getByRole("link", { name: "Go to the lobby" }).click();
   await until(page, 5000, "the 404 link did not lead to the lobby", async () => (await page.isVisible("#play").catch(() => false)));
-  return { missing: msg, stopped, notFound: nf };
+  return { missing: msg, stopped, over, notFound: nf };
 }
 
 async function phoneFlow(page) {

@@ -407,8 +407,13 @@ export function trouble(err: unknown, subject: "game" | "tenant" = "game"): Trou
       return t("Your session expired; signing in again.", true);
     case Code.InvalidArgument:
       return t(`The server refused the request: ${ce.rawMessage || "invalid argument"}.`);
-    case Code.FailedPrecondition:
-      return t(ce.rawMessage ? `${ce.rawMessage.charAt(0).toUpperCase()}${ce.rawMessage.slice(1)}.` : "Not possible right now.", true);
+    case Code.FailedPrecondition: {
+      const text = ce.rawMessage ? `${ce.rawMessage.charAt(0).toUpperCase()}${ce.rawMessage.slice(1)}.` : "Not possible right now.";
+      // The gateway's "game X is ended" / "game X failed: why", the node's
+      // "the game is over": nothing to retry.
+      const over = /^game \S+ (is \w+|failed)\b|^the game is over/.test(ce.rawMessage);
+      return t(text, !over, over);
+    }
     case Code.Aborted:
       return t("The request was interrupted.", true);
     case Code.Canceled:

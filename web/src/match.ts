@@ -306,6 +306,7 @@ export class Match {
     const signal = this.abort.signal;
     let backoff = BACKOFF_MIN_MS;
     let relogged = false; // signed in again since the last frame
+    let rejoined = false; // took the seat again since the last frame
     let failures = 0; // connections in a row that ended without a frame
     while (!signal.aborted && !this.finished) {
       let why = "stream closed";
@@ -346,6 +347,7 @@ export class Match {
             this.onFrame(res.msg.value, mode, null);
             backoff = BACKOFF_MIN_MS;
             relogged = false;
+            rejoined = false;
           } else if (res.msg.case === "frame") {
             // Decoded in order before the next message is read; a frame that does
             // not decode ends the stream, and the retry starts with a keyframe.
@@ -356,6 +358,7 @@ export class Match {
             this.onFrame(res.msg.value, mode, { view, decodeMs });
             backoff = BACKOFF_MIN_MS;
             relogged = false;
+            rejoined = false;
           } else if (res.msg.case === "status") {
             this.onStatus(res.msg.value, mode);
           }
@@ -393,6 +396,11 @@ export class Match {
           // (other FailedPreconditions, such as "join first", are not about
           // the mode).
           this.fallback(`the server refused snapshots (${why})`);
+        } else if (!spectate && code === Code.FailedPrecondition && /join the game/i.test(why) && !rejoined) {
+          // Away longer than the game keeps a seat (30 s without a stream: a
+          // sleeping phone, a lost network): take a seat again and go on at once.
+          rejoined = true;
+          now = await session.game.joinGame({ gameId: this.o.gameId }, { signal }).then(() => true, () => false);
         } else if (code === Code.Unauthenticated && !relogged) {
           // Expired or unknown ticket (e.g. the page slept): sign in and retry at once.
           relogged = true;
