@@ -383,6 +383,7 @@ export class Match {
             [{ label: "Play here", run: () => location.reload() }, ...back], t.raw);
           break;
         }
+        if (this.finished) break; // the stream's final status said how it ended
         if (t.gone) {
           // The game is over or never was: nothing to retry, nothing to share.
           this.o.onGone?.();
