@@ -541,7 +541,7 @@ func (s *Session) run() {
 		if failingSince.IsZero() {
 			failingSince = time.Now()
 		}
-		code := connect.CodeOf(err)
+		code, over := connect.CodeOf(err), gameOver(err)
 		switch {
 		case errors.Is(err, errResync):
 			// Once in a while, re-open at once (a new stream starts with a
@@ -551,10 +551,10 @@ func (s *Session) run() {
 				s.notify(Notice{Kind: NoticeReconnecting, Message: "a frame could not be decoded; re-opening the stream (it starts with a keyframe)", Err: err})
 				continue
 			}
-		case code == connect.CodeFailedPrecondition && gameOver(err) != nil:
+		case over != nil:
 			// A new stream to a game that ended meanwhile: no final status
 			// came, the refusal says it.
-			err = gameOver(err)
+			err = over
 			return
 		case code == connect.CodeFailedPrecondition && mode == Snapshots && !gotFrame && strings.Contains(err.Error(), "DELIVERY_PIXELS"):
 			s.fallback(err) // the module has no renderer after all
