@@ -33,9 +33,14 @@ func (s *authService) GuestLogin(ctx context.Context, req *connect.Request[ludus
 		return nil, err
 	}
 
-	// A new device creates an account: that is throttled (per address and
-	// tenant); signing in an existing one never is. The sign-up is reserved
-	// first and given back if the device had an account after all.
+	// A known device signs in at most SignInsPerAccount; a new one creates
+	// an account, which is throttled per address and tenant instead. The
+	// sign-up is reserved first and given back if the device had an
+	// account after all.
+	signIn := signInKey(tenant.ID, "device", msg.DeviceId)
+	if err := s.signInReady(signIn); err != nil {
+		return nil, err
+	}
 	signup, err := s.guestSignupGate(ctx, tenant.ID, msg.DeviceId, req.Peer().Addr, req.Header())
 	if err != nil {
 		return nil, err
@@ -53,6 +58,9 @@ func (s *authService) GuestLogin(ctx context.Context, req *connect.Request[ludus
 	}
 	if err != nil {
 		return nil, s.internal(ctx, "guest login", err)
+	}
+	if !created {
+		s.signedIn(signIn)
 	}
 	rec.AccountID = acc.ID
 	sess, err := s.sessionOf(ctx, tenant, acc, rt, rec)

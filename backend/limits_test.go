@@ -1,6 +1,7 @@
 package backend_test
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -146,5 +148,97 @@ func TestSignupLimitsConfig(t *testing.T) {
 		if _, err := e3.auth.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "nl", DeviceId: fmt.Sprintf("nl-device-%08d", i)})); err != nil {
 			t.Fatalf("#%d: %v", i, err)
 		}
+	}
+}
+
+// TestSignInLimit: sign-ins to an existing account are limited per account
+// (by its device, email or custom id) with a retry hint; creating the
+// account does not count, other accounts are not held back, Refresh is
+// not limited, and the bucket refills with time.
+func TestSignInLimit(t *testing.T) {
+	e := newEnv(t, func(c *backend.Config) { c.SignInsPerAccount = backend.RateLimit{PerMinute: 6, Burst: 3} })
+	_, admin := e.createTenant("si")
+	server := e.apiKey(admin, "server")
+	guest := func(dev string) (*ludusv1.GuestLoginResponse, error) {
+		r, err := e.auth.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "si", DeviceId: dev}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg, nil
+	}
+	email := func(password string) error {
+		_, err := e.auth.EmailLogin(ctx, connect.NewRequest(&ludusv1.EmailLoginRequest{Tenant: "si", Email: "si@example.com", Password: password}))
+		return err
+	}
+	custom := func(id string) error {
+		_, err := e.auth.CustomLogin(ctx, req(&ludusv1.CustomLoginRequest{CustomId: id}, server))
+		return err
+	}
+	if _, err := e.auth.RegisterEmail(ctx, connect.NewRequest(&ludusv1.RegisterEmailRequest{Tenant: "si", Email: "si@example.com", Password: "correct horse battery"})); err != nil {
+		t.Fatal(err)
+	}
+	// The first of each creates the account (not counted), then three
+	// sign-ins each, the burst.
+	var last *ludusv1.GuestLoginResponse
+	for i := range 4 {
+		var err error
+		if last, err = guest("si-device-00000001"); err != nil {
+			t.Fatalf("guest sign-in %d: %v", i, err)
+		}
+		if err := custom("si-custom"); err != nil {
+			t.Fatalf("custom sign-in %d: %v", i, err)
+		}
+		if i < 3 {
+			if err := email("correct horse battery"); err != nil {
+				t.Fatalf("email sign-in %d: %v", i, err)
+			}
+		}
+	}
+	_, err := guest("si-device-00000001")
+	wantCode(t, err, connect.CodeResourceExhausted, "too many sign-ins to this account", "retry in 10 s", "call Refresh")
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Meta().Get("Retry-After") != "10" {
+		t.Errorf("Retry-After = %q, want 10", ce.Meta().Get("Retry-After"))
+	}
+	wantCode(t, custom("si-custom"), connect.CodeResourceExhausted, "too many sign-ins to this account")
+	// Refused before the password is checked: a wrong one is not counted
+	// as a failure either.
+	wantCode(t, email("wrong password"), connect.CodeResourceExhausted, "too many sign-ins to this account")
+	// Other accounts sign in; the held one renews its ticket with Refresh.
+	if _, err := guest("si-device-00000002"); err != nil {
+		t.Fatalf("another device: %v", err)
+	}
+	tok := last.RefreshToken
+	for i := range 10 {
+		s, err := e.refresh("si", tok)
+		if err != nil {
+			t.Fatalf("refresh %d while sign-ins are held: %v", i, err)
+		}
+		tok = s.RefreshToken
+	}
+	// Ten seconds refill one sign-in (6 a minute).
+	e.clock.Add(10 * time.Second)
+	if _, err := guest("si-device-00000001"); err != nil {
+		t.Fatalf("after 10 s: %v", err)
+	}
+	_, err = guest("si-device-00000001")
+	wantCode(t, err, connect.CodeResourceExhausted, "retry in 10 s")
+	if err := email("correct horse battery"); err != nil {
+		t.Fatalf("email after 10 s: %v", err)
+	}
+
+	// The default: 20 at once.
+	d := newEnv(t)
+	d.createTenant("sd")
+	for range 1 + backend.DefaultSignInsPerAccount.Burst {
+		d.guestLogin("sd", "sd-device-00000001", "")
+	}
+	_, err = d.auth.GuestLogin(ctx, connect.NewRequest(&ludusv1.GuestLoginRequest{Tenant: "sd", DeviceId: "sd-device-00000001"}))
+	wantCode(t, err, connect.CodeResourceExhausted, "too many sign-ins to this account")
+	// NoLimit turns it off.
+	n := newEnv(t, func(c *backend.Config) { c.SignInsPerAccount = backend.NoLimit })
+	n.createTenant("sn")
+	for range 50 {
+		n.guestLogin("sn", "sn-device-00000001", "")
 	}
 }

@@ -41,6 +41,13 @@ var (
 	DefaultSignupsPerTenant = RateLimit{PerMinute: 600, Burst: 600}
 )
 
+// DefaultSignInsPerAccount (Config.SignInsPerAccount): 10 sign-ins a minute
+// to one existing account, 20 at once. A player signs in when a game
+// starts and refreshes after that; each sign-in starts a session that is
+// stored for RefreshTTL, so a client that signs in over and over (a bug,
+// a loop) would fill the refresh-token table.
+var DefaultSignInsPerAccount = RateLimit{PerMinute: 10, Burst: 20}
+
 // maxBuckets bounds a limiter's memory: past it, buckets that are full again
 // (worth nothing) are dropped, and if that is not enough, all of them.
 const maxBuckets = 100_000
@@ -104,6 +111,27 @@ func (l *limiter) take(key string, now time.Time) (ok bool, wait time.Duration) 
 		return false, time.Hour
 	}
 	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+}
+
+// ready reports whether key has a token at now, taking none; if not, how
+// long until it has one. For a cost that is known only after the work
+// (ready before, take after): calls running at once may each pass, so a
+// key overdraws by at most its concurrent calls.
+func (l *limiter) ready(key string, now time.Time) (ok bool, wait time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[key]
+	if b == nil {
+		return true, 0
+	}
+	tokens := l.refill(b, now)
+	if tokens >= 1 {
+		return true, 0
+	}
+	if l.rate <= 0 {
+		return false, time.Hour
+	}
+	return false, time.Duration((1 - tokens) / l.rate * float64(time.Second))
 }
 
 // give returns a token taken for something that did not happen.
@@ -246,7 +274,7 @@ func (s *Server) reserveSignup(tenantID, peer string, h http.Header) (*signup, e
 func tooManySignups(where string, wait time.Duration) error {
 	secs := max(1, int(math.Ceil(wait.Seconds())))
 	err := connect.NewError(connect.CodeResourceExhausted,
-		fmt.Errorf("too many new accounts %s: retry in %d s (signing in to an existing account is not limited)", where, secs))
+		fmt.Errorf("too many new accounts %s: retry in %d s (signing in to an existing account does not count)", where, secs))
 	err.Meta().Set("Retry-After", strconv.Itoa(secs))
 	return err
 }
@@ -265,4 +293,37 @@ func (s *Server) guestSignupGate(ctx context.Context, tenantID, deviceID, peer s
 		return nil, s.internal(ctx, "guest login", lerr)
 	}
 	return nil, err
+}
+
+// signInKey is the sign-in limit's bucket of an account: its tenant and
+// the identity it signs in with (a device, an email, a custom id), known
+// before the store is asked which account that is.
+func signInKey(tenantID, kind, identity string) string {
+	return tenantID + "\x00" + kind + "\x00" + identity
+}
+
+// signInReady refuses a sign-in to an existing account whose bucket is
+// empty: ResourceExhausted, with the wait in the message and Retry-After.
+func (s *Server) signInReady(key string) error {
+	if s.signIns == nil {
+		return nil
+	}
+	ok, wait := s.signIns.ready(key, s.now())
+	if ok {
+		return nil
+	}
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	err := connect.NewError(connect.CodeResourceExhausted,
+		fmt.Errorf("too many sign-ins to this account: retry in %d s (a session lasts %d days: keep its refresh token and call Refresh rather than signing in again)",
+			secs, int(RefreshTTL.Hours()/24)))
+	err.Meta().Set("Retry-After", strconv.Itoa(secs))
+	return err
+}
+
+// signedIn charges a sign-in to an existing account (one that started a
+// session) to its bucket.
+func (s *Server) signedIn(key string) {
+	if s.signIns != nil {
+		s.signIns.take(key, s.now())
+	}
 }

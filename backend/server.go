@@ -92,12 +92,20 @@ type Config struct {
 	// SignupsPerAddress throttles account creation per client address
 	// (IPv6: per /64): new guest accounts (GuestLogin of an unknown device)
 	// and RegisterEmail. Zero means DefaultSignupsPerAddress; NoLimit turns
-	// it off. Sign-ins of existing accounts are never throttled by it.
+	// it off. Sign-ins of existing accounts are not throttled by it
+	// (SignInsPerAccount is their limit).
 	SignupsPerAddress RateLimit
 	// SignupsPerTenant throttles account creation per tenant: the above plus
 	// accounts CustomLogin and CreateAccount create. Zero means
 	// DefaultSignupsPerTenant; NoLimit turns it off.
 	SignupsPerTenant RateLimit
+	// SignInsPerAccount throttles sign-ins to existing accounts, per
+	// account (by the device, email or custom id it signs in with, in
+	// each backend process): GuestLogin of a known device, EmailLogin and
+	// CustomLogin. Zero means DefaultSignInsPerAccount; NoLimit turns it
+	// off. Refresh is not counted: it continues a session, whose stored
+	// tokens are bounded (store.RefreshReuseMemory).
+	SignInsPerAccount RateLimit
 	// TrustedProxies are the peers whose X-Forwarded-For header names the
 	// client (the gateway in front of the backend). Nil means loopback only
 	// (127.0.0.0/8 and ::1, where `ludus dev` runs its gateway); an empty
@@ -137,6 +145,7 @@ type Server struct {
 	lookupIP       func(ctx context.Context, host string) ([]netip.Addr, error)
 	signupsByAddr  *limiter // nil: no limit
 	signupsByTen   *limiter // nil: no limit
+	signIns        *limiter // sign-ins to existing accounts; nil: no limit
 	trusted        []netip.Prefix
 	verifier       *auth.Verifier // shared, so its cache of verified tickets is
 	tenants        sync.Map       // slug -> store.Tenant (tenants are never renamed or deleted)
@@ -187,6 +196,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.signupsByAddr = newLimiter(cfg.SignupsPerAddress, DefaultSignupsPerAddress)
 	s.signupsByTen = newLimiter(cfg.SignupsPerTenant, DefaultSignupsPerTenant)
+	s.signIns = newLimiter(cfg.SignInsPerAccount, DefaultSignInsPerAccount)
 	s.trusted = cfg.TrustedProxies
 	if s.trusted == nil {
 		s.trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}

@@ -152,6 +152,10 @@ func (s *authService) EmailLogin(ctx context.Context, req *connect.Request[ludus
 	if err != nil {
 		return nil, err
 	}
+	signIn := signInKey(tenant.ID, "email", email)
+	if err := s.signInReady(signIn); err != nil {
+		return nil, err
+	}
 	key := "email:" + email
 	now := s.now().UTC()
 	th, err := s.store.LoginThrottle(ctx, tenant.ID, key)
@@ -204,6 +208,9 @@ func (s *authService) EmailLogin(ctx context.Context, req *connect.Request[ludus
 		}
 	}
 	sess, err := s.session(ctx, tenant, acc)
+	if err == nil {
+		s.signedIn(signIn)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +235,12 @@ func (s *authService) CustomLogin(ctx context.Context, req *connect.Request[ludu
 	if err != nil {
 		return nil, s.internal(ctx, "tenant", err)
 	}
+	signIn := signInKey(tenantID, "custom", req.Msg.CustomId)
+	if err := s.signInReady(signIn); err != nil {
+		return nil, err
+	}
 	acc, err := s.store.AccountByCustomID(ctx, tenantID, req.Msg.CustomId)
+	existing := err == nil
 	if errors.Is(err, store.ErrNotFound) {
 		// A new account: throttled per tenant (not per address: the caller
 		// is the studio's server, signing in all of its players).
@@ -257,6 +269,9 @@ func (s *authService) CustomLogin(ctx context.Context, req *connect.Request[ludu
 	sess, err := s.session(ctx, tenant, acc)
 	if err != nil {
 		return nil, err
+	}
+	if existing {
+		s.signedIn(signIn)
 	}
 	return connect.NewResponse(&ludusv1.CustomLoginResponse{Session: sess}), nil
 }

@@ -9,7 +9,12 @@ import (
 // every login or every match do not grow without end:
 //   - refresh tokens past their expiry: every login and every refresh
 //     stores one, a used one is kept (a second use of it revokes its
-//     family) until it expires, and after that it can never be used again;
+//     family) until it expires or its family has RefreshReuseMemory newer
+//     used ones, and after that it can never be used again;
+//   - the sessions of an account beyond its MaxRefreshFamilies newest: each
+//     login starts a token family that lives RefreshTTL, so a client that
+//     signs in over and over (a bug, a loop) would otherwise leave a family
+//     per login for a month;
 //   - webhook deliveries that were delivered or failed for good, a
 //     WebhookDeliveryRetention after their last attempt: one is queued for
 //     every final match result, and ListWebhookDeliveries shows the recent
@@ -37,6 +42,24 @@ const sweepBatch = 1000
 func (s *Server) SweepRefreshTokens(ctx context.Context) (int, error) {
 	now := s.now()
 	return inBatches(func() (int, error) { return s.store.DeleteExpiredRefreshTokens(ctx, now, sweepBatch) })
+}
+
+// MaxRefreshFamilies is how many sessions (refresh-token families: one per
+// login, each a device or a browser) an account keeps; the sweep ends the
+// oldest beyond it, which must sign in again.
+const MaxRefreshFamilies = 32
+
+// SweepRefreshFamilies ends the sessions of every account beyond its
+// MaxRefreshFamilies newest and returns how many tokens it deleted.
+func (s *Server) SweepRefreshFamilies(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		trimmed, n, err := s.store.TrimRefreshFamilies(ctx, MaxRefreshFamilies, sweepBatch)
+		total += n
+		if err != nil || trimmed == 0 || n == 0 {
+			return total, err
+		}
+	}
 }
 
 // SweepWebhookDeliveries deletes the deliveries that finished (delivered,
@@ -81,7 +104,8 @@ func (s *Server) RunSweeps(ctx context.Context, interval time.Duration) {
 	sweeps := []struct {
 		what  string
 		sweep func(context.Context) (int, error)
-	}{{"expired refresh tokens", s.SweepRefreshTokens}, {"finished webhook deliveries", s.SweepWebhookDeliveries},
+	}{{"expired refresh tokens", s.SweepRefreshTokens}, {"surplus sessions' refresh tokens", s.SweepRefreshFamilies},
+		{"finished webhook deliveries", s.SweepWebhookDeliveries},
 		{"stale login throttles", s.SweepLoginThrottles}}
 	for {
 		for _, sw := range sweeps {

@@ -124,3 +124,55 @@ func TestSweepDeletesStaleLoginThrottles(t *testing.T) {
 		t.Fatalf("the right password after the sweep: %v", err)
 	}
 }
+
+// TestSweepEndsSurplusSessions: an account that signed in more than
+// MaxRefreshFamilies times keeps its newest sessions after a sweep; the
+// older ones must sign in again, the kept ones refresh as before, other
+// accounts lose nothing, and RunSweeps does it.
+func TestSweepEndsSurplusSessions(t *testing.T) {
+	e := newEnv(t, func(c *backend.Config) { c.SignInsPerAccount = backend.NoLimit })
+	e.createTenant("sf")
+	const extra = 5
+	var tokens []string
+	for range backend.MaxRefreshFamilies + extra {
+		tokens = append(tokens, e.guestLogin("sf", "device-sf-0123456789", "").RefreshToken)
+		e.clock.Add(time.Second)
+	}
+	other := e.guestLogin("sf", "device-sf-other-456789", "").RefreshToken
+	n, err := e.srv.SweepRefreshFamilies(ctx)
+	if err != nil || n != extra {
+		t.Fatalf("sweep: deleted %d, %v; want %d", n, err, extra)
+	}
+	for i, tok := range tokens {
+		_, err := e.refresh("sf", tok)
+		if i < extra {
+			wantCode(t, err, connect.CodeUnauthenticated, "sign in again")
+		} else if err != nil {
+			t.Fatalf("session %d of %d, kept: %v", i, len(tokens), err)
+		}
+	}
+	if _, err := e.refresh("sf", other); err != nil {
+		t.Fatalf("another account's session: %v", err)
+	}
+	if n, err := e.srv.SweepRefreshFamilies(ctx); err != nil || n != 0 {
+		t.Fatalf("a second sweep: deleted %d, %v", n, err)
+	}
+
+	for range 3 {
+		e.guestLogin("sf", "device-sf-0123456789", "")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.srv.RunSweeps(ctx, time.Hour)
+	}()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(e.logs.String(), "deleted surplus sessions' refresh tokens") {
+		if time.Now().After(deadline) {
+			t.Fatalf("RunSweeps trimmed no session within 10 s; logs:\n%s", e.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -116,6 +116,11 @@ type LoginThrottle struct {
 	LockedUntil time.Time
 }
 
+// RefreshReuseMemory is how many used tokens a refresh family keeps: a
+// token presented again while it is kept revokes its family (theft or a
+// replay); an older one is unknown (refused, the family left alone).
+const RefreshReuseMemory = 8
+
 // RefreshToken is an opaque refresh token, stored as the SHA-256 of its secret.
 // Tokens of one login share a family; using a token replaces it with the next.
 type RefreshToken struct {
@@ -428,6 +433,9 @@ type Store interface {
 	// set from the old token). It returns the old token. ErrNotFound if
 	// unknown; ErrRevoked if its family is revoked or it expired at at;
 	// ErrRefreshReused if it was used before (the family is then revoked).
+	// It keeps the family's newest RefreshReuseMemory used tokens (a second
+	// use of one revokes the family) and deletes older used ones, so that a
+	// family holds a bounded number of tokens however often it is used.
 	UseRefreshToken(ctx context.Context, hash []byte, at time.Time, next RefreshToken) (RefreshToken, error)
 	// RevokeRefreshFamily revokes the family of the token with this hash.
 	// ErrNotFound if unknown.
@@ -438,6 +446,12 @@ type Store interface {
 	// expired token as it refuses an unknown one), and returns how many it
 	// deleted.
 	DeleteExpiredRefreshTokens(ctx context.Context, now time.Time, limit int) (int, error)
+	// TrimRefreshFamilies finds up to accounts accounts that hold tokens of
+	// more than keep families and deletes the tokens of all but their keep
+	// newest families (by their newest token's CreatedAt; the sessions of
+	// the deleted ones must sign in again). It returns how many accounts it
+	// trimmed and how many tokens it deleted.
+	TrimRefreshFamilies(ctx context.Context, keep, accounts int) (trimmed, deleted int, err error)
 
 	// ApplyChange applies a progression change atomically, once per
 	// (tenant, account, key). applied is false if the key was seen before.

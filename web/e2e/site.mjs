@@ -391,6 +391,28 @@ async function errorsFlow(page) {
   check(joins >= 2, `JoinGame called ${joins} time(s): the page never took its seat again`);
   await page.unroute(streams);
 
+  // A stream refused for its ticket (it expired while the page slept): the
+  // guest's session goes on with Refresh, not another GuestLogin (each starts a
+  // session, and the backend limits them per account), and the page plays on.
+  await page.evaluate(() => (location.hash = ""));
+  await until(page, 5000, "lobby before the stale ticket", async () => (await route(page)) === "lobby");
+  const auth = { guest: 0, refresh: 0 };
+  page.on("request", (req) => {
+    if (req.url().endsWith("/ludus.v1.AuthService/GuestLogin")) auth.guest++;
+    if (req.url().endsWith("/ludus.v1.AuthService/Refresh")) auth.refresh++;
+  });
+  let stale = false;
+  await page.route(streams, (r) => {
+    if (stale) return r.continue();
+    stale = true;
+    return r.fulfill(connectError("unauthenticated", "ticket expired"));
+  });
+  await page.getByRole("button", { name: "Play as guest" }).click();
+  await until(page, 15_000, "the stream was never refused for its ticket", async () => stale);
+  await frameDrawn(page, "after renewing the ticket", (await page.evaluate(canvasState)).frames);
+  check(auth.refresh >= 1 && auth.guest === 0, `renewed with ${auth.guest} GuestLogin and ${auth.refresh} Refresh calls, want Refresh only`);
+  await page.unroute(streams);
+
   // The 404 page: styled like the site, with a way home.
   const res = await page.goto(new URL("/no/such/page", base).href, { waitUntil: "load" });
   check(res?.status() === 404, `unknown path: HTTP ${res?.status()}`);

@@ -121,7 +121,7 @@ export class TabIdentity {
 
   /**
    * The refresh token of an email sign-in (renewed with AuthService.Refresh, single
-   * use); "" for guests, whose tickets are renewed with GuestLogin.
+   * use); "" for guests, whose refresh token the Session keeps in memory.
    */
   get refresh(): string {
     return storageGet(`${this.key}.refresh`) ?? "";
@@ -212,6 +212,13 @@ export class Session {
   private renewTimer = 0;
   private pending: Promise<void> | null = null;
   private pendingName = "";
+  /**
+   * A guest's refresh token and the name its GuestLogin sent. In memory only: it is
+   * single use, and tabs that shared it would each spend it (the second use ends the
+   * session). A reload signs the guest in again.
+   */
+  private guestRefresh = "";
+  private guestName = "";
 
   constructor(private readonly cfg: Config) {
     const bearer: Interceptor = (next) => async (req) => {
@@ -250,6 +257,7 @@ export class Session {
     if (tenant === this.cfg.tenant) return;
     this.cfg.tenant = tenant;
     clearTimeout(this.renewTimer);
+    this.guestRefresh = "";
     this.ticket = "";
     this.accountId = "";
     this.displayName = "";
@@ -298,13 +306,28 @@ export class Session {
           this.identity.reset();
         }
       }
+      const name = displayName.trim().slice(0, 32);
+      const guestRefresh = this.guestRefresh;
+      if (!refresh && guestRefresh && name === this.guestName) {
+        // A guest's renewal: Refresh continues the session, where another GuestLogin
+        // would start one (the backend limits sign-ins per account and keeps an
+        // account's newest sessions only). A new name needs GuestLogin, which renames.
+        try {
+          const res = await this.auth.refresh({ tenant, refreshToken: guestRefresh });
+          if (tenant !== this.cfg.tenant) return;
+          if (res.session) {
+            this.adopt(res.session, false);
+            return;
+          }
+        } catch (err) {
+          if (ConnectError.from(err).code !== Code.Unauthenticated) throw err;
+          this.guestRefresh = ""; // spent or ended: sign the device in again
+        }
+      }
       const deviceId = await this.identity.claim();
-      const res = await this.auth.guestLogin({
-        tenant,
-        deviceId,
-        displayName: displayName.trim().slice(0, 32),
-      });
+      const res = await this.auth.guestLogin({ tenant, deviceId, displayName: name });
       if (tenant !== this.cfg.tenant) return; // the tenant changed meanwhile
+      this.guestName = name;
       this.adopt(res, false);
     } catch (err) {
       // Keep the old ticket (it may still be valid) and try again shortly.
@@ -314,12 +337,20 @@ export class Session {
     }
   }
 
-  /** Uses a new ticket and schedules its renewal; keeps the refresh token of an email sign-in. */
+  /**
+   * Uses a new ticket and schedules its renewal; keeps the refresh token (an email
+   * sign-in's in the tab's storage, a guest's in memory).
+   */
   private adopt(s: Omit<AuthSession, "$typeName">, email = true): void {
     this.ticket = s.ticket;
     this.accountId = s.accountId;
     this.displayName = s.displayName;
-    if (email) this.identity.refresh = s.refreshToken;
+    if (email) {
+      this.identity.refresh = s.refreshToken;
+      this.guestRefresh = "";
+    } else {
+      this.guestRefresh = s.refreshToken;
+    }
     const expires = s.expiresAt ? timestampMs(s.expiresAt) : Date.now() + DEFAULT_TICKET_MS;
     const delay = Math.max(RETRY_LOGIN_MS, expires - Date.now() - RENEW_BEFORE_MS);
     this.renewTimer = window.setTimeout(() => void this.login().catch(() => {}), delay);
@@ -353,8 +384,9 @@ export class Session {
   async signOut(): Promise<void> {
     await this.pending?.catch(() => {});
     clearTimeout(this.renewTimer);
-    const refresh = this.identity.refresh;
+    const refresh = this.identity.refresh || this.guestRefresh;
     if (refresh) await this.auth.logout({ tenant: this.cfg.tenant, refreshToken: refresh }).catch(() => {});
+    this.guestRefresh = "";
     this.identity.reset();
     this.ticket = "";
     this.accountId = "";

@@ -697,7 +697,17 @@ func (s *DB) UseRefreshToken(ctx context.Context, hash []byte, at time.Time, nex
 			return commitErr{store.ErrRefreshReused}
 		}
 		next.FamilyID, next.TenantID, next.AccountID = old.FamilyID, old.TenantID, old.AccountID
-		return insertRefresh(ctx, tx, next)
+		if err := insertRefresh(ctx, tx, next); err != nil {
+			return err
+		}
+		// Forget the used tokens beyond the newest RefreshReuseMemory: a
+		// client (or a loop) refreshing every few seconds would otherwise
+		// keep a row per use for RefreshTTL. Up to forgetBatch a use, so a
+		// family left long (from before this bound) shrinks over a few.
+		_, err = tx.exec(ctx, `DELETE FROM refresh_tokens WHERE hash IN (SELECT hash FROM refresh_tokens
+			WHERE account_id = ? AND family_id = ? AND used_at IS NOT NULL ORDER BY used_at DESC, hash LIMIT ? OFFSET ?)`,
+			old.AccountID, old.FamilyID, forgetBatch, store.RefreshReuseMemory)
+		return err
 	})
 	if err != nil {
 		return store.RefreshToken{}, err
@@ -732,6 +742,37 @@ func (s *DB) DeleteExpiredRefreshTokens(ctx context.Context, now time.Time, limi
 	return s.deleteRows(ctx, "delete expired refresh tokens", `DELETE FROM refresh_tokens WHERE hash IN
 		(SELECT hash FROM refresh_tokens WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`, ToDB(now), limit)
 }
+
+// forgetBatch is how many surplus used tokens one refresh deletes.
+const forgetBatch = 64
+
+// TrimRefreshFamilies implements store.Store. Finding the accounts reads
+// the (account_id, family_id) index whole: the sweep that calls it runs
+// hourly.
+func (s *DB) TrimRefreshFamilies(ctx context.Context, keep, accounts int) (trimmed, deleted int, err error) {
+	ids, err := list(ctx, s, "refresh families", func(r scanner) (string, error) {
+		var id string
+		return id, r.Scan(&id)
+	}, `SELECT account_id FROM refresh_tokens GROUP BY account_id HAVING COUNT(DISTINCT family_id) > ? ORDER BY account_id LIMIT ?`, keep, accounts)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, id := range ids {
+		n, err := s.deleteRows(ctx, "trim refresh families", `DELETE FROM refresh_tokens WHERE account_id = ? AND family_id IN
+			(SELECT family_id FROM refresh_tokens WHERE account_id = ? GROUP BY family_id
+			ORDER BY MAX(created_at) DESC, family_id LIMIT ? OFFSET ?)`, id, id, maxTrimFamilies, keep)
+		if err != nil {
+			return trimmed, deleted, err
+		}
+		trimmed++
+		deleted += n
+	}
+	return trimmed, deleted, nil
+}
+
+// maxTrimFamilies bounds the families one trim of an account deletes (one
+// transaction); the sweep trims again until none is left over.
+const maxTrimFamilies = 10_000
 
 // Progression
 

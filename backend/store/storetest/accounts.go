@@ -331,6 +331,95 @@ func testRefreshTokenExpiryConcurrent(t *testing.T, s store.Store) {
 	}
 }
 
+// testRefreshReuseMemory: a family used many times keeps its newest
+// store.RefreshReuseMemory used tokens, whose reuse still revokes it; older
+// ones are gone (unknown), so the family's rows stay bounded.
+func testRefreshReuseMemory(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tn := mustTenant(t, s, "rrm")
+	a := mustAccount(t, s, tn.ID, "dev-rrm-00000000")
+	first := refresh("m0", base)
+	first.FamilyID, first.TenantID, first.AccountID = "fm", tn.ID, a.ID
+	must(t, "create", s.CreateRefreshToken(ctx, first))
+	const uses = 3 * store.RefreshReuseMemory
+	for i := range uses {
+		at := base.Add(time.Duration(i+1) * time.Second)
+		_, err := s.UseRefreshToken(ctx, hash(fmt.Sprint("m", i)), at, refresh(fmt.Sprint("m", i+1), at))
+		must(t, fmt.Sprint("use m", i), err)
+	}
+	// Deleting everything far in the future counts the family's rows: the
+	// live token and the remembered used ones.
+	defer func() {
+		if n, err := s.DeleteExpiredRefreshTokens(ctx, base.Add(48*time.Hour), 1000); err != nil || n != store.RefreshReuseMemory+1 {
+			t.Errorf("the family holds %d tokens, %v; want %d (the live one and %d used)", n, err, store.RefreshReuseMemory+1, store.RefreshReuseMemory)
+		}
+	}()
+	at := base.Add(time.Hour / 2)
+	// m0 .. m(uses-RefreshReuseMemory-1) are forgotten: unknown, and
+	// presenting one leaves the family alone.
+	forgotten := uses - store.RefreshReuseMemory - 1
+	_, err := s.UseRefreshToken(ctx, hash(fmt.Sprint("m", forgotten)), at, refresh("x", at))
+	wantErr(t, "a forgotten used token", err, store.ErrNotFound)
+	// The oldest remembered one still trips the wire.
+	_, err = s.UseRefreshToken(ctx, hash(fmt.Sprint("m", forgotten+1)), at, refresh("y", at))
+	wantErr(t, "the oldest remembered used token", err, store.ErrRefreshReused)
+	_, err = s.UseRefreshToken(ctx, hash(fmt.Sprint("m", uses)), at, refresh("z", at))
+	wantErr(t, "the live token after the reuse", err, store.ErrRevoked)
+}
+
+// testRefreshFamilyTrim: TrimRefreshFamilies leaves each account its keep
+// newest families (by their newest token), whole, and deletes the others'
+// tokens; accounts within the bound are untouched.
+func testRefreshFamilyTrim(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tn := mustTenant(t, s, "rft")
+	many := mustAccount(t, s, tn.ID, "dev-rft-00000000")
+	few := mustAccount(t, s, tn.ID, "dev-rft-00000001")
+	mk := func(h, family string, acc store.Account, created time.Time) {
+		t.Helper()
+		r := refresh(h, created)
+		r.FamilyID, r.TenantID, r.AccountID = family, tn.ID, acc.ID
+		must(t, "create "+h, s.CreateRefreshToken(ctx, r))
+	}
+	// many: families f0..f5 started a minute apart; f0, the oldest start,
+	// was used since, so by its newest token it is the newest family.
+	for i := range 6 {
+		mk(fmt.Sprint("t", i), fmt.Sprint("f", i), many, base.Add(time.Duration(i)*time.Minute))
+	}
+	_, err := s.UseRefreshToken(ctx, hash("t0"), base.Add(10*time.Minute), refresh("t0b", base.Add(10*time.Minute)))
+	must(t, "use t0", err)
+	mk("u0", "g0", few, base)
+	mk("u1", "g1", few, base.Add(time.Minute))
+
+	trimmed, deleted, err := s.TrimRefreshFamilies(ctx, 3, 100)
+	if err != nil || trimmed != 1 || deleted != 3 {
+		t.Fatalf("TrimRefreshFamilies(keep 3) = %d accounts, %d tokens, %v; want 1, 3 (f1, f2, f3)", trimmed, deleted, err)
+	}
+	at := base.Add(20 * time.Minute)
+	for _, h := range []string{"t1", "t2", "t3"} {
+		_, err := s.UseRefreshToken(ctx, hash(h), at, refresh(h+"n", at))
+		wantErr(t, h+" of a trimmed family", err, store.ErrNotFound)
+	}
+	for _, h := range []string{"t4", "t5", "t0b", "u0", "u1"} {
+		_, err := s.UseRefreshToken(ctx, hash(h), at, refresh(h+"n", at))
+		must(t, h+" of a kept family", err)
+	}
+	// f0's used token is kept with it: its reuse still revokes the family.
+	_, err = s.UseRefreshToken(ctx, hash("t0"), at, refresh("t0x", at))
+	wantErr(t, "reuse of a kept family's used token", err, store.ErrRefreshReused)
+	if trimmed, deleted, err := s.TrimRefreshFamilies(ctx, 3, 100); err != nil || trimmed != 0 || deleted != 0 {
+		t.Fatalf("a second trim = %d accounts, %d tokens, %v; want nothing", trimmed, deleted, err)
+	}
+	// The account limit bounds one call.
+	other := mustAccount(t, s, tn.ID, "dev-rft-00000002")
+	for i := range 3 {
+		mk(fmt.Sprint("o", i), fmt.Sprint("h", i), other, base.Add(time.Duration(i)*time.Minute))
+	}
+	if trimmed, deleted, err := s.TrimRefreshFamilies(ctx, 1, 1); err != nil || trimmed != 1 || deleted == 0 {
+		t.Fatalf("TrimRefreshFamilies(keep 1, 1 account) = %d accounts, %d tokens, %v; want 1 account", trimmed, deleted, err)
+	}
+}
+
 func testRefreshConcurrentUse(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	tn := mustTenant(t, s, "rtc")

@@ -47,6 +47,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RefreshConcurrentUse", testRefreshConcurrentUse},
 		{"RefreshTokenExpiry", testRefreshTokenExpiry},
 		{"RefreshTokenExpiryConcurrent", testRefreshTokenExpiryConcurrent},
+		{"RefreshReuseMemory", testRefreshReuseMemory},
+		{"RefreshFamilyTrim", testRefreshFamilyTrim},
 		{"Progression", testProgression},
 		{"ProgressionConcurrent", testProgressionConcurrent},
 		{"MatchReports", testMatchReports},
