@@ -132,7 +132,8 @@ func browserSetup(t *testing.T) (chromium, artifacts string) {
 // module's metadata, per-tab sessions and history navigation, the status bar
 // (including a real handoff to another node), errors in words with bounded
 // retries (none for a game that is over; a seat the game gave up taken
-// again, a stale ticket renewed with Refresh) and the 404 page, and a phone: touch controls, sharing, full screen
+// again, a stale ticket renewed with Refresh, a quota and a stream limit in
+// the server's words without automatic retries) and the 404 page, and a phone: touch controls, sharing, full screen
 // and the games table at 360 px. Screenshots go to artifacts/web-*.png.
 func TestBrowserSite(t *testing.T) {
 	chromium, artifacts := browserSetup(t)

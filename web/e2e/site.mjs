@@ -413,6 +413,49 @@ async function errorsFlow(page) {
   check(auth.refresh >= 1 && auth.guest === 0, `renewed with ${auth.guest} GuestLogin and ${auth.refresh} Refresh calls, want Refresh only`);
   await page.unroute(streams);
 
+  // A tenant's quota (the gateway's exact words): said as the server says it,
+  // not "busy", and not tried again by itself, since live games do not end
+  // because the page asks again; Retry stays for when one has.
+  await page.evaluate(() => (location.hash = ""));
+  await until(page, 5000, "lobby before the quota", async () => (await route(page)) === "lobby");
+  const create = "**/ludus.v1.GameService/CreateGame";
+  let creates = 0;
+  await page.route(create, (r) => {
+    creates++;
+    return r.fulfill({
+      status: 429,
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ code: "resource_exhausted", message: "tenant demo has 3 live games, its limit is 3: end a game or ask the operator to raise live_games" }),
+    });
+  });
+  await page.getByRole("button", { name: "Play as guest" }).click();
+  const quota = await until(page, 10_000, "no word of the quota", async () => {
+    const t = await page.textContent("#status .message");
+    return t.includes("its limit is 3") ? t : null;
+  });
+  await page.waitForTimeout(3500); // longer than the first two automatic retries would wait
+  check(!/busy|Trying again/.test(await page.textContent("#status .message")), `a quota said as busy or retried: ${quota}`);
+  check(creates === 1, `CreateGame called ${creates} times for a quota without a wait`);
+  check(await page.getByRole("button", { name: "Retry" }).count() === 1, "no Retry for a quota");
+  await page.unroute(create);
+
+  // A stream refused for a limit that names no wait (too many open streams):
+  // stopped at once with the server's words, no six tries.
+  await page.getByRole("button", { name: "Back to lobby" }).click();
+  await until(page, 5000, "lobby before the stream limit", async () => (await route(page)) === "lobby");
+  let opened = 0;
+  await page.route(streams, (r) => {
+    opened++;
+    return r.fulfill(connectError("resource_exhausted", "too many open streams: this account already has 4 open on this gateway (the limit is 4); close one first"));
+  });
+  await page.getByRole("button", { name: "Play as guest" }).click();
+  await until(page, 15_000, "the stream limit was not said", async () =>
+    (await page.textContent("#status .message")).includes("Too many open streams"));
+  await page.waitForTimeout(2000);
+  check((await field(page, "conn")) === "stopped", `the page did not stop at the stream limit: ${await field(page, "conn")}`);
+  check(opened === 1, `${opened} streams opened against a limit without a wait`);
+  await page.unroute(streams);
+
   // The 404 page: styled like the site, with a way home.
   const res = await page.goto(new URL("/no/such/page", base).href, { waitUntil: "load" });
   check(res?.status() === 404, `unknown path: HTTP ${res?.status()}`);

@@ -416,13 +416,27 @@ export interface Trouble {
   gone: boolean;
   /** "code: message", for the details. */
   raw: string;
+  /**
+   * How long before trying again automatically can work: 0 (unknown: back off as
+   * usual), the server's wait (a limit that refills: "retry in N s", Retry-After),
+   * or Infinity (a limit that does not refill by itself: only the player's Retry).
+   */
+  waitMs: number;
+}
+
+/** The wait a refusal names: its Retry-After metadata or "retry in N s" (ms; 0 if none). */
+export function refusalWait(ce: ConnectError): number {
+  const header = Number.parseInt(ce.metadata.get("retry-after") ?? "", 10);
+  if (Number.isFinite(header) && header > 0) return header * 1000;
+  const said = /retry in (\d+) ?s\b/i.exec(ce.rawMessage);
+  return said ? Number(said[1]) * 1000 : 0;
 }
 
 /** Words for an RPC error, instead of its code ("not_found: …"). */
 export function trouble(err: unknown, subject: "game" | "tenant" = "game"): Trouble {
   const ce = ConnectError.from(err);
   const raw = describeError(err);
-  const t = (text: string, retry = false, gone = false): Trouble => ({ text, retry, gone, raw });
+  const t = (text: string, retry = false, gone = false, waitMs = 0): Trouble => ({ text, retry, gone, raw, waitMs });
   switch (ce.code) {
     case Code.NotFound:
       return subject === "tenant" ? t("There is no tenant by that name.") : t("This game has ended or never existed.", false, true);
@@ -431,8 +445,17 @@ export function trouble(err: unknown, subject: "game" | "tenant" = "game"): Trou
       return t("The server cannot be reached right now.", true);
     case Code.DeadlineExceeded:
       return t("The server took too long to answer.", true);
-    case Code.ResourceExhausted:
-      return t(/full/i.test(ce.rawMessage) ? "This game is full." : "The server is busy; try again in a moment.", true);
+    case Code.ResourceExhausted: {
+      if (/full/i.test(ce.rawMessage)) return t("This game is full.", true);
+      // A stated limit (a tenant's quota, a per-account rate): the server's own
+      // words say which and what to do. One that names a wait is tried again after
+      // it; one that does not (live games, stored archives) waits for the player.
+      if (/limit is|too many/i.test(ce.rawMessage)) {
+        const wait = refusalWait(ce);
+        return t(`${ce.rawMessage.charAt(0).toUpperCase()}${ce.rawMessage.slice(1)}.`, true, false, wait || Infinity);
+      }
+      return t("The server is busy; try again in a moment.", true);
+    }
     case Code.PermissionDenied:
       return t("You are not allowed to do that in this tenant.");
     case Code.Unauthenticated:

@@ -283,6 +283,9 @@ function fail(what: string, t: Trouble, retry: () => void): void {
   status.say(`${what}: ${t.text}`, "error", actions, t.raw);
 }
 
+/** The longest wait a refusal may name for the page to try again by itself. */
+const MAX_AUTO_WAIT_MS = 15_000;
+
 /** Tries fn a few times with backoff while the errors are worth retrying. */
 async function withRetries<T>(gen: number, fn: () => Promise<T>, tries = 3): Promise<T> {
   let delay = 1000;
@@ -291,9 +294,10 @@ async function withRetries<T>(gen: number, fn: () => Promise<T>, tries = 3): Pro
       return await fn();
     } catch (err) {
       const t = trouble(err);
-      if (i >= tries || !t.retry || gen !== generation) throw err;
+      // A wait longer than the player would sit through is theirs to decide (Retry).
+      if (i >= tries || !t.retry || t.waitMs > MAX_AUTO_WAIT_MS || gen !== generation) throw err;
       status.say(`${t.text} Trying again (${i}/${tries - 1})…`, "error", [], t.raw);
-      await new Promise((r) => setTimeout(r, delay));
+      await new Promise((r) => setTimeout(r, Math.max(delay, t.waitMs)));
       delay *= 2;
       if (gen !== generation) throw err;
     }

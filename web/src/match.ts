@@ -82,6 +82,8 @@ const BACKOFF_MIN_MS = 500;
 const BACKOFF_MAX_MS = 10_000;
 /** Failed connections in a row (no frame between) before the page stops and offers Retry. */
 const MAX_FAILURES = 6;
+/** The longest wait a refusal may name for the stream to be tried again by itself. */
+const MAX_AUTO_WAIT_MS = 15_000;
 const PING_MS = 5_000;
 
 export class Match {
@@ -312,6 +314,7 @@ export class Match {
       let why = "stream closed";
       let said = "The connection to the game closed.";
       let raw = "";
+      let waitMs = 0; // what the refusal asked to wait (Trouble.waitMs)
       const framesBefore = this.framesTotal;
       let now = false;
       this.switching = false; // a fallback between streams applies to this one already
@@ -372,6 +375,7 @@ export class Match {
         const t = trouble(err);
         said = t.text;
         raw = t.raw;
+        waitMs = t.waitMs;
         const code = ConnectError.from(err).code;
         if (code === Code.Aborted && /another window/i.test(ConnectError.from(err).rawMessage)) {
           // One controller per slot: another tab or device took this player over.
@@ -419,17 +423,19 @@ export class Match {
       }
       if (now) continue;
       failures = this.framesTotal > framesBefore ? 1 : failures + 1;
-      if (failures >= MAX_FAILURES) {
-        // Bounded: stop and let the player decide.
+      if (failures >= MAX_FAILURES || waitMs > MAX_AUTO_WAIT_MS) {
+        // Bounded: stop and let the player decide (at once for a limit that does
+        // not refill by itself, such as too many open streams).
         this.status.set({ conn: "stopped" });
-        this.status.say(`${said} Stopped after ${failures} tries.`, "error", this.troubleActions(), raw || why);
+        const tries = failures >= MAX_FAILURES ? ` Stopped after ${failures} tries.` : "";
+        this.status.say(`${said}${tries}`, "error", this.troubleActions(), raw || why);
         await this.wait(Infinity);
         failures = 0;
         backoff = BACKOFF_MIN_MS;
         this.status.say("Connecting…");
         continue;
       }
-      const delay = backoff * (0.75 + Math.random() / 2);
+      const delay = Math.max(backoff * (0.75 + Math.random() / 2), waitMs);
       backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
       this.status.set({ conn: "retrying" });
       this.status.say(`${said} Trying again in ${Math.ceil(delay / 1000)} s (${failures}/${MAX_FAILURES}).`, "error", this.troubleActions(), raw || why);
