@@ -27,7 +27,9 @@ import (
 // module's InputKind left out, as docs/GUIDE.md's first game does: an
 // "event" game, whose inputs apply in order from seq 1, and which refuses
 // the page's first input (numbered from the wall clock) with an InputGap
-// the page must number on from.
+// the page must number on from. In both, one send fails on purpose
+// (Unavailable) and no later input may be refused for a gap: an event
+// input is sent again with its seq.
 func TestStudioFirstHour(t *testing.T) {
 	chromium, artifacts := browserSetup(t)
 	bin := ludusBinary(t)

@@ -84,6 +84,34 @@ await h.run(async () => {
   await pages[0].keyboard.down("ArrowRight");
   await until(pages[0], 5000, "ArrowRight did not move the player", async () => (await pages[0].evaluate(canvasState)).hash !== before);
   await pages[0].keyboard.up("ArrowRight");
+  // A send that fails for a passing reason (Unavailable: the game moving to
+  // another node) is sent again; in an event game as it was, same seq, so no
+  // later input waits for a gap and is refused for it (409: Aborted, InputGap).
+  const sends = "**/ludus.v1.GameService/SendInput";
+  let failed = 0;
+  let gaps = 0;
+  pages[0].on("response", (r) => {
+    if (r.url().endsWith("/ludus.v1.GameService/SendInput") && r.status() === 409) gaps++;
+  });
+  await pages[0].route(sends, (r) => {
+    if (failed > 0) return r.continue();
+    failed++;
+    return r.fulfill({
+      status: 503,
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ code: "unavailable", message: "game is moving to another node" }),
+    });
+  });
+  await pages[0].keyboard.down("ArrowLeft");
+  await pages[0].waitForTimeout(300);
+  await pages[0].keyboard.up("ArrowLeft");
+  await pages[0].keyboard.down("ArrowDown");
+  await pages[0].waitForTimeout(300);
+  await pages[0].keyboard.up("ArrowDown");
+  await pages[0].waitForTimeout(3000); // the retry (1 s) and longer than a game waits for a gap (1 s)
+  await pages[0].unroute(sends);
+  check(failed === 1, `${failed} sends failed on purpose, want 1`);
+  check(gaps === 0, `${gaps} inputs refused for a gap after one failed send: it was not sent again as it was`);
   // The match ends at its time limit; the page says who won and the scores.
   const results = [];
   for (const [i, page] of pages.entries()) {

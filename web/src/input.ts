@@ -347,6 +347,14 @@ const RETRY_MS = 1000;
  * ahead with Aborted and an InputGap naming the seq it waits for: the sender then
  * numbers on from that seq and sends the newest payload at once (the inputs it had in
  * flight were refused too, and their payloads are older).
+ *
+ * A send that fails for a passing reason (the game moving to another node, the
+ * network, a rate) may or may not have reached the game. For "state" inputs the
+ * newest payload goes again under a new seq (an older one is worth nothing once a
+ * newer is applied). An "event" input is re-sent as it was, same seq and payload,
+ * before anything newer: the game applies a seq at most once, and a new seq in its
+ * place would leave a gap that holds every later input until the game gives up
+ * waiting (1 s) and refuses them.
  */
 export class InputSender {
   private desired: Uint8Array = new Uint8Array(0);
@@ -356,6 +364,10 @@ export class InputSender {
   /** Counts renumberings: a refusal of an input numbered before the last one is stale. */
   private numbering = 0;
   private inFlight = 0;
+  /** Event inputs whose send failed for a passing reason, to go again as they were. */
+  private resend: { seq: bigint; payload: Uint8Array }[] = [];
+  /** The game's inputs are "event" ones (every input applies, in seq order). */
+  events = false;
   private blockedUntil = 0;
   private retryTimer = 0;
   private readonly abort = new AbortController();
@@ -377,17 +389,24 @@ export class InputSender {
 
   private pump(): void {
     const signal = this.abort.signal;
-    while (!signal.aborted && this.inFlight < MAX_IN_FLIGHT && !same(this.desired, this.sent)) {
+    while (!signal.aborted && this.inFlight < MAX_IN_FLIGHT && (this.resend.length > 0 || !same(this.desired, this.sent))) {
       const wait = this.blockedUntil - performance.now();
       if (wait > 0) {
         clearTimeout(this.retryTimer);
         this.retryTimer = window.setTimeout(() => this.pump(), wait);
         return;
       }
-      const payload = this.desired;
-      const seq = this.nextSeq++;
+      let payload: Uint8Array;
+      let seq: bigint;
+      const again = this.resend.shift();
+      if (again) {
+        ({ seq, payload } = again);
+      } else {
+        payload = this.desired;
+        seq = this.nextSeq++;
+        this.sent = payload;
+      }
       const numbering = this.numbering;
-      this.sent = payload;
       this.inFlight++;
       const t0 = performance.now();
       this.send(seq, payload, signal).then(
@@ -414,18 +433,41 @@ export class InputSender {
               this.numbering++;
               this.nextSeq = missing;
               this.sent = null;
+              this.resend = []; // older than what the game asks for now
             }
             this.pump();
             return;
           }
           this.onError(err);
-          this.sent = null;
+          if (this.events && passing(err)) {
+            if (numbering === this.numbering) {
+              this.resend.push({ seq, payload });
+              this.resend.sort((a, b) => (a.seq < b.seq ? -1 : a.seq > b.seq ? 1 : 0));
+            }
+          } else {
+            this.sent = null;
+          }
           this.blockedUntil = performance.now() + RETRY_MS;
           this.pump();
         },
       );
     }
   }
+}
+
+/**
+ * Whether a send failed for a reason that passes (the game moving, the network, a
+ * rate, a timeout), so that the same input may be sent again as it was.
+ */
+function passing(err: unknown): boolean {
+  switch (ConnectError.from(err).code) {
+    case Code.Unavailable:
+    case Code.DeadlineExceeded:
+    case Code.ResourceExhausted:
+    case Code.Unknown:
+      return true;
+  }
+  return false;
 }
 
 /** The seq an event game waits for, when err refused an input for a gap before it. */

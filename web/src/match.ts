@@ -260,6 +260,8 @@ export class Match {
     this.metaJson = json;
     hooks.meta = meta;
     this.controls?.setControls(meta.controls);
+    // Declared "state", or "event" (the default, also when not declared).
+    if (this.sender) this.sender.events = meta.inputKind !== "state";
     this.o.onMeta?.(meta);
     return true;
   }
