@@ -91,6 +91,8 @@ type Gateway struct {
 	fleet *clusterstate.View
 	// dir is where games run, from a watch of etcd (directory.go).
 	dir *directory
+	// lobby shares ListGames' reads of etcd among concurrent calls (lobby.go).
+	lobby *lobbyReads
 	// moduleBytes caches modules served to players (modules.go).
 	moduleBytes *moduleCache
 	modules     clusterv1connect.ModuleStoreServiceClient
@@ -183,6 +185,10 @@ func New(cfg Config) (*Gateway, error) {
 		health:      grpchealth.NewStaticChecker(ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName),
 	}
 	g.dir = newDirectory(cfg.Etcd, g.metrics.etcdReads)
+	g.lobby = newLobbyReads(func(ctx context.Context, tenant string) ([]clusterstate.Game, error) {
+		g.metrics.etcdReads.Inc()
+		return g.fleet.Games(ctx, tenant)
+	})
 	g.modules = clusterv1connect.NewModuleStoreServiceClient(g.h2c, cfg.BackendURL,
 		connect.WithInterceptors(bearer.Token(cfg.ClusterToken)))
 	if cfg.Matchmaking {

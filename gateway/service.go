@@ -154,15 +154,20 @@ func (s *gameService) nodes(ctx context.Context) ([]clusterstate.NodeInfo, error
 
 func (s *gameService) ListGames(ctx context.Context, req *connect.Request[ludusv1.ListGamesRequest]) (*connect.Response[ludusv1.ListGamesResponse], error) {
 	c := claimsFrom(ctx)
-	s.g.metrics.etcdReads.Inc()
-	games, err := s.g.fleet.Games(ctx, c.TenantID)
+	games, err := s.g.lobby.games(ctx, c.TenantID) // shared with concurrent calls (lobby.go)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
+		}
 		s.g.log.Warn("cannot list games", "tenant", c.TenantID, "err", err)
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("games cannot be listed right now; retry in a moment"))
 	}
 	resp := &ludusv1.ListGamesResponse{}
-	for _, g := range games {
+	for _, g := range games { // newest first
 		if g.Status.State == clusterstate.StateRunning && g.Owner != "" {
+			if len(resp.Games) == MaxListedGames {
+				break
+			}
 			resp.Games = append(resp.Games, lobbyInfo(g))
 		}
 	}
