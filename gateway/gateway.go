@@ -103,8 +103,10 @@ type Gateway struct {
 	inputs      *accountLimiter
 	// searches limits each account's MatchmakingService calls.
 	searches *accountLimiter
-	metrics  *metrics
-	health   *grpchealth.StaticChecker
+	// creations limits each account's CreateGame calls.
+	creations *accountLimiter
+	metrics   *metrics
+	health    *grpchealth.StaticChecker
 
 	mu    sync.Mutex
 	nodes map[string]clusterv1connect.NodeServiceClient // by address
@@ -181,6 +183,7 @@ func New(cfg Config) (*Gateway, error) {
 		streams:     streamCounter{max: limits.MaxStreamsPerAccount},
 		inputs:      newInputLimiter(limits.InputsPerSecond, limits.InputBurst),
 		searches:    newAccountLimiter("matchmaking calls", limits.MatchmakingCallsPerSecond, limits.MatchmakingBurst),
+		creations:   newAccountLimiter("games", limits.GamesPerMinute/60, limits.GamesBurst).statedPerMinute(),
 		metrics:     newMetrics(cfg.Registry),
 		health:      grpchealth.NewStaticChecker(ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName),
 	}

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,15 @@ type Limits struct {
 	// reaches the matchmaker.
 	MatchmakingCallsPerSecond float64
 	MatchmakingBurst          int
+	// GamesPerMinute and GamesBurst size the token bucket of each account's
+	// CreateGame calls on this gateway: a player starts a game now and then,
+	// and each game takes a place on a sim node, whose capacity every tenant
+	// shares, for at least the minute an unplayed game lives. Default 10 a
+	// minute with a burst of 10; negative GamesPerMinute: no limit. Exceeded:
+	// ResourceExhausted with the wait (and Retry-After). A tenant's quota
+	// (games_per_minute) may be lower; it applies too.
+	GamesPerMinute float64
+	GamesBurst     int
 	// MaxMessageBytes is the largest request message the gateway reads. Default
 	// 64 KiB. Exceeded: ResourceExhausted, before the message is decoded.
 	MaxMessageBytes int
@@ -70,6 +81,8 @@ var DefaultLimits = Limits{
 	InputBurst:                120,
 	MatchmakingCallsPerSecond: 1,
 	MatchmakingBurst:          10,
+	GamesPerMinute:            10,
+	GamesBurst:                10,
 	MaxMessageBytes:           64 << 10,
 	MaxInputBytes:             256,
 	MaxConfigBytes:            4 << 10,
@@ -96,6 +109,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MatchmakingBurst <= 0 {
 		l.MatchmakingBurst = d.MatchmakingBurst
+	}
+	if l.GamesPerMinute == 0 {
+		l.GamesPerMinute = d.GamesPerMinute
+	}
+	if l.GamesBurst <= 0 {
+		l.GamesBurst = d.GamesBurst
 	}
 	if l.MaxMessageBytes <= 0 {
 		l.MaxMessageBytes = d.MaxMessageBytes
@@ -160,10 +179,12 @@ func (c *streamCounter) acquire(account string) (release func(), err error) {
 
 // accountLimiter is a token bucket per account.
 type accountLimiter struct {
-	what  string  // what it counts, plural ("inputs"): for its error
-	rate  float64 // tokens per second; negative: unlimited
-	burst float64
-	now   func() time.Time
+	what string // what it counts, plural ("inputs"): for its error
+	// perMinute: its error states the rate a minute (slow limits).
+	perMinute bool
+	rate      float64 // tokens per second; negative: unlimited
+	burst     float64
+	now       func() time.Time
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -182,6 +203,12 @@ func newInputLimiter(rate float64, burst int) *accountLimiter {
 
 func newAccountLimiter(what string, rate float64, burst int) *accountLimiter {
 	return &accountLimiter{what: what, rate: rate, burst: float64(burst), now: time.Now, buckets: map[string]*bucket{}}
+}
+
+// statedPerMinute makes l's error state its rate a minute.
+func (l *accountLimiter) statedPerMinute() *accountLimiter {
+	l.perMinute = true
+	return l
 }
 
 // allow takes one token of account's bucket, or fails with ResourceExhausted.
@@ -209,8 +236,15 @@ func (l *accountLimiter) allow(account string) error {
 	b.tokens = min(l.burst, b.tokens+now.Sub(b.at).Seconds()*l.rate)
 	b.at = now
 	if b.tokens < 1 {
-		return connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("%s rate limit: at most %g %s per second per account (bursts of %g); slow down", strings.TrimSuffix(l.what, "s"), l.rate, l.what, l.burst))
+		secs := int(math.Ceil((1 - b.tokens) / l.rate))
+		rate := fmt.Sprintf("%g %s per second", l.rate, l.what)
+		if l.perMinute {
+			rate = fmt.Sprintf("%g %s a minute", math.Round(l.rate*60*100)/100, l.what)
+		}
+		err := connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("%s rate limit: at most %s per account (bursts of %g); slow down: retry in %d s", strings.TrimSuffix(l.what, "s"), rate, l.burst, secs))
+		err.Meta().Set("Retry-After", strconv.Itoa(secs))
+		return err
 	}
 	b.tokens--
 	return nil

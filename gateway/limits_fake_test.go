@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
@@ -208,5 +211,49 @@ func TestFakePendingInputs(t *testing.T) {
 	}
 	if got := c.metricWith("ludus_gateway_limit_rejections_total", map[string]string{"limit": "pending_inputs"}); got != 1 {
 		t.Fatalf("limit rejections (pending_inputs) = %v; want 1", got)
+	}
+}
+
+// TestFakeCreateGameRate: each account's CreateGame calls share a token
+// bucket: over the burst a call is refused with the wait (message and
+// Retry-After) before any node is asked, another account is not held up,
+// and the bucket refills with time.
+func TestFakeCreateGameRate(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, Limits{GamesPerMinute: 2, GamesBurst: 2})
+	c.addNode(clusterstate.NodeInfo{ID: "node-a", Capacity: 100})
+	c.waitNodes(1)
+	var mu sync.Mutex
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	c.gw.creations.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	create := func(ticket string) error {
+		_, err := c.client(ticket).CreateGame(context.Background(), connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "arena"}))
+		return err
+	}
+	for i := range 2 {
+		if err := create(ticketAlice); err != nil {
+			t.Fatalf("create %d of the burst: %v", i, err)
+		}
+	}
+	err := create(ticketAlice)
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted ||
+		!strings.Contains(ce.Message(), "at most 2 games a minute per account (bursts of 2); slow down: retry in 30 s") {
+		t.Fatalf("create over the burst: %v, want ResourceExhausted naming the limit and the wait", err)
+	}
+	if ce.Meta().Get("Retry-After") != "30" {
+		t.Errorf("Retry-After = %q, want 30", ce.Meta().Get("Retry-After"))
+	}
+	if got := testutil.ToFloat64(c.gw.metrics.limitRejected.WithLabelValues(tenantT1, "game_rate")); got != 1 {
+		t.Errorf("limit_rejections_total{limit=game_rate} = %v, want 1", got)
+	}
+	if err := create(ticketBob); err != nil {
+		t.Fatalf("another account: %v", err)
+	}
+	mu.Lock()
+	now = now.Add(30 * time.Second)
+	mu.Unlock()
+	if err := create(ticketAlice); err != nil {
+		t.Fatalf("30 s later: %v", err)
 	}
 }

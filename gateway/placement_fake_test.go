@@ -80,7 +80,7 @@ func checkPlacements(t *testing.T, nodes []clusterstate.NodeInfo, games []placem
 // by free capacity, never on a draining or a full node.
 func TestFakeCreateGamePlacement(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, Limits{})
+	c := newFakeCluster(t, Limits{GamesPerMinute: -1}) // many games from one account
 	infos := []clusterstate.NodeInfo{
 		{ID: "big", Capacity: 100, Games: 10},                  // 90 free
 		{ID: "mid", Capacity: 100, Games: 70},                  // 30 free
@@ -136,7 +136,7 @@ func TestFakeCreateGamePlacement(t *testing.T) {
 // makes the gateway try the next node of the ranking.
 func TestFakeCreateGameSkipsExhaustedNode(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, Limits{})
+	c := newFakeCluster(t, Limits{GamesPerMinute: -1}) // many games from one account
 	infos := []clusterstate.NodeInfo{
 		{ID: "x", Capacity: 100, Games: 0}, // first choice most of the time, but full
 		{ID: "y", Capacity: 100, Games: 50},
@@ -172,7 +172,7 @@ func TestFakeCreateGameSkipsExhaustedNode(t *testing.T) {
 // transport errors never reach players).
 func TestFakeCreateGameHidesNodeErrors(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, Limits{})
+	c := newFakeCluster(t, Limits{GamesPerMinute: -1}) // many games from one account
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

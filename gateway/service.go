@@ -36,6 +36,10 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 		return nil, err
 	}
 	c := claimsFrom(ctx)
+	if err := s.g.creations.allow(c.AccountID); err != nil {
+		s.g.metrics.limitRejected.WithLabelValues(c.TenantID, "game_rate").Inc()
+		return nil, err
+	}
 	m := req.Msg
 	if m.ModuleName == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("module_name is required (e.g. \"arena\")"))

@@ -309,6 +309,8 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	inputBurst := fs.Int("input-burst", d.InputBurst, "inputs per account in a burst")
 	searchRate := fs.Float64("matchmaking-rate", d.MatchmakingCallsPerSecond, "MatchmakingService calls (FindMatch, CreateParty) per second per account, sustained (-1: no limit)")
 	searchBurst := fs.Int("matchmaking-burst", d.MatchmakingBurst, "MatchmakingService calls per account in a burst")
+	gameRate := fs.Float64("game-rate", d.GamesPerMinute, "CreateGame calls per minute per account, sustained (-1: no limit)")
+	gameBurst := fs.Int("game-burst", d.GamesBurst, "CreateGame calls per account in a burst")
 	maxMessage := fs.Int("max-message-bytes", d.MaxMessageBytes, "largest GameService request message read")
 	maxAuth := fs.Int("max-auth-message-bytes", d.MaxAuthMessageBytes, "largest AuthService request body passed to the backend")
 	maxAdmin := fs.Int("max-admin-message-bytes", d.MaxAdminMessageBytes, "largest AdminService (but UploadModule), FleetService and ProgressionService request body passed to the backend")
@@ -352,7 +354,8 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 		ClusterToken: *token, Web: web.Handler(), Logger: logger, CORSOrigins: origins,
 		Admission: gateway.NewBackendAdmission(h2c, *backendURL, *token), Matchmaking: *matchmaking, Region: *region,
 		Limits: gateway.Limits{MaxStreamsPerAccount: *maxStreams, InputsPerSecond: *inputRate,
-			InputBurst: *inputBurst, MatchmakingCallsPerSecond: *searchRate, MatchmakingBurst: *searchBurst, MaxMessageBytes: *maxMessage, MaxAuthMessageBytes: *maxAuth,
+			InputBurst: *inputBurst, MatchmakingCallsPerSecond: *searchRate, MatchmakingBurst: *searchBurst,
+			GamesPerMinute: *gameRate, GamesBurst: *gameBurst, MaxMessageBytes: *maxMessage, MaxAuthMessageBytes: *maxAuth,
 			MaxAdminMessageBytes: *maxAdmin, MaxUploadBytes: *maxUpload, BodyReadTimeout: bodyTimeout()},
 	})
 	if err != nil {

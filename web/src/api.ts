@@ -450,7 +450,7 @@ export function trouble(err: unknown, subject: "game" | "tenant" = "game"): Trou
       // A stated limit (a tenant's quota, a per-account rate): the server's own
       // words say which and what to do. One that names a wait is tried again after
       // it; one that does not (live games, stored archives) waits for the player.
-      if (/limit is|too many/i.test(ce.rawMessage)) {
+      if (/limit is|rate limit|too many/i.test(ce.rawMessage)) {
         const wait = refusalWait(ce);
         return t(`${ce.rawMessage.charAt(0).toUpperCase()}${ce.rawMessage.slice(1)}.`, true, false, wait || Infinity);
       }
