@@ -242,3 +242,40 @@ func TestSignInLimit(t *testing.T) {
 		n.guestLogin("sn", "sn-device-00000001", "")
 	}
 }
+
+// TestLeaderboardReadLimit: a player's GetLeaderboard calls are limited per
+// account, with the wait; other players and admin reads are not held back,
+// and the bucket refills with time.
+func TestLeaderboardReadLimit(t *testing.T) {
+	e := newEnv(t, func(c *backend.Config) { c.LeaderboardReadsPerAccount = backend.RateLimit{PerMinute: 6, Burst: 2} })
+	_, admin := e.createTenant("lb")
+	ada := e.guestLogin("lb", "lb-device-00000001", "Ada")
+	bob := e.guestLogin("lb", "lb-device-00000002", "Bob")
+	read := func(ticket string) error {
+		_, err := e.prog.GetLeaderboard(ctx, req(&ludusv1.GetLeaderboardRequest{Query: &ludusv1.LeaderboardRequest{Game: "arena"}}, ticket))
+		return err
+	}
+	for i := range 2 {
+		if err := read(ada.Ticket); err != nil {
+			t.Fatalf("read %d of the burst: %v", i, err)
+		}
+	}
+	err := read(ada.Ticket)
+	wantCode(t, err, connect.CodeResourceExhausted, "too many leaderboard reads by this account", "retry in 10 s")
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Meta().Get("Retry-After") != "10" {
+		t.Errorf("Retry-After = %q, want 10", ce.Meta().Get("Retry-After"))
+	}
+	if err := read(bob.Ticket); err != nil {
+		t.Fatalf("another player: %v", err)
+	}
+	for i := range 5 {
+		if _, err := e.admin.GetAdminLeaderboard(ctx, req(&ludusv1.GetAdminLeaderboardRequest{Query: &ludusv1.LeaderboardRequest{Game: "arena"}}, admin)); err != nil {
+			t.Fatalf("admin read %d: %v", i, err)
+		}
+	}
+	e.clock.Add(10 * time.Second)
+	if err := read(ada.Ticket); err != nil {
+		t.Fatalf("10 s later: %v", err)
+	}
+}

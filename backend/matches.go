@@ -391,6 +391,9 @@ func (s *progressionService) GetLeaderboard(ctx context.Context, req *connect.Re
 	if err != nil {
 		return nil, err
 	}
+	if err := s.leaderboardReadAllowed(c.TenantID, c.AccountID); err != nil {
+		return nil, err
+	}
 	around := ""
 	if req.Msg.AroundMe {
 		around = c.AccountID

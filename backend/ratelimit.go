@@ -48,6 +48,12 @@ var (
 // a loop) would fill the refresh-token table.
 var DefaultSignInsPerAccount = RateLimit{PerMinute: 10, Burst: 20}
 
+// DefaultLeaderboardReadsPerAccount (Config.LeaderboardReadsPerAccount): 60
+// GetLeaderboard calls a minute per player, 20 at once. A page shows a board
+// when asked; a board read around the caller counts every entry above it, so
+// its cost grows with the rank, and a loop of them would be the database's.
+var DefaultLeaderboardReadsPerAccount = RateLimit{PerMinute: 60, Burst: 20}
+
 // maxBuckets bounds a limiter's memory: past it, buckets that are full again
 // (worth nothing) are dropped, and if that is not enough, all of them.
 const maxBuckets = 100_000
@@ -326,4 +332,21 @@ func (s *Server) signedIn(key string) {
 	if s.signIns != nil {
 		s.signIns.take(key, s.now())
 	}
+}
+
+// leaderboardReadAllowed takes a token of the account's leaderboard reads, or
+// refuses with ResourceExhausted, the wait in the message and Retry-After.
+func (s *Server) leaderboardReadAllowed(tenantID, accountID string) error {
+	if s.boardReads == nil {
+		return nil
+	}
+	ok, wait := s.boardReads.take(tenantID+"\x00"+accountID, s.now())
+	if ok {
+		return nil
+	}
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	err := connect.NewError(connect.CodeResourceExhausted,
+		fmt.Errorf("too many leaderboard reads by this account: retry in %d s", secs))
+	err.Meta().Set("Retry-After", strconv.Itoa(secs))
+	return err
 }

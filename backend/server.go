@@ -106,6 +106,11 @@ type Config struct {
 	// off. Refresh is not counted: it continues a session, whose stored
 	// tokens are bounded (store.RefreshReuseMemory).
 	SignInsPerAccount RateLimit
+	// LeaderboardReadsPerAccount throttles each player's GetLeaderboard
+	// calls (in each backend process). Zero means
+	// DefaultLeaderboardReadsPerAccount; NoLimit turns it off. Admin reads
+	// (GetAdminLeaderboard) are not limited.
+	LeaderboardReadsPerAccount RateLimit
 	// TrustedProxies are the peers whose X-Forwarded-For header names the
 	// client (the gateway in front of the backend). Nil means loopback only
 	// (127.0.0.0/8 and ::1, where `ludus dev` runs its gateway); an empty
@@ -146,6 +151,7 @@ type Server struct {
 	signupsByAddr  *limiter // nil: no limit
 	signupsByTen   *limiter // nil: no limit
 	signIns        *limiter // sign-ins to existing accounts; nil: no limit
+	boardReads     *limiter // players' leaderboard reads; nil: no limit
 	trusted        []netip.Prefix
 	verifier       *auth.Verifier // shared, so its cache of verified tickets is
 	tenants        sync.Map       // slug -> store.Tenant (tenants are never renamed or deleted)
@@ -197,6 +203,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.signupsByAddr = newLimiter(cfg.SignupsPerAddress, DefaultSignupsPerAddress)
 	s.signupsByTen = newLimiter(cfg.SignupsPerTenant, DefaultSignupsPerTenant)
 	s.signIns = newLimiter(cfg.SignInsPerAccount, DefaultSignInsPerAccount)
+	s.boardReads = newLimiter(cfg.LeaderboardReadsPerAccount, DefaultLeaderboardReadsPerAccount)
 	s.trusted = cfg.TrustedProxies
 	if s.trusted == nil {
 		s.trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
