@@ -15,6 +15,9 @@ import (
 //     login starts a token family that lives RefreshTTL, so a client that
 //     signs in over and over (a bug, a loop) would otherwise leave a family
 //     per login for a month;
+//   - matches that never reported once their credential expired: one is
+//     registered for every game created, before a node takes it, and a
+//     game no node took (or that never started) would leave it for good;
 //   - webhook deliveries that were delivered or failed for good, a
 //     WebhookDeliveryRetention after their last attempt: one is queued for
 //     every final match result, and ListWebhookDeliveries shows the recent
@@ -62,6 +65,13 @@ func (s *Server) SweepRefreshFamilies(ctx context.Context) (int, error) {
 	}
 }
 
+// SweepUnreportedMatches deletes the matches that never reported and no
+// longer can (their credential expired) and returns how many it deleted.
+func (s *Server) SweepUnreportedMatches(ctx context.Context) (int, error) {
+	now := s.now()
+	return inBatches(func() (int, error) { return s.store.DeleteUnreportedMatches(ctx, now, sweepBatch) })
+}
+
 // SweepWebhookDeliveries deletes the deliveries that finished (delivered,
 // or failed for good) more than WebhookDeliveryRetention ago and returns
 // how many it deleted.
@@ -105,7 +115,7 @@ func (s *Server) RunSweeps(ctx context.Context, interval time.Duration) {
 		what  string
 		sweep func(context.Context) (int, error)
 	}{{"expired refresh tokens", s.SweepRefreshTokens}, {"surplus sessions' refresh tokens", s.SweepRefreshFamilies},
-		{"finished webhook deliveries", s.SweepWebhookDeliveries},
+		{"unreported matches", s.SweepUnreportedMatches}, {"finished webhook deliveries", s.SweepWebhookDeliveries},
 		{"stale login throttles", s.SweepLoginThrottles}}
 	for {
 		for _, sw := range sweeps {

@@ -176,3 +176,31 @@ func TestSweepEndsSurplusSessions(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSweepDeletesUnreportedMatches: a match registered for a game that
+// never reported (no node took it) is deleted once its credential has
+// expired, and not before; RunSweeps includes the sweep.
+func TestSweepDeletesUnreportedMatches(t *testing.T) {
+	e := newEnv(t)
+	tn, _ := e.createTenant("um")
+	if _, _, err := e.srv.MintMatchCredential(ctx, tn.Id, "um-match-1", "arena"); err != nil {
+		t.Fatal(err)
+	}
+	sweep := func(want int) {
+		t.Helper()
+		if n, err := e.srv.SweepUnreportedMatches(ctx); err != nil || n != want {
+			t.Fatalf("sweep at %v: deleted %d, %v; want %d", e.clock.Now(), n, err, want)
+		}
+	}
+	sweep(0)
+	e.clock.Add(backend.MatchCredentialTTL - time.Second)
+	sweep(0) // it may still report
+	_, _, err := e.srv.MintMatchCredential(ctx, tn.Id, "um-match-1", "arena")
+	wantCode(t, err, connect.CodeAlreadyExists)
+	e.clock.Add(time.Second)
+	sweep(1)
+	// The id is free again: nothing of the match is left.
+	if _, _, err := e.srv.MintMatchCredential(ctx, tn.Id, "um-match-1", "arena"); err != nil {
+		t.Fatalf("the id after the sweep: %v", err)
+	}
+}

@@ -467,6 +467,12 @@ type Store interface {
 	CreateMatch(ctx context.Context, m Match) error
 	// MatchByCredential finds a match by its credential hash.
 	MatchByCredential(ctx context.Context, hash []byte) (Match, error)
+	// DeleteUnreportedMatches deletes up to limit matches that never
+	// reported (no interim report, no result) and whose credential expired
+	// at or before now, so none can report any more (a game a node refused,
+	// or that never started), with their rosters; oldest first. It returns
+	// how many it deleted.
+	DeleteUnreportedMatches(ctx context.Context, now time.Time, limit int) (int, error)
 	// ApplyMatchReport applies a cumulative report exactly once: a report
 	// whose Seq is not above the match's LastSeq (interim) or any report
 	// after the final one changes nothing (applied false). Each player's

@@ -72,6 +72,16 @@ func TestRefreshTokenIndexesUpgrade(t *testing.T) {
 	storetest.CheckRefreshTokensAfterExpiryIndex(t, s)
 }
 
+// TestUnreportedMatchIndexUpgrade: schema 10 adds the partial index that
+// the sweep of unreported matches reads, in a generic plan.
+func TestUnreportedMatchIndexUpgrade(t *testing.T) {
+	_, db := upgradedFrom(t, 9, func(storetest.Exec) error { return nil })
+	conn := planConn(t, db)
+	if plan := genericPlan(t, conn, "unreported", storetest.UnreportedMatchQuery, "(0, 10)"); !strings.Contains(plan, "matches_unreported") {
+		t.Errorf("the generic plan of the sweep's query does not use matches_unreported:\n%s", plan)
+	}
+}
+
 // planConn returns a connection of db (closed with the test) that plans a
 // prepared statement generically and avoids sequential scans, so that
 // EXPLAIN shows whether an index serves it whatever the table's size. One

@@ -364,4 +364,10 @@ var migrations = [][]string{
 		`DROP INDEX refresh_tokens_family`,
 		`DROP INDEX refresh_tokens_account`,
 	},
+	// Version 11: matches that never reported, found by when their
+	// credential expires (after which none can), for the sweep that deletes
+	// them. Partial: a match leaves it with its first report.
+	{
+		`CREATE INDEX matches_unreported ON matches(expires_at) WHERE last_seq = 0 AND ended_at IS NULL`,
+	},
 }

@@ -68,6 +68,15 @@ func TestRefreshTokenIndexesUpgrade(t *testing.T) {
 	storetest.CheckRefreshTokensAfterExpiryIndex(t, s)
 }
 
+// TestUnreportedMatchIndexUpgrade: schema 11 adds the partial index that
+// the sweep of unreported matches reads.
+func TestUnreportedMatchIndexUpgrade(t *testing.T) {
+	s := upgradedFrom(t, 10, func(storetest.Exec) error { return nil })
+	if plan := queryPlan(t, s.r, storetest.UnreportedMatchQuery, 0, 10); !strings.Contains(plan, "matches_unreported") {
+		t.Errorf("the sweep's query does not use matches_unreported: %s", plan)
+	}
+}
+
 // queryPlan returns SQLite's plan for query (EXPLAIN QUERY PLAN), its
 // steps joined by "; ".
 func queryPlan(t *testing.T, db *sql.DB, query string, args ...any) string {

@@ -743,6 +743,15 @@ func (s *DB) DeleteExpiredRefreshTokens(ctx context.Context, now time.Time, limi
 		(SELECT hash FROM refresh_tokens WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`, ToDB(now), limit)
 }
 
+// DeleteUnreportedMatches implements store.Store. The subquery reads the
+// partial index matches_unreported, which holds only matches without a
+// report: the predicate is written as the index's so that both stores use it.
+func (s *DB) DeleteUnreportedMatches(ctx context.Context, now time.Time, limit int) (int, error) {
+	return s.deleteRows(ctx, "delete unreported matches", `DELETE FROM matches WHERE (tenant_id, id) IN
+		(SELECT tenant_id, id FROM matches WHERE last_seq = 0 AND ended_at IS NULL AND expires_at <= ?
+		ORDER BY expires_at LIMIT ?)`, ToDB(now), limit)
+}
+
 // forgetBatch is how many surplus used tokens one refresh deletes.
 const forgetBatch = 64
 

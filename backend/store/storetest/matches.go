@@ -179,3 +179,56 @@ func testLeaderboard(t *testing.T, s store.Store) {
 	_, err = s.LeaderboardRank(ctx, tn.ID, "other-game", true, accs[0].ID)
 	wantErr(t, "rank in another game", err, store.ErrNotFound)
 }
+
+// testUnreportedMatchSweep: DeleteUnreportedMatches deletes the matches
+// that never reported once their credential expired, with their rosters,
+// oldest first up to its limit, and no match that reported (interim or
+// final) or can still report.
+func testUnreportedMatchSweep(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tn := mustTenant(t, s, "um")
+	a := mustAccount(t, s, tn.ID, "dev-um-a00000000")
+	mk := func(id string, expires time.Duration) {
+		t.Helper()
+		must(t, "CreateMatch "+id, s.CreateMatch(ctx, store.Match{TenantID: tn.ID, ID: id, Game: "arena",
+			CredentialHash: hash("cred-um-" + id), CreatedAt: base, ExpiresAt: base.Add(expires)}))
+	}
+	mk("never", time.Hour)      // never reported
+	mk("rostered", 2*time.Hour) // players joined, never reported
+	mk("interim", time.Hour)    // an interim report
+	mk("final", time.Hour)      // a result
+	mk("young", 48*time.Hour)   // may still report
+	must(t, "roster", s.AddMatchPlayers(ctx, tn.ID, "rostered", []string{a.ID}, base))
+	players := []store.PlayerReport{{AccountID: a.ID, Score: 3}}
+	_, err := s.ApplyMatchReport(ctx, store.MatchReport{TenantID: tn.ID, MatchID: "interim", Seq: 1, Players: players, At: base})
+	must(t, "interim report", err)
+	_, err = s.ApplyMatchReport(ctx, store.MatchReport{TenantID: tn.ID, MatchID: "final", Seq: 1, Final: true, Players: players, At: base})
+	must(t, "final report", err)
+
+	del := func(now time.Duration, limit, want int) {
+		t.Helper()
+		n, err := s.DeleteUnreportedMatches(ctx, base.Add(now), limit)
+		if err != nil || n != want {
+			t.Fatalf("DeleteUnreportedMatches(base+%v, %d) = %d, %v; want %d", now, limit, n, err, want)
+		}
+	}
+	del(time.Hour-time.Second, 10, 0) // nothing expired yet
+	del(3*time.Hour, 1, 1)            // the oldest expiry first: never
+	if _, err := s.MatchByCredential(ctx, hash("cred-um-never")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the unreported match after its deletion: %v", err)
+	}
+	if _, err := s.MatchByCredential(ctx, hash("cred-um-rostered")); err != nil {
+		t.Fatalf("a match beyond the limit: %v", err)
+	}
+	del(3*time.Hour, 10, 1) // rostered, and its roster
+	wantRoster(t, s, tn.ID, "rostered")
+	del(3*time.Hour, 10, 0)
+	for _, id := range []string{"interim", "final", "young"} {
+		if _, err := s.MatchByCredential(ctx, hash("cred-um-"+id)); err != nil {
+			t.Fatalf("match %s: %v, want it kept", id, err)
+		}
+	}
+	if _, err := s.MatchResult(ctx, tn.ID, "final"); err != nil {
+		t.Fatalf("the final result after the sweep: %v", err)
+	}
+}

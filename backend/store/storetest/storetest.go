@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ProgressionConcurrent", testProgressionConcurrent},
 		{"MatchReports", testMatchReports},
 		{"MatchReportsConcurrent", testMatchReportsConcurrent},
+		{"UnreportedMatchSweep", testUnreportedMatchSweep},
 		{"MatchRoster", testMatchRoster},
 		{"MatchRosterConcurrent", testMatchRosterConcurrent},
 		{"Leaderboard", testLeaderboard},

@@ -129,3 +129,10 @@ var RefreshTokenQueries = []struct{ Query, Index string }{
 	{`SELECT hash FROM refresh_tokens WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2`, "refresh_tokens_expiry"},
 	{`SELECT hash FROM refresh_tokens WHERE account_id = $1`, "refresh_tokens_account_family"},
 }
+
+// UnreportedMatchQuery is the statement the partial index
+// matches_unreported (SQLite schema 11, PostgreSQL 10) serves: the sweep's
+// choice of matches to delete.
+const UnreportedMatchQuery = `SELECT tenant_id, id FROM matches WHERE last_seq = 0 AND ended_at IS NULL AND expires_at <= $1
+	ORDER BY expires_at LIMIT $2`
+
