@@ -135,4 +135,3 @@ var RefreshTokenQueries = []struct{ Query, Index string }{
 // choice of matches to delete.
 const UnreportedMatchQuery = `SELECT tenant_id, id FROM matches WHERE last_seq = 0 AND ended_at IS NULL AND expires_at <= $1
 	ORDER BY expires_at LIMIT $2`
-
