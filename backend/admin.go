@@ -110,19 +110,26 @@ func (s *adminService) tenantAdmin(ctx context.Context, h http.Header, method st
 // tenantCall authenticates a call on the caller's tenant that needs n, and
 // returns the tenant id.
 func (s *adminService) tenantCall(ctx context.Context, h http.Header, method string, n need) (string, error) {
+	tenantID, _, err := s.tenantScope(ctx, h, method, n)
+	return tenantID, err
+}
+
+// tenantScope is tenantCall that also returns the key's scope, for calls
+// whose answer depends on it.
+func (s *adminService) tenantScope(ctx context.Context, h http.Header, method string, n need) (tenantID, scope string, err error) {
 	p, err := s.authenticate(ctx, h)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if p.operator {
-		return "", connect.NewError(connect.CodePermissionDenied,
+		return "", "", connect.NewError(connect.CodePermissionDenied,
 			fmt.Errorf("%s acts on one tenant: use that tenant's API key, not the operator key", method))
 	}
 	if !n.allows(p.scope) {
-		return "", connect.NewError(connect.CodePermissionDenied,
+		return "", "", connect.NewError(connect.CodePermissionDenied,
 			fmt.Errorf("%s needs a key with %s; this key has scope %q", method, n, p.scope))
 	}
-	return p.tenantID, nil
+	return p.tenantID, p.scope, nil
 }
 
 func tenantProto(t store.Tenant) *ludusv1.Tenant {

@@ -90,9 +90,12 @@ func (s *Server) account(ctx context.Context, tenantID, id string) (store.Accoun
 	return a, nil
 }
 
-// GetAccount looks an account up by one of its ids.
+// GetAccount looks an account up by one of its ids. The device id is a
+// guest's only credential (GuestLogin needs nothing else), so only an admin
+// key is told it, or a caller who looked the account up by it: a read-only
+// or server key must not be a way to sign in as any guest.
 func (s *adminService) GetAccount(ctx context.Context, req *connect.Request[ludusv1.GetAccountRequest]) (*connect.Response[ludusv1.GetAccountResponse], error) {
-	tenantID, err := s.tenantCall(ctx, req.Header(), "GetAccount", needRead)
+	tenantID, scope, err := s.tenantScope(ctx, req.Header(), "GetAccount", needRead)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +131,11 @@ func (s *adminService) GetAccount(ctx context.Context, req *connect.Request[ludu
 	} else if err != nil {
 		return nil, s.internal(ctx, "get account", err)
 	}
-	return connect.NewResponse(&ludusv1.GetAccountResponse{Account: accountProto(a)}), nil
+	acc := accountProto(a)
+	if scope != ScopeAdmin && m.DeviceId == "" {
+		acc.DeviceId = ""
+	}
+	return connect.NewResponse(&ludusv1.GetAccountResponse{Account: acc}), nil
 }
 
 // DeleteAccount deletes an account and its data.

@@ -276,3 +276,31 @@ func TestArchiveKeepsNoMatchCredential(t *testing.T) {
 		t.Errorf("archive lost its reason: %+v", lg.Msg)
 	}
 }
+
+// TestDeviceIDsOnlyForAdminKeys: a guest's device id is its only
+// credential (GuestLogin needs nothing else), so GetAccount tells it only
+// to an admin key, or to a caller who looked the account up by it: a
+// read-only or server key that learns an account id from a leaderboard
+// cannot sign in as that guest.
+func TestDeviceIDsOnlyForAdminKeys(t *testing.T) {
+	e := newEnv(t)
+	_, admin := e.createTenant("dv")
+	g := e.guestLogin("dv", "dv-device-secret-0001", "Ada")
+	for scope, key := range map[string]string{"server": e.apiKey(admin, "server"), "read-only": e.apiKey(admin, "read-only"), "admin": admin} {
+		got, err := e.admin.GetAccount(ctx, req(&ludusv1.GetAccountRequest{Id: g.AccountId}, key))
+		if err != nil {
+			t.Fatalf("%s: %v", scope, err)
+		}
+		want := ""
+		if scope == "admin" {
+			want = "dv-device-secret-0001"
+		}
+		if got.Msg.Account.DeviceId != want || got.Msg.Account.Id != g.AccountId {
+			t.Errorf("GetAccount by id with a %s key: device_id %q, want %q", scope, got.Msg.Account.DeviceId, want)
+		}
+		byDevice, err := e.admin.GetAccount(ctx, req(&ludusv1.GetAccountRequest{DeviceId: "dv-device-secret-0001"}, key))
+		if err != nil || byDevice.Msg.Account.Id != g.AccountId || byDevice.Msg.Account.DeviceId != "dv-device-secret-0001" {
+			t.Errorf("GetAccount by device with a %s key: %+v, %v", scope, byDevice, err)
+		}
+	}
+}
