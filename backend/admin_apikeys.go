@@ -42,7 +42,10 @@ func (s *adminService) CreateAPIKey(ctx context.Context, req *connect.Request[lu
 	}
 	secret, hash := newAPIKey()
 	k := store.APIKey{ID: newID("k_"), TenantID: tenantID, Hash: hash, Scope: req.Msg.Scope, Name: name, CreatedAt: s.now().UTC()}
-	if err := s.store.CreateAPIKey(ctx, k); err != nil {
+	if err := s.store.CreateAPIKey(ctx, k); errors.Is(err, store.ErrLimit) {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"this tenant holds %d API keys, the most it may: revoke the ones no longer used (ListAPIKeys, RevokeAPIKey) first", store.MaxAPIKeysPerTenant))
+	} else if err != nil {
 		return nil, s.internal(ctx, "create api key", err)
 	}
 	return connect.NewResponse(&ludusv1.CreateAPIKeyResponse{Key: apiKeyProto(k), Secret: secret}), nil

@@ -304,3 +304,31 @@ func TestDeviceIDsOnlyForAdminKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIKeysPerTenantBounded: CreateAPIKey refuses a key past
+// store.MaxAPIKeysPerTenant with ResourceExhausted saying what to do, and
+// creates again once one is revoked.
+func TestAPIKeysPerTenantBounded(t *testing.T) {
+	e := newEnv(t)
+	_, admin := e.createTenant("kc")
+	keys, err := e.admin.ListAPIKeys(ctx, req(&ludusv1.ListAPIKeysRequest{}, admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for range store.MaxAPIKeysPerTenant - len(keys.Msg.Keys) {
+		k, err := e.admin.CreateAPIKey(ctx, req(&ludusv1.CreateAPIKeyRequest{Scope: "read-only"}, admin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = k.Msg.Key.Id
+	}
+	_, err = e.admin.CreateAPIKey(ctx, req(&ludusv1.CreateAPIKeyRequest{Scope: "read-only"}, admin))
+	wantCode(t, err, connect.CodeResourceExhausted, "holds 100 API keys", "revoke the ones no longer used")
+	if _, err := e.admin.RevokeAPIKey(ctx, req(&ludusv1.RevokeAPIKeyRequest{Id: last}, admin)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.CreateAPIKey(ctx, req(&ludusv1.CreateAPIKeyRequest{Scope: "read-only"}, admin)); err != nil {
+		t.Fatalf("after a revocation: %v", err)
+	}
+}

@@ -35,7 +35,15 @@ var (
 	ErrRevoked = errors.New("store: refresh token revoked or expired")
 	// ErrMatchEnded: a report for a match whose final result is stored.
 	ErrMatchEnded = errors.New("store: match ended")
+	// ErrLimit: the record would take its owner past a bound on how many
+	// it may hold (MaxAPIKeysPerTenant). Nothing is stored.
+	ErrLimit = errors.New("store: limit reached")
 )
+
+// MaxAPIKeysPerTenant is how many API keys a tenant may hold: a studio
+// needs a few per environment, and every key is a credential someone must
+// be able to review (ListAPIKeys) and revoke.
+const MaxAPIKeysPerTenant = 100
 
 // Tenant is a studio.
 type Tenant struct {
@@ -379,6 +387,7 @@ type Store interface {
 	ListTenants(ctx context.Context) ([]Tenant, error)
 
 	// CreateAPIKey stores a key. ErrNotFound if the tenant does not exist.
+	// ErrLimit if the tenant holds MaxAPIKeysPerTenant keys already.
 	CreateAPIKey(ctx context.Context, k APIKey) error
 	// APIKeyByHash finds a key by the hash of its secret.
 	APIKeyByHash(ctx context.Context, hash []byte) (APIKey, error)

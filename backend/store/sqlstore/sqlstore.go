@@ -412,7 +412,19 @@ func scanAPIKey(row scanner) (store.APIKey, error) {
 
 // CreateAPIKey implements store.Store.
 func (s *DB) CreateAPIKey(ctx context.Context, k store.APIKey) error {
-	return s.inTx(ctx, "create api key", func(tx *tx) error { return insertAPIKey(ctx, tx, k) })
+	return s.inTx(ctx, "create api key", func(tx *tx) error {
+		// The count and the insert in one transaction: SQLite's writer is
+		// one at a time; on PostgreSQL, two concurrent creations may each
+		// see the count below the bound and overshoot it by one each.
+		var n int
+		if err := tx.row(ctx, `SELECT COUNT(*) FROM api_keys WHERE tenant_id = ?`, k.TenantID).Scan(&n); err != nil {
+			return err
+		}
+		if n >= store.MaxAPIKeysPerTenant {
+			return store.ErrLimit
+		}
+		return insertAPIKey(ctx, tx, k)
+	})
 }
 
 // APIKeyByHash implements store.Store.

@@ -241,6 +241,23 @@ func testAPIKeys(t *testing.T, s store.Store) {
 	wantErr(t, "duplicate hash", s.CreateAPIKey(ctx, dup), store.ErrAlreadyExists)
 	orphan := store.APIKey{ID: id("k_"), TenantID: "t_missing", Hash: hash("orphan"), Scope: "admin", CreatedAt: base}
 	wantErr(t, "key of unknown tenant", s.CreateAPIKey(ctx, orphan), store.ErrNotFound)
+
+	// A tenant holds at most MaxAPIKeysPerTenant keys; revoking one makes
+	// room; other tenants are not counted.
+	capped := mustTenant(t, s, "keys-cap")
+	var last store.APIKey
+	for i := range store.MaxAPIKeysPerTenant {
+		last = store.APIKey{ID: id("k_"), TenantID: capped.ID, Hash: hash(fmt.Sprint("cap-", i)), Scope: "read-only", CreatedAt: base}
+		must(t, "key within the bound", s.CreateAPIKey(ctx, last))
+	}
+	over := store.APIKey{ID: id("k_"), TenantID: capped.ID, Hash: hash("cap-over"), Scope: "read-only", CreatedAt: base}
+	wantErr(t, "a key past the bound", s.CreateAPIKey(ctx, over), store.ErrLimit)
+	if _, err := s.APIKeyByHash(ctx, hash("cap-over")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused key was stored: %v", err)
+	}
+	must(t, "a key of another tenant", s.CreateAPIKey(ctx, store.APIKey{ID: id("k_"), TenantID: tn.ID, Hash: hash("other-tenant"), Scope: "admin", CreatedAt: base}))
+	must(t, "revoke one", s.DeleteAPIKey(ctx, capped.ID, last.ID))
+	must(t, "a key after a revocation", s.CreateAPIKey(ctx, over))
 }
 
 func testAccounts(t *testing.T, s store.Store) {
