@@ -108,9 +108,10 @@ func (g *game) maybeCheckpoint(ctx context.Context) *checkpoint {
 }
 
 // replayFrom rebuilds a game from a verified checkpoint plus the chunks after
-// it, or from the seed when there is no usable checkpoint. It reports whether
-// the checkpoint was used.
-func replayFrom(ctx context.Context, m *engine.Module, spec clusterstate.GameSpec, chunks []*inputlog.Chunk, seqs []uint64, ck *checkpoint, log *slog.Logger) (*engine.Instance, []inputlog.Hash, bool, error) {
+// it, or from the seed when there is no usable checkpoint, on an instance
+// with opts (the node's per-match limits: the instance goes on running the
+// game). It reports whether the checkpoint was used.
+func replayFrom(ctx context.Context, m *engine.Module, spec clusterstate.GameSpec, chunks []*inputlog.Chunk, seqs []uint64, ck *checkpoint, opts engine.InstanceOptions, log *slog.Logger) (*engine.Instance, []inputlog.Hash, bool, error) {
 	if ck != nil {
 		if err := ck.fits(chunks, seqs); err != nil {
 			log.Warn("checkpoint does not fit the log; replaying the whole log", "tick", ck.Tick, "err", err)
@@ -118,7 +119,7 @@ func replayFrom(ctx context.Context, m *engine.Module, spec clusterstate.GameSpe
 		}
 	}
 	if ck != nil {
-		inst, err := m.Instantiate(ctx, spec.Seed)
+		inst, err := m.InstantiateWith(ctx, spec.Seed, opts)
 		if err == nil {
 			err = inst.Init(ctx, spec.Seed, spec.Config)
 			if err == nil {
@@ -152,6 +153,6 @@ func replayFrom(ctx context.Context, m *engine.Module, spec clusterstate.GameSpe
 			log.Warn("checkpoint unusable; replaying the whole log", "tick", ck.Tick, "err", err)
 		}
 	}
-	inst, hashes, err := ReplayModule(ctx, m, spec, chunks)
+	inst, hashes, err := replayWith(ctx, m, spec, chunks, opts)
 	return inst, hashes, false, err
 }

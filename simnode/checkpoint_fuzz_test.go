@@ -116,7 +116,7 @@ func TestCheckpointMustFitTheLog(t *testing.T) {
 	}{{"its chunk ends at another tick", 2}, {"its chunk is not in the log", 5}} {
 		chunks := []*inputlog.Chunk{{From: 0, To: 40}, {From: 40, To: 120}}
 		ck.Seq = tc.seq
-		inst, _, fromCk, err := replayFrom(ctx, m, spec, chunks, []uint64{1, 2}, ck, log)
+		inst, _, fromCk, err := replayFrom(ctx, m, spec, chunks, []uint64{1, 2}, ck, engine.InstanceOptions{}, log)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -128,7 +128,7 @@ func TestCheckpointMustFitTheLog(t *testing.T) {
 	// The checkpoint of chunk 2, which ends at tick 100, is used.
 	chunks := []*inputlog.Chunk{{From: 0, To: 40}, {From: 40, To: 100}, {From: 100, To: 120}}
 	ck.Seq = 2
-	inst, _, fromCk, err := replayFrom(ctx, m, spec, chunks, []uint64{1, 2, 3}, ck, log)
+	inst, _, fromCk, err := replayFrom(ctx, m, spec, chunks, []uint64{1, 2, 3}, ck, engine.InstanceOptions{}, log)
 	if err != nil || !fromCk || inst.Tick() != 120 {
 		t.Fatalf("a fitting checkpoint: used %v, tick %d, %v", fromCk, inst.Tick(), err)
 	}

@@ -81,10 +81,16 @@ func Replay(ctx context.Context, eng *engine.Engine, wasm []byte, spec clusterst
 
 // ReplayModule is Replay with a compiled module.
 func ReplayModule(ctx context.Context, m *engine.Module, spec clusterstate.GameSpec, chunks []*inputlog.Chunk) (*engine.Instance, []inputlog.Hash, error) {
+	return replayWith(ctx, m, spec, chunks, engine.InstanceOptions{})
+}
+
+// replayWith is ReplayModule on an instance with opts (a node's per-match
+// limits, for a game it takes over and goes on running).
+func replayWith(ctx context.Context, m *engine.Module, spec clusterstate.GameSpec, chunks []*inputlog.Chunk, opts engine.InstanceOptions) (*engine.Instance, []inputlog.Hash, error) {
 	if m.BuildID != spec.BuildID {
 		return nil, nil, fmt.Errorf("replay: game %s is pinned to build %s, not %s", spec.GameID, spec.BuildID, m.BuildID)
 	}
-	inst, err := m.Instantiate(ctx, spec.Seed)
+	inst, err := m.InstantiateWith(ctx, spec.Seed, opts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -56,6 +56,11 @@ func (n *Node) spectate(ctx context.Context, tenant, game string) (*replica, err
 			return nil, err
 		}
 	case <-ctx.Done():
+		// The replica goes on starting: keep it, so that the next spectator
+		// (this one retrying) finds it rather than starting another, and it
+		// ends by itself after replicaLinger without viewers (or at once, if
+		// it fails to start).
+		n.replicas[key] = r
 		return nil, ctx.Err()
 	}
 	n.replicas[key] = r
@@ -81,7 +86,7 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 		ready <- err
 		return
 	}
-	inst, err := mod.Instantiate(ctx, r.spec.Seed)
+	inst, err := mod.InstantiateWith(ctx, r.spec.Seed, n.instanceOptions(r.spec))
 	if err != nil {
 		ready <- err
 		return

@@ -82,3 +82,33 @@ func TestSpectatorReplica(t *testing.T) {
 		t.Fatalf("replica lags %d ticks behind the owner, more than 0.5 s", worst)
 	}
 }
+
+// TestSpectateGivenUpKeepsTheReplica: a spectator that gives up while the
+// replica starts leaves it to the next one (its retry) instead of a replica
+// nobody holds, which ran until its linger while the retry started another.
+func TestSpectateGivenUpKeepsTheReplica(t *testing.T) {
+	_, ca := startNode(t, "n-rg-a")
+	r, _ := startNode(t, "n-rg-r")
+	tenant := "tenant-rg"
+	id := createGame(t, ca, tenant, 2)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := r.spectate(gone, tenant, id); err == nil {
+		t.Fatal("a spectate whose context had ended succeeded")
+	}
+	r.replicasMu.Lock()
+	first := r.replicas[gameKey(tenant, id)]
+	r.replicasMu.Unlock()
+	if first == nil {
+		t.Fatal("the replica the spectator gave up on is not kept")
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	again, err := r.spectate(ctx, tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != first {
+		t.Fatal("the retry started a second replica")
+	}
+}

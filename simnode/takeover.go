@@ -206,7 +206,7 @@ func (n *Node) adopt(c clusterstate.Claim) {
 			}
 		}
 	}
-	inst, hashes, fromCk, err := replayFrom(ctx, mod, spec, chunks, seqs, ck, log)
+	inst, hashes, fromCk, err := replayFrom(ctx, mod, spec, chunks, seqs, ck, n.instanceOptions(spec), log)
 	if de := (*DesyncError)(nil); errors.As(err, &de) {
 		// Counted in ludus_desyncs_total by ReplayModule.
 		log.Error("desync on resume: the game cannot resume", "tick", de.Tick, "err", err)
