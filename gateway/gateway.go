@@ -103,8 +103,10 @@ type Gateway struct {
 	inputs      *accountLimiter
 	// searches limits each account's MatchmakingService calls.
 	searches *accountLimiter
-	// creations limits each account's CreateGame calls.
+	// creations limits each account's CreateGame calls, joins its JoinGame
+	// calls.
 	creations *accountLimiter
+	joins     *accountLimiter
 	metrics   *metrics
 	health    *grpchealth.StaticChecker
 
@@ -184,6 +186,7 @@ func New(cfg Config) (*Gateway, error) {
 		inputs:      newInputLimiter(limits.InputsPerSecond, limits.InputBurst),
 		searches:    newAccountLimiter("matchmaking calls", limits.MatchmakingCallsPerSecond, limits.MatchmakingBurst),
 		creations:   newAccountLimiter("games", limits.GamesPerMinute/60, limits.GamesBurst).statedPerMinute(),
+		joins:       newAccountLimiter("joins", limits.JoinsPerMinute/60, limits.JoinsBurst).statedPerMinute(),
 		metrics:     newMetrics(cfg.Registry),
 		health:      grpchealth.NewStaticChecker(ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName),
 	}

@@ -41,6 +41,13 @@ type Limits struct {
 	// (games_per_minute) may be lower; it applies too.
 	GamesPerMinute float64
 	GamesBurst     int
+	// JoinsPerMinute and JoinsBurst size the token bucket of each account's
+	// JoinGame calls on this gateway: a player joins a game when they open it
+	// (and again after 30 s away); each join is a database transaction and a
+	// seat, and a seat keeps an unplayed game alive. Default 30 a minute with
+	// a burst of 10; negative JoinsPerMinute: no limit.
+	JoinsPerMinute float64
+	JoinsBurst     int
 	// MaxMessageBytes is the largest request message the gateway reads. Default
 	// 64 KiB. Exceeded: ResourceExhausted, before the message is decoded.
 	MaxMessageBytes int
@@ -83,6 +90,8 @@ var DefaultLimits = Limits{
 	MatchmakingBurst:          10,
 	GamesPerMinute:            10,
 	GamesBurst:                10,
+	JoinsPerMinute:            30,
+	JoinsBurst:                10,
 	MaxMessageBytes:           64 << 10,
 	MaxInputBytes:             256,
 	MaxConfigBytes:            4 << 10,
@@ -115,6 +124,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.GamesBurst <= 0 {
 		l.GamesBurst = d.GamesBurst
+	}
+	if l.JoinsPerMinute == 0 {
+		l.JoinsPerMinute = d.JoinsPerMinute
+	}
+	if l.JoinsBurst <= 0 {
+		l.JoinsBurst = d.JoinsBurst
 	}
 	if l.MaxMessageBytes <= 0 {
 		l.MaxMessageBytes = d.MaxMessageBytes

@@ -257,3 +257,37 @@ func TestFakeCreateGameRate(t *testing.T) {
 		t.Fatalf("30 s later: %v", err)
 	}
 }
+
+// TestFakeJoinGameRate: each account's JoinGame calls share a token bucket:
+// over the burst a call is refused with the wait, before the backend or the
+// node is asked; another account joins.
+func TestFakeJoinGameRate(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, Limits{JoinsPerMinute: 2, JoinsBurst: 2})
+	c.addNode(clusterstate.NodeInfo{ID: "node-a", Capacity: 100})
+	c.waitNodes(1)
+	c.put(clusterstate.GameKey(tenantT1, "jg"), clusterstate.GameSpec{TenantID: tenantT1, GameID: "jg", ModuleName: "arena", BuildID: fakeBuildID,
+		TickRate: 35, MaxPlayers: 8, FrameDivisor: 2, ViewFormat: "fake"})
+	c.put(clusterstate.StatusKey(tenantT1, "jg"), clusterstate.GameStatus{State: clusterstate.StateRunning, NodeID: "node-a"})
+	c.setOwner(tenantT1, "jg", "node-a")
+	join := func(ticket string) error {
+		_, err := c.client(ticket).JoinGame(context.Background(), connect.NewRequest(&ludusv1.JoinGameRequest{GameId: "jg"}))
+		return err
+	}
+	var err error
+	for i := range 2 {
+		if err := join(ticketAlice); err != nil {
+			t.Fatalf("join %d of the burst: %v", i, err)
+		}
+	}
+	err = join(ticketAlice)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "join rate limit: at most 2 joins a minute per account (bursts of 2); slow down: retry in 30 s") {
+		t.Fatalf("a join over the burst: %v, want ResourceExhausted naming the limit and the wait", err)
+	}
+	if got := testutil.ToFloat64(c.gw.metrics.limitRejected.WithLabelValues(tenantT1, "join_rate")); got != 1 {
+		t.Errorf("limit_rejections_total{limit=join_rate} = %v, want 1", got)
+	}
+	if err := join(ticketBob); err != nil {
+		t.Fatalf("another account: %v", err)
+	}
+}

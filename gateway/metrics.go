@@ -80,7 +80,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		}, []string{"tenant"}),
 		limitRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ludus_gateway_limit_rejections_total",
-			Help: "Calls refused by a gateway limit (streams, input_rate, pending_inputs, matchmaking_rate, game_rate, or a quota).",
+			Help: "Calls refused by a gateway limit (streams, input_rate, pending_inputs, matchmaking_rate, game_rate, join_rate, or a quota).",
 		}, []string{"tenant", "limit"}),
 		inputsAccepted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ludus_gateway_inputs_total",

@@ -253,6 +253,10 @@ func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 	if req.Msg.GameId == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("game_id is required"))
 	}
+	if err := s.g.joins.allow(c.AccountID); err != nil {
+		s.g.metrics.limitRejected.WithLabelValues(c.TenantID, "join_rate").Inc()
+		return nil, err
+	}
 	// The match's roster: the backend credits only accounts on it, so the node
 	// running the game cannot credit anyone who did not join through a gateway.
 	if _, err := s.g.modules.AddMatchPlayers(ctx, connect.NewRequest(&clusterv1.AddMatchPlayersRequest{

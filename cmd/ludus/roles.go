@@ -311,6 +311,8 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	searchBurst := fs.Int("matchmaking-burst", d.MatchmakingBurst, "MatchmakingService calls per account in a burst")
 	gameRate := fs.Float64("game-rate", d.GamesPerMinute, "CreateGame calls per minute per account, sustained (-1: no limit)")
 	gameBurst := fs.Int("game-burst", d.GamesBurst, "CreateGame calls per account in a burst")
+	joinRate := fs.Float64("join-rate", d.JoinsPerMinute, "JoinGame calls per minute per account, sustained (-1: no limit)")
+	joinBurst := fs.Int("join-burst", d.JoinsBurst, "JoinGame calls per account in a burst")
 	maxMessage := fs.Int("max-message-bytes", d.MaxMessageBytes, "largest GameService request message read")
 	maxAuth := fs.Int("max-auth-message-bytes", d.MaxAuthMessageBytes, "largest AuthService request body passed to the backend")
 	maxAdmin := fs.Int("max-admin-message-bytes", d.MaxAdminMessageBytes, "largest AdminService (but UploadModule), FleetService and ProgressionService request body passed to the backend")
@@ -355,7 +357,7 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 		Admission: gateway.NewBackendAdmission(h2c, *backendURL, *token), Matchmaking: *matchmaking, Region: *region,
 		Limits: gateway.Limits{MaxStreamsPerAccount: *maxStreams, InputsPerSecond: *inputRate,
 			InputBurst: *inputBurst, MatchmakingCallsPerSecond: *searchRate, MatchmakingBurst: *searchBurst,
-			GamesPerMinute: *gameRate, GamesBurst: *gameBurst, MaxMessageBytes: *maxMessage, MaxAuthMessageBytes: *maxAuth,
+			GamesPerMinute: *gameRate, GamesBurst: *gameBurst, JoinsPerMinute: *joinRate, JoinsBurst: *joinBurst, MaxMessageBytes: *maxMessage, MaxAuthMessageBytes: *maxAuth,
 			MaxAdminMessageBytes: *maxAdmin, MaxUploadBytes: *maxUpload, BodyReadTimeout: bodyTimeout()},
 	})
 	if err != nil {
