@@ -23,6 +23,7 @@ import (
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/sdk/abi"
 )
 
 var ctx = context.Background()
@@ -463,9 +464,15 @@ func testMatchExactlyOnce(t *testing.T, e *env) {
 	// Credentials: unknown, and expired.
 	_, err = e.reports.ReportProgress(ctx, req(&ludusv1.ReportProgressRequest{MatchId: "m-1", Seq: 1}, "lmc_nope"))
 	wantCode(t, err, connect.CodeUnauthenticated)
+	// A credential outlives the longest game a module may declare (seven
+	// days): its reports count until then.
 	cred2 := e.mint(tn.Id, "m-2", "arena")
-	e.clock.Add(backend.MatchCredentialTTL)
-	_, err = e.reports.ReportProgress(ctx, req(&ludusv1.ReportProgressRequest{MatchId: "m-2", Seq: 1}, cred2))
+	e.clock.Add(abi.MaxDurationLimitS * time.Second)
+	if _, err := e.reports.ReportProgress(ctx, req(&ludusv1.ReportProgressRequest{MatchId: "m-2", Seq: 1}, cred2)); err != nil {
+		t.Fatalf("a report at the end of the longest game: %v", err)
+	}
+	e.clock.Add(backend.MatchCredentialTTL - abi.MaxDurationLimitS*time.Second)
+	_, err = e.reports.ReportProgress(ctx, req(&ludusv1.ReportProgressRequest{MatchId: "m-2", Seq: 2}, cred2))
 	wantCode(t, err, connect.CodeUnauthenticated)
 }
 

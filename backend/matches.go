@@ -24,14 +24,17 @@ import (
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
 	"ludus.dev/ludus/internal/bearer"
+	"ludus.dev/ludus/sdk/abi"
 )
 
 // MatchCredentialPrefix starts every match-scoped credential.
 const MatchCredentialPrefix = "lmc_"
 
 // MatchCredentialTTL bounds a match credential's life even if the match
-// never reports a final result.
-const MatchCredentialTTL = 24 * time.Hour
+// never reports a final result: a day past the longest game a module may
+// declare (abi.MaxDurationLimitS, seven days), so that a long game's last
+// reports and its result still count.
+const MatchCredentialTTL = abi.MaxDurationLimitS*time.Second + 24*time.Hour
 
 // MintMatchCredential registers a match of a tenant's game and returns the
 // credential its sim node reports with. It is what the cluster RPC of the
