@@ -58,7 +58,7 @@ func connectError(err error) error {
 	}
 	code := connect.CodeInternal
 	switch {
-	case errors.Is(err, errGameFull), errors.Is(err, errNodeFull):
+	case errors.Is(err, errGameFull), errors.Is(err, errNodeFull), errors.Is(err, errInputBudget):
 		code = connect.CodeResourceExhausted
 	case errors.Is(err, errNotJoined), errors.Is(err, errGameOver), errors.Is(err, errModuleUnusable),
 		errors.Is(err, errNoRenderer), errors.Is(err, errNoRoom):

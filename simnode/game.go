@@ -56,6 +56,9 @@ type slot struct {
 	joinTick int64
 	// held are inputs of an event game that arrived before a lower seq (inputs.go).
 	held map[uint64]heldInput
+	// logged is what this slot's inputs added to the game's input log on
+	// this node, in bytes (inputs.go, inputBudget).
+	logged int
 
 	view *feed // the player's view, as its streams want it (views.go)
 	// ctl is who controls the slot, and since when no stream has (control.go).
@@ -88,6 +91,7 @@ type game struct {
 
 	events  []abi.Event      // applied at the next step
 	entries []inputlog.Entry // for the next step, with accounts and seqs
+	logged  int              // input bytes logged on this node, every slot's
 	pending *inputlog.Chunk  // not yet handed to the writer
 	acks    []ackWaiter      // answered when pending is durable
 	// queuedAcks belong to inputs in events, not yet stepped into pending.

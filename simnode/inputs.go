@@ -29,6 +29,33 @@ const (
 	gapTimeout = time.Second
 )
 
+// The input log's size. A game's log lives in etcd, which every game of the
+// cluster shares, until the game is archived, and an archive holds at most
+// 64 MiB (backend.MaxArchiveBytes): a log past that could never be archived
+// and would stay in etcd. So a game logs at most Config.MaxGameInputBytes of
+// inputs on a node, and each player at most a share of it (an equal one, but
+// never less than a sixteenth: a player who sends the largest inputs at the
+// highest rate does not take the others'): past that, the player's inputs
+// are refused (ResourceExhausted) and the game goes on. A game resumed on
+// another node counts afresh.
+const (
+	// DefaultMaxGameInputBytes leaves room in an archive for the log's
+	// chunk headers and state hashes (four chunks a second).
+	DefaultMaxGameInputBytes = 24 << 20
+	// inputEntryOverhead is what an input adds to the log besides its
+	// payload (slot, seq, length), about.
+	inputEntryOverhead = 16
+)
+
+// errInputBudget refuses an input past a player's share of the game's log.
+var errInputBudget = errors.New("input log share used up")
+
+// inputBudget is how many input bytes one player may log in g.
+func (g *game) inputBudget() int {
+	total := g.n.cfg.MaxGameInputBytes
+	return max(total/16, total/max(1, g.spec.MaxPlayers))
+}
+
 // errInputGap is the sentinel of inputGapError (Aborted, with an InputGap detail).
 var errInputGap = errors.New("input arrived before a lower sequence number")
 
@@ -74,6 +101,11 @@ func (g *game) input(m inputReq) {
 	case m.seq < s.lastSeq:
 		// State input overtaken by a later one: not applied, and said so.
 		g.queuedAcks = append(g.queuedAcks, ackWaiter{reply: m.reply, seq: m.seq, tick: s.lastTick, supersededBy: s.lastSeq})
+	case s.logged+len(m.payload)+inputEntryOverhead > g.inputBudget() ||
+		g.logged+len(m.payload)+inputEntryOverhead > g.n.cfg.MaxGameInputBytes:
+		m.reply <- inputResult{err: nodeErrorf(errInputBudget,
+			"your inputs to this game reached %d bytes, the most one player may send in one game (its log must fit its archive): "+
+				"send smaller or fewer inputs, or play on in a new game", s.logged)}
 	case !g.eventInputs() || m.seq == s.lastSeq+1:
 		g.apply(i, s, m)
 		g.applyHeld(i, s)
@@ -96,6 +128,8 @@ func (g *game) apply(i int, s *slot, m inputReq) {
 	ev := abi.Event{Kind: abi.EventInput, Slot: uint8(i), Payload: m.payload}
 	g.events = append(g.events, ev)
 	g.entries = append(g.entries, inputlog.Entry{Event: ev, Seq: m.seq})
+	s.logged += len(m.payload) + inputEntryOverhead
+	g.logged += len(m.payload) + inputEntryOverhead
 	g.queuedAcks = append(g.queuedAcks, ackWaiter{reply: m.reply, seq: m.seq, tick: s.lastTick})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -290,4 +291,39 @@ func TestSpeculationBoundAfterABurstDoesNotFreezeTheGame(t *testing.T) {
 		t.Fatal("the game never waited for its log: the test did not reach the bound it is about")
 	}
 	t.Logf("100 ticks stepped; %d ticks held back on the way", g.stalls.Load())
+}
+
+// TestInputLogShare: a player's inputs past their share of the game's input
+// log (Config.MaxGameInputBytes over the seats) are refused with
+// ResourceExhausted, saying so; the game and the other players go on.
+func TestInputLogShare(t *testing.T) {
+	n, c := startNode(t, "n-share")
+	n.cfg.MaxGameInputBytes = 4096 // arena: 8 seats, 512 bytes each
+	tenant := "tenant-share"
+	game := createGame(t, c, tenant, 0)
+	join(t, c, tenant, game, "ada")
+	join(t, c, tenant, game, "bob")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	send := func(account string, seq uint64) error {
+		_, err := c.SendInput(ctx, connect.NewRequest(&clusterv1.SendInputRequest{TenantId: tenant, GameId: game, AccountId: account, Seq: seq,
+			Payload: make([]byte, 100)}))
+		return err
+	}
+	for seq := uint64(1); seq <= 4; seq++ { // 4 × (100 + 16) = 464 bytes
+		if err := send("ada", seq); err != nil {
+			t.Fatalf("input %d within the share: %v", seq, err)
+		}
+	}
+	err := send("ada", 5)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "the most one player may send in one game") {
+		t.Fatalf("an input past the share: %v, want ResourceExhausted saying why", err)
+	}
+	if err := send("bob", 1); err != nil {
+		t.Fatalf("another player: %v", err)
+	}
+	// A re-send of an input already logged costs nothing and is acknowledged.
+	if err := send("ada", 4); err != nil {
+		t.Fatalf("a re-send after the share was used: %v", err)
+	}
 }

@@ -97,6 +97,9 @@ type Config struct {
 	// call using more fails the match with "exceeded its CPU deadline".
 	// Default 100 ms (a 35 Hz tick is 28.6 ms).
 	CallDeadline time.Duration
+	// MaxGameInputBytes bounds the inputs a game logs on this node, and each
+	// player's share of them (inputs.go). Default DefaultMaxGameInputBytes.
+	MaxGameInputBytes int
 	// WarmInstances is the fewest pre-instantiated instances the node keeps
 	// per build once a build has been used, so starting a match does not pay
 	// instantiation; a build's pool grows with its recent demand up to
@@ -216,6 +219,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.CallDeadline <= 0 {
 		cfg.CallDeadline = 100 * time.Millisecond
+	}
+	if cfg.MaxGameInputBytes <= 0 {
+		cfg.MaxGameInputBytes = DefaultMaxGameInputBytes
 	}
 	if cfg.WarmInstances == 0 {
 		cfg.WarmInstances = 2

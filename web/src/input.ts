@@ -3,6 +3,7 @@
 
 import { Code, ConnectError } from "@connectrpc/connect";
 
+import { refusalWait } from "./api";
 import { InputGapSchema } from "./gen/ludus/v1/game_pb";
 import { inputBytes, payloadOf, type Control } from "./meta";
 
@@ -460,12 +461,16 @@ export class InputSender {
  * rate, a timeout), so that the same input may be sent again as it was.
  */
 function passing(err: unknown): boolean {
-  switch (ConnectError.from(err).code) {
+  const ce = ConnectError.from(err);
+  switch (ce.code) {
     case Code.Unavailable:
     case Code.DeadlineExceeded:
-    case Code.ResourceExhausted:
     case Code.Unknown:
       return true;
+    case Code.ResourceExhausted:
+      // A rate ("retry in N s") passes; a player's share of the game's input log
+      // does not.
+      return refusalWait(ce) > 0;
   }
   return false;
 }
