@@ -479,3 +479,37 @@ func TestGuestLogRing(t *testing.T) {
 		t.Fatalf("after close: %+v", p)
 	}
 }
+
+// roundTripFunc is an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestGameLogServiceHidesNodeAddresses: when the node of a game cannot be
+// reached, a tenant's caller is told so without the node's address (a dial
+// error names it, and node addresses belong to the operator's network).
+func TestGameLogServiceHidesNodeAddresses(t *testing.T) {
+	n, _ := startTalkerNode(t, "n-logaddr", nil)
+	refused := &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return nil, errors.New("dial tcp 10.1.2.3:7000: connect: connection refused")
+	})}
+	svc := &fleet.GameLogs{Etcd: state, ClusterToken: testToken, HTTPClient: refused, Store: fakeDebugStore{},
+		Authorize: func(context.Context, http.Header, string, bool) (string, error) { return "tenant-talk", nil }}
+	mux := http.NewServeMux()
+	mux.Handle(svc.Handler())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c := ludusv1connect.NewGameLogServiceClient(srv.Client(), srv.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := startTalker(t, n, `{"say":1}`)
+	st, err := c.GameLogs(ctx, connect.NewRequest(&ludusv1.GameLogsRequest{GameId: id}))
+	if err == nil {
+		for st.Receive() {
+		}
+		err = st.Err()
+	}
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "cannot be reached") || strings.Contains(err.Error(), "10.1.2.3") {
+		t.Fatalf("a node that cannot be reached: %v, want Unavailable without its address", err)
+	}
+}

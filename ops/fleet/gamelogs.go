@@ -63,7 +63,7 @@ func (s *GameLogs) GameLogs(ctx context.Context, req *connect.Request[ludusv1.Ga
 		case errors.Is(err, clusterstate.ErrGameNotFound):
 			return s.archived(ctx, tenant, game, after, stream)
 		case err != nil:
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("cluster state: %w", err))
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("game %s cannot be located right now; retry in a moment", game))
 		}
 		node := g.Owner
 		if node == "" {
@@ -90,15 +90,15 @@ func (s *GameLogs) GameLogs(ctx context.Context, req *connect.Request[ludusv1.Ga
 func (s *GameLogs) proxy(ctx context.Context, tenant, game, nodeID string, after uint64, follow bool, stream *connect.ServerStream[ludusv1.GameLogsResponse]) (string, error) {
 	n, err := s.Etcd.View().Node(ctx, nodeID)
 	if err != nil {
-		return "", connect.NewError(connect.CodeUnavailable, fmt.Errorf("node %s of game %s: %w", nodeID, game, err))
+		return "", unreachable(game)
 	}
 	client, err := (&Control{ClusterToken: s.ClusterToken, HTTPClient: s.HTTPClient}).nodeClient(n)
 	if err != nil {
-		return "", err
+		return "", unreachable(game)
 	}
 	st, err := client.GameLogs(ctx, connect.NewRequest(&clusterv1.GameLogsRequest{TenantId: tenant, GameId: game, AfterSeq: after, Follow: follow}))
 	if err != nil {
-		return "", err
+		return "", tenantFacing(game, err)
 	}
 	defer st.Close()
 	state := ""
@@ -113,9 +113,28 @@ func (s *GameLogs) proxy(ctx context.Context, tenant, game, nodeID string, after
 		}
 	}
 	if err := st.Err(); err != nil && ctx.Err() == nil {
-		return "", err
+		return "", tenantFacing(game, err)
 	}
 	return state, nil
+}
+
+// tenantFacing is what a tenant's caller sees of a failed call to a node:
+// the node's own refusals (about the game or the request) keep their
+// message; anything else, such as a dial error, which names the node's
+// address (the operator's network, never shown to tenants), says only that
+// the node cannot be reached.
+func tenantFacing(game string, err error) error {
+	switch connect.CodeOf(err) {
+	case connect.CodeNotFound, connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
+		return err
+	case connect.CodeCanceled, connect.CodeDeadlineExceeded:
+		return connect.NewError(connect.CodeOf(err), errors.New("the call ended before the log was read"))
+	}
+	return unreachable(game)
+}
+
+func unreachable(game string) error {
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node running game %s cannot be reached right now; retry in a moment", game))
 }
 
 // archived sends an ended game's archived guest log.
