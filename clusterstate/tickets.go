@@ -148,10 +148,31 @@ type QueuedMember struct {
 }
 
 // PutMatchRules stores a queue's rules (opaque to clusterstate).
+//
+// A mode new to the tenant is refused with ErrTooManyModes when the tenant
+// has MaxModesPerTenant already: every replica watches every queue and the
+// one that leads it scans it several times a second, so modes cost the
+// whole matchmaking tier. Concurrent creations of new modes may overshoot the
+// bound by as many as run at once.
 func (c *Client) PutMatchRules(ctx context.Context, tenant, mode string, rules []byte) error {
-	_, err := c.cli.Put(ctx, MatchRulesKey(tenant, mode), string(rules))
+	key := MatchRulesKey(tenant, mode)
+	resp, err := c.cli.Get(ctx, MatchRulesPrefix()+tenant+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) >= MaxModesPerTenant && !slices.ContainsFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == key }) {
+		return fmt.Errorf("%w: tenant has %d", ErrTooManyModes, len(resp.Kvs))
+	}
+	_, err = c.cli.Put(ctx, key, string(rules))
 	return err
 }
+
+// MaxModesPerTenant is how many matchmaking modes (rules) a tenant may have.
+const MaxModesPerTenant = 32
+
+// ErrTooManyModes: PutMatchRules of a new mode for a tenant that has
+// MaxModesPerTenant already.
+var ErrTooManyModes = errors.New("clusterstate: too many matchmaking modes")
 
 // MatchRules returns a queue's rules, or ErrNoRules.
 func (c *Client) MatchRules(ctx context.Context, tenant, mode string) ([]byte, error) {

@@ -99,6 +99,7 @@ var (
 	ErrNoParty          = errors.New("matchmaker: no such party")              // NotFound
 	ErrAlreadySearching = errors.New("matchmaker: already searching")          // AlreadyExists
 	ErrPartyFull        = errors.New("matchmaker: the party is full")          // FailedPrecondition
+	ErrTooManyModes     = errors.New("matchmaker: too many modes")             // ResourceExhausted
 	ErrUnavailable      = errors.New("matchmaker: matchmaking is unavailable") // Unavailable
 	// ErrOverloaded: etcd is not keeping up with the searches starting, so
 	// this one is refused at once rather than queued (Unavailable).

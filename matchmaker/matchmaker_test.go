@@ -802,3 +802,41 @@ func TestTicketLeftOverPartyTicketDoesNotCancelNewSearches(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "an empty queue", func() bool { return ticketCount(t, r.state, tenant) == 0 })
 }
+
+// TestTicketModesPerTenantBounded: a tenant has at most
+// clusterstate.MaxModesPerTenant modes; SetRules of one more is
+// ResourceExhausted saying what to do, while changing an existing mode's
+// rules still works, and so does a new mode once one is deleted.
+func TestTicketModesPerTenantBounded(t *testing.T) {
+	rep := startReplica(t, &fakeAllocator{})
+	tenant := newTenant(t, rep.state, nil) // mode "ranked"
+	admin, err := NewAdminService(rep.state, func(context.Context, http.Header) (string, error) { return tenant, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 30*time.Second)
+	set := func(mode string) error {
+		rules := &ludusv1.MatchmakingRules{Mode: mode, TeamSize: 1, Teams: 2, BandStart: 100, BandStep: 50,
+			BandIntervalMs: 5000, BandCap: 550, MaxWaitMs: 45000, MaxRttMs: map[string]int32{"eu": 100}}
+		_, err := admin.SetRules(ctx, connect.NewRequest(&ludusv1.SetRulesRequest{Rules: rules}))
+		return err
+	}
+	for i := 1; i < clusterstate.MaxModesPerTenant; i++ {
+		if err := set(fmt.Sprintf("mode-%d", i)); err != nil {
+			t.Fatalf("mode %d: %v", i, err)
+		}
+	}
+	err = set("one-too-many")
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "delete one with DeleteRules") {
+		t.Fatalf("a mode past the bound: %v, want ResourceExhausted saying what to do", err)
+	}
+	if err := set("mode-1"); err != nil {
+		t.Fatalf("changing an existing mode at the bound: %v", err)
+	}
+	if _, err := admin.DeleteRules(ctx, connect.NewRequest(&ludusv1.DeleteRulesRequest{Mode: "mode-1"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := set("one-too-many"); err != nil {
+		t.Fatalf("a new mode after a deletion: %v", err)
+	}
+}

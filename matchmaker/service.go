@@ -46,6 +46,8 @@ func connectError(err error) error {
 		code = connect.CodeAlreadyExists
 	case errors.Is(err, ErrPartyFull):
 		code = connect.CodeFailedPrecondition
+	case errors.Is(err, ErrTooManyModes):
+		code = connect.CodeResourceExhausted
 	}
 	return connect.NewError(code, err)
 }
@@ -198,7 +200,10 @@ func (a *AdminService) SetRules(ctx context.Context, req *connect.Request[ludusv
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
-	if err := a.state.PutMatchRules(ctx, tenant, req.Msg.Rules.Mode, b); err != nil {
+	if err := a.state.PutMatchRules(ctx, tenant, req.Msg.Rules.Mode, b); errors.Is(err, clusterstate.ErrTooManyModes) {
+		return nil, connectError(fmt.Errorf("%w: this tenant has %d matchmaking modes, the most it may: delete one with DeleteRules before adding %q",
+			ErrTooManyModes, clusterstate.MaxModesPerTenant, req.Msg.Rules.Mode))
+	} else if err != nil {
 		return nil, connectError(fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
 	return connect.NewResponse(&ludusv1.SetRulesResponse{}), nil
