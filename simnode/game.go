@@ -221,7 +221,7 @@ func newGame(n *Node, sess *clusterstate.Session, spec clusterstate.GameSpec, mo
 	for i := range g.slots {
 		g.slots[i] = &slot{view: newFeed()}
 	}
-	g.drawer = &viewDrawer{mod: mod, spec: spec, opts: n.instanceOptions(spec), log: g.log}
+	g.drawer = &viewDrawer{mod: mod, spec: spec, opts: n.instanceOptions(spec), log: g.log, maxView: n.cfg.MaxViewBytes}
 	g.durableTick.Store(inst.Tick())
 	g.speculation = max(1, int64(n.cfg.MaxSpeculation)*int64(spec.TickRate)/int64(time.Second))
 	g.ticket = n.sched.newTicket(spec.TenantID)

@@ -513,3 +513,28 @@ func TestGameLogServiceHidesNodeAddresses(t *testing.T) {
 		t.Fatalf("a node that cannot be reached: %v, want Unavailable without its address", err)
 	}
 }
+
+// TestOversizedViewFailsTheMatch: a module whose ludus_view returns more
+// than Config.MaxViewBytes fails its match, and the status says why, rather
+// than every stream copying and sending it each frame.
+func TestOversizedViewFailsTheMatch(t *testing.T) {
+	n, srv := startTalkerNode(t, "n-bigview", nil)
+	n.cfg.MaxViewBytes = 1024
+	id := startTalker(t, n, `{"view_bytes":4096}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := clusterv1connect.NewNodeServiceClient(h2cClient(), srv.URL, connect.WithInterceptors(bearer.Token(testToken)))
+	fs, err := nc.StreamFrames(ctx, connect.NewRequest(&clusterv1.StreamFramesRequest{TenantId: "tenant-talk", GameId: id, Spectator: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for fs.Receive() {
+		if fs.Msg().GetFrame() != nil {
+			t.Fatal("a frame of an oversized view was sent")
+		}
+	}
+	g := waitStatus(t, "tenant-talk", id, func(g clusterstate.Game) bool { return g.Status.State == clusterstate.StateFailed })
+	if !strings.Contains(g.Status.Message, "ludus_view(-1) returned 4096 bytes; a view may be at most 1024") {
+		t.Fatalf("status message %q does not say why", g.Status.Message)
+	}
+}

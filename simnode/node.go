@@ -100,6 +100,10 @@ type Config struct {
 	// MaxGameInputBytes bounds the inputs a game logs on this node, and each
 	// player's share of them (inputs.go). Default DefaultMaxGameInputBytes.
 	MaxGameInputBytes int
+	// MaxViewBytes bounds what a module's ludus_view may return: a view is
+	// copied for each of its streams and sent every frame. A larger one
+	// fails the match, saying so. Default DefaultMaxViewBytes.
+	MaxViewBytes int
 	// WarmInstances is the fewest pre-instantiated instances the node keeps
 	// per build once a build has been used, so starting a match does not pay
 	// instantiation; a build's pool grows with its recent demand up to
@@ -222,6 +226,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.MaxGameInputBytes <= 0 {
 		cfg.MaxGameInputBytes = DefaultMaxGameInputBytes
+	}
+	if cfg.MaxViewBytes <= 0 {
+		cfg.MaxViewBytes = DefaultMaxViewBytes
 	}
 	if cfg.WarmInstances == 0 {
 		cfg.WarmInstances = 2

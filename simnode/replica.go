@@ -95,7 +95,7 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 	if r.spec.SnapshotFormat == "" && mod.HasRenderer {
 		r.spec.SnapshotFormat, r.spec.ViewWidth, r.spec.ViewHeight = mod.Meta.SnapshotFormat, mod.Meta.ViewWidth, mod.Meta.ViewHeight
 	}
-	drawer := &viewDrawer{mod: mod, spec: r.spec, opts: n.instanceOptions(r.spec), log: log}
+	drawer := &viewDrawer{mod: mod, spec: r.spec, opts: n.instanceOptions(r.spec), log: log, maxView: n.cfg.MaxViewBytes}
 	defer drawer.close()
 	if err := inst.Init(ctx, r.spec.Seed, r.spec.Config); err != nil {
 		ready <- err

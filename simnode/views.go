@@ -59,6 +59,12 @@ func wantSnapshots(spec clusterstate.GameSpec, d ludusv1.Delivery) (bool, error)
 	return true, nil
 }
 
+// DefaultMaxViewBytes is the largest view a node accepts from a module
+// (Config.MaxViewBytes): the largest frame the clients decode (16 MiB,
+// gateway/framecodec's DefaultMaxRawSize), a 4096×4096 view of one byte a
+// pixel.
+const DefaultMaxViewBytes = 16 << 20
+
 // viewDrawer turns one instance's views into what a game's feeds publish. It
 // belongs to the goroutine that owns the instance (a game's actor, a replica).
 type viewDrawer struct {
@@ -66,6 +72,8 @@ type viewDrawer struct {
 	spec clusterstate.GameSpec
 	opts engine.InstanceOptions
 	log  *slog.Logger
+	// maxView is the largest view accepted (Config.MaxViewBytes).
+	maxView int
 	// rend renders snapshots for pixel streams, created when first needed; a
 	// failed renderer is replaced, at most once per renderRetry.
 	rend       *engine.Renderer
@@ -87,6 +95,9 @@ func (d *viewDrawer) draw(ctx context.Context, inst *engine.Instance, f *feed, s
 	v, err := inst.View(ctx, slot)
 	if err != nil {
 		return err // the authoritative instance failed: the match fails
+	}
+	if d.maxView > 0 && len(v) > d.maxView {
+		return fmt.Errorf("ludus_view(%d) returned %d bytes; a view may be at most %d (docs/ABI.md)", slot, len(v), d.maxView)
 	}
 	if wantSnap {
 		f.snaps.publish(Frame{Tick: tick, View: append([]byte(nil), v...)})

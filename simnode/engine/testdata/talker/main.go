@@ -5,8 +5,8 @@
 // returns an error with TEXT; {"say":N}: every N ticks it prints "tick T" to
 // stdout (and "warn T" to stderr every 2N); {"spam":N}: N lines of 100 bytes
 // every tick; {"panic_at":T}: it panics at tick T; {"view":true}: View
-// changes the state (a desync on replay). Built by the tests, not by
-// games/build.sh.
+// changes the state (a desync on replay); {"view_bytes":N}: views of N
+// bytes. Built by the tests, not by games/build.sh.
 package main
 
 import (
@@ -19,8 +19,8 @@ import (
 )
 
 type game struct {
-	tick, say, spam, panicAt, viewed uint64
-	view                             bool
+	tick, say, spam, panicAt, viewed, viewBytes uint64
+	view                                        bool
 }
 
 func (g *game) Meta() abi.Meta {
@@ -37,13 +37,15 @@ func (g *game) Init(seed uint64, config []byte) error {
 				return err
 			}
 			return errors.New(s)
-		case "say", "spam", "panic_at":
+		case "say", "spam", "panic_at", "view_bytes":
 			n, err := v.Int()
 			switch k {
 			case "say":
 				g.say = uint64(n)
 			case "spam":
 				g.spam = uint64(n)
+			case "view_bytes":
+				g.viewBytes = uint64(n)
 			default:
 				g.panicAt = uint64(n)
 			}
@@ -83,6 +85,9 @@ func (g *game) Step() bool {
 func (g *game) View(slot int) []byte {
 	if g.view {
 		g.viewed++
+	}
+	if g.viewBytes > 0 {
+		return make([]byte, g.viewBytes)
 	}
 	return []byte{byte(slot)}
 }
