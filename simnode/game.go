@@ -25,6 +25,9 @@ const StateMoved = "moved"
 // maxStatusResult bounds the result JSON a final status carries to players.
 const maxStatusResult = 64 << 10
 
+// maxLoggedResult is how much of a result the node's log line shows.
+const maxLoggedResult = 4 << 10
+
 // maxLag is how late a game may fall before it stops trying to catch up.
 const maxLag = 500 * time.Millisecond
 
@@ -611,7 +614,8 @@ func (g *game) finish(ctx context.Context, state, message string, ended bool) {
 	g.flushFinal(ctx, state, message)
 	if ended {
 		if resOK {
-			g.log.Info("match ended", "tick", g.inst.Tick(), "result", string(res))
+			// The result may be up to 1 MiB: the log gets its start.
+			g.log.Info("match ended", "tick", g.inst.Tick(), "result", string(res[:min(len(res), maxLoggedResult)]), "result_bytes", len(res))
 		}
 	} else {
 		g.log.Warn("match stopped", "tick", g.inst.Tick(), "state", state, "reason", message)
