@@ -314,6 +314,44 @@ func TestSpendCapRefusesWithNumbers(t *testing.T) {
 	}
 }
 
+// TestLiveRunsBounded: a tenant has at most clusterstate.MaxLiveBatchRuns
+// runs that have not ended; one more is ResourceExhausted saying what to do,
+// and a run may start again once one is cancelled.
+func TestLiveRunsBounded(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	tenant, key := newTenant(t)
+	cli := service(t)
+	if err := srv.SetBatchPolicy(ctx, tenant, time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	start := func() (*connect.Response[ludusv1.StartRunResponse], error) {
+		return cli.StartRun(ctx, withKey(&ludusv1.StartRunRequest{Spec: &ludusv1.BatchRunSpec{Module: "arena", Games: 1,
+			Maps: []*ludusv1.BatchMap{{ConfigJson: shortArena}}, BudgetCpuS: 1}}, key))
+	}
+	// No worker runs: every run stays running.
+	var first string
+	for i := range clusterstate.MaxLiveBatchRuns {
+		r, err := start()
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if i == 0 {
+			first = r.Msg.Progress.RunId
+		}
+	}
+	_, err := start()
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "runs that have not ended, the most it may") ||
+		strings.Contains(err.Error(), "clusterstate") {
+		t.Fatalf("a run past the bound: %v, want ResourceExhausted saying what to do", err)
+	}
+	if _, err := cli.CancelRun(ctx, withKey(&ludusv1.CancelRunRequest{RunId: first}, key)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start(); err != nil {
+		t.Fatalf("a run after a cancellation: %v", err)
+	}
+}
+
 // Bad specs get clear errors.
 func TestBadSpecs(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)

@@ -59,6 +59,8 @@ func (s *Service) errorOf(ctx context.Context, op string, err error) error {
 		return err
 	case errors.As(err, &capErr):
 		return connect.NewError(connect.CodeResourceExhausted, capErr)
+	case errors.Is(err, clusterstate.ErrTooManyBatchRuns):
+		return connect.NewError(connect.CodeResourceExhausted, errors.New(strings.TrimPrefix(err.Error(), clusterstate.ErrTooManyBatchRuns.Error()+": ")))
 	case errors.Is(err, ErrInvalidSpec):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, clusterstate.ErrBatchRunNotFound), errors.Is(err, store.ErrNotFound):

@@ -221,12 +221,28 @@ func worstCase(r BatchRun, p BatchProgress) (accrued, reserved int64) {
 	return p.CPU, max(r.BudgetCPU-p.CPU, 0)
 }
 
+// MaxLiveBatchRuns is how many batch runs of a tenant may be admitted and
+// not ended at once: each queues an etcd key per game until it ends, and
+// etcd is every game's.
+const MaxLiveBatchRuns = 8
+
+// MaxLiveBatchGames is how many games a tenant's runs that have not ended
+// may hold together (a run alone may have batch.MaxGames).
+const MaxLiveBatchGames = 200_000
+
+// ErrTooManyBatchRuns: AdmitBatchRun for a tenant with MaxLiveBatchRuns
+// runs that have not ended.
+var ErrTooManyBatchRuns = errors.New("clusterstate: too many batch runs")
+
 // AdmitBatchRun records run (state admitting) if the tenant's spend allows
 // it: settled + accrued + every unended run's remaining worst case + the new
 // run's worst case (run.BudgetCPU) must not exceed capCPU (nanoseconds),
-// else a *BatchCapError. The check and the write are one transaction fenced
-// on the tenant's ledger, so concurrent admissions cannot both squeeze under
-// the cap. ErrBatchRunExists if the id is taken.
+// else a *BatchCapError; and if the tenant has fewer than MaxLiveBatchRuns
+// runs that have not ended, holding with this one at most MaxLiveBatchGames
+// games, else ErrTooManyBatchRuns. The check and the
+// write are one transaction fenced on the tenant's ledger, so concurrent
+// admissions cannot both squeeze under the bounds. ErrBatchRunExists if the
+// id is taken.
 func (c *Client) AdmitBatchRun(ctx context.Context, run BatchRun, capCPU int64) error {
 	run.State = BatchAdmitting
 	for range 20 {
@@ -248,9 +264,18 @@ func (c *Client) admitOnce(ctx context.Context, run BatchRun, capCPU int64) erro
 		return err
 	}
 	ce := BatchCapError{Settled: ledger.Settled, New: run.BudgetCPU, Cap: capCPU}
+	live, games := 0, run.Games
 	for _, r := range runs {
 		if r.State == BatchEnded {
 			continue
+		}
+		if live++; live >= MaxLiveBatchRuns {
+			return fmt.Errorf("%w: the tenant has %d runs that have not ended, the most it may; wait for one to end, or cancel one (CancelRun)",
+				ErrTooManyBatchRuns, live)
+		}
+		if games += r.Games; games > MaxLiveBatchGames {
+			return fmt.Errorf("%w: the tenant's runs that have not ended hold %d games, and this one %d more; at most %d may be queued: "+
+				"wait for a run to end, or cancel one (CancelRun)", ErrTooManyBatchRuns, games-run.Games, run.Games, MaxLiveBatchGames)
 		}
 		p, _, err := c.batchProgress(ctx, r.Tenant, r.ID)
 		if err != nil {

@@ -136,6 +136,36 @@ func TestBatchAdmissionCap(t *testing.T) {
 	}
 }
 
+// TestBatchAdmissionBoundsLiveRuns: a tenant's runs that have not ended
+// hold at most MaxLiveBatchGames games together, and number fewer than
+// MaxLiveBatchRuns; past either, admission is ErrTooManyBatchRuns. Other
+// tenants are not counted.
+func TestBatchAdmissionBoundsLiveRuns(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := uniq("bl")
+	admit := func(tenant string, games int) error {
+		return state.AdmitBatchRun(ctx, BatchRun{Tenant: tenant, ID: uniq("r"), Games: games, BudgetCPU: int64(time.Second),
+			Deadline: time.Now().Add(time.Hour)}, int64(time.Hour))
+	}
+	if err := admit(tenant, MaxLiveBatchGames-1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := admit(tenant, 1001); !errors.Is(err, ErrTooManyBatchRuns) {
+		t.Fatalf("games past the bound: %v, want ErrTooManyBatchRuns", err)
+	}
+	for i := 1; i < MaxLiveBatchRuns; i++ {
+		if err := admit(tenant, 1); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+	if err := admit(tenant, 1); !errors.Is(err, ErrTooManyBatchRuns) {
+		t.Fatalf("a run past the bound: %v, want ErrTooManyBatchRuns", err)
+	}
+	if err := admit(uniq("bl2"), 1000); err != nil {
+		t.Fatalf("another tenant: %v", err)
+	}
+}
+
 // A queue without a run record, or of an ended run, is orphaned.
 func TestBatchOrphanedQueues(t *testing.T) {
 	ctx := testCtx(t)
