@@ -2,14 +2,18 @@ package simnode
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
+	"ludus.dev/ludus/simnode/engine"
 )
 
 // TestSpectatorReplica: a node that does not own a game serves its spectators
@@ -110,5 +114,26 @@ func TestSpectateGivenUpKeepsTheReplica(t *testing.T) {
 	}
 	if again != first {
 		t.Fatal("the retry started a second replica")
+	}
+}
+
+// TestReplicaErrorCodes: a spectator replica that cannot start says why
+// with the code that tells the gateway what to do: only etcd's trouble is
+// Unavailable ("retry"); a game that is gone, a module that fails and a
+// caller that gave up are not.
+func TestReplicaErrorCodes(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code connect.Code
+	}{
+		{fmt.Errorf("read log: %w", clusterstate.ErrGameNotFound), connect.CodeNotFound},
+		{nodeErrorf(errModuleUnusable, "the module does not compile"), connect.CodeFailedPrecondition},
+		{&engine.TrapError{Export: "ludus_init", Err: errors.New("unreachable")}, connect.CodeFailedPrecondition},
+		{context.Canceled, connect.CodeCanceled},
+		{errors.New("etcdserver: request timed out"), connect.CodeUnavailable},
+	} {
+		if got := connect.CodeOf(connectError(replicaError("g1", tc.err))); got != tc.code {
+			t.Errorf("%v: %v, want %v", tc.err, got, tc.code)
+		}
 	}
 }

@@ -249,10 +249,7 @@ func (s *service) StreamFrames(ctx context.Context, req *connect.Request[cluster
 		// Not ours: serve spectators from a replica that tails the log.
 		r, err := s.n.spectate(ctx, m.TenantId, m.GameId)
 		if err != nil {
-			if errors.Is(err, clusterstate.ErrGameNotFound) {
-				return connectError(nodeErrorf(errNoSuchGame, "no game %q", m.GameId))
-			}
-			return connectError(nodeErrorf(errClusterState, "spectator replica: %v", err))
+			return connectError(replicaError(m.GameId, err))
 		}
 		snapshots, err := wantSnapshots(r.spec, m.Delivery)
 		if err != nil {
@@ -360,4 +357,22 @@ func configBots(config []byte) int {
 		return 0
 	}
 	return c.Bots
+}
+
+// replicaError says why a spectator replica of game could not start, as a
+// node error whose kind gives the right code: a game that is gone, the
+// module (its build unusable here, or its Init or a call trapping), the
+// caller giving up, or else etcd. Only the last is worth retrying soon.
+func replicaError(game string, err error) error {
+	var ne *nodeError
+	var trap *engine.TrapError
+	switch {
+	case errors.Is(err, clusterstate.ErrGameNotFound):
+		return nodeErrorf(errNoSuchGame, "no game %q", game)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne):
+		return err
+	case errors.As(err, &trap):
+		return nodeErrorf(errModuleUnusable, "the game's module cannot show it to spectators: %v", err)
+	}
+	return nodeErrorf(errClusterState, "spectator replica: %v", err)
 }
