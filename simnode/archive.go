@@ -149,7 +149,24 @@ func (n *Node) archiveOnce(a Archiver, tenant, game string) error {
 			req.FinalTick = c.To
 		}
 	}
-	if err := a.ArchiveGame(ctx, req); err != nil {
+	if err := a.ArchiveGame(ctx, req); tooBigToArchive(err) && len(req.Chunks) > 0 {
+		// The log is larger than an archive holds (bytes or chunks): it
+		// never will fit, and a game that is never archived stays in etcd
+		// for good, read whole by every sweep. Keep the game's record
+		// without its log, saying so; the result was delivered above.
+		size := 0
+		for _, c := range req.Chunks {
+			size += len(c)
+		}
+		n.log.Error("game log too large to archive; archiving the game without it", "tenant", tenant, "game", game,
+			"chunks", len(req.Chunks), "bytes", size, "err", err)
+		req.Message = fmt.Sprintf("%s (its input log, %d bytes in %d chunks, was larger than an archive holds and was not kept)",
+			req.Message, size, len(req.Chunks))
+		req.Chunks = nil
+		if err := a.ArchiveGame(ctx, req); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
 	// Delete only what was archived: the spec's create revision must be unchanged.
@@ -159,4 +176,21 @@ func (n *Node) archiveOnce(a Archiver, tenant, game string) error {
 		n.log.Info("game log archived and removed from etcd", "tenant", tenant, "game", game, "chunks", len(req.Chunks), "state", st.State)
 	}
 	return err
+}
+
+// tooBigToArchive reports whether the backend refused an archive for its
+// size (ResourceExhausted: its bytes, or a message too large to read;
+// InvalidArgument naming the chunks: their count), which no retry changes.
+func tooBigToArchive(err error) bool {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return false
+	}
+	switch ce.Code() {
+	case connect.CodeResourceExhausted:
+		return true
+	case connect.CodeInvalidArgument:
+		return strings.Contains(ce.Message(), "chunks")
+	}
+	return false
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -333,4 +334,36 @@ func TestKeptResultBoundToItsLog(t *testing.T) {
 			t.Errorf("of(seq %d, %q) = %v, want %v", c.chunk.Seq, c.chunk.Data, got, c.want)
 		}
 	}
+}
+
+// tooBigArchive is the backend's module store, refusing an archive with
+// chunks as too large, as the backend does past MaxArchiveBytes.
+type tooBigArchive struct{ *ModuleStore }
+
+func (s tooBigArchive) ArchiveGame(ctx context.Context, req *clusterv1.ArchiveGameRequest) error {
+	if len(req.Chunks) > 0 {
+		return connect.NewError(connect.CodeResourceExhausted, errors.New("game log is 70000000 bytes; the archive takes at most 67108864 (test)"))
+	}
+	return s.ModuleStore.ArchiveGame(ctx, req)
+}
+
+// TestLogTooLargeToArchive: a game whose log the backend refuses for its
+// size is archived without the log, saying so, and leaves etcd, rather
+// than staying there for good; its result is delivered once as always.
+func TestLogTooLargeToArchive(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	e := newResultEnv(t, ctx)
+	log := &reportLog{}
+	a := e.node(t, "n-toobig", tooBigArchive{e.store()}, nodeReporter{log: log, node: "a", send: NewBackendReporter(e.hs.Client(), e.hs.URL)})
+	id := e.play(t, ctx, a, "")
+	e.waitArchived(t, ctx, id)
+	gl, err := e.admin.GetGameLog(ctx, withKey(&ludusv1.GetGameLogRequest{GameId: id}, e.key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gl.Msg.Chunks) != 0 || !strings.Contains(gl.Msg.Message, "larger than an archive holds and was not kept") {
+		t.Fatalf("archive: %d chunks, message %q; want none, and a message that says why", len(gl.Msg.Chunks), gl.Msg.Message)
+	}
+	e.checkAppliedOnce(t, ctx, id)
 }
