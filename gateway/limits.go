@@ -227,7 +227,16 @@ func (l *accountLimiter) statedPerMinute() *accountLimiter {
 }
 
 // allow takes one token of account's bucket, or fails with ResourceExhausted.
-func (l *accountLimiter) allow(account string) error {
+func (l *accountLimiter) allow(account string) error { return l.use(account, true) }
+
+// check fails with ResourceExhausted if account's bucket is empty, taking
+// nothing; charge takes a token afterwards, for calls whose cost is known
+// only from their outcome (calls running at once may each pass the check).
+func (l *accountLimiter) check(account string) error { return l.use(account, false) }
+
+func (l *accountLimiter) charge(account string) { _ = l.use(account, true) }
+
+func (l *accountLimiter) use(account string, take bool) error {
 	if l.rate < 0 {
 		return nil
 	}
@@ -261,6 +270,8 @@ func (l *accountLimiter) allow(account string) error {
 		err.Meta().Set("Retry-After", strconv.Itoa(secs))
 		return err
 	}
-	b.tokens--
+	if take {
+		b.tokens--
+	}
 	return nil
 }

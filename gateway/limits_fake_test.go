@@ -260,7 +260,8 @@ func TestFakeCreateGameRate(t *testing.T) {
 
 // TestFakeJoinGameRate: each account's JoinGame calls share a token bucket:
 // over the burst a call is refused with the wait, before the backend or the
-// node is asked; another account joins.
+// node is asked; joins answered Unavailable (a game moving) are not
+// counted; another account joins.
 func TestFakeJoinGameRate(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, Limits{JoinsPerMinute: 2, JoinsBurst: 2})
@@ -273,6 +274,18 @@ func TestFakeJoinGameRate(t *testing.T) {
 	join := func(ticket string) error {
 		_, err := c.client(ticket).JoinGame(context.Background(), connect.NewRequest(&ludusv1.JoinGameRequest{GameId: "jg"}))
 		return err
+	}
+	// Joins of a game that has no node right now (moving) are retries: they
+	// cost no token.
+	c.put(clusterstate.GameKey(tenantT1, "moving"), clusterstate.GameSpec{TenantID: tenantT1, GameID: "moving", ModuleName: "arena", BuildID: fakeBuildID,
+		TickRate: 35, MaxPlayers: 8, FrameDivisor: 2, ViewFormat: "fake"})
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := c.client(ticketAlice).JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: "moving"}))
+		cancel()
+		if code := connect.CodeOf(err); code != connect.CodeUnavailable && code != connect.CodeDeadlineExceeded && code != connect.CodeCanceled {
+			t.Fatalf("a join of a game without a node: %v, want Unavailable or the deadline", err)
+		}
 	}
 	var err error
 	for i := range 2 {

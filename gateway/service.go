@@ -253,23 +253,39 @@ func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 	if req.Msg.GameId == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("game_id is required"))
 	}
-	if err := s.g.joins.allow(c.AccountID); err != nil {
+	// Charged once the outcome is known: a join answered Unavailable (the
+	// game moving, its node replaying it) is a client's retry and costs no
+	// token; a join that seated the player, or named no game, does.
+	if err := s.g.joins.check(c.AccountID); err != nil {
 		s.g.metrics.limitRejected.WithLabelValues(c.TenantID, "join_rate").Inc()
 		return nil, err
 	}
+	resp, err := s.joinGame(ctx, c, req.Msg.GameId)
+	if code := connect.CodeOf(err); err == nil || code == connect.CodeNotFound || code == connect.CodeInvalidArgument {
+		s.g.joins.charge(c.AccountID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// joinGame seats the caller in a game: on its roster in the backend, then on
+// the node that runs it.
+func (s *gameService) joinGame(ctx context.Context, c *auth.Claims, gameID string) (*ludusv1.JoinGameResponse, error) {
 	// The match's roster: the backend credits only accounts on it, so the node
 	// running the game cannot credit anyone who did not join through a gateway.
 	if _, err := s.g.modules.AddMatchPlayers(ctx, connect.NewRequest(&clusterv1.AddMatchPlayersRequest{
-		TenantId: c.TenantID, MatchId: req.Msg.GameId, AccountIds: []string{c.AccountID}})); err != nil {
+		TenantId: c.TenantID, MatchId: gameID, AccountIds: []string{c.AccountID}})); err != nil {
 		if connect.CodeOf(err) == connect.CodeNotFound {
-			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q in this tenant", req.Msg.GameId))
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no game %q in this tenant", gameID))
 		}
 		return nil, s.backendError("add match players", err)
 	}
 	var resp *clusterv1.JoinGameResponse
-	err := s.callOwner(ctx, c, req.Msg.GameId, func(ctx context.Context, n clusterstate.NodeInfo) error {
+	err := s.callOwner(ctx, c, gameID, func(ctx context.Context, n clusterstate.NodeInfo) error {
 		r, err := s.g.node(n).JoinGame(ctx, connect.NewRequest(&clusterv1.JoinGameRequest{
-			TenantId: c.TenantID, GameId: req.Msg.GameId, AccountId: c.AccountID, DisplayName: playerName(c)}))
+			TenantId: c.TenantID, GameId: gameID, AccountId: c.AccountID, DisplayName: playerName(c)}))
 		if err == nil {
 			resp = r.Msg
 		}
@@ -278,7 +294,7 @@ func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&ludusv1.JoinGameResponse{Game: resp.Game, Slot: resp.Slot}), nil
+	return &ludusv1.JoinGameResponse{Game: resp.Game, Slot: resp.Slot}, nil
 }
 
 func (s *gameService) SendInput(ctx context.Context, req *connect.Request[ludusv1.SendInputRequest]) (*connect.Response[ludusv1.SendInputResponse], error) {
