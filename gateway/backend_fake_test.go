@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -75,5 +77,65 @@ func TestFakeBackendKeySetAndModules(t *testing.T) {
 	}
 	if resp, _ = get(path, "forged"); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("module with a forged ticket: %s", resp.Status)
+	}
+}
+
+// TestFakeModuleDownloadsShareFetchesAndAreLimited: requests that miss the
+// gateway's module cache at once share one fetch from the backend, and each
+// account's misses are rate limited (429 with Retry-After), other accounts
+// not held back.
+func TestFakeModuleDownloadsShareFetchesAndAreLimited(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, Limits{})
+	gate := make(chan struct{})
+	c.backend.getGate = gate
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	get := func(path, ticket string) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.url+path, nil)
+		req.Header.Set("Authorization", "Bearer "+ticket)
+		resp, err := h2cClient().Do(req)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	path := "/modules/" + fakeWasmBuild() + ".wasm"
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp := get(path, ticketAlice); resp != nil && resp.StatusCode != http.StatusOK {
+				t.Errorf("a download sharing a fetch: %s", resp.Status)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the five arrive while the fetch is held
+	close(gate)
+	wg.Wait()
+	if n := c.backend.gets.Load(); n != 1 {
+		t.Fatalf("the backend was asked %d times for five downloads at once, want 1", n)
+	}
+	// Misses (here: builds that do not exist) are limited per account:
+	// five taken above, five more, then 429.
+	missing := "/modules/" + strings.Repeat("ab", 32) + ".wasm"
+	for i := range 5 {
+		if resp := get(missing, ticketAlice); resp == nil || resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("miss %d: %v", i, resp)
+		}
+	}
+	resp := get(missing, ticketAlice)
+	if resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a miss past the limit: %v, want 429 with Retry-After", resp)
+	}
+	if resp := get(missing, ticketBob); resp == nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("another account: %v", resp)
+	}
+	if resp := get(path, ticketAlice); resp == nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a cached build past the limit: %v, want it served", resp)
 	}
 }

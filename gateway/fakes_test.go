@@ -462,6 +462,9 @@ type fakeBackend struct {
 
 	mu      sync.Mutex
 	rosters map[string][]string // match id → accounts the gateway registered
+	// getGate, if set before the gateway starts, holds every GetModule
+	// until it is closed.
+	getGate chan struct{}
 }
 
 func (b *fakeBackend) AddMatchPlayers(_ context.Context, req *connect.Request[clusterv1.AddMatchPlayersRequest]) (*connect.Response[clusterv1.AddMatchPlayersResponse], error) {
@@ -506,6 +509,9 @@ func fakeWasmBuild() string {
 
 func (b *fakeBackend) GetModule(_ context.Context, req *connect.Request[clusterv1.GetModuleRequest]) (*connect.Response[clusterv1.GetModuleResponse], error) {
 	b.gets.Add(1)
+	if b.getGate != nil {
+		<-b.getGate
+	}
 	if req.Msg.TenantId != tenantT1 || req.Msg.BuildId != fakeWasmBuild() {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("tenant %s has no build %s", req.Msg.TenantId, req.Msg.BuildId))
 	}

@@ -27,6 +27,7 @@ import (
 	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/cors"
+	"golang.org/x/sync/singleflight"
 
 	"ludus.dev/ludus/auth"
 	"ludus.dev/ludus/auth/clustercred"
@@ -95,6 +96,10 @@ type Gateway struct {
 	lobby *lobbyReads
 	// moduleBytes caches modules served to players (modules.go).
 	moduleBytes *moduleCache
+	// moduleFetch shares a module's fetch among the requests that miss the
+	// cache at once; fetches limits each account's misses (modules.go).
+	moduleFetch singleflight.Group
+	fetches     *accountLimiter
 	modules     clusterv1connect.ModuleStoreServiceClient
 	h2c         *http.Client
 	limits      Limits
@@ -187,6 +192,7 @@ func New(cfg Config) (*Gateway, error) {
 		searches:    newAccountLimiter("matchmaking calls", limits.MatchmakingCallsPerSecond, limits.MatchmakingBurst),
 		creations:   newAccountLimiter("games", limits.GamesPerMinute/60, limits.GamesBurst).statedPerMinute(),
 		joins:       newAccountLimiter("joins", limits.JoinsPerMinute/60, limits.JoinsBurst).statedPerMinute(),
+		fetches:     newAccountLimiter("module downloads", moduleDownloadsPerMinute/60, moduleDownloadBurst).statedPerMinute(),
 		metrics:     newMetrics(cfg.Registry),
 		health:      grpchealth.NewStaticChecker(ludusv1connect.GameServiceName, ludusv1connect.AuthServiceName),
 	}

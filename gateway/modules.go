@@ -3,13 +3,16 @@ package gateway
 import (
 	"bytes"
 	"container/list"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -31,6 +34,13 @@ const modulePathPrefix = "/modules/"
 // moduleCacheBytes bounds the modules the gateway keeps in memory, so a
 // thousand players opening a game fetch its module from the backend once.
 const moduleCacheBytes = 128 << 20
+
+// Module downloads that miss the gateway's cache, per account: 30 a minute,
+// 10 at once.
+const (
+	moduleDownloadsPerMinute = 30
+	moduleDownloadBurst      = 10
+)
 
 // maxServedModuleBytes is the largest module served (the backend's upload
 // limit is 32 MiB).
@@ -117,27 +127,28 @@ func (g *Gateway) serveModule(w http.ResponseWriter, r *http.Request) {
 	key := claims.TenantID + "/" + build
 	wasm, cached := g.moduleBytes.get(key)
 	if !cached {
-		resp, err := g.modules.GetModule(r.Context(), connect.NewRequest(&clusterv1.GetModuleRequest{TenantId: claims.TenantID, BuildId: build}))
-		switch {
-		case connect.CodeOf(err) == connect.CodeNotFound || connect.CodeOf(err) == connect.CodeInvalidArgument:
-			http.Error(w, "not found: your tenant has no module build "+build, http.StatusNotFound)
+		// A miss fetches up to 32 MiB from the backend: misses of one build
+		// share one fetch, and each account's misses are rate limited (a
+		// player fetches a build once a game; browsers keep it).
+		if err := g.fetches.allow(claims.AccountID); err != nil {
+			var ce *connect.Error
+			if errors.As(err, &ce) {
+				w.Header().Set("Retry-After", ce.Meta().Get("Retry-After"))
+			}
+			http.Error(w, "too many module downloads: "+ce.Message(), http.StatusTooManyRequests)
 			return
-		case err != nil:
-			g.log.Warn("cannot fetch a module for a player", "tenant", claims.TenantID, "build", build, "err", err)
+		}
+		v, err, _ := g.moduleFetch.Do(key, func() (any, error) { return g.fetchModule(claims.TenantID, build) })
+		if err != nil {
+			var fe *fetchError
+			if errors.As(err, &fe) {
+				http.Error(w, fe.msg, fe.status)
+				return
+			}
 			http.Error(w, "the module store is unavailable; retry in a moment", http.StatusServiceUnavailable)
 			return
 		}
-		wasm = resp.Msg.Wasm
-		if sum := sha256.Sum256(wasm); hex.EncodeToString(sum[:]) != build {
-			g.log.Error("the module store returned bytes that do not match their build id", "tenant", claims.TenantID, "build", build)
-			http.Error(w, "the module store returned a corrupt module", http.StatusBadGateway)
-			return
-		}
-		if len(wasm) > maxServedModuleBytes {
-			http.Error(w, fmt.Sprintf("the module is %d bytes, over the %d-byte limit for serving", len(wasm), maxServedModuleBytes), http.StatusRequestEntityTooLarge)
-			return
-		}
-		g.moduleBytes.put(key, wasm)
+		wasm = v.([]byte)
 	}
 	etag := `"` + build + `"`
 	h := w.Header()
@@ -157,3 +168,41 @@ func (g *Gateway) serveModule(w http.ResponseWriter, r *http.Request) {
 	}
 	_, _ = bytes.NewReader(wasm).WriteTo(w)
 }
+
+// fetchError is a module fetch's answer to the player: an HTTP status and
+// its text.
+type fetchError struct {
+	status int
+	msg    string
+}
+
+func (e *fetchError) Error() string { return e.msg }
+
+// fetchModule reads a build of tenant from the backend, checks it and caches
+// it. Shared by the requests that miss the cache at once (moduleFetch), so
+// it runs on its own context, bounded, not on one caller's.
+func (g *Gateway) fetchModule(tenant, build string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), moduleFetchTimeout)
+	defer cancel()
+	resp, err := g.modules.GetModule(ctx, connect.NewRequest(&clusterv1.GetModuleRequest{TenantId: tenant, BuildId: build}))
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound || connect.CodeOf(err) == connect.CodeInvalidArgument:
+		return nil, &fetchError{http.StatusNotFound, "not found: your tenant has no module build " + build}
+	case err != nil:
+		g.log.Warn("cannot fetch a module for a player", "tenant", tenant, "build", build, "err", err)
+		return nil, &fetchError{http.StatusServiceUnavailable, "the module store is unavailable; retry in a moment"}
+	}
+	wasm := resp.Msg.Wasm
+	if sum := sha256.Sum256(wasm); hex.EncodeToString(sum[:]) != build {
+		g.log.Error("the module store returned bytes that do not match their build id", "tenant", tenant, "build", build)
+		return nil, &fetchError{http.StatusBadGateway, "the module store returned a corrupt module"}
+	}
+	if len(wasm) > maxServedModuleBytes {
+		return nil, &fetchError{http.StatusRequestEntityTooLarge, fmt.Sprintf("the module is %d bytes, over the %d-byte limit for serving", len(wasm), maxServedModuleBytes)}
+	}
+	g.moduleBytes.put(tenant+"/"+build, wasm)
+	return wasm, nil
+}
+
+// moduleFetchTimeout bounds a module fetch from the backend.
+const moduleFetchTimeout = 30 * time.Second
