@@ -101,6 +101,7 @@ func (s *adminService) GetAccount(ctx context.Context, req *connect.Request[ludu
 	}
 	m := req.Msg
 	var a store.Account
+	byDevice := false // looked up by the device id (the caller knows it)
 	switch {
 	case m.Id != "":
 		a, err = s.account(ctx, tenantID, m.Id)
@@ -123,6 +124,7 @@ func (s *adminService) GetAccount(ctx context.Context, req *connect.Request[ludu
 			return nil, invalidArg(err)
 		}
 		a, err = s.store.AccountByDevice(ctx, tenantID, m.DeviceId)
+		byDevice = true
 	default:
 		return nil, invalidArg(errors.New("give one of id, custom_id, email or device_id"))
 	}
@@ -132,7 +134,7 @@ func (s *adminService) GetAccount(ctx context.Context, req *connect.Request[ludu
 		return nil, s.internal(ctx, "get account", err)
 	}
 	acc := accountProto(a)
-	if scope != ScopeAdmin && m.DeviceId == "" {
+	if scope != ScopeAdmin && !byDevice {
 		acc.DeviceId = ""
 	}
 	return connect.NewResponse(&ludusv1.GetAccountResponse{Account: acc}), nil

@@ -302,6 +302,12 @@ func TestDeviceIDsOnlyForAdminKeys(t *testing.T) {
 		if err != nil || byDevice.Msg.Account.Id != g.AccountId || byDevice.Msg.Account.DeviceId != "dv-device-secret-0001" {
 			t.Errorf("GetAccount by device with a %s key: %+v, %v", scope, byDevice, err)
 		}
+		// Naming a device id beside the account id does not unlock it: the
+		// lookup goes by the account id.
+		both, err := e.admin.GetAccount(ctx, req(&ludusv1.GetAccountRequest{Id: g.AccountId, DeviceId: "guessed-device-0001"}, key))
+		if err != nil || both.Msg.Account.DeviceId != want {
+			t.Errorf("GetAccount by id and a guessed device with a %s key: device_id %q, %v; want %q", scope, both.Msg.GetAccount().GetDeviceId(), err, want)
+		}
 	}
 }
 

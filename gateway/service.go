@@ -254,14 +254,18 @@ func (s *gameService) JoinGame(ctx context.Context, req *connect.Request[ludusv1
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("game_id is required"))
 	}
 	// Charged once the outcome is known: a join answered Unavailable (the
-	// game moving, its node replaying it) is a client's retry and costs no
-	// token; a join that seated the player, or named no game, does.
+	// game moving, its node replaying it) is a client's retry, and one that
+	// ended with the caller (cancelled, past its deadline) did not finish;
+	// those cost no token. Every other join does, seated or refused (a full
+	// game, one that is over, no such game): each asked the backend.
 	if err := s.g.joins.check(c.AccountID); err != nil {
 		s.g.metrics.limitRejected.WithLabelValues(c.TenantID, "join_rate").Inc()
 		return nil, err
 	}
 	resp, err := s.joinGame(ctx, c, req.Msg.GameId)
-	if code := connect.CodeOf(err); err == nil || code == connect.CodeNotFound || code == connect.CodeInvalidArgument {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeCanceled, connect.CodeDeadlineExceeded:
+	default:
 		s.g.joins.charge(c.AccountID)
 	}
 	if err != nil {
