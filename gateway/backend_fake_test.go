@@ -129,8 +129,8 @@ func TestFakeModuleDownloadsShareFetchesAndAreLimited(t *testing.T) {
 		}
 	}
 	resp := get(missing, ticketAlice)
-	if resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("a miss past the limit: %v, want 429 with Retry-After", resp)
+	if resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "2" {
+		t.Fatalf("a miss past the limit: %v, want 429 with Retry-After: 2 (30 a minute)", resp)
 	}
 	if resp := get(missing, ticketBob); resp == nil || resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("another account: %v", resp)

@@ -38,8 +38,8 @@ const moduleCacheBytes = 128 << 20
 // Module downloads that miss the gateway's cache, per account: 30 a minute,
 // 10 at once.
 const (
-	moduleDownloadsPerMinute = 30
-	moduleDownloadBurst      = 10
+	moduleDownloadsPerMinute float64 = 30 // float: divided by 60 for a rate a second
+	moduleDownloadBurst              = 10
 )
 
 // maxServedModuleBytes is the largest module served (the backend's upload
