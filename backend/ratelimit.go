@@ -113,10 +113,15 @@ func (l *limiter) take(key string, now time.Time) (ok bool, wait time.Duration) 
 		b.tokens--
 		return true, 0
 	}
+	return false, l.until(b.tokens)
+}
+
+// until is how long a bucket holding tokens (fewer than one) takes to hold one.
+func (l *limiter) until(tokens float64) time.Duration {
 	if l.rate <= 0 {
-		return false, time.Hour
+		return time.Hour
 	}
-	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+	return time.Duration((1 - tokens) / l.rate * float64(time.Second))
 }
 
 // ready reports whether key has a token at now, taking none; if not, how
@@ -130,14 +135,10 @@ func (l *limiter) ready(key string, now time.Time) (ok bool, wait time.Duration)
 	if b == nil {
 		return true, 0
 	}
-	tokens := l.refill(b, now)
-	if tokens >= 1 {
-		return true, 0
+	if tokens := l.refill(b, now); tokens < 1 {
+		return false, l.until(tokens)
 	}
-	if l.rate <= 0 {
-		return false, time.Hour
-	}
-	return false, time.Duration((1 - tokens) / l.rate * float64(time.Second))
+	return true, 0
 }
 
 // give returns a token taken for something that did not happen.
@@ -274,13 +275,20 @@ func (s *Server) reserveSignup(tenantID, peer string, h http.Header) (*signup, e
 }
 
 // tooManySignups is the answer of a throttled account creation: its
-// message says when to retry, and the "Retry-After" metadata (an HTTP
-// header for Connect and gRPC-Web, trailer metadata for gRPC) gives the
-// seconds.
+// message says when to retry (tooMany).
 func tooManySignups(where string, wait time.Duration) error {
-	secs := max(1, int(math.Ceil(wait.Seconds())))
-	err := connect.NewError(connect.CodeResourceExhausted,
-		fmt.Errorf("too many new accounts %s: retry in %d s (signing in to an existing account does not count)", where, secs))
+	secs := retrySecs(wait)
+	return tooMany(secs, "too many new accounts %s: retry in %d s (signing in to an existing account does not count)", where, secs)
+}
+
+// retrySecs is a wait in whole seconds, at least one: what a refusal names.
+func retrySecs(wait time.Duration) int { return max(1, int(math.Ceil(wait.Seconds()))) }
+
+// tooMany is a throttled call's answer: ResourceExhausted with the message
+// (which names the wait), and the "Retry-After" metadata (an HTTP header for
+// Connect and gRPC-Web, trailer metadata for gRPC) giving secs.
+func tooMany(secs int, format string, args ...any) error {
+	err := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(format, args...))
 	err.Meta().Set("Retry-After", strconv.Itoa(secs))
 	return err
 }
@@ -318,12 +326,9 @@ func (s *Server) signInReady(key string) error {
 	if ok {
 		return nil
 	}
-	secs := max(1, int(math.Ceil(wait.Seconds())))
-	err := connect.NewError(connect.CodeResourceExhausted,
-		fmt.Errorf("too many sign-ins to this account: retry in %d s (a session lasts %d days: keep its refresh token and call Refresh rather than signing in again)",
-			secs, int(RefreshTTL.Hours()/24)))
-	err.Meta().Set("Retry-After", strconv.Itoa(secs))
-	return err
+	secs := retrySecs(wait)
+	return tooMany(secs, "too many sign-ins to this account: retry in %d s (a session lasts %d days: keep its refresh token and call Refresh rather than signing in again)",
+		secs, int(RefreshTTL.Hours()/24))
 }
 
 // signedIn charges a sign-in to an existing account (one that started a
@@ -344,9 +349,6 @@ func (s *Server) leaderboardReadAllowed(tenantID, accountID string) error {
 	if ok {
 		return nil
 	}
-	secs := max(1, int(math.Ceil(wait.Seconds())))
-	err := connect.NewError(connect.CodeResourceExhausted,
-		fmt.Errorf("too many leaderboard reads by this account: retry in %d s", secs))
-	err.Meta().Set("Retry-After", strconv.Itoa(secs))
-	return err
+	secs := retrySecs(wait)
+	return tooMany(secs, "too many leaderboard reads by this account: retry in %d s", secs)
 }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -260,15 +259,13 @@ func (l *accountLimiter) use(account string, take bool) error {
 	b.tokens = min(l.burst, b.tokens+now.Sub(b.at).Seconds()*l.rate)
 	b.at = now
 	if b.tokens < 1 {
-		secs := int(math.Ceil((1 - b.tokens) / l.rate))
+		wait := time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
 		rate := fmt.Sprintf("%g %s per second", l.rate, l.what)
 		if l.perMinute {
 			rate = fmt.Sprintf("%g %s a minute", math.Round(l.rate*60*100)/100, l.what)
 		}
-		err := connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("%s rate limit: at most %s per account (bursts of %g); slow down: retry in %d s", strings.TrimSuffix(l.what, "s"), rate, l.burst, secs))
-		err.Meta().Set("Retry-After", strconv.Itoa(secs))
-		return err
+		return exhausted(wait, "%s rate limit: at most %s per account (bursts of %g); slow down: retry in %d s",
+			strings.TrimSuffix(l.what, "s"), rate, l.burst, retrySeconds(wait))
 	}
 	if take {
 		b.tokens--
