@@ -172,13 +172,35 @@ func (s *Server) PutBatchResult(ctx context.Context, r store.BatchResult) (bool,
 	return stored, nil
 }
 
-// BatchResults returns a run's results stored at or after since.
-func (s *Server) BatchResults(ctx context.Context, tenantID, runID string, since time.Time, withLogs bool) ([]store.BatchResult, error) {
+// BatchResults returns a page of a run's results (store.BatchStore).
+func (s *Server) BatchResults(ctx context.Context, tenantID, runID string, q store.BatchResultQuery) ([]store.BatchResult, bool, error) {
 	bs, err := s.batchStore()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return bs.BatchResults(ctx, tenantID, runID, since, withLogs)
+	return bs.BatchResults(ctx, tenantID, runID, q)
+}
+
+// EachBatchResult calls fn with each result q selects, by game, reading them
+// a page at a time (q.Limit and q.MaxBytes bound each page; q.FromGame is
+// where it starts): memory holds one page whatever the run's size. An error
+// of fn stops it and is returned.
+func (s *Server) EachBatchResult(ctx context.Context, tenantID, runID string, q store.BatchResultQuery, fn func(store.BatchResult) error) error {
+	for {
+		page, more, err := s.BatchResults(ctx, tenantID, runID, q)
+		if err != nil {
+			return err
+		}
+		for _, r := range page {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		if !more || len(page) == 0 {
+			return nil
+		}
+		q.FromGame = page[len(page)-1].Game + 1
+	}
 }
 
 // SweepBatchRuns deletes the runs whose retention has passed, with their

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -98,16 +99,10 @@ func (s *Server) serveBatchArchive(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
 	}
-	results, err := bs.BatchResults(ctx, tenant, run, time.Time{}, true)
-	if err != nil {
-		s.log.ErrorContext(ctx, "backend: batch archive results", "err", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
-	}
 	w.Header().Set("Content-Type", "application/gzip")
 	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s.tar.gz"`, run))
 	w.Header().Set("Cache-Control", "private, no-store")
-	if err := writeBatchArchive(w, rec, results); err != nil {
+	if err := s.writeBatchArchive(ctx, w, rec); err != nil {
 		s.log.WarnContext(ctx, "backend: batch archive write", "run", run, "err", err)
 	}
 }
@@ -128,12 +123,43 @@ type batchResultLine struct {
 	Log      string          `json:"log,omitempty"`
 }
 
-func writeBatchArchive(w http.ResponseWriter, rec store.BatchRun, results []store.BatchResult) error {
+// resultLine is r's line of results.jsonl, newline included.
+func resultLine(r store.BatchResult) []byte {
+	l := batchResultLine{Game: r.Game, Map: r.Map, Seed: r.Seed, Side: r.Side, Winner: r.Winner, Ticks: r.Ticks, Ended: r.Ended,
+		TimedOut: r.TimedOut, CPUSec: float64(r.CPUNanos) / 1e9, Error: r.Error}
+	if json.Valid(r.Result) {
+		l.Result = r.Result
+	}
+	if r.LogBytes > 0 {
+		l.Log = logName(r.Game)
+	}
+	b, _ := json.Marshal(l)
+	return append(b, '\n')
+}
+
+func logName(game int) string { return fmt.Sprintf("logs/%06d.inputlog", game) }
+
+// The archive's pages: a run holds up to 100,000 results of up to 1 MiB and
+// logs of up to 16 MiB, so the archive is streamed from pages of them and
+// never held whole.
+var (
+	archiveResults = store.BatchResultQuery{Limit: 256, MaxBytes: 8 << 20}
+	archiveLogs    = store.BatchResultQuery{Limit: 16, MaxBytes: 32 << 20, WithLogs: true}
+)
+
+// writeBatchArchive streams rec's archive to w: run.json, results.jsonl and
+// the kept logs. A tar header gives its file's size before the bytes, so
+// results.jsonl is read twice, once to size it and once to write it; the
+// games found the first time are the archive's, so results stored meanwhile
+// (a running run's) are left out of every part alike.
+func (s *Server) writeBatchArchive(ctx context.Context, w io.Writer, rec store.BatchRun) error {
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
-	mod := rec.CreatedAt
+	header := func(name string, size int64) error {
+		return tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, ModTime: rec.CreatedAt, Typeflag: tar.TypeReg})
+	}
 	put := func(name string, b []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b)), ModTime: mod, Typeflag: tar.TypeReg}); err != nil {
+		if err := header(name, int64(len(b))); err != nil {
 			return err
 		}
 		_, err := tw.Write(b)
@@ -146,28 +172,39 @@ func writeBatchArchive(w http.ResponseWriter, rec store.BatchRun, results []stor
 	if err := put("run.json", runJSON); err != nil {
 		return err
 	}
-	var lines []byte
-	for _, r := range results {
-		l := batchResultLine{Game: r.Game, Map: r.Map, Seed: r.Seed, Side: r.Side, Winner: r.Winner, Ticks: r.Ticks, Ended: r.Ended,
-			TimedOut: r.TimedOut, CPUSec: float64(r.CPUNanos) / 1e9, Error: r.Error}
-		if json.Valid(r.Result) {
-			l.Result = r.Result
+	archived := make([]bool, rec.Games)
+	var size int64
+	err := s.EachBatchResult(ctx, rec.TenantID, rec.RunID, archiveResults, func(r store.BatchResult) error {
+		if r.Game >= 0 && r.Game < len(archived) {
+			archived[r.Game] = true
+			size += int64(len(resultLine(r)))
 		}
-		if len(r.Log) > 0 {
-			l.Log = fmt.Sprintf("logs/%06d.inputlog", r.Game)
-		}
-		b, _ := json.Marshal(l)
-		lines = append(append(lines, b...), '\n')
-	}
-	if err := put("results.jsonl", lines); err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	for _, r := range results {
-		if len(r.Log) > 0 {
-			if err := put(fmt.Sprintf("logs/%06d.inputlog", r.Game), r.Log); err != nil {
-				return err
-			}
+	if err := header("results.jsonl", size); err != nil {
+		return err
+	}
+	err = s.EachBatchResult(ctx, rec.TenantID, rec.RunID, archiveResults, func(r store.BatchResult) error {
+		if r.Game < 0 || r.Game >= len(archived) || !archived[r.Game] {
+			return nil
 		}
+		_, err := tw.Write(resultLine(r))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	err = s.EachBatchResult(ctx, rec.TenantID, rec.RunID, archiveLogs, func(r store.BatchResult) error {
+		if r.Game < 0 || r.Game >= len(archived) || !archived[r.Game] || len(r.Log) == 0 {
+			return nil
+		}
+		return put(logName(r.Game), r.Log)
+	})
+	if err != nil {
+		return err
 	}
 	if err := tw.Close(); err != nil {
 		return err

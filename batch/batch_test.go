@@ -190,7 +190,7 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	if r.Reason != clusterstate.BatchComplete || r.Final.Done != n {
 		t.Fatalf("run ended %s with %+v", r.Reason, r.Final)
 	}
-	results, err := srv.BatchResults(ctx, tenant, run.ID, time.Time{}, false)
+	results, err := allResults(ctx, srv, tenant, run.ID, false)
 	if err != nil {
 		t.Fatal(err)
 	}

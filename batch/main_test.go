@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/backend"
+	"ludus.dev/ludus/backend/store"
 	"ludus.dev/ludus/backend/store/sqlite"
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/games/builtin"
@@ -205,3 +206,13 @@ const shortArena = `{"bots":4,"time_limit_s":5}`
 
 // longArena is a 5-minute arena match of 8 bots that nobody wins early.
 const longArena = `{"bots":8,"score_limit":1000,"time_limit_s":300}`
+
+// allResults reads every result of a run, a page at a time.
+func allResults(ctx context.Context, srv *backend.Server, tenant, run string, withLogs bool) ([]store.BatchResult, error) {
+	var out []store.BatchResult
+	err := srv.EachBatchResult(ctx, tenant, run, store.BatchResultQuery{Limit: 7, WithLogs: withLogs}, func(r store.BatchResult) error {
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}

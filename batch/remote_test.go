@@ -89,7 +89,7 @@ func TestRemoteWorkerPlaysRun(t *testing.T) {
 	if r.Reason != clusterstate.BatchComplete || r.Final.Done != n || r.Final.Failed != 0 {
 		t.Fatalf("run ended %s with %+v", r.Reason, r.Final)
 	}
-	results, err := srv.BatchResults(ctx, tenant, run.ID, time.Time{}, true)
+	results, err := allResults(ctx, srv, tenant, run.ID, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestBatchWorkerServiceAuth(t *testing.T) {
 	if got, err := put(clusterToken, result(1)); err != nil || !got.Msg.Stored {
 		t.Fatalf("PutBatchResult with the cluster token: %v %v", got, err)
 	}
-	rs, err := srv.BatchResults(ctx, tenant, run.ID, time.Time{}, false)
+	rs, err := allResults(ctx, srv, tenant, run.ID, false)
 	if err != nil || len(rs) != 2 {
 		t.Fatalf("stored results %+v %v", rs, err)
 	}
@@ -277,7 +277,7 @@ func TestBatchWorkerServiceAuth(t *testing.T) {
 	late.RunId = run2.ID
 	_, err = put(node, late)
 	wantCode(t, "a result of an ended run", err, connect.CodeFailedPrecondition, "has ended (canceled)")
-	if rs, _ := srv.BatchResults(ctx, tenant, run2.ID, time.Time{}, false); len(rs) != 0 {
+	if rs, _ := allResults(ctx, srv, tenant, run2.ID, false); len(rs) != 0 {
 		t.Errorf("an ended run took a result: %+v", rs)
 	}
 }
@@ -310,7 +310,7 @@ func TestGameThatLosesItsWorkersIsRecordedFailed(t *testing.T) {
 	if r.Reason != clusterstate.BatchComplete || r.Final.Done != 1 || r.Final.Failed != 1 || r.Final.Ticks != 0 {
 		t.Fatalf("run ended %s with %+v, want complete with one failed game never played", r.Reason, r.Final)
 	}
-	rs, err := srv.BatchResults(ctx, tenant, run.ID, time.Time{}, false)
+	rs, err := allResults(ctx, srv, tenant, run.ID, false)
 	if err != nil || len(rs) != 1 {
 		t.Fatalf("results %+v %v", rs, err)
 	}
@@ -386,7 +386,7 @@ func TestWorkerRetriesStoringResult(t *testing.T) {
 	if refused.Load() != 2 || puts.Load() != 3 || w.Played() != 1 {
 		t.Fatalf("%d tries to store, %d refused, %d acknowledged; want 3, 2, 1", puts.Load(), refused.Load(), w.Played())
 	}
-	rs, err := srv.BatchResults(ctx, tenant, run.ID, time.Time{}, false)
+	rs, err := allResults(ctx, srv, tenant, run.ID, false)
 	if err != nil || len(rs) != 1 || rs[0].Worker != "simnode-r" {
 		t.Fatalf("results %+v %v", rs, err)
 	}

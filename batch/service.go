@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -170,21 +171,69 @@ func (s *Service) GetRun(ctx context.Context, req *connect.Request[ludusv1.GetRu
 	}
 	resp := &ludusv1.GetRunResponse{Progress: progressProto(r, p, time.Now())}
 	if req.Msg.Results {
-		rs, err := s.Backend.BatchResults(ctx, tenant, r.ID, time.Time{}, false)
+		q := store.BatchResultQuery{Limit: pageSize, MaxBytes: pageBytes}
+		switch n := req.Msg.PageSize; {
+		case n < 0 || n > pageSize:
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("page_size is %d: a page holds 1..%d results (0 for %d)", n, pageSize, pageSize))
+		case n > 0:
+			q.Limit = int(n)
+		}
+		if q.FromGame, err = pageStart(req.Msg.PageToken); err != nil {
+			return nil, err
+		}
+		rs, more, err := s.Backend.BatchResults(ctx, tenant, r.ID, q)
 		if err != nil {
 			return nil, s.errorOf(ctx, "get run results", err)
 		}
 		for _, x := range rs {
 			resp.Results = append(resp.Results, resultProto(x))
 		}
+		if more && len(rs) > 0 {
+			resp.NextPageToken = pageToken(rs[len(rs)-1].Game + 1)
+		}
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// A page of results (GetRun's, and each WatchRun message's) holds at most
+// pageSize results and about pageBytes of their JSON: a run has up to
+// 100,000 results of up to 1 MiB each, and gRPC clients refuse messages over
+// 4 MiB by default.
+const (
+	pageSize  = store.MaxBatchResultPage
+	pageBytes = 2 << 20
+)
+
+// pageToken is GetRun's next_page_token: where the next page starts. It is
+// opaque to clients ("g" and the game number), so its form may change.
+func pageToken(fromGame int) string { return "g" + strconv.Itoa(fromGame) }
+
+// pageStart parses a page token ("" is the first page).
+func pageStart(token string) (int, error) {
+	if token == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(token, "g"))
+	if !strings.HasPrefix(token, "g") || err != nil || n < 0 || n > MaxGames {
+		return 0, connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("page_token %q is not one GetRun gave: pass next_page_token as it came, or none for the first page", clip(token)))
+	}
+	return n, nil
+}
+
+// clip bounds a client's string quoted in an error.
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
 }
 
 // WatchRun implements ludusv1connect.BatchServiceHandler. It polls: the
 // run's progress from etcd and its new results from the backend, re-reading
 // a window of two seconds before the newest result seen (a result committed
-// late with an earlier time is still found) and sending each game once.
+// late with an earlier time is still found) and sending each game once. New
+// results are read and sent a page at a time, each page a message.
 func (s *Service) WatchRun(ctx context.Context, req *connect.Request[ludusv1.WatchRunRequest], stream *connect.ServerStream[ludusv1.WatchRunResponse]) error {
 	tenant, err := s.Authorize(ctx, req.Header(), "WatchRun", false)
 	if err != nil {
@@ -195,7 +244,7 @@ func (s *Service) WatchRun(ctx context.Context, req *connect.Request[ludusv1.Wat
 		poll = 500 * time.Millisecond
 	}
 	const window = 2 * time.Second
-	sent := map[int]bool{}
+	var sent []bool // by game
 	var since time.Time
 	lastDone := -1
 	for {
@@ -203,22 +252,41 @@ func (s *Service) WatchRun(ctx context.Context, req *connect.Request[ludusv1.Wat
 		if err != nil {
 			return s.errorOf(ctx, "watch run", err)
 		}
-		msg := &ludusv1.WatchRunResponse{Progress: progressProto(r, p, time.Now())}
+		progress := progressProto(r, p, time.Now())
+		if sent == nil {
+			sent = make([]bool, r.Games)
+		}
+		msg := &ludusv1.WatchRunResponse{Progress: progress}
 		if p.Done != lastDone || r.State == clusterstate.BatchEnded {
-			rs, err := s.Backend.BatchResults(ctx, tenant, r.ID, since, false)
-			if err != nil {
-				return s.errorOf(ctx, "watch run results", err)
-			}
-			for _, x := range rs {
-				if x.StoredAt.Add(-window).After(since) {
-					since = x.StoredAt.Add(-window)
+			q := store.BatchResultQuery{Since: since, Limit: pageSize, MaxBytes: pageBytes}
+			newest := since
+			for {
+				rs, more, err := s.Backend.BatchResults(ctx, tenant, r.ID, q)
+				if err != nil {
+					return s.errorOf(ctx, "watch run results", err)
 				}
-				if sent[x.Game] {
-					continue
+				for _, x := range rs {
+					if x.StoredAt.Add(-window).After(newest) {
+						newest = x.StoredAt.Add(-window)
+					}
+					if x.Game < 0 || x.Game >= len(sent) || sent[x.Game] {
+						continue
+					}
+					sent[x.Game] = true
+					msg.Results = append(msg.Results, resultProto(x))
 				}
-				sent[x.Game] = true
-				msg.Results = append(msg.Results, resultProto(x))
+				if !more || len(rs) == 0 {
+					break
+				}
+				if len(msg.Results) > 0 { // a full page: send it, read on
+					if err := stream.Send(msg); err != nil {
+						return err
+					}
+					msg = &ludusv1.WatchRunResponse{Progress: progress}
+				}
+				q.FromGame = rs[len(rs)-1].Game + 1
 			}
+			since = newest
 			lastDone = p.Done
 		}
 		if err := stream.Send(msg); err != nil {

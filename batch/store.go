@@ -39,8 +39,9 @@ type Backend interface {
 	// BatchRun returns a run's record (a NotFound Connect error, or one
 	// wrapping store.ErrNotFound, when there is none).
 	BatchRun(ctx context.Context, tenantID, runID string) (store.BatchRun, error)
-	// BatchResults returns a run's results stored at or after since.
-	BatchResults(ctx context.Context, tenantID, runID string, since time.Time, withLogs bool) ([]store.BatchResult, error)
+	// BatchResults returns a page of a run's results (store.BatchStore's
+	// BatchResults): more reports whether results follow it.
+	BatchResults(ctx context.Context, tenantID, runID string, q store.BatchResultQuery) (page []store.BatchResult, more bool, err error)
 	// BatchCap returns the tenant's batch spend cap (CPU time).
 	BatchCap(ctx context.Context, tenantID string) (time.Duration, error)
 	// BatchArchiveLink signs a link to a run's archive valid for ttl; it

@@ -40,12 +40,35 @@ type BatchResult struct {
 	CPUNanos        int64
 	// Result is the module's result JSON.
 	Result []byte
-	// Log is the game's input log (package simnode/inputlog), if kept.
-	Log    []byte
-	Error  string
-	Worker string
+	// Log is the game's input log (package simnode/inputlog), if kept and
+	// asked for (BatchResultQuery.WithLogs).
+	Log []byte
+	// LogBytes is the size of the kept log, set by the store whether or not
+	// the log itself was read.
+	LogBytes int
+	Error    string
+	Worker   string
 	// StoredAt is set by the store.
 	StoredAt time.Time
+}
+
+// MaxBatchResultPage bounds BatchResultQuery.Limit: a run holds up to
+// 100,000 results of up to 1 MiB each, so nothing reads them all at once.
+const MaxBatchResultPage = 1000
+
+// BatchResultQuery selects a page of a run's results.
+type BatchResultQuery struct {
+	// Since selects results stored at or after it (zero: all).
+	Since time.Time
+	// FromGame selects games numbered FromGame or more.
+	FromGame int
+	// Limit is the most results in the page, 1..MaxBatchResultPage.
+	Limit int
+	// MaxBytes bounds the bytes of results and logs in the page (zero: no
+	// bound); a page holds at least one result, however large.
+	MaxBytes int
+	// WithLogs reads each result's input log too.
+	WithLogs bool
 }
 
 // BatchSettings are a tenant's batch settings.
@@ -70,9 +93,12 @@ type BatchStore interface {
 	// for that game: the first result stored wins, and stored reports whether
 	// it was this one. ErrNotFound if the run has no record.
 	PutBatchResult(ctx context.Context, r BatchResult) (stored bool, err error)
-	// BatchResults returns a run's results stored at or after since, by game,
-	// with their logs when withLogs.
-	BatchResults(ctx context.Context, tenantID, runID string, since time.Time, withLogs bool) ([]BatchResult, error)
+	// BatchResults returns a page of a run's results, by game: those q
+	// selects, at most q.Limit of them, and no more than q.MaxBytes of
+	// results and logs unless one result alone holds more. more reports
+	// whether results after the page match q (ask again from the last
+	// game + 1). ErrInvalid for a limit outside 1..MaxBatchResultPage.
+	BatchResults(ctx context.Context, tenantID, runID string, q BatchResultQuery) (page []BatchResult, more bool, err error)
 	// BatchSettings returns a tenant's settings (ErrNotFound if never set).
 	BatchSettings(ctx context.Context, tenantID string) (BatchSettings, error)
 	// PutBatchSettings creates or replaces a tenant's settings.

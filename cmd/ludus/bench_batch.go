@@ -23,6 +23,7 @@ import (
 
 	"ludus.dev/ludus/auth/clustercred"
 	"ludus.dev/ludus/backend"
+	"ludus.dev/ludus/backend/store"
 	"ludus.dev/ludus/backend/store/sqlite"
 	"ludus.dev/ludus/batch"
 	"ludus.dev/ludus/clusterstate"
@@ -287,15 +288,17 @@ func benchBatch(ctx context.Context, progress io.Writer, games, nworkers, nlive 
 		}
 	}
 
-	results, err := srv.BatchResults(ctx, tenant, run.ID, time.Time{}, false)
-	if err != nil {
-		return nil, err
-	}
 	seen := map[int]int{}
 	var ticks int64
-	for _, r := range results {
+	results := 0
+	err = srv.EachBatchResult(ctx, tenant, run.ID, store.BatchResultQuery{Limit: store.MaxBatchResultPage}, func(r store.BatchResult) error {
 		seen[r.Game]++
 		ticks += r.Ticks
+		results++
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	lost, doubled := 0, 0
 	for n := range games {
@@ -323,7 +326,7 @@ func benchBatch(ctx context.Context, progress io.Writer, games, nworkers, nlive 
 
 		"run_reason":                         final.Reason,
 		"results_doubled":                    doubled,
-		"results":                            len(results),
+		"results":                            results,
 		"game_seconds":                       float64(ticks) / 35,
 		"cpu_s":                              cpu,
 		"workers":                            nworkers,

@@ -103,12 +103,12 @@ func batchCmd(ctx context.Context, hc *http.Client, url, key string, args []stri
 		case "watch":
 			return watchBatch(ctx, cli, run, *chart, out)
 		case "get":
-			resp, err := cli.GetRun(ctx, connect.NewRequest(&ludusv1.GetRunRequest{RunId: run, Results: true}))
+			progress, results, err := getRunResults(ctx, cli, run)
 			if err != nil {
 				return err
 			}
-			printProgressLine(out, resp.Msg.Progress)
-			return summarizeBatch(out, resp.Msg.Results, *chart)
+			printProgressLine(out, progress)
+			return summarizeBatch(out, results, *chart)
 		case "cancel":
 			resp, err := cli.CancelRun(ctx, connect.NewRequest(&ludusv1.CancelRunRequest{RunId: run}))
 			if err != nil {
@@ -182,6 +182,27 @@ func parseSeeds(s string) ([]uint64, error) {
 	return out, nil
 }
 
+// getRunResults reads a run's progress and every result, a page at a time.
+// Results are kept without their JSON: the summary needs only their fields,
+// and a run holds up to 100,000 results of up to 1 MiB.
+func getRunResults(ctx context.Context, cli ludusv1connect.BatchServiceClient, run string) (*ludusv1.BatchProgress, []*ludusv1.BatchResult, error) {
+	var results []*ludusv1.BatchResult
+	token := ""
+	for {
+		resp, err := cli.GetRun(ctx, connect.NewRequest(&ludusv1.GetRunRequest{RunId: run, Results: true, PageToken: token}))
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, r := range resp.Msg.Results {
+			r.ResultJson = ""
+			results = append(results, r)
+		}
+		if token = resp.Msg.NextPageToken; token == "" {
+			return resp.Msg.Progress, results, nil
+		}
+	}
+}
+
 // watchBatch follows a run with a progress bar on stderr, then prints its
 // summary.
 func watchBatch(ctx context.Context, cli ludusv1connect.BatchServiceClient, run, chart string, out io.Writer) error {
@@ -193,7 +214,10 @@ func watchBatch(ctx context.Context, cli ludusv1connect.BatchServiceClient, run,
 	var last *ludusv1.BatchProgress
 	for stream.Receive() {
 		last = stream.Msg().Progress
-		results = append(results, stream.Msg().Results...)
+		for _, r := range stream.Msg().Results {
+			r.ResultJson = "" // the summary needs only the fields
+			results = append(results, r)
+		}
 		fmt.Fprint(os.Stderr, "\r"+progressBar(last))
 	}
 	fmt.Fprintln(os.Stderr)

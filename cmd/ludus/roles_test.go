@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"ludus.dev/ludus/auth/clustercred"
+	"ludus.dev/ludus/backend/store"
 	"ludus.dev/ludus/batch"
 	"ludus.dev/ludus/clusterstate"
 	"ludus.dev/ludus/internal/testenv"
@@ -162,7 +163,7 @@ func TestSimnodeBatchWorkers(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	results, err := srv.BatchResults(ctx, tenant, run.ID, time.Time{}, false)
+	results, _, err := srv.BatchResults(ctx, tenant, run.ID, store.BatchResultQuery{Limit: store.MaxBatchResultPage})
 	if err != nil || len(results) != games {
 		t.Fatalf("%d results, want %d: %v", len(results), games, err)
 	}

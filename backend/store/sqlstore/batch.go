@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"ludus.dev/ludus/backend/store"
@@ -64,25 +65,52 @@ func (s *DB) PutBatchResult(ctx context.Context, r store.BatchResult) (bool, err
 	return stored, err
 }
 
-// BatchResults implements store.BatchStore.
-func (s *DB) BatchResults(ctx context.Context, tenantID, runID string, since time.Time, withLogs bool) ([]store.BatchResult, error) {
+// BatchResults implements store.BatchStore. Rows are read one at a time and
+// the page stops at its bounds, so a page of large results reads at most one
+// result past them.
+func (s *DB) BatchResults(ctx context.Context, tenantID, runID string, q store.BatchResultQuery) ([]store.BatchResult, bool, error) {
+	if q.Limit < 1 || q.Limit > store.MaxBatchResultPage {
+		return nil, false, fmt.Errorf("%w: a page of batch results holds 1..%d results, not %d", store.ErrInvalid, store.MaxBatchResultPage, q.Limit)
+	}
 	logCol := `x''`
 	if s.d.Dollar {
 		logCol = `''::bytea`
 	}
-	if withLogs {
+	if q.WithLogs {
 		logCol = `log`
 	}
-	return list(ctx, s, "batch results", func(r scanner) (store.BatchResult, error) {
+	// length(log) reads the log's size without its bytes (SQLite keeps it
+	// in the record header; PostgreSQL reads it from the toast pointer).
+	rows, err := s.rows(ctx, `SELECT tenant_id, run_id, game, map, seed, side, winner, ticks, ended, timed_out, cpu_ns, error, worker,
+		stored_at, result, `+logCol+`, length(log)
+		FROM batch_results WHERE tenant_id = ? AND run_id = ? AND stored_at >= ? AND game >= ? ORDER BY game LIMIT ?`,
+		tenantID, runID, ToDB(q.Since), q.FromGame, q.Limit+1)
+	if err != nil {
+		return nil, false, s.wrap("batch results", err)
+	}
+	defer rows.Close()
+	var page []store.BatchResult
+	bytes := 0
+	for rows.Next() {
+		if len(page) == q.Limit {
+			return page, true, nil
+		}
 		var b store.BatchResult
 		var seed, at int64
 		var ended, timedOut int
-		err := r.Scan(&b.TenantID, &b.RunID, &b.Game, &b.Map, &seed, &b.Side, &b.Winner, &b.Ticks, &ended, &timedOut,
-			&b.CPUNanos, &b.Error, &b.Worker, &at, &b.Result, &b.Log)
+		if err := rows.Scan(&b.TenantID, &b.RunID, &b.Game, &b.Map, &seed, &b.Side, &b.Winner, &b.Ticks, &ended, &timedOut,
+			&b.CPUNanos, &b.Error, &b.Worker, &at, &b.Result, &b.Log, &b.LogBytes); err != nil {
+			return nil, false, s.wrap("batch results", err)
+		}
 		b.Seed, b.Ended, b.TimedOut, b.StoredAt = uint64(seed), ended != 0, timedOut != 0, FromDB(at)
-		return b, err
-	}, `SELECT tenant_id, run_id, game, map, seed, side, winner, ticks, ended, timed_out, cpu_ns, error, worker, stored_at, result, `+logCol+`
-		FROM batch_results WHERE tenant_id = ? AND run_id = ? AND stored_at >= ? ORDER BY game`, tenantID, runID, ToDB(since))
+		size := len(b.Result) + len(b.Log)
+		if q.MaxBytes > 0 && len(page) > 0 && bytes+size > q.MaxBytes {
+			return page, true, nil
+		}
+		bytes += size
+		page = append(page, b)
+	}
+	return page, false, s.wrap("batch results", rows.Err())
 }
 
 // BatchSettings implements store.BatchStore.

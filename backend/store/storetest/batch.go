@@ -129,3 +129,84 @@ func testConcurrentWritesIsolated(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testBatchResultPages reads a run's results a page at a time: by game from
+// FromGame, at most Limit, no more bytes than MaxBytes unless one result
+// alone holds more, logs only when asked, with more saying what follows.
+func testBatchResultPages(t *testing.T, s store.Store) {
+	bs, ok := s.(store.BatchStore)
+	if !ok {
+		t.Skip("store keeps no batch runs")
+	}
+	ctx := context.Background()
+	tn := mustTenant(t, s, "pages")
+	run := store.BatchRun{TenantID: tn.ID, RunID: "r1", State: "running", Games: 10, CreatedAt: base, ExpiresAt: base.Add(time.Hour)}
+	if err := bs.PutBatchRun(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	// Games 9 down to 0 (stored out of order); game g's result is
+	// 100*(g+1) bytes and even games keep a log of 1000+g bytes.
+	for g := 9; g >= 0; g-- {
+		r := store.BatchResult{TenantID: tn.ID, RunID: "r1", Game: g, Map: "m", Seed: uint64(g), Winner: g % 3,
+			Result: bytes.Repeat([]byte{'7'}, 100*(g+1))}
+		if g%2 == 0 {
+			r.Log = bytes.Repeat([]byte{byte(g)}, 1000+g)
+		}
+		if ok, err := bs.PutBatchResult(ctx, r); err != nil || !ok {
+			t.Fatalf("put game %d: %v %v", g, ok, err)
+		}
+	}
+	page := func(q store.BatchResultQuery) ([]int, bool) {
+		t.Helper()
+		rs, more, err := bs.BatchResults(ctx, tn.ID, "r1", q)
+		if err != nil {
+			t.Fatalf("%+v: %v", q, err)
+		}
+		var games []int
+		for _, r := range rs {
+			games = append(games, r.Game)
+			if len(r.Result) != 100*(r.Game+1) || r.Seed != uint64(r.Game) {
+				t.Errorf("game %d: result of %d bytes, seed %d", r.Game, len(r.Result), r.Seed)
+			}
+			wantLog := 0
+			if r.Game%2 == 0 {
+				wantLog = 1000 + r.Game
+			}
+			if r.LogBytes != wantLog {
+				t.Errorf("game %d: LogBytes %d, want %d", r.Game, r.LogBytes, wantLog)
+			}
+			if q.WithLogs && len(r.Log) != wantLog || !q.WithLogs && len(r.Log) != 0 {
+				t.Errorf("game %d (logs asked: %v): a log of %d bytes", r.Game, q.WithLogs, len(r.Log))
+			}
+		}
+		return games, more
+	}
+	check := func(what string, q store.BatchResultQuery, want []int, wantMore bool) {
+		t.Helper()
+		got, more := page(q)
+		if fmt.Sprint(got) != fmt.Sprint(want) || more != wantMore {
+			t.Errorf("%s: games %v more %v, want %v more %v", what, got, more, want, wantMore)
+		}
+	}
+	check("all", store.BatchResultQuery{Limit: 10}, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, false)
+	check("limit", store.BatchResultQuery{Limit: 4}, []int{0, 1, 2, 3}, true)
+	check("from", store.BatchResultQuery{FromGame: 4, Limit: 4}, []int{4, 5, 6, 7}, true)
+	check("last page", store.BatchResultQuery{FromGame: 8, Limit: 4}, []int{8, 9}, false)
+	check("exactly the rest", store.BatchResultQuery{FromGame: 6, Limit: 4}, []int{6, 7, 8, 9}, false)
+	check("past the end", store.BatchResultQuery{FromGame: 10, Limit: 4}, nil, false)
+	// Bytes: games 0..2 hold 100+200+300 = 600 result bytes; game 3 would
+	// pass 700. With logs, game 0 alone holds 1100.
+	check("bytes", store.BatchResultQuery{Limit: 10, MaxBytes: 700}, []int{0, 1, 2}, true)
+	check("bytes exactly", store.BatchResultQuery{Limit: 10, MaxBytes: 600}, []int{0, 1, 2}, true)
+	check("bytes with logs", store.BatchResultQuery{Limit: 10, MaxBytes: 1300, WithLogs: true}, []int{0, 1}, true)
+	check("one result over the bound", store.BatchResultQuery{Limit: 10, MaxBytes: 10, WithLogs: true}, []int{0}, true)
+	check("since later", store.BatchResultQuery{Since: time.Now().Add(time.Hour), Limit: 10}, nil, false)
+	if rs, more, err := bs.BatchResults(ctx, tn.ID, "r2", store.BatchResultQuery{Limit: 10}); err != nil || len(rs) != 0 || more {
+		t.Errorf("a run with no results: %d results, more %v, %v", len(rs), more, err)
+	}
+	for _, limit := range []int{0, -1, store.MaxBatchResultPage + 1} {
+		if _, _, err := bs.BatchResults(ctx, tn.ID, "r1", store.BatchResultQuery{Limit: limit}); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("limit %d: %v, want ErrInvalid", limit, err)
+		}
+	}
+}

@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"DeleteAccountCascades", testDeleteAccountCascades},
 		{"NastyStringsEverywhere", testNastyStringsEverywhere},
 		{"GameArchives", testGameArchives},
+		{"BatchResultPages", testBatchResultPages},
 		{"DeviceSession", testDeviceSession},
 		{"DeviceSessionsConcurrent", testDeviceSessionsConcurrent},
 		{"ConcurrentWritesIsolated", testConcurrentWritesIsolated},

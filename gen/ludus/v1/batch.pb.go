@@ -671,9 +671,14 @@ func (x *WatchRunResponse) GetResults() []*BatchResult {
 }
 
 type GetRunRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Results       bool                   `protobuf:"varint,2,opt,name=results,proto3" json:"results,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Return a page of the run's results.
+	Results bool `protobuf:"varint,2,opt,name=results,proto3" json:"results,omitempty"`
+	// Results in the page, at most 1,000 (0: 1,000).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -722,10 +727,26 @@ func (x *GetRunRequest) GetResults() bool {
 	return false
 }
 
+func (x *GetRunRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetRunRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type GetRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Progress      *BatchProgress         `protobuf:"bytes,1,opt,name=progress,proto3" json:"progress,omitempty"`
-	Results       []*BatchResult         `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Progress *BatchProgress         `protobuf:"bytes,1,opt,name=progress,proto3" json:"progress,omitempty"`
+	Results  []*BatchResult         `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	// Set when results follow this page: pass it as page_token.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -772,6 +793,13 @@ func (x *GetRunResponse) GetResults() []*BatchResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *GetRunResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type CancelRunRequest struct {
@@ -1430,13 +1458,18 @@ const file_ludus_v1_batch_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\"x\n" +
 	"\x10WatchRunResponse\x123\n" +
 	"\bprogress\x18\x01 \x01(\v2\x17.ludus.v1.BatchProgressR\bprogress\x12/\n" +
-	"\aresults\x18\x02 \x03(\v2\x15.ludus.v1.BatchResultR\aresults\"@\n" +
+	"\aresults\x18\x02 \x03(\v2\x15.ludus.v1.BatchResultR\aresults\"\x91\x01\n" +
 	"\rGetRunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x18\n" +
-	"\aresults\x18\x02 \x01(\bR\aresults\"v\n" +
+	"\aresults\x18\x02 \x01(\bR\aresults\x12'\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12&\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tB\a\xbaH\x04r\x02\x18 R\tpageToken\"\x9e\x01\n" +
 	"\x0eGetRunResponse\x123\n" +
 	"\bprogress\x18\x01 \x01(\v2\x17.ludus.v1.BatchProgressR\bprogress\x12/\n" +
-	"\aresults\x18\x02 \x03(\v2\x15.ludus.v1.BatchResultR\aresults\")\n" +
+	"\aresults\x18\x02 \x03(\v2\x15.ludus.v1.BatchResultR\aresults\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\")\n" +
 	"\x10CancelRunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\"H\n" +
 	"\x11CancelRunResponse\x123\n" +

@@ -66,9 +66,15 @@ type BatchServiceClient interface {
 	// NotFound for an unknown module.
 	StartRun(context.Context, *connect.Request[v1.StartRunRequest]) (*connect.Response[v1.StartRunResponse], error)
 	// WatchRun streams a run's progress and its results as they are stored,
-	// until the run ends (the last message has the final progress).
+	// until the run ends (the last message has the final progress). Results
+	// come at most 1,000 and about 2 MiB to a message: a run's results so far
+	// may take many messages, each with the progress.
 	WatchRun(context.Context, *connect.Request[v1.WatchRunRequest]) (*connect.ServerStreamForClient[v1.WatchRunResponse], error)
-	// GetRun returns a run's progress and, with results, every result so far.
+	// GetRun returns a run's progress and, with results, a page of its
+	// results so far, by game: page_size results at most (default and most
+	// 1,000) and about 2 MiB of them (a page holds at least one result); ask
+	// again with next_page_token for the next page. InvalidArgument for a page
+	// token this call did not give.
 	GetRun(context.Context, *connect.Request[v1.GetRunRequest]) (*connect.Response[v1.GetRunResponse], error)
 	// CancelRun ends a run now; results already stored are kept.
 	CancelRun(context.Context, *connect.Request[v1.CancelRunRequest]) (*connect.Response[v1.CancelRunResponse], error)
@@ -179,9 +185,15 @@ type BatchServiceHandler interface {
 	// NotFound for an unknown module.
 	StartRun(context.Context, *connect.Request[v1.StartRunRequest]) (*connect.Response[v1.StartRunResponse], error)
 	// WatchRun streams a run's progress and its results as they are stored,
-	// until the run ends (the last message has the final progress).
+	// until the run ends (the last message has the final progress). Results
+	// come at most 1,000 and about 2 MiB to a message: a run's results so far
+	// may take many messages, each with the progress.
 	WatchRun(context.Context, *connect.Request[v1.WatchRunRequest], *connect.ServerStream[v1.WatchRunResponse]) error
-	// GetRun returns a run's progress and, with results, every result so far.
+	// GetRun returns a run's progress and, with results, a page of its
+	// results so far, by game: page_size results at most (default and most
+	// 1,000) and about 2 MiB of them (a page holds at least one result); ask
+	// again with next_page_token for the next page. InvalidArgument for a page
+	// token this call did not give.
 	GetRun(context.Context, *connect.Request[v1.GetRunRequest]) (*connect.Response[v1.GetRunResponse], error)
 	// CancelRun ends a run now; results already stored are kept.
 	CancelRun(context.Context, *connect.Request[v1.CancelRunRequest]) (*connect.Response[v1.CancelRunResponse], error)
