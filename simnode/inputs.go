@@ -37,7 +37,7 @@ const (
 // never less than a sixteenth: a player who sends the largest inputs at the
 // highest rate does not take the others'): past that, the player's inputs
 // are refused (ResourceExhausted) and the game goes on. A game resumed on
-// another node counts afresh.
+// another node counts on from its log (restore).
 const (
 	// DefaultMaxGameInputBytes leaves room in an archive for the log's
 	// chunk headers and state hashes (four chunks a second).

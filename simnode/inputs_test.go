@@ -326,4 +326,22 @@ func TestInputLogShare(t *testing.T) {
 	if err := send("ada", 4); err != nil {
 		t.Fatalf("a re-send after the share was used: %v", err)
 	}
+
+	// Handed to another node, the game counts on from its log: ada's share
+	// stays used, bob's has room.
+	b, cb := startNode(t, "n-share-b")
+	b.cfg.MaxGameInputBytes = 4096
+	if to, err := n.Handoff(ctx, tenant, game, "n-share-b"); err != nil || to != "n-share-b" {
+		t.Fatalf("handoff: %v %v", to, err)
+	}
+	waitOwner(t, tenant, game, "n-share-b")
+	waitRunning(t, cb, tenant, game)
+	c = cb
+	err = send("ada", 5)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "reached 464 bytes") {
+		t.Fatalf("an input past the share on the new node: %v, want ResourceExhausted at 464 bytes", err)
+	}
+	if err := send("bob", 2); err != nil {
+		t.Fatalf("another player on the new node: %v", err)
+	}
 }

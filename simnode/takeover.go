@@ -335,6 +335,10 @@ func (g *game) restore(chunks []*inputlog.Chunk) {
 				if e.Seq > s.lastSeq {
 					s.lastSeq, s.lastTick = e.Seq, e.Tick
 				}
+				// The log's inputs count against the budget as they did on
+				// the node that logged them (inputs.go).
+				s.logged += len(e.Event.Payload) + inputEntryOverhead
+				g.logged += len(e.Event.Payload) + inputEntryOverhead
 			}
 		}
 	}
