@@ -116,7 +116,10 @@ func checkLog(t *testing.T, tenant, game string, acked []uint64) {
 // tick, and no acknowledged input is lost or doubled.
 func TestHandoff(t *testing.T) {
 	a, ca := startNode(t, "n-hand-a")
-	_, cb := startNode(t, "n-hand-b")
+	b, cb := startNode(t, "n-hand-b")
+	// The resumed game runs with the new node's per-match limits, not the
+	// engine's defaults.
+	b.cfg.CallDeadline = 77 * time.Millisecond
 	ctx := context.Background()
 	tenant := "tenant-h"
 	id := createGame(t, ca, tenant, 3)
@@ -131,6 +134,9 @@ func TestHandoff(t *testing.T) {
 	waitRunning(t, cb, tenant, id)
 	if _, err := ca.GetGame(ctx, connect.NewRequest(&clusterv1.GetGameRequest{TenantId: tenant, GameId: id})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("old owner still runs the game: %v", err)
+	}
+	if g, ok := b.game(tenant, id); !ok || g.inst.Deadline() != 77*time.Millisecond {
+		t.Fatalf("the resumed game's call deadline is not the node's 77 ms (found %v)", ok)
 	}
 	// The player keeps their slot and sequence numbers on the new node.
 	if s := join(t, cb, tenant, id, "acc-h"); s != 0 {
