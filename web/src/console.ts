@@ -1084,7 +1084,13 @@ function batchSection(body: HTMLElement): void {
     results.length = 0;
     try {
       for await (const m of batch.watchRun({ runId }, { signal: abort.signal })) {
-        results.push(...m.results);
+        // The summary reads the fields only; a result's JSON is up to 1 MiB
+        // and a run has up to 100,000 (spread into push, they would also
+        // pass the engine's argument limit).
+        for (const r of m.results) {
+          r.resultJson = "";
+          results.push(r);
+        }
         if (m.progress) show(m.progress);
       }
     } catch (err) {
