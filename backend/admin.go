@@ -254,11 +254,9 @@ func (s *Server) putModule(ctx context.Context, tenantID, name string, wasm []by
 		ViewWidth:    meta.ViewWidth,
 		ViewHeight:   meta.ViewHeight,
 		UploadedAt:   s.now().UTC(),
-	}, wasm)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Module{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown tenant %q", tenantID))
-	} else if err != nil {
-		return store.Module{}, s.internal(ctx, "put module", err)
+	}, wasm, s.moduleBound)
+	if err != nil {
+		return store.Module{}, s.moduleErr(ctx, "put module", err)
 	}
 	s.log.InfoContext(ctx, "backend: module stored", "tenant", tenantID, "name", name, "build", buildID, "bytes", len(wasm))
 	return m, nil
@@ -283,7 +281,8 @@ func (s *adminService) ListModules(ctx context.Context, req *connect.Request[lud
 	if err != nil {
 		return nil, s.internal(ctx, "list modules", err)
 	}
-	out := &ludusv1.ListModulesResponse{Modules: make([]*ludusv1.Module, 0, len(ms))}
+	out := &ludusv1.ListModulesResponse{Modules: make([]*ludusv1.Module, 0, len(ms)),
+		MaxBuilds: int32(s.moduleBound.Builds), MaxBytes: s.moduleBound.Bytes}
 	for _, m := range ms {
 		out.Modules = append(out.Modules, moduleProto(m))
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/netip"
 	"time"
+
+	"ludus.dev/ludus/backend/store"
 )
 
 // SetPasswordWait makes a Server built from c wait d for a password turn.
@@ -25,3 +27,7 @@ func HoldPasswordTurns(s *Server) (release func()) {
 func SetLookupIP(c *Config, f func(ctx context.Context, host string) ([]netip.Addr, error)) {
 	c.lookupIP = f
 }
+
+// SetModuleBound makes a Server built from c bound each tenant's stored
+// builds by b.
+func SetModuleBound(c *Config, b store.ModuleBound) { c.moduleBound = b }

@@ -102,6 +102,14 @@ func TestScopesOnEveryAdminCall(t *testing.T) {
 			return err
 		}},
 		"ListModules": {"admin server read-only", func(k string) error { _, err := c.ListModules(ctx, req(&ludusv1.ListModulesRequest{}, k)); return err }},
+		"DeleteModule": {"admin", func(k string) error {
+			_, err := c.DeleteModule(ctx, req(&ludusv1.DeleteModuleRequest{BuildId: strings.Repeat("0", 64)}, k))
+			return err
+		}},
+		"PruneModules": {"admin", func(k string) error {
+			_, err := c.PruneModules(ctx, req(&ludusv1.PruneModulesRequest{Name: "m", Keep: 1}, k))
+			return err
+		}},
 		"ListGames": {"admin server read-only", func(k string) error {
 			_, err := c.ListGames(ctx, req(&ludusv1.AdminServiceListGamesRequest{}, k))
 			return err

@@ -47,7 +47,11 @@ func (s *Server) TenantBuild(ctx context.Context, tenantID, buildID string) ([]b
 	}
 	m, wasm, err := s.store.GetModule(ctx, tenantID, buildID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, "", connect.NewError(connect.CodeNotFound, fmt.Errorf("this tenant has no module build %s", buildID))
+		// Archived games outlive their build when it is deleted
+		// (DeleteModule): say so, and how to replay one anyway.
+		return nil, "", connect.NewError(connect.CodeNotFound, fmt.Errorf(
+			"this tenant has no module build %s: it was never uploaded or it has been deleted (DeleteModule); "+
+				"to replay an archived game of it, give its module yourself (ludus ctl game replay GAME --wasm FILE)", buildID))
 	} else if err != nil {
 		return nil, "", s.internal(ctx, "get module", err)
 	}

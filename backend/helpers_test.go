@@ -65,6 +65,30 @@ type fakeFleet struct {
 	mu      sync.Mutex
 	tenants []string
 	err     error
+	// games are listed after the one running game every tenant has.
+	games []*ludusv1.GameInfo
+	// batch maps the batch runs that have not ended to their builds.
+	batch map[string]string
+}
+
+// set replaces the fleet's games and batch runs.
+func (f *fakeFleet) set(games []*ludusv1.GameInfo, batch map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.games, f.batch = games, batch
+}
+
+func (f *fakeFleet) ActiveBatchBuilds(context.Context, string) (map[string]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := map[string]string{}
+	for run, build := range f.batch {
+		out[run] = build
+	}
+	return out, nil
 }
 
 func (f *fakeFleet) ListNodes(context.Context) ([]*ludusv1.Node, error) {
@@ -76,12 +100,12 @@ func (f *fakeFleet) ListNodes(context.Context) ([]*ludusv1.Node, error) {
 
 func (f *fakeFleet) ListGames(_ context.Context, tenantID string) ([]*ludusv1.GameInfo, error) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.tenants = append(f.tenants, tenantID)
-	f.mu.Unlock()
 	if f.err != nil {
 		return nil, f.err
 	}
-	return []*ludusv1.GameInfo{{GameId: "g-" + tenantID, ModuleName: "arena", State: "running"}}, nil
+	return append([]*ludusv1.GameInfo{{GameId: "g-" + tenantID, ModuleName: "arena", State: "running"}}, f.games...), nil
 }
 
 // syncBuffer is a goroutine-safe log sink.

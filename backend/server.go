@@ -33,7 +33,12 @@ import (
 // elsewhere, over etcd).
 type FleetView interface {
 	ListNodes(ctx context.Context) ([]*ludusv1.Node, error)
+	// ListGames lists a tenant's games, each with its build and state
+	// (DeleteModule refuses the build of one not "ended" or "failed").
 	ListGames(ctx context.Context, tenantID string) ([]*ludusv1.GameInfo, error)
+	// ActiveBatchBuilds maps each of a tenant's batch runs that have not
+	// ended (admitting or running) to the build its games play.
+	ActiveBatchBuilds(ctx context.Context, tenantID string) (map[string]string, error)
 }
 
 // Config configures a Server.
@@ -60,7 +65,8 @@ type Config struct {
 	// ValidateModule compiles and checks a module and returns its metadata.
 	// Its error text is shown to the uploader. Required.
 	ValidateModule func(ctx context.Context, wasm []byte) (abi.Meta, error)
-	// Fleet answers ListGames and ListNodes; nil makes them Unavailable.
+	// Fleet answers ListGames and ListNodes, and tells DeleteModule which
+	// builds live games and batch runs use; nil makes them Unavailable.
 	Fleet FleetView
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
@@ -77,6 +83,8 @@ type Config struct {
 	PasswordWorkers int
 	// passwordWait overrides the 2 s (tests).
 	passwordWait time.Duration
+	// moduleBound overrides store.DefaultModuleBound (tests).
+	moduleBound store.ModuleBound
 	// WebhookClient posts webhooks. Nil builds one with a 10 s timeout that
 	// refuses non-public addresses (see AllowPrivateWebhooks) on every
 	// connection it dials. A client given here is used as it is (redirects
@@ -131,6 +139,7 @@ type Server struct {
 	store          store.Store
 	validate       func(ctx context.Context, wasm []byte) (abi.Meta, error)
 	fleet          FleetView
+	moduleBound    store.ModuleBound // each tenant's stored builds
 	now            func() time.Time
 	log            *slog.Logger
 	keys           *auth.KeySet
@@ -171,12 +180,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		store:          cfg.Store,
 		validate:       cfg.ValidateModule,
 		fleet:          cfg.Fleet,
+		moduleBound:    cfg.moduleBound,
 		now:            cfg.Now,
 		log:            cfg.Logger,
 		rotateInFlight: make(chan struct{}, 1),
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.moduleBound == (store.ModuleBound{}) {
+		s.moduleBound = store.DefaultModuleBound
 	}
 	if s.log == nil {
 		s.log = slog.Default()

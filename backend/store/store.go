@@ -10,6 +10,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -36,7 +37,7 @@ var (
 	// ErrMatchEnded: a report for a match whose final result is stored.
 	ErrMatchEnded = errors.New("store: match ended")
 	// ErrLimit: the record would take its owner past a bound on how many
-	// it may hold (MaxAPIKeysPerTenant). Nothing is stored.
+	// it may hold (MaxAPIKeysPerTenant, ModuleBound). Nothing is stored.
 	ErrLimit = errors.New("store: limit reached")
 )
 
@@ -44,6 +45,45 @@ var (
 // needs a few per environment, and every key is a credential someone must
 // be able to review (ListAPIKeys) and revoke.
 const MaxAPIKeysPerTenant = 100
+
+// The bound on a tenant's stored module builds (DefaultModuleBound). A build
+// is up to 32 MiB and every upload of new bytes keeps one more, forever
+// until deleted: without a bound, a CI that uploads every commit (or a
+// leaked admin key) fills the database. 200 builds is months of daily
+// uploads of a few games, or a long `ludus dev` session (which deletes its
+// own old builds); 2 GiB is 64 builds at the largest size, hundreds at
+// the usual few MiB.
+const (
+	MaxModuleBuildsPerTenant       = 200
+	MaxModuleBytesPerTenant  int64 = 2 << 30
+)
+
+// ModuleBound bounds what a tenant's stored builds may add up to: Builds
+// stored copies (a build under a name is one; the same bytes under two names
+// are stored, and counted, twice) and Bytes of wasm over all of them.
+type ModuleBound struct {
+	Builds int
+	Bytes  int64
+}
+
+// DefaultModuleBound is the bound the backend enforces.
+var DefaultModuleBound = ModuleBound{Builds: MaxModuleBuildsPerTenant, Bytes: MaxModuleBytesPerTenant}
+
+// ModuleLimitError is PutModule's refusal of a build that would take its
+// tenant past a ModuleBound: what the tenant stores now, and the bound. It
+// wraps ErrLimit.
+type ModuleLimitError struct {
+	Builds int   // builds stored
+	Bytes  int64 // their bytes
+	Bound  ModuleBound
+}
+
+func (e *ModuleLimitError) Error() string {
+	return fmt.Sprintf("store: tenant stores %d module builds (%d bytes); the bound is %d builds and %d bytes",
+		e.Builds, e.Bytes, e.Bound.Builds, e.Bound.Bytes)
+}
+
+func (e *ModuleLimitError) Unwrap() error { return ErrLimit }
 
 // Tenant is a studio.
 type Tenant struct {
@@ -544,8 +584,13 @@ type Store interface {
 	// set to it on the first put). Putting the same build under the same name
 	// again stores no new bytes: it updates UploadedAt and the metadata and
 	// makes the build the newest again. SizeBytes is set from wasm. It returns
-	// the stored record. ErrNotFound if the tenant does not exist.
-	PutModule(ctx context.Context, m Module, wasm []byte) (Module, error)
+	// the stored record. ErrNotFound if the tenant does not exist. A build
+	// not yet stored under the name that would take the tenant past bound
+	// is refused with a *ModuleLimitError (ErrLimit), counted and checked in
+	// the transaction that stores it, so that concurrent puts (from any
+	// number of processes) cannot together overshoot the bound; a put of a
+	// build the name already has is never refused.
+	PutModule(ctx context.Context, m Module, wasm []byte, bound ModuleBound) (Module, error)
 	// LatestModule returns the newest build put under a name.
 	LatestModule(ctx context.Context, tenantID, name string) (Module, error)
 	// GetModule returns a build of the tenant with its bytes. A build of
@@ -554,6 +599,11 @@ type Store interface {
 	// ListModules returns the tenant's modules (every build under every
 	// name), newest first, without their bytes.
 	ListModules(ctx context.Context, tenantID string) ([]Module, error)
+	// DeleteModule deletes a build of the tenant: under name, or under every
+	// name if name is "". It returns the records deleted; ErrNotFound if
+	// there was none. Whether the build may go (a game may run it) is the
+	// caller's to check.
+	DeleteModule(ctx context.Context, tenantID, buildID, name string) ([]Module, error)
 
 	// PutGameArchive stores a game's archive, replacing any earlier archive
 	// of the same game (so archiving twice is harmless). ErrNotFound if the

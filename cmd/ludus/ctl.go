@@ -29,8 +29,12 @@ const ctlUsage = `ludus ctl [--url URL] [--key-file PATH] COMMAND
 
   tenants                      list tenants (operator key)
   tenant create SLUG [NAME]    create a tenant; prints its admin key once (operator key)
-  modules                      list the tenant's modules
+  modules                      list the tenant's stored module builds, newest first, and its bound
   module upload NAME FILE      upload a game module (.wasm)
+  module delete BUILD [--name NAME]
+                               delete a stored build (a build id or its first 8+ hex digits), from
+                               NAME only if given; refused while a live game or batch run uses it
+  module prune NAME --keep N   delete every build of NAME but the newest N, keeping those in use
   module check FILE [--players N] [--ticks N] [--seed N] [--config JSON] [--checkpoint-every N]
                                check a module's determinism locally, no server needed: views,
                                renders and checkpoint round trips must not change any state hash
@@ -149,14 +153,11 @@ func runCtl(ctx context.Context, args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(tw, "tenant %s (%s) created\nadmin key (shown once): %s\n", resp.Msg.Tenant.Slug, resp.Msg.Tenant.Id, resp.Msg.AdminKey)
 	case rest[0] == "modules":
-		resp, err := admin.ListModules(ctx, connect.NewRequest(&ludusv1.ListModulesRequest{}))
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(tw, "NAME\tBUILD\tTICK RATE\tPLAYERS\tSIZE")
-		for _, m := range resp.Msg.Modules {
-			fmt.Fprintf(tw, "%s\t%.12s\t%d\t%d\t%d\n", m.Name, m.BuildId, m.TickRate, m.MaxPlayers, m.SizeBytes)
-		}
+		return listModules(ctx, admin, out)
+	case rest[0] == "module" && len(rest) >= 2 && rest[1] == "delete":
+		return deleteModule(ctx, admin, rest[2:], out)
+	case rest[0] == "module" && len(rest) >= 2 && rest[1] == "prune":
+		return pruneModules(ctx, admin, rest[2:], out)
 	case rest[0] == "module" && len(rest) >= 2 && rest[1] == "check":
 		return runModuleCheck(ctx, rest[2:], out)
 	case rest[0] == "module" && len(rest) == 4 && rest[1] == "upload":

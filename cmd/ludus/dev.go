@@ -10,9 +10,44 @@ import (
 	"strings"
 	"time"
 
+	"ludus.dev/ludus/backend"
+	"ludus.dev/ludus/backend/store"
 	"ludus.dev/ludus/ops/devstack"
 	"ludus.dev/ludus/ops/modulewatch"
 )
+
+// devKeepBuilds is how many of the watched module's newest builds `ludus
+// dev` keeps: every save uploads a build, and the tenant's stored builds are
+// bounded (store.DefaultModuleBound), so a long session would reach the
+// bound. The few kept let a game started a moment ago, or a rollback, find
+// theirs; older ones still in use are kept too (PruneModule).
+const devKeepBuilds = 5
+
+// devModules is what dev's uploads need of the backend.
+type devModules interface {
+	EnsureModule(ctx context.Context, tenantID, name string, wasm []byte) (string, error)
+	PruneModule(ctx context.Context, tenantID, name string, keep int) ([]store.Module, []backend.KeptBuild, error)
+}
+
+// devUpload returns the watcher's upload: store the build, then delete the
+// name's builds older than the newest keep through the backend's safe
+// delete path. A failed prune is logged, not the upload's failure: the
+// build is stored and playable.
+func devUpload(b devModules, tenantID string, keep int, log *slog.Logger) func(ctx context.Context, name string, wasm []byte) (string, error) {
+	return func(ctx context.Context, name string, wasm []byte) (string, error) {
+		build, err := b.EnsureModule(ctx, tenantID, name, wasm)
+		if err != nil {
+			return "", err
+		}
+		deleted, kept, err := b.PruneModule(ctx, tenantID, name, keep)
+		if err != nil {
+			log.Warn("dev: old builds of the module not deleted", "module", name, "err", err)
+		} else if len(deleted)+len(kept) > 0 {
+			log.Debug("dev: old builds of the module deleted", "module", name, "deleted", len(deleted), "kept in use", len(kept))
+		}
+		return build, nil
+	}
+}
 
 func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
@@ -62,9 +97,7 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 		fmt.Println()
 	}
 	if watcher != nil {
-		watcher.Upload = func(ctx context.Context, name string, wasm []byte) (string, error) {
-			return s.Backend.EnsureModule(ctx, s.TenantID, name, wasm)
-		}
+		watcher.Upload = devUpload(s.Backend, s.TenantID, devKeepBuilds, logger)
 		fmt.Printf("Watching %s: module %q is rebuilt and uploaded to tenant %q on every change; play it at %s/?module=%s\n\n", *watch, watcher.Name, devstack.DemoTenant, s.GatewayURL, watcher.Name)
 		go watcher.Run(ctx, nil)
 	}

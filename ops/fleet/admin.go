@@ -2,6 +2,9 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 
 	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
@@ -45,4 +48,42 @@ func GameInfo(g clusterstate.Game) *ludusv1.GameInfo {
 		Tick: g.Status.Tick, State: g.Status.State, TickRate: int32(g.Spec.TickRate), ViewFormat: g.Spec.ViewFormat,
 		SnapshotFormat: g.Spec.SnapshotFormat, InputKind: g.Spec.InputKind,
 	}
+}
+
+// ActiveBatchBuilds maps each of the tenant's batch runs that have not ended
+// (admitting or running) to the build its spec names. An admitting run's
+// spec names its build already (package batch resolves it before admitting).
+func (a Admin) ActiveBatchBuilds(ctx context.Context, tenantID string) (map[string]string, error) {
+	runs, err := a.View.Client.BatchRuns(ctx, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, r := range runs {
+		if r.State == clusterstate.BatchEnded {
+			continue
+		}
+		build, err := specBuild(r.Spec)
+		if err != nil {
+			return nil, fmt.Errorf("batch run %s: %w", r.ID, err)
+		}
+		out[r.ID] = build
+	}
+	return out, nil
+}
+
+// specBuild reads the build a batch run's spec (package batch's Spec, as
+// JSON) names: the one field read here, as importing batch would bring its
+// engine; TestSpecBuildReadsBatchSpec keeps the two in step.
+func specBuild(spec []byte) (string, error) {
+	var s struct {
+		BuildID string `json:"build_id"`
+	}
+	if err := json.Unmarshal(spec, &s); err != nil {
+		return "", fmt.Errorf("its spec cannot be read, so which build it plays is unknown: %w", err)
+	}
+	if s.BuildID == "" {
+		return "", errors.New("its spec names no build")
+	}
+	return s.BuildID, nil
 }

@@ -80,3 +80,15 @@ func TestBadDSN(t *testing.T) {
 		t.Fatal("connected to nothing")
 	}
 }
+
+func TestModuleBoundAcrossStores(t *testing.T) {
+	_, dsn := openFreshDSN(t)
+	storetest.ModuleBoundAcrossStores(t, func(t *testing.T) store.Store {
+		s, err := Open(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}

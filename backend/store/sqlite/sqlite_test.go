@@ -111,3 +111,12 @@ func TestNotADatabase(t *testing.T) {
 		t.Fatal("opened a junk file")
 	}
 }
+
+func TestModuleBoundAcrossStores(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ludus.db")
+	storetest.ModuleBoundAcrossStores(t, func(t *testing.T) store.Store {
+		s := open(t, path)
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 
 	"ludus.dev/ludus/backend/store"
 )
@@ -26,9 +27,22 @@ func scanModule(row scanner) (store.Module, error) {
 }
 
 // PutModule implements store.Store.
-func (s *DB) PutModule(ctx context.Context, m store.Module, wasm []byte) (store.Module, error) {
+func (s *DB) PutModule(ctx context.Context, m store.Module, wasm []byte, bound store.ModuleBound) (store.Module, error) {
 	var out store.Module
 	err := s.inTx(ctx, "put module", func(tx *tx) error {
+		// The tenant's row, written first, is the lock that makes the count
+		// below and the insert one step: on PostgreSQL a concurrent put of
+		// the same tenant (another backend process) waits here until this
+		// transaction ends, then counts what it stored; SQLite takes its
+		// one writer's lock with it. Without it two puts could each count
+		// the last free slot and both take it. It also answers ErrNotFound
+		// for an unknown tenant.
+		if err := mustAffect(tx.exec(ctx, `UPDATE tenants SET name = name WHERE id = ?`, m.TenantID)); err != nil {
+			return err
+		}
+		if err := checkModuleBound(ctx, tx, m, int64(len(wasm)), bound); err != nil {
+			return err
+		}
 		at := ToDB(m.UploadedAt)
 		_, err := tx.exec(ctx, `INSERT INTO modules (`+moduleCols+`, seq, wasm)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM modules), ?)
@@ -46,6 +60,60 @@ func (s *DB) PutModule(ctx context.Context, m store.Module, wasm []byte) (store.
 		out, err = scanModule(tx.row(ctx, `SELECT `+moduleCols+` FROM modules
 			WHERE tenant_id = ? AND name = ? AND build_id = ?`, m.TenantID, m.Name, m.BuildID))
 		return err
+	})
+	return out, err
+}
+
+// checkModuleBound refuses m (size bytes) if it would be a new stored build
+// taking its tenant past bound. A build the name already has adds nothing:
+// putting it again only makes it the newest.
+func checkModuleBound(ctx context.Context, tx *tx, m store.Module, size int64, bound store.ModuleBound) error {
+	var one int
+	err := tx.row(ctx, `SELECT 1 FROM modules WHERE tenant_id = ? AND name = ? AND build_id = ?`,
+		m.TenantID, m.Name, m.BuildID).Scan(&one)
+	if err == nil {
+		return nil
+	} else if !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	var builds int
+	var bytes int64
+	// size_bytes sits before the wasm column, so this reads no module's bytes.
+	if err := tx.row(ctx, `SELECT COUNT(*), CAST(COALESCE(SUM(size_bytes), 0) AS BIGINT) FROM modules WHERE tenant_id = ?`,
+		m.TenantID).Scan(&builds, &bytes); err != nil {
+		return err
+	}
+	if builds+1 > bound.Builds || bytes+size > bound.Bytes {
+		return &store.ModuleLimitError{Builds: builds, Bytes: bytes, Bound: bound}
+	}
+	return nil
+}
+
+// DeleteModule implements store.Store.
+func (s *DB) DeleteModule(ctx context.Context, tenantID, buildID, name string) ([]store.Module, error) {
+	var out []store.Module
+	err := s.inTx(ctx, "delete module", func(tx *tx) error {
+		out = nil
+		rows, err := tx.query(ctx, `DELETE FROM modules WHERE tenant_id = ? AND build_id = ? AND (? = '' OR name = ?)
+			RETURNING `+moduleCols, tenantID, buildID, name, name)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			m, err := scanModule(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, m)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return sql.ErrNoRows
+		}
+		return nil
 	})
 	return out, err
 }

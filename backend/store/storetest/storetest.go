@@ -37,6 +37,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"AccountsConcurrentCreate", testAccountsConcurrentCreate},
 		{"Modules", testModules},
 		{"ModulesTenantIsolation", testModulesTenantIsolation},
+		{"ModuleBound", testModuleBound},
+		{"ModuleDelete", testModuleDelete},
 		{"SigningKeys", testSigningKeys},
 		{"CanceledContext", testCanceledContext},
 		{"APIKeyLifecycle", testAPIKeyLifecycle},
@@ -209,7 +211,7 @@ func testVerbatimStrings(t *testing.T, s store.Store) {
 			t.Errorf("account round trip: %q -> %q / %q", str, ga.DisplayName, ga.DeviceID)
 		}
 		m := store.Module{TenantID: tn.ID, Name: str, BuildID: hex.EncodeToString(hash(str)), MetaName: str, ViewFormat: str, UploadedAt: base}
-		_, err = s.PutModule(ctx, m, []byte(str))
+		_, err = s.PutModule(ctx, m, []byte(str), store.DefaultModuleBound)
 		must(t, "put module", err)
 		gm, err := s.LatestModule(ctx, tn.ID, str)
 		must(t, "latest module by nasty name", err)
@@ -355,7 +357,7 @@ func testModules(t *testing.T, s store.Store) {
 
 	v1 := []byte("\x00asm v1")
 	m1 := module(tn.ID, "arena", v1, base)
-	got, err := s.PutModule(ctx, m1, v1)
+	got, err := s.PutModule(ctx, m1, v1, store.DefaultModuleBound)
 	must(t, "PutModule v1", err)
 	want := m1
 	want.SizeBytes, want.CreatedAt = int64(len(v1)), base
@@ -376,7 +378,7 @@ func testModules(t *testing.T, s store.Store) {
 	// A newer build under the same name wins, even with an equal timestamp.
 	v2 := bytes.Repeat([]byte("v2"), 100_000)
 	m2 := module(tn.ID, "arena", v2, base)
-	_, err = s.PutModule(ctx, m2, v2)
+	_, err = s.PutModule(ctx, m2, v2, store.DefaultModuleBound)
 	must(t, "PutModule v2", err)
 	latest, _ = s.LatestModule(ctx, tn.ID, "arena")
 	if latest.BuildID != m2.BuildID || latest.SizeBytes != int64(len(v2)) {
@@ -390,7 +392,7 @@ func testModules(t *testing.T, s store.Store) {
 
 	// Re-uploading v1 (a rollback) makes it the newest again, without a new row.
 	again := module(tn.ID, "arena", v1, base.Add(time.Minute))
-	got, err = s.PutModule(ctx, again, v1)
+	got, err = s.PutModule(ctx, again, v1, store.DefaultModuleBound)
 	must(t, "PutModule v1 again", err)
 	if !sameTime(got.CreatedAt, base) || !sameTime(got.UploadedAt, base.Add(time.Minute)) {
 		t.Errorf("re-put times = %v / %v", got.CreatedAt, got.UploadedAt)
@@ -401,7 +403,7 @@ func testModules(t *testing.T, s store.Store) {
 	}
 
 	// Same bytes under another name.
-	_, err = s.PutModule(ctx, module(tn.ID, "arena-copy", v1, base), v1)
+	_, err = s.PutModule(ctx, module(tn.ID, "arena-copy", v1, base), v1, store.DefaultModuleBound)
 	must(t, "PutModule other name", err)
 	other, err := s.LatestModule(ctx, tn.ID, "arena-copy")
 	must(t, "LatestModule other name", err)
@@ -419,7 +421,7 @@ func testModules(t *testing.T, s store.Store) {
 			ms[0].Name, ms[0].BuildID[:8], ms[1].Name, ms[1].BuildID[:8], ms[2].Name, ms[2].BuildID[:8])
 	}
 
-	_, err = s.PutModule(ctx, module("t_missing", "x", v1, base), v1)
+	_, err = s.PutModule(ctx, module("t_missing", "x", v1, base), v1, store.DefaultModuleBound)
 	wantErr(t, "module of unknown tenant", err, store.ErrNotFound)
 	_, _, err = s.GetModule(ctx, tn.ID, hex.EncodeToString(hash("nothing")))
 	wantErr(t, "unknown build", err, store.ErrNotFound)
@@ -431,7 +433,7 @@ func testModulesTenantIsolation(t *testing.T, s store.Store) {
 	b := mustTenant(t, s, "iso-b")
 	wasm := []byte("secret module of a")
 	m := module(a.ID, "arena", wasm, base)
-	_, err := s.PutModule(ctx, m, wasm)
+	_, err := s.PutModule(ctx, m, wasm, store.DefaultModuleBound)
 	must(t, "PutModule", err)
 
 	_, _, err = s.GetModule(ctx, b.ID, m.BuildID)
@@ -444,7 +446,7 @@ func testModulesTenantIsolation(t *testing.T, s store.Store) {
 
 	// b uploading the same bytes gets its own copy.
 	mb := module(b.ID, "arena", wasm, base)
-	_, err = s.PutModule(ctx, mb, wasm)
+	_, err = s.PutModule(ctx, mb, wasm, store.DefaultModuleBound)
 	must(t, "PutModule b", err)
 	if ms, _ := s.ListModules(ctx, a.ID); len(ms) != 1 || ms[0].TenantID != a.ID {
 		t.Errorf("ListModules(a) = %+v", ms)

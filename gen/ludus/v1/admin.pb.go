@@ -7,6 +7,7 @@
 package ludusv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -573,8 +574,12 @@ func (*ListModulesRequest) Descriptor() ([]byte, []int) {
 }
 
 type ListModulesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Modules       []*Module              `protobuf:"bytes,1,rep,name=modules,proto3" json:"modules,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Modules []*Module              `protobuf:"bytes,1,rep,name=modules,proto3" json:"modules,omitempty"`
+	// The tenant's bound on stored builds: how many (a build under two names
+	// counts twice) and their bytes in all.
+	MaxBuilds     int32 `protobuf:"varint,2,opt,name=max_builds,json=maxBuilds,proto3" json:"max_builds,omitempty"`
+	MaxBytes      int64 `protobuf:"varint,3,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -616,6 +621,280 @@ func (x *ListModulesResponse) GetModules() []*Module {
 	return nil
 }
 
+func (x *ListModulesResponse) GetMaxBuilds() int32 {
+	if x != nil {
+		return x.MaxBuilds
+	}
+	return 0
+}
+
+func (x *ListModulesResponse) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type DeleteModuleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The build: its id, the 64 lowercase hex digits ListModules shows.
+	BuildId string `protobuf:"bytes,1,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	// If set, the build is deleted from this name only (other names that
+	// hold the same build keep it); empty: from every name.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModuleRequest) Reset() {
+	*x = DeleteModuleRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModuleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModuleRequest) ProtoMessage() {}
+
+func (x *DeleteModuleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModuleRequest.ProtoReflect.Descriptor instead.
+func (*DeleteModuleRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DeleteModuleRequest) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+func (x *DeleteModuleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteModuleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stored builds deleted (one per name).
+	Deleted       []*Module `protobuf:"bytes,1,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModuleResponse) Reset() {
+	*x = DeleteModuleResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModuleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModuleResponse) ProtoMessage() {}
+
+func (x *DeleteModuleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModuleResponse.ProtoReflect.Descriptor instead.
+func (*DeleteModuleResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DeleteModuleResponse) GetDeleted() []*Module {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+type PruneModulesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// How many of the name's newest builds to keep; at least 1, the build new
+	// games use.
+	Keep          int32 `protobuf:"varint,2,opt,name=keep,proto3" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneModulesRequest) Reset() {
+	*x = PruneModulesRequest{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneModulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneModulesRequest) ProtoMessage() {}
+
+func (x *PruneModulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneModulesRequest.ProtoReflect.Descriptor instead.
+func (*PruneModulesRequest) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PruneModulesRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PruneModulesRequest) GetKeep() int32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
+type PruneModulesResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Deleted []*Module              `protobuf:"bytes,1,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	// Older builds kept because something uses them.
+	Kept          []*KeptModule `protobuf:"bytes,2,rep,name=kept,proto3" json:"kept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneModulesResponse) Reset() {
+	*x = PruneModulesResponse{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneModulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneModulesResponse) ProtoMessage() {}
+
+func (x *PruneModulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneModulesResponse.ProtoReflect.Descriptor instead.
+func (*PruneModulesResponse) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PruneModulesResponse) GetDeleted() []*Module {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+func (x *PruneModulesResponse) GetKept() []*KeptModule {
+	if x != nil {
+		return x.Kept
+	}
+	return nil
+}
+
+type KeptModule struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	BuildId string                 `protobuf:"bytes,1,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	// What uses it, e.g. "live game g_abc".
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeptModule) Reset() {
+	*x = KeptModule{}
+	mi := &file_ludus_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeptModule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeptModule) ProtoMessage() {}
+
+func (x *KeptModule) ProtoReflect() protoreflect.Message {
+	mi := &file_ludus_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeptModule.ProtoReflect.Descriptor instead.
+func (*KeptModule) Descriptor() ([]byte, []int) {
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *KeptModule) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+func (x *KeptModule) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type AdminServiceListGamesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -624,7 +903,7 @@ type AdminServiceListGamesRequest struct {
 
 func (x *AdminServiceListGamesRequest) Reset() {
 	*x = AdminServiceListGamesRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[10]
+	mi := &file_ludus_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +915,7 @@ func (x *AdminServiceListGamesRequest) String() string {
 func (*AdminServiceListGamesRequest) ProtoMessage() {}
 
 func (x *AdminServiceListGamesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[10]
+	mi := &file_ludus_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +928,7 @@ func (x *AdminServiceListGamesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminServiceListGamesRequest.ProtoReflect.Descriptor instead.
 func (*AdminServiceListGamesRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 type AdminServiceListGamesResponse struct {
@@ -661,7 +940,7 @@ type AdminServiceListGamesResponse struct {
 
 func (x *AdminServiceListGamesResponse) Reset() {
 	*x = AdminServiceListGamesResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[11]
+	mi := &file_ludus_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +952,7 @@ func (x *AdminServiceListGamesResponse) String() string {
 func (*AdminServiceListGamesResponse) ProtoMessage() {}
 
 func (x *AdminServiceListGamesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[11]
+	mi := &file_ludus_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +965,7 @@ func (x *AdminServiceListGamesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminServiceListGamesResponse.ProtoReflect.Descriptor instead.
 func (*AdminServiceListGamesResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AdminServiceListGamesResponse) GetGames() []*GameInfo {
@@ -710,7 +989,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[12]
+	mi := &file_ludus_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +1001,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[12]
+	mi := &file_ludus_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +1014,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Node) GetId() string {
@@ -788,7 +1067,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[13]
+	mi := &file_ludus_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +1079,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[13]
+	mi := &file_ludus_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +1092,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 type ListNodesResponse struct {
@@ -825,7 +1104,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[14]
+	mi := &file_ludus_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +1116,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[14]
+	mi := &file_ludus_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +1129,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -873,7 +1152,7 @@ type APIKey struct {
 
 func (x *APIKey) Reset() {
 	*x = APIKey{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[15]
+	mi := &file_ludus_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1164,7 @@ func (x *APIKey) String() string {
 func (*APIKey) ProtoMessage() {}
 
 func (x *APIKey) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[15]
+	mi := &file_ludus_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1177,7 @@ func (x *APIKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use APIKey.ProtoReflect.Descriptor instead.
 func (*APIKey) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *APIKey) GetId() string {
@@ -942,7 +1221,7 @@ type CreateAPIKeyRequest struct {
 
 func (x *CreateAPIKeyRequest) Reset() {
 	*x = CreateAPIKeyRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[16]
+	mi := &file_ludus_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1233,7 @@ func (x *CreateAPIKeyRequest) String() string {
 func (*CreateAPIKeyRequest) ProtoMessage() {}
 
 func (x *CreateAPIKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[16]
+	mi := &file_ludus_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1246,7 @@ func (x *CreateAPIKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAPIKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateAPIKeyRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateAPIKeyRequest) GetScope() string {
@@ -995,7 +1274,7 @@ type CreateAPIKeyResponse struct {
 
 func (x *CreateAPIKeyResponse) Reset() {
 	*x = CreateAPIKeyResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[17]
+	mi := &file_ludus_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1286,7 @@ func (x *CreateAPIKeyResponse) String() string {
 func (*CreateAPIKeyResponse) ProtoMessage() {}
 
 func (x *CreateAPIKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[17]
+	mi := &file_ludus_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1299,7 @@ func (x *CreateAPIKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAPIKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateAPIKeyResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateAPIKeyResponse) GetKey() *APIKey {
@@ -1045,7 +1324,7 @@ type ListAPIKeysRequest struct {
 
 func (x *ListAPIKeysRequest) Reset() {
 	*x = ListAPIKeysRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[18]
+	mi := &file_ludus_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1336,7 @@ func (x *ListAPIKeysRequest) String() string {
 func (*ListAPIKeysRequest) ProtoMessage() {}
 
 func (x *ListAPIKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[18]
+	mi := &file_ludus_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1349,7 @@ func (x *ListAPIKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAPIKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListAPIKeysRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 type ListAPIKeysResponse struct {
@@ -1082,7 +1361,7 @@ type ListAPIKeysResponse struct {
 
 func (x *ListAPIKeysResponse) Reset() {
 	*x = ListAPIKeysResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[19]
+	mi := &file_ludus_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1373,7 @@ func (x *ListAPIKeysResponse) String() string {
 func (*ListAPIKeysResponse) ProtoMessage() {}
 
 func (x *ListAPIKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[19]
+	mi := &file_ludus_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1386,7 @@ func (x *ListAPIKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAPIKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListAPIKeysResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListAPIKeysResponse) GetKeys() []*APIKey {
@@ -1126,7 +1405,7 @@ type RotateAPIKeyRequest struct {
 
 func (x *RotateAPIKeyRequest) Reset() {
 	*x = RotateAPIKeyRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[20]
+	mi := &file_ludus_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1417,7 @@ func (x *RotateAPIKeyRequest) String() string {
 func (*RotateAPIKeyRequest) ProtoMessage() {}
 
 func (x *RotateAPIKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[20]
+	mi := &file_ludus_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1430,7 @@ func (x *RotateAPIKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateAPIKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateAPIKeyRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RotateAPIKeyRequest) GetId() string {
@@ -1171,7 +1450,7 @@ type RotateAPIKeyResponse struct {
 
 func (x *RotateAPIKeyResponse) Reset() {
 	*x = RotateAPIKeyResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[21]
+	mi := &file_ludus_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1462,7 @@ func (x *RotateAPIKeyResponse) String() string {
 func (*RotateAPIKeyResponse) ProtoMessage() {}
 
 func (x *RotateAPIKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[21]
+	mi := &file_ludus_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1475,7 @@ func (x *RotateAPIKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateAPIKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateAPIKeyResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RotateAPIKeyResponse) GetKey() *APIKey {
@@ -1222,7 +1501,7 @@ type RevokeAPIKeyRequest struct {
 
 func (x *RevokeAPIKeyRequest) Reset() {
 	*x = RevokeAPIKeyRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[22]
+	mi := &file_ludus_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1513,7 @@ func (x *RevokeAPIKeyRequest) String() string {
 func (*RevokeAPIKeyRequest) ProtoMessage() {}
 
 func (x *RevokeAPIKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[22]
+	mi := &file_ludus_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1526,7 @@ func (x *RevokeAPIKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAPIKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeAPIKeyRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevokeAPIKeyRequest) GetId() string {
@@ -1265,7 +1544,7 @@ type RevokeAPIKeyResponse struct {
 
 func (x *RevokeAPIKeyResponse) Reset() {
 	*x = RevokeAPIKeyResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[23]
+	mi := &file_ludus_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1556,7 @@ func (x *RevokeAPIKeyResponse) String() string {
 func (*RevokeAPIKeyResponse) ProtoMessage() {}
 
 func (x *RevokeAPIKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[23]
+	mi := &file_ludus_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1569,7 @@ func (x *RevokeAPIKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAPIKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeAPIKeyResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 type RotateSigningKeyRequest struct {
@@ -1301,7 +1580,7 @@ type RotateSigningKeyRequest struct {
 
 func (x *RotateSigningKeyRequest) Reset() {
 	*x = RotateSigningKeyRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[24]
+	mi := &file_ludus_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1592,7 @@ func (x *RotateSigningKeyRequest) String() string {
 func (*RotateSigningKeyRequest) ProtoMessage() {}
 
 func (x *RotateSigningKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[24]
+	mi := &file_ludus_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1605,7 @@ func (x *RotateSigningKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateSigningKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateSigningKeyRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 type RotateSigningKeyResponse struct {
@@ -1338,7 +1617,7 @@ type RotateSigningKeyResponse struct {
 
 func (x *RotateSigningKeyResponse) Reset() {
 	*x = RotateSigningKeyResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[25]
+	mi := &file_ludus_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1629,7 @@ func (x *RotateSigningKeyResponse) String() string {
 func (*RotateSigningKeyResponse) ProtoMessage() {}
 
 func (x *RotateSigningKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[25]
+	mi := &file_ludus_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1642,7 @@ func (x *RotateSigningKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateSigningKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateSigningKeyResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RotateSigningKeyResponse) GetKid() string {
@@ -1389,7 +1668,7 @@ type Account struct {
 
 func (x *Account) Reset() {
 	*x = Account{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[26]
+	mi := &file_ludus_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1680,7 @@ func (x *Account) String() string {
 func (*Account) ProtoMessage() {}
 
 func (x *Account) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[26]
+	mi := &file_ludus_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1693,7 @@ func (x *Account) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Account.ProtoReflect.Descriptor instead.
 func (*Account) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Account) GetId() string {
@@ -1487,7 +1766,7 @@ type CreateAccountRequest struct {
 
 func (x *CreateAccountRequest) Reset() {
 	*x = CreateAccountRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[27]
+	mi := &file_ludus_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1778,7 @@ func (x *CreateAccountRequest) String() string {
 func (*CreateAccountRequest) ProtoMessage() {}
 
 func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[27]
+	mi := &file_ludus_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1791,7 @@ func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccountRequest.ProtoReflect.Descriptor instead.
 func (*CreateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateAccountRequest) GetCustomId() string {
@@ -1559,7 +1838,7 @@ type CreateAccountResponse struct {
 
 func (x *CreateAccountResponse) Reset() {
 	*x = CreateAccountResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[28]
+	mi := &file_ludus_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1850,7 @@ func (x *CreateAccountResponse) String() string {
 func (*CreateAccountResponse) ProtoMessage() {}
 
 func (x *CreateAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[28]
+	mi := &file_ludus_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1863,7 @@ func (x *CreateAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccountResponse.ProtoReflect.Descriptor instead.
 func (*CreateAccountResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateAccountResponse) GetAccount() *Account {
@@ -1607,7 +1886,7 @@ type GetAccountRequest struct {
 
 func (x *GetAccountRequest) Reset() {
 	*x = GetAccountRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[29]
+	mi := &file_ludus_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1898,7 @@ func (x *GetAccountRequest) String() string {
 func (*GetAccountRequest) ProtoMessage() {}
 
 func (x *GetAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[29]
+	mi := &file_ludus_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1911,7 @@ func (x *GetAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountRequest.ProtoReflect.Descriptor instead.
 func (*GetAccountRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetAccountRequest) GetId() string {
@@ -1672,7 +1951,7 @@ type GetAccountResponse struct {
 
 func (x *GetAccountResponse) Reset() {
 	*x = GetAccountResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[30]
+	mi := &file_ludus_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1963,7 @@ func (x *GetAccountResponse) String() string {
 func (*GetAccountResponse) ProtoMessage() {}
 
 func (x *GetAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[30]
+	mi := &file_ludus_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1976,7 @@ func (x *GetAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountResponse.ProtoReflect.Descriptor instead.
 func (*GetAccountResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetAccountResponse) GetAccount() *Account {
@@ -1716,7 +1995,7 @@ type DeleteAccountRequest struct {
 
 func (x *DeleteAccountRequest) Reset() {
 	*x = DeleteAccountRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[31]
+	mi := &file_ludus_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +2007,7 @@ func (x *DeleteAccountRequest) String() string {
 func (*DeleteAccountRequest) ProtoMessage() {}
 
 func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[31]
+	mi := &file_ludus_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +2020,7 @@ func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAccountRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteAccountRequest) GetId() string {
@@ -1759,7 +2038,7 @@ type DeleteAccountResponse struct {
 
 func (x *DeleteAccountResponse) Reset() {
 	*x = DeleteAccountResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[32]
+	mi := &file_ludus_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2050,7 @@ func (x *DeleteAccountResponse) String() string {
 func (*DeleteAccountResponse) ProtoMessage() {}
 
 func (x *DeleteAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[32]
+	mi := &file_ludus_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2063,7 @@ func (x *DeleteAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountResponse.ProtoReflect.Descriptor instead.
 func (*DeleteAccountResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 type ExportAccountRequest struct {
@@ -1796,7 +2075,7 @@ type ExportAccountRequest struct {
 
 func (x *ExportAccountRequest) Reset() {
 	*x = ExportAccountRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[33]
+	mi := &file_ludus_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +2087,7 @@ func (x *ExportAccountRequest) String() string {
 func (*ExportAccountRequest) ProtoMessage() {}
 
 func (x *ExportAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[33]
+	mi := &file_ludus_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +2100,7 @@ func (x *ExportAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportAccountRequest.ProtoReflect.Descriptor instead.
 func (*ExportAccountRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExportAccountRequest) GetId() string {
@@ -1841,7 +2120,7 @@ type ExportAccountResponse struct {
 
 func (x *ExportAccountResponse) Reset() {
 	*x = ExportAccountResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[34]
+	mi := &file_ludus_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +2132,7 @@ func (x *ExportAccountResponse) String() string {
 func (*ExportAccountResponse) ProtoMessage() {}
 
 func (x *ExportAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[34]
+	mi := &file_ludus_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +2145,7 @@ func (x *ExportAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportAccountResponse.ProtoReflect.Descriptor instead.
 func (*ExportAccountResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExportAccountResponse) GetData() []byte {
@@ -1892,7 +2171,7 @@ type GrantProgressionRequest struct {
 
 func (x *GrantProgressionRequest) Reset() {
 	*x = GrantProgressionRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[35]
+	mi := &file_ludus_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2183,7 @@ func (x *GrantProgressionRequest) String() string {
 func (*GrantProgressionRequest) ProtoMessage() {}
 
 func (x *GrantProgressionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[35]
+	mi := &file_ludus_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2196,7 @@ func (x *GrantProgressionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProgressionRequest.ProtoReflect.Descriptor instead.
 func (*GrantProgressionRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GrantProgressionRequest) GetAccountId() string {
@@ -1973,7 +2252,7 @@ type GrantProgressionResponse struct {
 
 func (x *GrantProgressionResponse) Reset() {
 	*x = GrantProgressionResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[36]
+	mi := &file_ludus_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2264,7 @@ func (x *GrantProgressionResponse) String() string {
 func (*GrantProgressionResponse) ProtoMessage() {}
 
 func (x *GrantProgressionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[36]
+	mi := &file_ludus_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2277,7 @@ func (x *GrantProgressionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProgressionResponse.ProtoReflect.Descriptor instead.
 func (*GrantProgressionResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GrantProgressionResponse) GetApplied() bool {
@@ -2026,7 +2305,7 @@ type GetAccountProgressionRequest struct {
 
 func (x *GetAccountProgressionRequest) Reset() {
 	*x = GetAccountProgressionRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[37]
+	mi := &file_ludus_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2317,7 @@ func (x *GetAccountProgressionRequest) String() string {
 func (*GetAccountProgressionRequest) ProtoMessage() {}
 
 func (x *GetAccountProgressionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[37]
+	mi := &file_ludus_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2330,7 @@ func (x *GetAccountProgressionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountProgressionRequest.ProtoReflect.Descriptor instead.
 func (*GetAccountProgressionRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetAccountProgressionRequest) GetAccountId() string {
@@ -2078,7 +2357,7 @@ type GetAccountProgressionResponse struct {
 
 func (x *GetAccountProgressionResponse) Reset() {
 	*x = GetAccountProgressionResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[38]
+	mi := &file_ludus_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2369,7 @@ func (x *GetAccountProgressionResponse) String() string {
 func (*GetAccountProgressionResponse) ProtoMessage() {}
 
 func (x *GetAccountProgressionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[38]
+	mi := &file_ludus_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2382,7 @@ func (x *GetAccountProgressionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountProgressionResponse.ProtoReflect.Descriptor instead.
 func (*GetAccountProgressionResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetAccountProgressionResponse) GetProgression() *Progression {
@@ -2132,7 +2411,7 @@ type ListMatchResultsRequest struct {
 
 func (x *ListMatchResultsRequest) Reset() {
 	*x = ListMatchResultsRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[39]
+	mi := &file_ludus_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2423,7 @@ func (x *ListMatchResultsRequest) String() string {
 func (*ListMatchResultsRequest) ProtoMessage() {}
 
 func (x *ListMatchResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[39]
+	mi := &file_ludus_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2436,7 @@ func (x *ListMatchResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMatchResultsRequest.ProtoReflect.Descriptor instead.
 func (*ListMatchResultsRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListMatchResultsRequest) GetAccountId() string {
@@ -2183,7 +2462,7 @@ type ListMatchResultsResponse struct {
 
 func (x *ListMatchResultsResponse) Reset() {
 	*x = ListMatchResultsResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[40]
+	mi := &file_ludus_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2474,7 @@ func (x *ListMatchResultsResponse) String() string {
 func (*ListMatchResultsResponse) ProtoMessage() {}
 
 func (x *ListMatchResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[40]
+	mi := &file_ludus_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2487,7 @@ func (x *ListMatchResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMatchResultsResponse.ProtoReflect.Descriptor instead.
 func (*ListMatchResultsResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListMatchResultsResponse) GetResults() []*MatchResult {
@@ -2229,7 +2508,7 @@ type GetAdminLeaderboardRequest struct {
 
 func (x *GetAdminLeaderboardRequest) Reset() {
 	*x = GetAdminLeaderboardRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[41]
+	mi := &file_ludus_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2520,7 @@ func (x *GetAdminLeaderboardRequest) String() string {
 func (*GetAdminLeaderboardRequest) ProtoMessage() {}
 
 func (x *GetAdminLeaderboardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[41]
+	mi := &file_ludus_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2533,7 @@ func (x *GetAdminLeaderboardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAdminLeaderboardRequest.ProtoReflect.Descriptor instead.
 func (*GetAdminLeaderboardRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetAdminLeaderboardRequest) GetQuery() *LeaderboardRequest {
@@ -2280,7 +2559,7 @@ type GetAdminLeaderboardResponse struct {
 
 func (x *GetAdminLeaderboardResponse) Reset() {
 	*x = GetAdminLeaderboardResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[42]
+	mi := &file_ludus_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2571,7 @@ func (x *GetAdminLeaderboardResponse) String() string {
 func (*GetAdminLeaderboardResponse) ProtoMessage() {}
 
 func (x *GetAdminLeaderboardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[42]
+	mi := &file_ludus_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2584,7 @@ func (x *GetAdminLeaderboardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAdminLeaderboardResponse.ProtoReflect.Descriptor instead.
 func (*GetAdminLeaderboardResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetAdminLeaderboardResponse) GetEntries() []*LeaderboardEntry {
@@ -2325,7 +2604,7 @@ type SetWebhookRequest struct {
 
 func (x *SetWebhookRequest) Reset() {
 	*x = SetWebhookRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[43]
+	mi := &file_ludus_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2616,7 @@ func (x *SetWebhookRequest) String() string {
 func (*SetWebhookRequest) ProtoMessage() {}
 
 func (x *SetWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[43]
+	mi := &file_ludus_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2629,7 @@ func (x *SetWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebhookRequest.ProtoReflect.Descriptor instead.
 func (*SetWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetWebhookRequest) GetUrl() string {
@@ -2370,7 +2649,7 @@ type SetWebhookResponse struct {
 
 func (x *SetWebhookResponse) Reset() {
 	*x = SetWebhookResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[44]
+	mi := &file_ludus_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2661,7 @@ func (x *SetWebhookResponse) String() string {
 func (*SetWebhookResponse) ProtoMessage() {}
 
 func (x *SetWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[44]
+	mi := &file_ludus_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2674,7 @@ func (x *SetWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebhookResponse.ProtoReflect.Descriptor instead.
 func (*SetWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetWebhookResponse) GetSecret() string {
@@ -2413,7 +2692,7 @@ type GetWebhookRequest struct {
 
 func (x *GetWebhookRequest) Reset() {
 	*x = GetWebhookRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[45]
+	mi := &file_ludus_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2425,7 +2704,7 @@ func (x *GetWebhookRequest) String() string {
 func (*GetWebhookRequest) ProtoMessage() {}
 
 func (x *GetWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[45]
+	mi := &file_ludus_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2438,7 +2717,7 @@ func (x *GetWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWebhookRequest.ProtoReflect.Descriptor instead.
 func (*GetWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 type GetWebhookResponse struct {
@@ -2451,7 +2730,7 @@ type GetWebhookResponse struct {
 
 func (x *GetWebhookResponse) Reset() {
 	*x = GetWebhookResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[46]
+	mi := &file_ludus_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2742,7 @@ func (x *GetWebhookResponse) String() string {
 func (*GetWebhookResponse) ProtoMessage() {}
 
 func (x *GetWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[46]
+	mi := &file_ludus_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2755,7 @@ func (x *GetWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWebhookResponse.ProtoReflect.Descriptor instead.
 func (*GetWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetWebhookResponse) GetUrl() string {
@@ -2495,7 +2774,7 @@ type ListWebhookDeliveriesRequest struct {
 
 func (x *ListWebhookDeliveriesRequest) Reset() {
 	*x = ListWebhookDeliveriesRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[47]
+	mi := &file_ludus_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2786,7 @@ func (x *ListWebhookDeliveriesRequest) String() string {
 func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[47]
+	mi := &file_ludus_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2799,7 @@ func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListWebhookDeliveriesRequest) GetLimit() int32 {
@@ -2548,7 +2827,7 @@ type WebhookDelivery struct {
 
 func (x *WebhookDelivery) Reset() {
 	*x = WebhookDelivery{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[48]
+	mi := &file_ludus_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2839,7 @@ func (x *WebhookDelivery) String() string {
 func (*WebhookDelivery) ProtoMessage() {}
 
 func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[48]
+	mi := &file_ludus_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2852,7 @@ func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
 func (*WebhookDelivery) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WebhookDelivery) GetId() string {
@@ -2641,7 +2920,7 @@ type ListWebhookDeliveriesResponse struct {
 
 func (x *ListWebhookDeliveriesResponse) Reset() {
 	*x = ListWebhookDeliveriesResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[49]
+	mi := &file_ludus_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +2932,7 @@ func (x *ListWebhookDeliveriesResponse) String() string {
 func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[49]
+	mi := &file_ludus_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +2945,7 @@ func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
@@ -2685,7 +2964,7 @@ type GetGameLogRequest struct {
 
 func (x *GetGameLogRequest) Reset() {
 	*x = GetGameLogRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[50]
+	mi := &file_ludus_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2976,7 @@ func (x *GetGameLogRequest) String() string {
 func (*GetGameLogRequest) ProtoMessage() {}
 
 func (x *GetGameLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[50]
+	mi := &file_ludus_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2989,7 @@ func (x *GetGameLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameLogRequest.ProtoReflect.Descriptor instead.
 func (*GetGameLogRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetGameLogRequest) GetGameId() string {
@@ -2736,7 +3015,7 @@ type GetGameLogResponse struct {
 
 func (x *GetGameLogResponse) Reset() {
 	*x = GetGameLogResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[51]
+	mi := &file_ludus_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +3027,7 @@ func (x *GetGameLogResponse) String() string {
 func (*GetGameLogResponse) ProtoMessage() {}
 
 func (x *GetGameLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[51]
+	mi := &file_ludus_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +3040,7 @@ func (x *GetGameLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameLogResponse.ProtoReflect.Descriptor instead.
 func (*GetGameLogResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetGameLogResponse) GetSpecJson() []byte {
@@ -2809,7 +3088,7 @@ type ListArchivedGamesRequest struct {
 
 func (x *ListArchivedGamesRequest) Reset() {
 	*x = ListArchivedGamesRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[52]
+	mi := &file_ludus_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +3100,7 @@ func (x *ListArchivedGamesRequest) String() string {
 func (*ListArchivedGamesRequest) ProtoMessage() {}
 
 func (x *ListArchivedGamesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[52]
+	mi := &file_ludus_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3113,7 @@ func (x *ListArchivedGamesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedGamesRequest.ProtoReflect.Descriptor instead.
 func (*ListArchivedGamesRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListArchivedGamesRequest) GetLimit() int32 {
@@ -2859,7 +3138,7 @@ type ArchivedGame struct {
 
 func (x *ArchivedGame) Reset() {
 	*x = ArchivedGame{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[53]
+	mi := &file_ludus_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3150,7 @@ func (x *ArchivedGame) String() string {
 func (*ArchivedGame) ProtoMessage() {}
 
 func (x *ArchivedGame) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[53]
+	mi := &file_ludus_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3163,7 @@ func (x *ArchivedGame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivedGame.ProtoReflect.Descriptor instead.
 func (*ArchivedGame) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ArchivedGame) GetGameId() string {
@@ -2938,7 +3217,7 @@ type ListArchivedGamesResponse struct {
 
 func (x *ListArchivedGamesResponse) Reset() {
 	*x = ListArchivedGamesResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[54]
+	mi := &file_ludus_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +3229,7 @@ func (x *ListArchivedGamesResponse) String() string {
 func (*ListArchivedGamesResponse) ProtoMessage() {}
 
 func (x *ListArchivedGamesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[54]
+	mi := &file_ludus_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3242,7 @@ func (x *ListArchivedGamesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedGamesResponse.ProtoReflect.Descriptor instead.
 func (*ListArchivedGamesResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListArchivedGamesResponse) GetGames() []*ArchivedGame {
@@ -2994,7 +3273,7 @@ type ResultRule struct {
 
 func (x *ResultRule) Reset() {
 	*x = ResultRule{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[55]
+	mi := &file_ludus_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3285,7 @@ func (x *ResultRule) String() string {
 func (*ResultRule) ProtoMessage() {}
 
 func (x *ResultRule) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[55]
+	mi := &file_ludus_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3298,7 @@ func (x *ResultRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultRule.ProtoReflect.Descriptor instead.
 func (*ResultRule) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ResultRule) GetGame() string {
@@ -3074,7 +3353,7 @@ type SetResultRulesRequest struct {
 
 func (x *SetResultRulesRequest) Reset() {
 	*x = SetResultRulesRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[56]
+	mi := &file_ludus_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3365,7 @@ func (x *SetResultRulesRequest) String() string {
 func (*SetResultRulesRequest) ProtoMessage() {}
 
 func (x *SetResultRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[56]
+	mi := &file_ludus_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3378,7 @@ func (x *SetResultRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetResultRulesRequest.ProtoReflect.Descriptor instead.
 func (*SetResultRulesRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SetResultRulesRequest) GetRules() []*ResultRule {
@@ -3117,7 +3396,7 @@ type SetResultRulesResponse struct {
 
 func (x *SetResultRulesResponse) Reset() {
 	*x = SetResultRulesResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[57]
+	mi := &file_ludus_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3408,7 @@ func (x *SetResultRulesResponse) String() string {
 func (*SetResultRulesResponse) ProtoMessage() {}
 
 func (x *SetResultRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[57]
+	mi := &file_ludus_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3421,7 @@ func (x *SetResultRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetResultRulesResponse.ProtoReflect.Descriptor instead.
 func (*SetResultRulesResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 type GetResultRulesRequest struct {
@@ -3153,7 +3432,7 @@ type GetResultRulesRequest struct {
 
 func (x *GetResultRulesRequest) Reset() {
 	*x = GetResultRulesRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[58]
+	mi := &file_ludus_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3444,7 @@ func (x *GetResultRulesRequest) String() string {
 func (*GetResultRulesRequest) ProtoMessage() {}
 
 func (x *GetResultRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[58]
+	mi := &file_ludus_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3457,7 @@ func (x *GetResultRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResultRulesRequest.ProtoReflect.Descriptor instead.
 func (*GetResultRulesRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 type GetResultRulesResponse struct {
@@ -3190,7 +3469,7 @@ type GetResultRulesResponse struct {
 
 func (x *GetResultRulesResponse) Reset() {
 	*x = GetResultRulesResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[59]
+	mi := &file_ludus_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3481,7 @@ func (x *GetResultRulesResponse) String() string {
 func (*GetResultRulesResponse) ProtoMessage() {}
 
 func (x *GetResultRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[59]
+	mi := &file_ludus_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3494,7 @@ func (x *GetResultRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResultRulesResponse.ProtoReflect.Descriptor instead.
 func (*GetResultRulesResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetResultRulesResponse) GetRules() []*ResultRule {
@@ -3236,7 +3515,7 @@ type GetRatingRequest struct {
 
 func (x *GetRatingRequest) Reset() {
 	*x = GetRatingRequest{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[60]
+	mi := &file_ludus_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3248,7 +3527,7 @@ func (x *GetRatingRequest) String() string {
 func (*GetRatingRequest) ProtoMessage() {}
 
 func (x *GetRatingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[60]
+	mi := &file_ludus_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3261,7 +3540,7 @@ func (x *GetRatingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRatingRequest.ProtoReflect.Descriptor instead.
 func (*GetRatingRequest) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetRatingRequest) GetMode() string {
@@ -3298,7 +3577,7 @@ type Rating struct {
 
 func (x *Rating) Reset() {
 	*x = Rating{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[61]
+	mi := &file_ludus_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3310,7 +3589,7 @@ func (x *Rating) String() string {
 func (*Rating) ProtoMessage() {}
 
 func (x *Rating) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[61]
+	mi := &file_ludus_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3323,7 +3602,7 @@ func (x *Rating) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rating.ProtoReflect.Descriptor instead.
 func (*Rating) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Rating) GetMode() string {
@@ -3384,7 +3663,7 @@ type GetRatingResponse struct {
 
 func (x *GetRatingResponse) Reset() {
 	*x = GetRatingResponse{}
-	mi := &file_ludus_v1_admin_proto_msgTypes[62]
+	mi := &file_ludus_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3675,7 @@ func (x *GetRatingResponse) String() string {
 func (*GetRatingResponse) ProtoMessage() {}
 
 func (x *GetRatingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ludus_v1_admin_proto_msgTypes[62]
+	mi := &file_ludus_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3688,7 @@ func (x *GetRatingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRatingResponse.ProtoReflect.Descriptor instead.
 func (*GetRatingResponse) Descriptor() ([]byte, []int) {
-	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_ludus_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetRatingResponse) GetRating() *Rating {
@@ -3423,7 +3702,7 @@ var File_ludus_v1_admin_proto protoreflect.FileDescriptor
 
 const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14ludus/v1/admin.proto\x12\bludus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13ludus/v1/game.proto\x1a\x14ludus/v1/match.proto\"{\n" +
+	"\x14ludus/v1/admin.proto\x12\bludus.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13ludus/v1/game.proto\x1a\x14ludus/v1/match.proto\"{\n" +
 	"\x06Tenant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04slug\x18\x02 \x01(\tR\x04slug\x12\x12\n" +
@@ -3458,9 +3737,28 @@ const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\x04wasm\x18\x02 \x01(\fR\x04wasm\"@\n" +
 	"\x14UploadModuleResponse\x12(\n" +
 	"\x06module\x18\x01 \x01(\v2\x10.ludus.v1.ModuleR\x06module\"\x14\n" +
-	"\x12ListModulesRequest\"A\n" +
+	"\x12ListModulesRequest\"}\n" +
 	"\x13ListModulesResponse\x12*\n" +
-	"\amodules\x18\x01 \x03(\v2\x10.ludus.v1.ModuleR\amodules\"\x1e\n" +
+	"\amodules\x18\x01 \x03(\v2\x10.ludus.v1.ModuleR\amodules\x12\x1d\n" +
+	"\n" +
+	"max_builds\x18\x02 \x01(\x05R\tmaxBuilds\x12\x1b\n" +
+	"\tmax_bytes\x18\x03 \x01(\x03R\bmaxBytes\"s\n" +
+	"\x13DeleteModuleRequest\x120\n" +
+	"\bbuild_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\abuildId\x12*\n" +
+	"\x04name\x18\x02 \x01(\tB\x16\xbaH\x13r\x11\x18@2\r^[a-z0-9_-]*$R\x04name\"B\n" +
+	"\x14DeleteModuleResponse\x12*\n" +
+	"\adeleted\x18\x01 \x03(\v2\x10.ludus.v1.ModuleR\adeleted\"c\n" +
+	"\x13PruneModulesRequest\x12,\n" +
+	"\x04name\x18\x01 \x01(\tB\x18\xbaH\x15r\x13\x10\x01\x18@2\r^[a-z0-9_-]+$R\x04name\x12\x1e\n" +
+	"\x04keep\x18\x02 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x01R\x04keep\"l\n" +
+	"\x14PruneModulesResponse\x12*\n" +
+	"\adeleted\x18\x01 \x03(\v2\x10.ludus.v1.ModuleR\adeleted\x12(\n" +
+	"\x04kept\x18\x02 \x03(\v2\x14.ludus.v1.KeptModuleR\x04kept\"?\n" +
+	"\n" +
+	"KeptModule\x12\x19\n" +
+	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x1e\n" +
 	"\x1cAdminServiceListGamesRequest\"I\n" +
 	"\x1dAdminServiceListGamesResponse\x12(\n" +
 	"\x05games\x18\x01 \x03(\v2\x12.ludus.v1.GameInfoR\x05games\"\x96\x01\n" +
@@ -3654,12 +3952,14 @@ const file_ludus_v1_admin_proto_rawDesc = "" +
 	"\x13RESULT_RULE_KIND_XP\x10\x01\x12\x1d\n" +
 	"\x19RESULT_RULE_KIND_CURRENCY\x10\x02\x12\x19\n" +
 	"\x15RESULT_RULE_KIND_ITEM\x10\x03\x12 \n" +
-	"\x1cRESULT_RULE_KIND_LEADERBOARD\x10\x042\xd2\x11\n" +
+	"\x1cRESULT_RULE_KIND_LEADERBOARD\x10\x042\xf0\x12\n" +
 	"\fAdminService\x12M\n" +
 	"\fCreateTenant\x12\x1d.ludus.v1.CreateTenantRequest\x1a\x1e.ludus.v1.CreateTenantResponse\x12J\n" +
 	"\vListTenants\x12\x1c.ludus.v1.ListTenantsRequest\x1a\x1d.ludus.v1.ListTenantsResponse\x12M\n" +
 	"\fUploadModule\x12\x1d.ludus.v1.UploadModuleRequest\x1a\x1e.ludus.v1.UploadModuleResponse\x12J\n" +
-	"\vListModules\x12\x1c.ludus.v1.ListModulesRequest\x1a\x1d.ludus.v1.ListModulesResponse\x12\\\n" +
+	"\vListModules\x12\x1c.ludus.v1.ListModulesRequest\x1a\x1d.ludus.v1.ListModulesResponse\x12M\n" +
+	"\fDeleteModule\x12\x1d.ludus.v1.DeleteModuleRequest\x1a\x1e.ludus.v1.DeleteModuleResponse\x12M\n" +
+	"\fPruneModules\x12\x1d.ludus.v1.PruneModulesRequest\x1a\x1e.ludus.v1.PruneModulesResponse\x12\\\n" +
 	"\tListGames\x12&.ludus.v1.AdminServiceListGamesRequest\x1a'.ludus.v1.AdminServiceListGamesResponse\x12D\n" +
 	"\tListNodes\x12\x1a.ludus.v1.ListNodesRequest\x1a\x1b.ludus.v1.ListNodesResponse\x12M\n" +
 	"\fCreateAPIKey\x12\x1d.ludus.v1.CreateAPIKeyRequest\x1a\x1e.ludus.v1.CreateAPIKeyResponse\x12J\n" +
@@ -3701,7 +4001,7 @@ func file_ludus_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_ludus_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ludus_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_ludus_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_ludus_v1_admin_proto_goTypes = []any{
 	(ResultRuleKind)(0),                   // 0: ludus.v1.ResultRuleKind
 	(*Tenant)(nil),                        // 1: ludus.v1.Tenant
@@ -3714,164 +4014,176 @@ var file_ludus_v1_admin_proto_goTypes = []any{
 	(*UploadModuleResponse)(nil),          // 8: ludus.v1.UploadModuleResponse
 	(*ListModulesRequest)(nil),            // 9: ludus.v1.ListModulesRequest
 	(*ListModulesResponse)(nil),           // 10: ludus.v1.ListModulesResponse
-	(*AdminServiceListGamesRequest)(nil),  // 11: ludus.v1.AdminServiceListGamesRequest
-	(*AdminServiceListGamesResponse)(nil), // 12: ludus.v1.AdminServiceListGamesResponse
-	(*Node)(nil),                          // 13: ludus.v1.Node
-	(*ListNodesRequest)(nil),              // 14: ludus.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),             // 15: ludus.v1.ListNodesResponse
-	(*APIKey)(nil),                        // 16: ludus.v1.APIKey
-	(*CreateAPIKeyRequest)(nil),           // 17: ludus.v1.CreateAPIKeyRequest
-	(*CreateAPIKeyResponse)(nil),          // 18: ludus.v1.CreateAPIKeyResponse
-	(*ListAPIKeysRequest)(nil),            // 19: ludus.v1.ListAPIKeysRequest
-	(*ListAPIKeysResponse)(nil),           // 20: ludus.v1.ListAPIKeysResponse
-	(*RotateAPIKeyRequest)(nil),           // 21: ludus.v1.RotateAPIKeyRequest
-	(*RotateAPIKeyResponse)(nil),          // 22: ludus.v1.RotateAPIKeyResponse
-	(*RevokeAPIKeyRequest)(nil),           // 23: ludus.v1.RevokeAPIKeyRequest
-	(*RevokeAPIKeyResponse)(nil),          // 24: ludus.v1.RevokeAPIKeyResponse
-	(*RotateSigningKeyRequest)(nil),       // 25: ludus.v1.RotateSigningKeyRequest
-	(*RotateSigningKeyResponse)(nil),      // 26: ludus.v1.RotateSigningKeyResponse
-	(*Account)(nil),                       // 27: ludus.v1.Account
-	(*CreateAccountRequest)(nil),          // 28: ludus.v1.CreateAccountRequest
-	(*CreateAccountResponse)(nil),         // 29: ludus.v1.CreateAccountResponse
-	(*GetAccountRequest)(nil),             // 30: ludus.v1.GetAccountRequest
-	(*GetAccountResponse)(nil),            // 31: ludus.v1.GetAccountResponse
-	(*DeleteAccountRequest)(nil),          // 32: ludus.v1.DeleteAccountRequest
-	(*DeleteAccountResponse)(nil),         // 33: ludus.v1.DeleteAccountResponse
-	(*ExportAccountRequest)(nil),          // 34: ludus.v1.ExportAccountRequest
-	(*ExportAccountResponse)(nil),         // 35: ludus.v1.ExportAccountResponse
-	(*GrantProgressionRequest)(nil),       // 36: ludus.v1.GrantProgressionRequest
-	(*GrantProgressionResponse)(nil),      // 37: ludus.v1.GrantProgressionResponse
-	(*GetAccountProgressionRequest)(nil),  // 38: ludus.v1.GetAccountProgressionRequest
-	(*GetAccountProgressionResponse)(nil), // 39: ludus.v1.GetAccountProgressionResponse
-	(*ListMatchResultsRequest)(nil),       // 40: ludus.v1.ListMatchResultsRequest
-	(*ListMatchResultsResponse)(nil),      // 41: ludus.v1.ListMatchResultsResponse
-	(*GetAdminLeaderboardRequest)(nil),    // 42: ludus.v1.GetAdminLeaderboardRequest
-	(*GetAdminLeaderboardResponse)(nil),   // 43: ludus.v1.GetAdminLeaderboardResponse
-	(*SetWebhookRequest)(nil),             // 44: ludus.v1.SetWebhookRequest
-	(*SetWebhookResponse)(nil),            // 45: ludus.v1.SetWebhookResponse
-	(*GetWebhookRequest)(nil),             // 46: ludus.v1.GetWebhookRequest
-	(*GetWebhookResponse)(nil),            // 47: ludus.v1.GetWebhookResponse
-	(*ListWebhookDeliveriesRequest)(nil),  // 48: ludus.v1.ListWebhookDeliveriesRequest
-	(*WebhookDelivery)(nil),               // 49: ludus.v1.WebhookDelivery
-	(*ListWebhookDeliveriesResponse)(nil), // 50: ludus.v1.ListWebhookDeliveriesResponse
-	(*GetGameLogRequest)(nil),             // 51: ludus.v1.GetGameLogRequest
-	(*GetGameLogResponse)(nil),            // 52: ludus.v1.GetGameLogResponse
-	(*ListArchivedGamesRequest)(nil),      // 53: ludus.v1.ListArchivedGamesRequest
-	(*ArchivedGame)(nil),                  // 54: ludus.v1.ArchivedGame
-	(*ListArchivedGamesResponse)(nil),     // 55: ludus.v1.ListArchivedGamesResponse
-	(*ResultRule)(nil),                    // 56: ludus.v1.ResultRule
-	(*SetResultRulesRequest)(nil),         // 57: ludus.v1.SetResultRulesRequest
-	(*SetResultRulesResponse)(nil),        // 58: ludus.v1.SetResultRulesResponse
-	(*GetResultRulesRequest)(nil),         // 59: ludus.v1.GetResultRulesRequest
-	(*GetResultRulesResponse)(nil),        // 60: ludus.v1.GetResultRulesResponse
-	(*GetRatingRequest)(nil),              // 61: ludus.v1.GetRatingRequest
-	(*Rating)(nil),                        // 62: ludus.v1.Rating
-	(*GetRatingResponse)(nil),             // 63: ludus.v1.GetRatingResponse
-	nil,                                   // 64: ludus.v1.GrantProgressionRequest.CurrencyEntry
-	nil,                                   // 65: ludus.v1.GrantProgressionRequest.ItemsEntry
-	(*timestamppb.Timestamp)(nil),         // 66: google.protobuf.Timestamp
-	(*GameInfo)(nil),                      // 67: ludus.v1.GameInfo
-	(*Progression)(nil),                   // 68: ludus.v1.Progression
-	(*LedgerEntry)(nil),                   // 69: ludus.v1.LedgerEntry
-	(*MatchResult)(nil),                   // 70: ludus.v1.MatchResult
-	(*LeaderboardRequest)(nil),            // 71: ludus.v1.LeaderboardRequest
-	(*LeaderboardEntry)(nil),              // 72: ludus.v1.LeaderboardEntry
+	(*DeleteModuleRequest)(nil),           // 11: ludus.v1.DeleteModuleRequest
+	(*DeleteModuleResponse)(nil),          // 12: ludus.v1.DeleteModuleResponse
+	(*PruneModulesRequest)(nil),           // 13: ludus.v1.PruneModulesRequest
+	(*PruneModulesResponse)(nil),          // 14: ludus.v1.PruneModulesResponse
+	(*KeptModule)(nil),                    // 15: ludus.v1.KeptModule
+	(*AdminServiceListGamesRequest)(nil),  // 16: ludus.v1.AdminServiceListGamesRequest
+	(*AdminServiceListGamesResponse)(nil), // 17: ludus.v1.AdminServiceListGamesResponse
+	(*Node)(nil),                          // 18: ludus.v1.Node
+	(*ListNodesRequest)(nil),              // 19: ludus.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),             // 20: ludus.v1.ListNodesResponse
+	(*APIKey)(nil),                        // 21: ludus.v1.APIKey
+	(*CreateAPIKeyRequest)(nil),           // 22: ludus.v1.CreateAPIKeyRequest
+	(*CreateAPIKeyResponse)(nil),          // 23: ludus.v1.CreateAPIKeyResponse
+	(*ListAPIKeysRequest)(nil),            // 24: ludus.v1.ListAPIKeysRequest
+	(*ListAPIKeysResponse)(nil),           // 25: ludus.v1.ListAPIKeysResponse
+	(*RotateAPIKeyRequest)(nil),           // 26: ludus.v1.RotateAPIKeyRequest
+	(*RotateAPIKeyResponse)(nil),          // 27: ludus.v1.RotateAPIKeyResponse
+	(*RevokeAPIKeyRequest)(nil),           // 28: ludus.v1.RevokeAPIKeyRequest
+	(*RevokeAPIKeyResponse)(nil),          // 29: ludus.v1.RevokeAPIKeyResponse
+	(*RotateSigningKeyRequest)(nil),       // 30: ludus.v1.RotateSigningKeyRequest
+	(*RotateSigningKeyResponse)(nil),      // 31: ludus.v1.RotateSigningKeyResponse
+	(*Account)(nil),                       // 32: ludus.v1.Account
+	(*CreateAccountRequest)(nil),          // 33: ludus.v1.CreateAccountRequest
+	(*CreateAccountResponse)(nil),         // 34: ludus.v1.CreateAccountResponse
+	(*GetAccountRequest)(nil),             // 35: ludus.v1.GetAccountRequest
+	(*GetAccountResponse)(nil),            // 36: ludus.v1.GetAccountResponse
+	(*DeleteAccountRequest)(nil),          // 37: ludus.v1.DeleteAccountRequest
+	(*DeleteAccountResponse)(nil),         // 38: ludus.v1.DeleteAccountResponse
+	(*ExportAccountRequest)(nil),          // 39: ludus.v1.ExportAccountRequest
+	(*ExportAccountResponse)(nil),         // 40: ludus.v1.ExportAccountResponse
+	(*GrantProgressionRequest)(nil),       // 41: ludus.v1.GrantProgressionRequest
+	(*GrantProgressionResponse)(nil),      // 42: ludus.v1.GrantProgressionResponse
+	(*GetAccountProgressionRequest)(nil),  // 43: ludus.v1.GetAccountProgressionRequest
+	(*GetAccountProgressionResponse)(nil), // 44: ludus.v1.GetAccountProgressionResponse
+	(*ListMatchResultsRequest)(nil),       // 45: ludus.v1.ListMatchResultsRequest
+	(*ListMatchResultsResponse)(nil),      // 46: ludus.v1.ListMatchResultsResponse
+	(*GetAdminLeaderboardRequest)(nil),    // 47: ludus.v1.GetAdminLeaderboardRequest
+	(*GetAdminLeaderboardResponse)(nil),   // 48: ludus.v1.GetAdminLeaderboardResponse
+	(*SetWebhookRequest)(nil),             // 49: ludus.v1.SetWebhookRequest
+	(*SetWebhookResponse)(nil),            // 50: ludus.v1.SetWebhookResponse
+	(*GetWebhookRequest)(nil),             // 51: ludus.v1.GetWebhookRequest
+	(*GetWebhookResponse)(nil),            // 52: ludus.v1.GetWebhookResponse
+	(*ListWebhookDeliveriesRequest)(nil),  // 53: ludus.v1.ListWebhookDeliveriesRequest
+	(*WebhookDelivery)(nil),               // 54: ludus.v1.WebhookDelivery
+	(*ListWebhookDeliveriesResponse)(nil), // 55: ludus.v1.ListWebhookDeliveriesResponse
+	(*GetGameLogRequest)(nil),             // 56: ludus.v1.GetGameLogRequest
+	(*GetGameLogResponse)(nil),            // 57: ludus.v1.GetGameLogResponse
+	(*ListArchivedGamesRequest)(nil),      // 58: ludus.v1.ListArchivedGamesRequest
+	(*ArchivedGame)(nil),                  // 59: ludus.v1.ArchivedGame
+	(*ListArchivedGamesResponse)(nil),     // 60: ludus.v1.ListArchivedGamesResponse
+	(*ResultRule)(nil),                    // 61: ludus.v1.ResultRule
+	(*SetResultRulesRequest)(nil),         // 62: ludus.v1.SetResultRulesRequest
+	(*SetResultRulesResponse)(nil),        // 63: ludus.v1.SetResultRulesResponse
+	(*GetResultRulesRequest)(nil),         // 64: ludus.v1.GetResultRulesRequest
+	(*GetResultRulesResponse)(nil),        // 65: ludus.v1.GetResultRulesResponse
+	(*GetRatingRequest)(nil),              // 66: ludus.v1.GetRatingRequest
+	(*Rating)(nil),                        // 67: ludus.v1.Rating
+	(*GetRatingResponse)(nil),             // 68: ludus.v1.GetRatingResponse
+	nil,                                   // 69: ludus.v1.GrantProgressionRequest.CurrencyEntry
+	nil,                                   // 70: ludus.v1.GrantProgressionRequest.ItemsEntry
+	(*timestamppb.Timestamp)(nil),         // 71: google.protobuf.Timestamp
+	(*GameInfo)(nil),                      // 72: ludus.v1.GameInfo
+	(*Progression)(nil),                   // 73: ludus.v1.Progression
+	(*LedgerEntry)(nil),                   // 74: ludus.v1.LedgerEntry
+	(*MatchResult)(nil),                   // 75: ludus.v1.MatchResult
+	(*LeaderboardRequest)(nil),            // 76: ludus.v1.LeaderboardRequest
+	(*LeaderboardEntry)(nil),              // 77: ludus.v1.LeaderboardEntry
 }
 var file_ludus_v1_admin_proto_depIdxs = []int32{
-	66, // 0: ludus.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	71, // 0: ludus.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: ludus.v1.CreateTenantResponse.tenant:type_name -> ludus.v1.Tenant
 	1,  // 2: ludus.v1.ListTenantsResponse.tenants:type_name -> ludus.v1.Tenant
-	66, // 3: ludus.v1.Module.created_at:type_name -> google.protobuf.Timestamp
+	71, // 3: ludus.v1.Module.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 4: ludus.v1.UploadModuleResponse.module:type_name -> ludus.v1.Module
 	6,  // 5: ludus.v1.ListModulesResponse.modules:type_name -> ludus.v1.Module
-	67, // 6: ludus.v1.AdminServiceListGamesResponse.games:type_name -> ludus.v1.GameInfo
-	13, // 7: ludus.v1.ListNodesResponse.nodes:type_name -> ludus.v1.Node
-	66, // 8: ludus.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
-	16, // 9: ludus.v1.CreateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
-	16, // 10: ludus.v1.ListAPIKeysResponse.keys:type_name -> ludus.v1.APIKey
-	16, // 11: ludus.v1.RotateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
-	66, // 12: ludus.v1.Account.created_at:type_name -> google.protobuf.Timestamp
-	66, // 13: ludus.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
-	27, // 14: ludus.v1.CreateAccountResponse.account:type_name -> ludus.v1.Account
-	27, // 15: ludus.v1.GetAccountResponse.account:type_name -> ludus.v1.Account
-	64, // 16: ludus.v1.GrantProgressionRequest.currency:type_name -> ludus.v1.GrantProgressionRequest.CurrencyEntry
-	65, // 17: ludus.v1.GrantProgressionRequest.items:type_name -> ludus.v1.GrantProgressionRequest.ItemsEntry
-	68, // 18: ludus.v1.GrantProgressionResponse.progression:type_name -> ludus.v1.Progression
-	68, // 19: ludus.v1.GetAccountProgressionResponse.progression:type_name -> ludus.v1.Progression
-	69, // 20: ludus.v1.GetAccountProgressionResponse.ledger:type_name -> ludus.v1.LedgerEntry
-	70, // 21: ludus.v1.ListMatchResultsResponse.results:type_name -> ludus.v1.MatchResult
-	71, // 22: ludus.v1.GetAdminLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
-	72, // 23: ludus.v1.GetAdminLeaderboardResponse.entries:type_name -> ludus.v1.LeaderboardEntry
-	66, // 24: ludus.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	66, // 25: ludus.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
-	66, // 26: ludus.v1.WebhookDelivery.updated_at:type_name -> google.protobuf.Timestamp
-	49, // 27: ludus.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> ludus.v1.WebhookDelivery
-	66, // 28: ludus.v1.ArchivedGame.archived_at:type_name -> google.protobuf.Timestamp
-	54, // 29: ludus.v1.ListArchivedGamesResponse.games:type_name -> ludus.v1.ArchivedGame
-	0,  // 30: ludus.v1.ResultRule.kind:type_name -> ludus.v1.ResultRuleKind
-	56, // 31: ludus.v1.SetResultRulesRequest.rules:type_name -> ludus.v1.ResultRule
-	56, // 32: ludus.v1.GetResultRulesResponse.rules:type_name -> ludus.v1.ResultRule
-	66, // 33: ludus.v1.Rating.updated_at:type_name -> google.protobuf.Timestamp
-	62, // 34: ludus.v1.GetRatingResponse.rating:type_name -> ludus.v1.Rating
-	2,  // 35: ludus.v1.AdminService.CreateTenant:input_type -> ludus.v1.CreateTenantRequest
-	4,  // 36: ludus.v1.AdminService.ListTenants:input_type -> ludus.v1.ListTenantsRequest
-	7,  // 37: ludus.v1.AdminService.UploadModule:input_type -> ludus.v1.UploadModuleRequest
-	9,  // 38: ludus.v1.AdminService.ListModules:input_type -> ludus.v1.ListModulesRequest
-	11, // 39: ludus.v1.AdminService.ListGames:input_type -> ludus.v1.AdminServiceListGamesRequest
-	14, // 40: ludus.v1.AdminService.ListNodes:input_type -> ludus.v1.ListNodesRequest
-	17, // 41: ludus.v1.AdminService.CreateAPIKey:input_type -> ludus.v1.CreateAPIKeyRequest
-	19, // 42: ludus.v1.AdminService.ListAPIKeys:input_type -> ludus.v1.ListAPIKeysRequest
-	21, // 43: ludus.v1.AdminService.RotateAPIKey:input_type -> ludus.v1.RotateAPIKeyRequest
-	23, // 44: ludus.v1.AdminService.RevokeAPIKey:input_type -> ludus.v1.RevokeAPIKeyRequest
-	25, // 45: ludus.v1.AdminService.RotateSigningKey:input_type -> ludus.v1.RotateSigningKeyRequest
-	28, // 46: ludus.v1.AdminService.CreateAccount:input_type -> ludus.v1.CreateAccountRequest
-	30, // 47: ludus.v1.AdminService.GetAccount:input_type -> ludus.v1.GetAccountRequest
-	32, // 48: ludus.v1.AdminService.DeleteAccount:input_type -> ludus.v1.DeleteAccountRequest
-	34, // 49: ludus.v1.AdminService.ExportAccount:input_type -> ludus.v1.ExportAccountRequest
-	36, // 50: ludus.v1.AdminService.GrantProgression:input_type -> ludus.v1.GrantProgressionRequest
-	38, // 51: ludus.v1.AdminService.GetAccountProgression:input_type -> ludus.v1.GetAccountProgressionRequest
-	40, // 52: ludus.v1.AdminService.ListMatchResults:input_type -> ludus.v1.ListMatchResultsRequest
-	42, // 53: ludus.v1.AdminService.GetAdminLeaderboard:input_type -> ludus.v1.GetAdminLeaderboardRequest
-	57, // 54: ludus.v1.AdminService.SetResultRules:input_type -> ludus.v1.SetResultRulesRequest
-	59, // 55: ludus.v1.AdminService.GetResultRules:input_type -> ludus.v1.GetResultRulesRequest
-	61, // 56: ludus.v1.AdminService.GetRating:input_type -> ludus.v1.GetRatingRequest
-	44, // 57: ludus.v1.AdminService.SetWebhook:input_type -> ludus.v1.SetWebhookRequest
-	46, // 58: ludus.v1.AdminService.GetWebhook:input_type -> ludus.v1.GetWebhookRequest
-	48, // 59: ludus.v1.AdminService.ListWebhookDeliveries:input_type -> ludus.v1.ListWebhookDeliveriesRequest
-	51, // 60: ludus.v1.AdminService.GetGameLog:input_type -> ludus.v1.GetGameLogRequest
-	53, // 61: ludus.v1.AdminService.ListArchivedGames:input_type -> ludus.v1.ListArchivedGamesRequest
-	3,  // 62: ludus.v1.AdminService.CreateTenant:output_type -> ludus.v1.CreateTenantResponse
-	5,  // 63: ludus.v1.AdminService.ListTenants:output_type -> ludus.v1.ListTenantsResponse
-	8,  // 64: ludus.v1.AdminService.UploadModule:output_type -> ludus.v1.UploadModuleResponse
-	10, // 65: ludus.v1.AdminService.ListModules:output_type -> ludus.v1.ListModulesResponse
-	12, // 66: ludus.v1.AdminService.ListGames:output_type -> ludus.v1.AdminServiceListGamesResponse
-	15, // 67: ludus.v1.AdminService.ListNodes:output_type -> ludus.v1.ListNodesResponse
-	18, // 68: ludus.v1.AdminService.CreateAPIKey:output_type -> ludus.v1.CreateAPIKeyResponse
-	20, // 69: ludus.v1.AdminService.ListAPIKeys:output_type -> ludus.v1.ListAPIKeysResponse
-	22, // 70: ludus.v1.AdminService.RotateAPIKey:output_type -> ludus.v1.RotateAPIKeyResponse
-	24, // 71: ludus.v1.AdminService.RevokeAPIKey:output_type -> ludus.v1.RevokeAPIKeyResponse
-	26, // 72: ludus.v1.AdminService.RotateSigningKey:output_type -> ludus.v1.RotateSigningKeyResponse
-	29, // 73: ludus.v1.AdminService.CreateAccount:output_type -> ludus.v1.CreateAccountResponse
-	31, // 74: ludus.v1.AdminService.GetAccount:output_type -> ludus.v1.GetAccountResponse
-	33, // 75: ludus.v1.AdminService.DeleteAccount:output_type -> ludus.v1.DeleteAccountResponse
-	35, // 76: ludus.v1.AdminService.ExportAccount:output_type -> ludus.v1.ExportAccountResponse
-	37, // 77: ludus.v1.AdminService.GrantProgression:output_type -> ludus.v1.GrantProgressionResponse
-	39, // 78: ludus.v1.AdminService.GetAccountProgression:output_type -> ludus.v1.GetAccountProgressionResponse
-	41, // 79: ludus.v1.AdminService.ListMatchResults:output_type -> ludus.v1.ListMatchResultsResponse
-	43, // 80: ludus.v1.AdminService.GetAdminLeaderboard:output_type -> ludus.v1.GetAdminLeaderboardResponse
-	58, // 81: ludus.v1.AdminService.SetResultRules:output_type -> ludus.v1.SetResultRulesResponse
-	60, // 82: ludus.v1.AdminService.GetResultRules:output_type -> ludus.v1.GetResultRulesResponse
-	63, // 83: ludus.v1.AdminService.GetRating:output_type -> ludus.v1.GetRatingResponse
-	45, // 84: ludus.v1.AdminService.SetWebhook:output_type -> ludus.v1.SetWebhookResponse
-	47, // 85: ludus.v1.AdminService.GetWebhook:output_type -> ludus.v1.GetWebhookResponse
-	50, // 86: ludus.v1.AdminService.ListWebhookDeliveries:output_type -> ludus.v1.ListWebhookDeliveriesResponse
-	52, // 87: ludus.v1.AdminService.GetGameLog:output_type -> ludus.v1.GetGameLogResponse
-	55, // 88: ludus.v1.AdminService.ListArchivedGames:output_type -> ludus.v1.ListArchivedGamesResponse
-	62, // [62:89] is the sub-list for method output_type
-	35, // [35:62] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	6,  // 6: ludus.v1.DeleteModuleResponse.deleted:type_name -> ludus.v1.Module
+	6,  // 7: ludus.v1.PruneModulesResponse.deleted:type_name -> ludus.v1.Module
+	15, // 8: ludus.v1.PruneModulesResponse.kept:type_name -> ludus.v1.KeptModule
+	72, // 9: ludus.v1.AdminServiceListGamesResponse.games:type_name -> ludus.v1.GameInfo
+	18, // 10: ludus.v1.ListNodesResponse.nodes:type_name -> ludus.v1.Node
+	71, // 11: ludus.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	21, // 12: ludus.v1.CreateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
+	21, // 13: ludus.v1.ListAPIKeysResponse.keys:type_name -> ludus.v1.APIKey
+	21, // 14: ludus.v1.RotateAPIKeyResponse.key:type_name -> ludus.v1.APIKey
+	71, // 15: ludus.v1.Account.created_at:type_name -> google.protobuf.Timestamp
+	71, // 16: ludus.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
+	32, // 17: ludus.v1.CreateAccountResponse.account:type_name -> ludus.v1.Account
+	32, // 18: ludus.v1.GetAccountResponse.account:type_name -> ludus.v1.Account
+	69, // 19: ludus.v1.GrantProgressionRequest.currency:type_name -> ludus.v1.GrantProgressionRequest.CurrencyEntry
+	70, // 20: ludus.v1.GrantProgressionRequest.items:type_name -> ludus.v1.GrantProgressionRequest.ItemsEntry
+	73, // 21: ludus.v1.GrantProgressionResponse.progression:type_name -> ludus.v1.Progression
+	73, // 22: ludus.v1.GetAccountProgressionResponse.progression:type_name -> ludus.v1.Progression
+	74, // 23: ludus.v1.GetAccountProgressionResponse.ledger:type_name -> ludus.v1.LedgerEntry
+	75, // 24: ludus.v1.ListMatchResultsResponse.results:type_name -> ludus.v1.MatchResult
+	76, // 25: ludus.v1.GetAdminLeaderboardRequest.query:type_name -> ludus.v1.LeaderboardRequest
+	77, // 26: ludus.v1.GetAdminLeaderboardResponse.entries:type_name -> ludus.v1.LeaderboardEntry
+	71, // 27: ludus.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	71, // 28: ludus.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	71, // 29: ludus.v1.WebhookDelivery.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 30: ludus.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> ludus.v1.WebhookDelivery
+	71, // 31: ludus.v1.ArchivedGame.archived_at:type_name -> google.protobuf.Timestamp
+	59, // 32: ludus.v1.ListArchivedGamesResponse.games:type_name -> ludus.v1.ArchivedGame
+	0,  // 33: ludus.v1.ResultRule.kind:type_name -> ludus.v1.ResultRuleKind
+	61, // 34: ludus.v1.SetResultRulesRequest.rules:type_name -> ludus.v1.ResultRule
+	61, // 35: ludus.v1.GetResultRulesResponse.rules:type_name -> ludus.v1.ResultRule
+	71, // 36: ludus.v1.Rating.updated_at:type_name -> google.protobuf.Timestamp
+	67, // 37: ludus.v1.GetRatingResponse.rating:type_name -> ludus.v1.Rating
+	2,  // 38: ludus.v1.AdminService.CreateTenant:input_type -> ludus.v1.CreateTenantRequest
+	4,  // 39: ludus.v1.AdminService.ListTenants:input_type -> ludus.v1.ListTenantsRequest
+	7,  // 40: ludus.v1.AdminService.UploadModule:input_type -> ludus.v1.UploadModuleRequest
+	9,  // 41: ludus.v1.AdminService.ListModules:input_type -> ludus.v1.ListModulesRequest
+	11, // 42: ludus.v1.AdminService.DeleteModule:input_type -> ludus.v1.DeleteModuleRequest
+	13, // 43: ludus.v1.AdminService.PruneModules:input_type -> ludus.v1.PruneModulesRequest
+	16, // 44: ludus.v1.AdminService.ListGames:input_type -> ludus.v1.AdminServiceListGamesRequest
+	19, // 45: ludus.v1.AdminService.ListNodes:input_type -> ludus.v1.ListNodesRequest
+	22, // 46: ludus.v1.AdminService.CreateAPIKey:input_type -> ludus.v1.CreateAPIKeyRequest
+	24, // 47: ludus.v1.AdminService.ListAPIKeys:input_type -> ludus.v1.ListAPIKeysRequest
+	26, // 48: ludus.v1.AdminService.RotateAPIKey:input_type -> ludus.v1.RotateAPIKeyRequest
+	28, // 49: ludus.v1.AdminService.RevokeAPIKey:input_type -> ludus.v1.RevokeAPIKeyRequest
+	30, // 50: ludus.v1.AdminService.RotateSigningKey:input_type -> ludus.v1.RotateSigningKeyRequest
+	33, // 51: ludus.v1.AdminService.CreateAccount:input_type -> ludus.v1.CreateAccountRequest
+	35, // 52: ludus.v1.AdminService.GetAccount:input_type -> ludus.v1.GetAccountRequest
+	37, // 53: ludus.v1.AdminService.DeleteAccount:input_type -> ludus.v1.DeleteAccountRequest
+	39, // 54: ludus.v1.AdminService.ExportAccount:input_type -> ludus.v1.ExportAccountRequest
+	41, // 55: ludus.v1.AdminService.GrantProgression:input_type -> ludus.v1.GrantProgressionRequest
+	43, // 56: ludus.v1.AdminService.GetAccountProgression:input_type -> ludus.v1.GetAccountProgressionRequest
+	45, // 57: ludus.v1.AdminService.ListMatchResults:input_type -> ludus.v1.ListMatchResultsRequest
+	47, // 58: ludus.v1.AdminService.GetAdminLeaderboard:input_type -> ludus.v1.GetAdminLeaderboardRequest
+	62, // 59: ludus.v1.AdminService.SetResultRules:input_type -> ludus.v1.SetResultRulesRequest
+	64, // 60: ludus.v1.AdminService.GetResultRules:input_type -> ludus.v1.GetResultRulesRequest
+	66, // 61: ludus.v1.AdminService.GetRating:input_type -> ludus.v1.GetRatingRequest
+	49, // 62: ludus.v1.AdminService.SetWebhook:input_type -> ludus.v1.SetWebhookRequest
+	51, // 63: ludus.v1.AdminService.GetWebhook:input_type -> ludus.v1.GetWebhookRequest
+	53, // 64: ludus.v1.AdminService.ListWebhookDeliveries:input_type -> ludus.v1.ListWebhookDeliveriesRequest
+	56, // 65: ludus.v1.AdminService.GetGameLog:input_type -> ludus.v1.GetGameLogRequest
+	58, // 66: ludus.v1.AdminService.ListArchivedGames:input_type -> ludus.v1.ListArchivedGamesRequest
+	3,  // 67: ludus.v1.AdminService.CreateTenant:output_type -> ludus.v1.CreateTenantResponse
+	5,  // 68: ludus.v1.AdminService.ListTenants:output_type -> ludus.v1.ListTenantsResponse
+	8,  // 69: ludus.v1.AdminService.UploadModule:output_type -> ludus.v1.UploadModuleResponse
+	10, // 70: ludus.v1.AdminService.ListModules:output_type -> ludus.v1.ListModulesResponse
+	12, // 71: ludus.v1.AdminService.DeleteModule:output_type -> ludus.v1.DeleteModuleResponse
+	14, // 72: ludus.v1.AdminService.PruneModules:output_type -> ludus.v1.PruneModulesResponse
+	17, // 73: ludus.v1.AdminService.ListGames:output_type -> ludus.v1.AdminServiceListGamesResponse
+	20, // 74: ludus.v1.AdminService.ListNodes:output_type -> ludus.v1.ListNodesResponse
+	23, // 75: ludus.v1.AdminService.CreateAPIKey:output_type -> ludus.v1.CreateAPIKeyResponse
+	25, // 76: ludus.v1.AdminService.ListAPIKeys:output_type -> ludus.v1.ListAPIKeysResponse
+	27, // 77: ludus.v1.AdminService.RotateAPIKey:output_type -> ludus.v1.RotateAPIKeyResponse
+	29, // 78: ludus.v1.AdminService.RevokeAPIKey:output_type -> ludus.v1.RevokeAPIKeyResponse
+	31, // 79: ludus.v1.AdminService.RotateSigningKey:output_type -> ludus.v1.RotateSigningKeyResponse
+	34, // 80: ludus.v1.AdminService.CreateAccount:output_type -> ludus.v1.CreateAccountResponse
+	36, // 81: ludus.v1.AdminService.GetAccount:output_type -> ludus.v1.GetAccountResponse
+	38, // 82: ludus.v1.AdminService.DeleteAccount:output_type -> ludus.v1.DeleteAccountResponse
+	40, // 83: ludus.v1.AdminService.ExportAccount:output_type -> ludus.v1.ExportAccountResponse
+	42, // 84: ludus.v1.AdminService.GrantProgression:output_type -> ludus.v1.GrantProgressionResponse
+	44, // 85: ludus.v1.AdminService.GetAccountProgression:output_type -> ludus.v1.GetAccountProgressionResponse
+	46, // 86: ludus.v1.AdminService.ListMatchResults:output_type -> ludus.v1.ListMatchResultsResponse
+	48, // 87: ludus.v1.AdminService.GetAdminLeaderboard:output_type -> ludus.v1.GetAdminLeaderboardResponse
+	63, // 88: ludus.v1.AdminService.SetResultRules:output_type -> ludus.v1.SetResultRulesResponse
+	65, // 89: ludus.v1.AdminService.GetResultRules:output_type -> ludus.v1.GetResultRulesResponse
+	68, // 90: ludus.v1.AdminService.GetRating:output_type -> ludus.v1.GetRatingResponse
+	50, // 91: ludus.v1.AdminService.SetWebhook:output_type -> ludus.v1.SetWebhookResponse
+	52, // 92: ludus.v1.AdminService.GetWebhook:output_type -> ludus.v1.GetWebhookResponse
+	55, // 93: ludus.v1.AdminService.ListWebhookDeliveries:output_type -> ludus.v1.ListWebhookDeliveriesResponse
+	57, // 94: ludus.v1.AdminService.GetGameLog:output_type -> ludus.v1.GetGameLogResponse
+	60, // 95: ludus.v1.AdminService.ListArchivedGames:output_type -> ludus.v1.ListArchivedGamesResponse
+	67, // [67:96] is the sub-list for method output_type
+	38, // [38:67] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_ludus_v1_admin_proto_init() }
@@ -3887,7 +4199,7 @@ func file_ludus_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ludus_v1_admin_proto_rawDesc), len(file_ludus_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   65,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,12 @@ const (
 	// AdminServiceListModulesProcedure is the fully-qualified name of the AdminService's ListModules
 	// RPC.
 	AdminServiceListModulesProcedure = "/ludus.v1.AdminService/ListModules"
+	// AdminServiceDeleteModuleProcedure is the fully-qualified name of the AdminService's DeleteModule
+	// RPC.
+	AdminServiceDeleteModuleProcedure = "/ludus.v1.AdminService/DeleteModule"
+	// AdminServicePruneModulesProcedure is the fully-qualified name of the AdminService's PruneModules
+	// RPC.
+	AdminServicePruneModulesProcedure = "/ludus.v1.AdminService/PruneModules"
 	// AdminServiceListGamesProcedure is the fully-qualified name of the AdminService's ListGames RPC.
 	AdminServiceListGamesProcedure = "/ludus.v1.AdminService/ListGames"
 	// AdminServiceListNodesProcedure is the fully-qualified name of the AdminService's ListNodes RPC.
@@ -116,9 +122,22 @@ type AdminServiceClient interface {
 	// ListTenants lists every tenant. Operator key only.
 	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
 	// UploadModule validates and stores a game module for the caller's tenant.
+	// Admin key only. ResourceExhausted if a new build would take the tenant
+	// past its bound on stored builds (ListModulesResponse.max_builds,
+	// max_bytes): delete builds no longer used first.
 	UploadModule(context.Context, *connect.Request[v1.UploadModuleRequest]) (*connect.Response[v1.UploadModuleResponse], error)
-	// ListModules lists the tenant's modules.
+	// ListModules lists the tenant's modules: every stored build, newest first.
 	ListModules(context.Context, *connect.Request[v1.ListModulesRequest]) (*connect.Response[v1.ListModulesResponse], error)
+	// DeleteModule deletes a stored build. Admin key only. FailedPrecondition
+	// if a live game or a batch run that has not ended uses it (only when its
+	// last copy would go); Unavailable if the backend cannot see the fleet to
+	// check. Archived games of a deleted build can no longer be replayed from
+	// the backend.
+	DeleteModule(context.Context, *connect.Request[v1.DeleteModuleRequest]) (*connect.Response[v1.DeleteModuleResponse], error)
+	// PruneModules deletes every build of a name but the newest keep, skipping
+	// (and naming) the ones in use, as DeleteModule would refuse them. Admin
+	// key only.
+	PruneModules(context.Context, *connect.Request[v1.PruneModulesRequest]) (*connect.Response[v1.PruneModulesResponse], error)
 	// ListGames lists the tenant's running matches.
 	ListGames(context.Context, *connect.Request[v1.AdminServiceListGamesRequest]) (*connect.Response[v1.AdminServiceListGamesResponse], error)
 	// ListNodes lists the sim nodes of the fleet.
@@ -203,6 +222,18 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			httpClient,
 			baseURL+AdminServiceListModulesProcedure,
 			connect.WithSchema(adminServiceMethods.ByName("ListModules")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteModule: connect.NewClient[v1.DeleteModuleRequest, v1.DeleteModuleResponse](
+			httpClient,
+			baseURL+AdminServiceDeleteModuleProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DeleteModule")),
+			connect.WithClientOptions(opts...),
+		),
+		pruneModules: connect.NewClient[v1.PruneModulesRequest, v1.PruneModulesResponse](
+			httpClient,
+			baseURL+AdminServicePruneModulesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("PruneModules")),
 			connect.WithClientOptions(opts...),
 		),
 		listGames: connect.NewClient[v1.AdminServiceListGamesRequest, v1.AdminServiceListGamesResponse](
@@ -352,6 +383,8 @@ type adminServiceClient struct {
 	listTenants           *connect.Client[v1.ListTenantsRequest, v1.ListTenantsResponse]
 	uploadModule          *connect.Client[v1.UploadModuleRequest, v1.UploadModuleResponse]
 	listModules           *connect.Client[v1.ListModulesRequest, v1.ListModulesResponse]
+	deleteModule          *connect.Client[v1.DeleteModuleRequest, v1.DeleteModuleResponse]
+	pruneModules          *connect.Client[v1.PruneModulesRequest, v1.PruneModulesResponse]
 	listGames             *connect.Client[v1.AdminServiceListGamesRequest, v1.AdminServiceListGamesResponse]
 	listNodes             *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
 	createAPIKey          *connect.Client[v1.CreateAPIKeyRequest, v1.CreateAPIKeyResponse]
@@ -395,6 +428,16 @@ func (c *adminServiceClient) UploadModule(ctx context.Context, req *connect.Requ
 // ListModules calls ludus.v1.AdminService.ListModules.
 func (c *adminServiceClient) ListModules(ctx context.Context, req *connect.Request[v1.ListModulesRequest]) (*connect.Response[v1.ListModulesResponse], error) {
 	return c.listModules.CallUnary(ctx, req)
+}
+
+// DeleteModule calls ludus.v1.AdminService.DeleteModule.
+func (c *adminServiceClient) DeleteModule(ctx context.Context, req *connect.Request[v1.DeleteModuleRequest]) (*connect.Response[v1.DeleteModuleResponse], error) {
+	return c.deleteModule.CallUnary(ctx, req)
+}
+
+// PruneModules calls ludus.v1.AdminService.PruneModules.
+func (c *adminServiceClient) PruneModules(ctx context.Context, req *connect.Request[v1.PruneModulesRequest]) (*connect.Response[v1.PruneModulesResponse], error) {
+	return c.pruneModules.CallUnary(ctx, req)
 }
 
 // ListGames calls ludus.v1.AdminService.ListGames.
@@ -519,9 +562,22 @@ type AdminServiceHandler interface {
 	// ListTenants lists every tenant. Operator key only.
 	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
 	// UploadModule validates and stores a game module for the caller's tenant.
+	// Admin key only. ResourceExhausted if a new build would take the tenant
+	// past its bound on stored builds (ListModulesResponse.max_builds,
+	// max_bytes): delete builds no longer used first.
 	UploadModule(context.Context, *connect.Request[v1.UploadModuleRequest]) (*connect.Response[v1.UploadModuleResponse], error)
-	// ListModules lists the tenant's modules.
+	// ListModules lists the tenant's modules: every stored build, newest first.
 	ListModules(context.Context, *connect.Request[v1.ListModulesRequest]) (*connect.Response[v1.ListModulesResponse], error)
+	// DeleteModule deletes a stored build. Admin key only. FailedPrecondition
+	// if a live game or a batch run that has not ended uses it (only when its
+	// last copy would go); Unavailable if the backend cannot see the fleet to
+	// check. Archived games of a deleted build can no longer be replayed from
+	// the backend.
+	DeleteModule(context.Context, *connect.Request[v1.DeleteModuleRequest]) (*connect.Response[v1.DeleteModuleResponse], error)
+	// PruneModules deletes every build of a name but the newest keep, skipping
+	// (and naming) the ones in use, as DeleteModule would refuse them. Admin
+	// key only.
+	PruneModules(context.Context, *connect.Request[v1.PruneModulesRequest]) (*connect.Response[v1.PruneModulesResponse], error)
 	// ListGames lists the tenant's running matches.
 	ListGames(context.Context, *connect.Request[v1.AdminServiceListGamesRequest]) (*connect.Response[v1.AdminServiceListGamesResponse], error)
 	// ListNodes lists the sim nodes of the fleet.
@@ -602,6 +658,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		AdminServiceListModulesProcedure,
 		svc.ListModules,
 		connect.WithSchema(adminServiceMethods.ByName("ListModules")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceDeleteModuleHandler := connect.NewUnaryHandler(
+		AdminServiceDeleteModuleProcedure,
+		svc.DeleteModule,
+		connect.WithSchema(adminServiceMethods.ByName("DeleteModule")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServicePruneModulesHandler := connect.NewUnaryHandler(
+		AdminServicePruneModulesProcedure,
+		svc.PruneModules,
+		connect.WithSchema(adminServiceMethods.ByName("PruneModules")),
 		connect.WithHandlerOptions(opts...),
 	)
 	adminServiceListGamesHandler := connect.NewUnaryHandler(
@@ -752,6 +820,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceUploadModuleHandler.ServeHTTP(w, r)
 		case AdminServiceListModulesProcedure:
 			adminServiceListModulesHandler.ServeHTTP(w, r)
+		case AdminServiceDeleteModuleProcedure:
+			adminServiceDeleteModuleHandler.ServeHTTP(w, r)
+		case AdminServicePruneModulesProcedure:
+			adminServicePruneModulesHandler.ServeHTTP(w, r)
 		case AdminServiceListGamesProcedure:
 			adminServiceListGamesHandler.ServeHTTP(w, r)
 		case AdminServiceListNodesProcedure:
@@ -821,6 +893,14 @@ func (UnimplementedAdminServiceHandler) UploadModule(context.Context, *connect.R
 
 func (UnimplementedAdminServiceHandler) ListModules(context.Context, *connect.Request[v1.ListModulesRequest]) (*connect.Response[v1.ListModulesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.ListModules is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DeleteModule(context.Context, *connect.Request[v1.DeleteModuleRequest]) (*connect.Response[v1.DeleteModuleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.DeleteModule is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) PruneModules(context.Context, *connect.Request[v1.PruneModulesRequest]) (*connect.Response[v1.PruneModulesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ludus.v1.AdminService.PruneModules is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) ListGames(context.Context, *connect.Request[v1.AdminServiceListGamesRequest]) (*connect.Response[v1.AdminServiceListGamesResponse], error) {

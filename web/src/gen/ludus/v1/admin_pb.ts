@@ -4,6 +4,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_buf_validate_validate } from "../../buf/validate/validate_pb";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { GameInfo } from "./game_pb";
@@ -16,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/v1/admin.proto.
  */
 export const file_ludus_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsdWR1cy92MS9hZG1pbi5wcm90bxIIbHVkdXMudjEiYAoGVGVuYW50EgoKAmlkGAEgASgJEgwKBHNsdWcYAiABKAkSDAoEbmFtZRgDIAEoCRIuCgpjcmVhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIxChNDcmVhdGVUZW5hbnRSZXF1ZXN0EgwKBHNsdWcYASABKAkSDAoEbmFtZRgCIAEoCSJLChRDcmVhdGVUZW5hbnRSZXNwb25zZRIgCgZ0ZW5hbnQYASABKAsyEC5sdWR1cy52MS5UZW5hbnQSEQoJYWRtaW5fa2V5GAIgASgJIhQKEkxpc3RUZW5hbnRzUmVxdWVzdCI4ChNMaXN0VGVuYW50c1Jlc3BvbnNlEiEKB3RlbmFudHMYASADKAsyEC5sdWR1cy52MS5UZW5hbnQivgEKBk1vZHVsZRIQCghidWlsZF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhMKC2FiaV92ZXJzaW9uGAMgASgFEhEKCXRpY2tfcmF0ZRgEIAEoBRITCgttYXhfcGxheWVycxgFIAEoBRITCgt2aWV3X2Zvcm1hdBgGIAEoCRISCgpzaXplX2J5dGVzGAcgASgDEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjEKE1VwbG9hZE1vZHVsZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIMCgR3YXNtGAIgASgMIjgKFFVwbG9hZE1vZHVsZVJlc3BvbnNlEiAKBm1vZHVsZRgBIAEoCzIQLmx1ZHVzLnYxLk1vZHVsZSIUChJMaXN0TW9kdWxlc1JlcXVlc3QiOAoTTGlzdE1vZHVsZXNSZXNwb25zZRIhCgdtb2R1bGVzGAEgAygLMhAubHVkdXMudjEuTW9kdWxlIh4KHEFkbWluU2VydmljZUxpc3RHYW1lc1JlcXVlc3QiQgodQWRtaW5TZXJ2aWNlTGlzdEdhbWVzUmVzcG9uc2USIQoFZ2FtZXMYASADKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJmCgROb2RlEgoKAmlkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSDgoGcmVnaW9uGAMgASgJEhAKCGNhcGFjaXR5GAQgASgFEg0KBWdhbWVzGAUgASgFEhAKCGRyYWluaW5nGAYgASgIIhIKEExpc3ROb2Rlc1JlcXVlc3QiMgoRTGlzdE5vZGVzUmVzcG9uc2USHQoFbm9kZXMYASADKAsyDi5sdWR1cy52MS5Ob2RlImEKBkFQSUtleRIKCgJpZBgBIAEoCRINCgVzY29wZRgCIAEoCRIMCgRuYW1lGAMgASgJEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjIKE0NyZWF0ZUFQSUtleVJlcXVlc3QSDQoFc2NvcGUYASABKAkSDAoEbmFtZRgCIAEoCSJFChRDcmVhdGVBUElLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sdWR1cy52MS5BUElLZXkSDgoGc2VjcmV0GAIgASgJIhQKEkxpc3RBUElLZXlzUmVxdWVzdCI1ChNMaXN0QVBJS2V5c1Jlc3BvbnNlEh4KBGtleXMYASADKAsyEC5sdWR1cy52MS5BUElLZXkiIQoTUm90YXRlQVBJS2V5UmVxdWVzdBIKCgJpZBgBIAEoCSJFChRSb3RhdGVBUElLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sdWR1cy52MS5BUElLZXkSDgoGc2VjcmV0GAIgASgJIiEKE1Jldm9rZUFQSUtleVJlcXVlc3QSCgoCaWQYASABKAkiFgoUUmV2b2tlQVBJS2V5UmVzcG9uc2UiGQoXUm90YXRlU2lnbmluZ0tleVJlcXVlc3QiJwoYUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlEgsKA2tpZBgBIAEoCSLWAQoHQWNjb3VudBIKCgJpZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSEQoJZGV2aWNlX2lkGAMgASgJEg0KBWVtYWlsGAQgASgJEhEKCWN1c3RvbV9pZBgFIAEoCRIUCgxoYXNfcGFzc3dvcmQYBiABKAgSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAicwoUQ3JlYXRlQWNjb3VudFJlcXVlc3QSEQoJY3VzdG9tX2lkGAEgASgJEg0KBWVtYWlsGAIgASgJEhAKCHBhc3N3b3JkGAMgASgJEhEKCWRldmljZV9pZBgEIAEoCRIUCgxkaXNwbGF5X25hbWUYBSABKAkiOwoVQ3JlYXRlQWNjb3VudFJlc3BvbnNlEiIKB2FjY291bnQYASABKAsyES5sdWR1cy52MS5BY2NvdW50IlQKEUdldEFjY291bnRSZXF1ZXN0EgoKAmlkGAEgASgJEhEKCWN1c3RvbV9pZBgCIAEoCRINCgVlbWFpbBgDIAEoCRIRCglkZXZpY2VfaWQYBCABKAkiOAoSR2V0QWNjb3VudFJlc3BvbnNlEiIKB2FjY291bnQYASABKAsyES5sdWR1cy52MS5BY2NvdW50IiIKFERlbGV0ZUFjY291bnRSZXF1ZXN0EgoKAmlkGAEgASgJIhcKFURlbGV0ZUFjY291bnRSZXNwb25zZSIiChRFeHBvcnRBY2NvdW50UmVxdWVzdBIKCgJpZBgBIAEoCSIlChVFeHBvcnRBY2NvdW50UmVzcG9uc2USDAoEZGF0YRgBIAEoDCLBAgoXR3JhbnRQcm9ncmVzc2lvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkSCgoCeHAYAyABKAMSQQoIY3VycmVuY3kYBCADKAsyLy5sdWR1cy52MS5HcmFudFByb2dyZXNzaW9uUmVxdWVzdC5DdXJyZW5jeUVudHJ5EjsKBWl0ZW1zGAUgAygLMiwubHVkdXMudjEuR3JhbnRQcm9ncmVzc2lvblJlcXVlc3QuSXRlbXNFbnRyeRIOCgZyZWFzb24YBiABKAkaLwoNQ3VycmVuY3lFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBGiwKCkl0ZW1zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASJXChhHcmFudFByb2dyZXNzaW9uUmVzcG9uc2USDwoHYXBwbGllZBgBIAEoCBIqCgtwcm9ncmVzc2lvbhgCIAEoCzIVLmx1ZHVzLnYxLlByb2dyZXNzaW9uIkgKHEdldEFjY291bnRQcm9ncmVzc2lvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIUCgxsZWRnZXJfbGltaXQYAiABKAUicgodR2V0QWNjb3VudFByb2dyZXNzaW9uUmVzcG9uc2USKgoLcHJvZ3Jlc3Npb24YASABKAsyFS5sdWR1cy52MS5Qcm9ncmVzc2lvbhIlCgZsZWRnZXIYAiADKAsyFS5sdWR1cy52MS5MZWRnZXJFbnRyeSI8ChdMaXN0TWF0Y2hSZXN1bHRzUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIkIKGExpc3RNYXRjaFJlc3VsdHNSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubHVkdXMudjEuTWF0Y2hSZXN1bHQiZAoaR2V0QWRtaW5MZWFkZXJib2FyZFJlcXVlc3QSKwoFcXVlcnkYASABKAsyHC5sdWR1cy52MS5MZWFkZXJib2FyZFJlcXVlc3QSGQoRYXJvdW5kX2FjY291bnRfaWQYAiABKAkiSgobR2V0QWRtaW5MZWFkZXJib2FyZFJlc3BvbnNlEisKB2VudHJpZXMYASADKAsyGi5sdWR1cy52MS5MZWFkZXJib2FyZEVudHJ5IiAKEVNldFdlYmhvb2tSZXF1ZXN0EgsKA3VybBgBIAEoCSIkChJTZXRXZWJob29rUmVzcG9uc2USDgoGc2VjcmV0GAEgASgJIhMKEUdldFdlYmhvb2tSZXF1ZXN0IiEKEkdldFdlYmhvb2tSZXNwb25zZRILCgN1cmwYASABKAkiLQocTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVxdWVzdBINCgVsaW1pdBgBIAEoBSL2AQoPV2ViaG9va0RlbGl2ZXJ5EgoKAmlkGAEgASgJEg0KBWV2ZW50GAIgASgJEg0KBXN0YXRlGAMgASgJEhAKCGF0dGVtcHRzGAQgASgFEjMKD25leHRfYXR0ZW1wdF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKbGFzdF9lcnJvchgGIAEoCRIuCgpjcmVhdGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJOCh1MaXN0V2ViaG9va0RlbGl2ZXJpZXNSZXNwb25zZRItCgpkZWxpdmVyaWVzGAEgAygLMhkubHVkdXMudjEuV2ViaG9va0RlbGl2ZXJ5IiQKEUdldEdhbWVMb2dSZXF1ZXN0Eg8KB2dhbWVfaWQYASABKAkiawoSR2V0R2FtZUxvZ1Jlc3BvbnNlEhEKCXNwZWNfanNvbhgBIAEoDBIOCgZjaHVua3MYAiADKAwSDQoFc3RhdGUYAyABKAkSDwoHbWVzc2FnZRgEIAEoCRISCgpmaW5hbF90aWNrGAUgASgDIikKGExpc3RBcmNoaXZlZEdhbWVzUmVxdWVzdBINCgVsaW1pdBgBIAEoBSKYAQoMQXJjaGl2ZWRHYW1lEg8KB2dhbWVfaWQYASABKAkSDQoFc3RhdGUYAiABKAkSDwoHbWVzc2FnZRgDIAEoCRISCgpmaW5hbF90aWNrGAQgASgDEhIKCnNpemVfYnl0ZXMYBSABKAMSLwoLYXJjaGl2ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkIKGUxpc3RBcmNoaXZlZEdhbWVzUmVzcG9uc2USJQoFZ2FtZXMYASADKAsyFi5sdWR1cy52MS5BcmNoaXZlZEdhbWUifwoKUmVzdWx0UnVsZRIMCgRnYW1lGAEgASgJEgwKBHN0YXQYAiABKAkSJgoEa2luZBgDIAEoDjIYLmx1ZHVzLnYxLlJlc3VsdFJ1bGVLaW5kEg4KBnRhcmdldBgEIAEoCRIQCghwZXJfdW5pdBgFIAEoAxILCgNjYXAYBiABKAMiPAoVU2V0UmVzdWx0UnVsZXNSZXF1ZXN0EiMKBXJ1bGVzGAEgAygLMhQubHVkdXMudjEuUmVzdWx0UnVsZSIYChZTZXRSZXN1bHRSdWxlc1Jlc3BvbnNlIhcKFUdldFJlc3VsdFJ1bGVzUmVxdWVzdCI9ChZHZXRSZXN1bHRSdWxlc1Jlc3BvbnNlEiMKBXJ1bGVzGAEgAygLMhQubHVkdXMudjEuUmVzdWx0UnVsZSI0ChBHZXRSYXRpbmdSZXF1ZXN0EgwKBG1vZGUYASABKAkSEgoKYWNjb3VudF9pZBgCIAEoCSKbAQoGUmF0aW5nEgwKBG1vZGUYASABKAkSEgoKYWNjb3VudF9pZBgCIAEoCRIOCgZyYXRpbmcYAyABKAESCgoCcmQYBCABKAESEgoKdm9sYXRpbGl0eRgFIAEoARIPCgdtYXRjaGVzGAYgASgDEi4KCnVwZGF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjUKEUdldFJhdGluZ1Jlc3BvbnNlEiAKBnJhdGluZxgBIAEoCzIQLmx1ZHVzLnYxLlJhdGluZyqnAQoOUmVzdWx0UnVsZUtpbmQSIAocUkVTVUxUX1JVTEVfS0lORF9VTlNQRUNJRklFRBAAEhcKE1JFU1VMVF9SVUxFX0tJTkRfWFAQARIdChlSRVNVTFRfUlVMRV9LSU5EX0NVUlJFTkNZEAISGQoVUkVTVUxUX1JVTEVfS0lORF9JVEVNEAMSIAocUkVTVUxUX1JVTEVfS0lORF9MRUFERVJCT0FSRBAEMtIRCgxBZG1pblNlcnZpY2USTQoMQ3JlYXRlVGVuYW50Eh0ubHVkdXMudjEuQ3JlYXRlVGVuYW50UmVxdWVzdBoeLmx1ZHVzLnYxLkNyZWF0ZVRlbmFudFJlc3BvbnNlEkoKC0xpc3RUZW5hbnRzEhwubHVkdXMudjEuTGlzdFRlbmFudHNSZXF1ZXN0Gh0ubHVkdXMudjEuTGlzdFRlbmFudHNSZXNwb25zZRJNCgxVcGxvYWRNb2R1bGUSHS5sdWR1cy52MS5VcGxvYWRNb2R1bGVSZXF1ZXN0Gh4ubHVkdXMudjEuVXBsb2FkTW9kdWxlUmVzcG9uc2USSgoLTGlzdE1vZHVsZXMSHC5sdWR1cy52MS5MaXN0TW9kdWxlc1JlcXVlc3QaHS5sdWR1cy52MS5MaXN0TW9kdWxlc1Jlc3BvbnNlElwKCUxpc3RHYW1lcxImLmx1ZHVzLnYxLkFkbWluU2VydmljZUxpc3RHYW1lc1JlcXVlc3QaJy5sdWR1cy52MS5BZG1pblNlcnZpY2VMaXN0R2FtZXNSZXNwb25zZRJECglMaXN0Tm9kZXMSGi5sdWR1cy52MS5MaXN0Tm9kZXNSZXF1ZXN0GhsubHVkdXMudjEuTGlzdE5vZGVzUmVzcG9uc2USTQoMQ3JlYXRlQVBJS2V5Eh0ubHVkdXMudjEuQ3JlYXRlQVBJS2V5UmVxdWVzdBoeLmx1ZHVzLnYxLkNyZWF0ZUFQSUtleVJlc3BvbnNlEkoKC0xpc3RBUElLZXlzEhwubHVkdXMudjEuTGlzdEFQSUtleXNSZXF1ZXN0Gh0ubHVkdXMudjEuTGlzdEFQSUtleXNSZXNwb25zZRJNCgxSb3RhdGVBUElLZXkSHS5sdWR1cy52MS5Sb3RhdGVBUElLZXlSZXF1ZXN0Gh4ubHVkdXMudjEuUm90YXRlQVBJS2V5UmVzcG9uc2USTQoMUmV2b2tlQVBJS2V5Eh0ubHVkdXMudjEuUmV2b2tlQVBJS2V5UmVxdWVzdBoeLmx1ZHVzLnYxLlJldm9rZUFQSUtleVJlc3BvbnNlElkKEFJvdGF0ZVNpZ25pbmdLZXkSIS5sdWR1cy52MS5Sb3RhdGVTaWduaW5nS2V5UmVxdWVzdBoiLmx1ZHVzLnYxLlJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRJQCg1DcmVhdGVBY2NvdW50Eh4ubHVkdXMudjEuQ3JlYXRlQWNjb3VudFJlcXVlc3QaHy5sdWR1cy52MS5DcmVhdGVBY2NvdW50UmVzcG9uc2USRwoKR2V0QWNjb3VudBIbLmx1ZHVzLnYxLkdldEFjY291bnRSZXF1ZXN0GhwubHVkdXMudjEuR2V0QWNjb3VudFJlc3BvbnNlElAKDURlbGV0ZUFjY291bnQSHi5sdWR1cy52MS5EZWxldGVBY2NvdW50UmVxdWVzdBofLmx1ZHVzLnYxLkRlbGV0ZUFjY291bnRSZXNwb25zZRJQCg1FeHBvcnRBY2NvdW50Eh4ubHVkdXMudjEuRXhwb3J0QWNjb3VudFJlcXVlc3QaHy5sdWR1cy52MS5FeHBvcnRBY2NvdW50UmVzcG9uc2USWQoQR3JhbnRQcm9ncmVzc2lvbhIhLmx1ZHVzLnYxLkdyYW50UHJvZ3Jlc3Npb25SZXF1ZXN0GiIubHVkdXMudjEuR3JhbnRQcm9ncmVzc2lvblJlc3BvbnNlEmgKFUdldEFjY291bnRQcm9ncmVzc2lvbhImLmx1ZHVzLnYxLkdldEFjY291bnRQcm9ncmVzc2lvblJlcXVlc3QaJy5sdWR1cy52MS5HZXRBY2NvdW50UHJvZ3Jlc3Npb25SZXNwb25zZRJZChBMaXN0TWF0Y2hSZXN1bHRzEiEubHVkdXMudjEuTGlzdE1hdGNoUmVzdWx0c1JlcXVlc3QaIi5sdWR1cy52MS5MaXN0TWF0Y2hSZXN1bHRzUmVzcG9uc2USYgoTR2V0QWRtaW5MZWFkZXJib2FyZBIkLmx1ZHVzLnYxLkdldEFkbWluTGVhZGVyYm9hcmRSZXF1ZXN0GiUubHVkdXMudjEuR2V0QWRtaW5MZWFkZXJib2FyZFJlc3BvbnNlElMKDlNldFJlc3VsdFJ1bGVzEh8ubHVkdXMudjEuU2V0UmVzdWx0UnVsZXNSZXF1ZXN0GiAubHVkdXMudjEuU2V0UmVzdWx0UnVsZXNSZXNwb25zZRJTCg5HZXRSZXN1bHRSdWxlcxIfLmx1ZHVzLnYxLkdldFJlc3VsdFJ1bGVzUmVxdWVzdBogLmx1ZHVzLnYxLkdldFJlc3VsdFJ1bGVzUmVzcG9uc2USRAoJR2V0UmF0aW5nEhoubHVkdXMudjEuR2V0UmF0aW5nUmVxdWVzdBobLmx1ZHVzLnYxLkdldFJhdGluZ1Jlc3BvbnNlEkcKClNldFdlYmhvb2sSGy5sdWR1cy52MS5TZXRXZWJob29rUmVxdWVzdBocLmx1ZHVzLnYxLlNldFdlYmhvb2tSZXNwb25zZRJHCgpHZXRXZWJob29rEhsubHVkdXMudjEuR2V0V2ViaG9va1JlcXVlc3QaHC5sdWR1cy52MS5HZXRXZWJob29rUmVzcG9uc2USaAoVTGlzdFdlYmhvb2tEZWxpdmVyaWVzEiYubHVkdXMudjEuTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVxdWVzdBonLmx1ZHVzLnYxLkxpc3RXZWJob29rRGVsaXZlcmllc1Jlc3BvbnNlEkcKCkdldEdhbWVMb2cSGy5sdWR1cy52MS5HZXRHYW1lTG9nUmVxdWVzdBocLmx1ZHVzLnYxLkdldEdhbWVMb2dSZXNwb25zZRJcChFMaXN0QXJjaGl2ZWRHYW1lcxIiLmx1ZHVzLnYxLkxpc3RBcmNoaXZlZEdhbWVzUmVxdWVzdBojLmx1ZHVzLnYxLkxpc3RBcmNoaXZlZEdhbWVzUmVzcG9uc2VCJlokbHVkdXMuZGV2L2x1ZHVzL2dlbi9sdWR1cy92MTtsdWR1c3YxYgZwcm90bzM", [file_google_protobuf_timestamp, file_ludus_v1_game, file_ludus_v1_match]);
+  fileDesc("ChRsdWR1cy92MS9hZG1pbi5wcm90bxIIbHVkdXMudjEiYAoGVGVuYW50EgoKAmlkGAEgASgJEgwKBHNsdWcYAiABKAkSDAoEbmFtZRgDIAEoCRIuCgpjcmVhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIxChNDcmVhdGVUZW5hbnRSZXF1ZXN0EgwKBHNsdWcYASABKAkSDAoEbmFtZRgCIAEoCSJLChRDcmVhdGVUZW5hbnRSZXNwb25zZRIgCgZ0ZW5hbnQYASABKAsyEC5sdWR1cy52MS5UZW5hbnQSEQoJYWRtaW5fa2V5GAIgASgJIhQKEkxpc3RUZW5hbnRzUmVxdWVzdCI4ChNMaXN0VGVuYW50c1Jlc3BvbnNlEiEKB3RlbmFudHMYASADKAsyEC5sdWR1cy52MS5UZW5hbnQivgEKBk1vZHVsZRIQCghidWlsZF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhMKC2FiaV92ZXJzaW9uGAMgASgFEhEKCXRpY2tfcmF0ZRgEIAEoBRITCgttYXhfcGxheWVycxgFIAEoBRITCgt2aWV3X2Zvcm1hdBgGIAEoCRISCgpzaXplX2J5dGVzGAcgASgDEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjEKE1VwbG9hZE1vZHVsZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIMCgR3YXNtGAIgASgMIjgKFFVwbG9hZE1vZHVsZVJlc3BvbnNlEiAKBm1vZHVsZRgBIAEoCzIQLmx1ZHVzLnYxLk1vZHVsZSIUChJMaXN0TW9kdWxlc1JlcXVlc3QiXwoTTGlzdE1vZHVsZXNSZXNwb25zZRIhCgdtb2R1bGVzGAEgAygLMhAubHVkdXMudjEuTW9kdWxlEhIKCm1heF9idWlsZHMYAiABKAUSEQoJbWF4X2J5dGVzGAMgASgDImQKE0RlbGV0ZU1vZHVsZVJlcXVlc3QSJwoIYnVpbGRfaWQYASABKAlCFbpIEnIQMg5eWzAtOWEtZl17NjR9JBIkCgRuYW1lGAIgASgJQha6SBNyERhAMg1eW2EtejAtOV8tXSokIjkKFERlbGV0ZU1vZHVsZVJlc3BvbnNlEiEKB2RlbGV0ZWQYASADKAsyEC5sdWR1cy52MS5Nb2R1bGUiVwoTUHJ1bmVNb2R1bGVzUmVxdWVzdBImCgRuYW1lGAEgASgJQhi6SBVyExABGEAyDV5bYS16MC05Xy1dKyQSGAoEa2VlcBgCIAEoBUIKukgHGgUY6AcoASJdChRQcnVuZU1vZHVsZXNSZXNwb25zZRIhCgdkZWxldGVkGAEgAygLMhAubHVkdXMudjEuTW9kdWxlEiIKBGtlcHQYAiADKAsyFC5sdWR1cy52MS5LZXB0TW9kdWxlIi4KCktlcHRNb2R1bGUSEAoIYnVpbGRfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIh4KHEFkbWluU2VydmljZUxpc3RHYW1lc1JlcXVlc3QiQgodQWRtaW5TZXJ2aWNlTGlzdEdhbWVzUmVzcG9uc2USIQoFZ2FtZXMYASADKAsyEi5sdWR1cy52MS5HYW1lSW5mbyJmCgROb2RlEgoKAmlkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSDgoGcmVnaW9uGAMgASgJEhAKCGNhcGFjaXR5GAQgASgFEg0KBWdhbWVzGAUgASgFEhAKCGRyYWluaW5nGAYgASgIIhIKEExpc3ROb2Rlc1JlcXVlc3QiMgoRTGlzdE5vZGVzUmVzcG9uc2USHQoFbm9kZXMYASADKAsyDi5sdWR1cy52MS5Ob2RlImEKBkFQSUtleRIKCgJpZBgBIAEoCRINCgVzY29wZRgCIAEoCRIMCgRuYW1lGAMgASgJEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjIKE0NyZWF0ZUFQSUtleVJlcXVlc3QSDQoFc2NvcGUYASABKAkSDAoEbmFtZRgCIAEoCSJFChRDcmVhdGVBUElLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sdWR1cy52MS5BUElLZXkSDgoGc2VjcmV0GAIgASgJIhQKEkxpc3RBUElLZXlzUmVxdWVzdCI1ChNMaXN0QVBJS2V5c1Jlc3BvbnNlEh4KBGtleXMYASADKAsyEC5sdWR1cy52MS5BUElLZXkiIQoTUm90YXRlQVBJS2V5UmVxdWVzdBIKCgJpZBgBIAEoCSJFChRSb3RhdGVBUElLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sdWR1cy52MS5BUElLZXkSDgoGc2VjcmV0GAIgASgJIiEKE1Jldm9rZUFQSUtleVJlcXVlc3QSCgoCaWQYASABKAkiFgoUUmV2b2tlQVBJS2V5UmVzcG9uc2UiGQoXUm90YXRlU2lnbmluZ0tleVJlcXVlc3QiJwoYUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlEgsKA2tpZBgBIAEoCSLWAQoHQWNjb3VudBIKCgJpZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSEQoJZGV2aWNlX2lkGAMgASgJEg0KBWVtYWlsGAQgASgJEhEKCWN1c3RvbV9pZBgFIAEoCRIUCgxoYXNfcGFzc3dvcmQYBiABKAgSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAicwoUQ3JlYXRlQWNjb3VudFJlcXVlc3QSEQoJY3VzdG9tX2lkGAEgASgJEg0KBWVtYWlsGAIgASgJEhAKCHBhc3N3b3JkGAMgASgJEhEKCWRldmljZV9pZBgEIAEoCRIUCgxkaXNwbGF5X25hbWUYBSABKAkiOwoVQ3JlYXRlQWNjb3VudFJlc3BvbnNlEiIKB2FjY291bnQYASABKAsyES5sdWR1cy52MS5BY2NvdW50IlQKEUdldEFjY291bnRSZXF1ZXN0EgoKAmlkGAEgASgJEhEKCWN1c3RvbV9pZBgCIAEoCRINCgVlbWFpbBgDIAEoCRIRCglkZXZpY2VfaWQYBCABKAkiOAoSR2V0QWNjb3VudFJlc3BvbnNlEiIKB2FjY291bnQYASABKAsyES5sdWR1cy52MS5BY2NvdW50IiIKFERlbGV0ZUFjY291bnRSZXF1ZXN0EgoKAmlkGAEgASgJIhcKFURlbGV0ZUFjY291bnRSZXNwb25zZSIiChRFeHBvcnRBY2NvdW50UmVxdWVzdBIKCgJpZBgBIAEoCSIlChVFeHBvcnRBY2NvdW50UmVzcG9uc2USDAoEZGF0YRgBIAEoDCLBAgoXR3JhbnRQcm9ncmVzc2lvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkSCgoCeHAYAyABKAMSQQoIY3VycmVuY3kYBCADKAsyLy5sdWR1cy52MS5HcmFudFByb2dyZXNzaW9uUmVxdWVzdC5DdXJyZW5jeUVudHJ5EjsKBWl0ZW1zGAUgAygLMiwubHVkdXMudjEuR3JhbnRQcm9ncmVzc2lvblJlcXVlc3QuSXRlbXNFbnRyeRIOCgZyZWFzb24YBiABKAkaLwoNQ3VycmVuY3lFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBGiwKCkl0ZW1zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASJXChhHcmFudFByb2dyZXNzaW9uUmVzcG9uc2USDwoHYXBwbGllZBgBIAEoCBIqCgtwcm9ncmVzc2lvbhgCIAEoCzIVLmx1ZHVzLnYxLlByb2dyZXNzaW9uIkgKHEdldEFjY291bnRQcm9ncmVzc2lvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIUCgxsZWRnZXJfbGltaXQYAiABKAUicgodR2V0QWNjb3VudFByb2dyZXNzaW9uUmVzcG9uc2USKgoLcHJvZ3Jlc3Npb24YASABKAsyFS5sdWR1cy52MS5Qcm9ncmVzc2lvbhIlCgZsZWRnZXIYAiADKAsyFS5sdWR1cy52MS5MZWRnZXJFbnRyeSI8ChdMaXN0TWF0Y2hSZXN1bHRzUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIkIKGExpc3RNYXRjaFJlc3VsdHNSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubHVkdXMudjEuTWF0Y2hSZXN1bHQiZAoaR2V0QWRtaW5MZWFkZXJib2FyZFJlcXVlc3QSKwoFcXVlcnkYASABKAsyHC5sdWR1cy52MS5MZWFkZXJib2FyZFJlcXVlc3QSGQoRYXJvdW5kX2FjY291bnRfaWQYAiABKAkiSgobR2V0QWRtaW5MZWFkZXJib2FyZFJlc3BvbnNlEisKB2VudHJpZXMYASADKAsyGi5sdWR1cy52MS5MZWFkZXJib2FyZEVudHJ5IiAKEVNldFdlYmhvb2tSZXF1ZXN0EgsKA3VybBgBIAEoCSIkChJTZXRXZWJob29rUmVzcG9uc2USDgoGc2VjcmV0GAEgASgJIhMKEUdldFdlYmhvb2tSZXF1ZXN0IiEKEkdldFdlYmhvb2tSZXNwb25zZRILCgN1cmwYASABKAkiLQocTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVxdWVzdBINCgVsaW1pdBgBIAEoBSL2AQoPV2ViaG9va0RlbGl2ZXJ5EgoKAmlkGAEgASgJEg0KBWV2ZW50GAIgASgJEg0KBXN0YXRlGAMgASgJEhAKCGF0dGVtcHRzGAQgASgFEjMKD25leHRfYXR0ZW1wdF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKbGFzdF9lcnJvchgGIAEoCRIuCgpjcmVhdGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJOCh1MaXN0V2ViaG9va0RlbGl2ZXJpZXNSZXNwb25zZRItCgpkZWxpdmVyaWVzGAEgAygLMhkubHVkdXMudjEuV2ViaG9va0RlbGl2ZXJ5IiQKEUdldEdhbWVMb2dSZXF1ZXN0Eg8KB2dhbWVfaWQYASABKAkiawoSR2V0R2FtZUxvZ1Jlc3BvbnNlEhEKCXNwZWNfanNvbhgBIAEoDBIOCgZjaHVua3MYAiADKAwSDQoFc3RhdGUYAyABKAkSDwoHbWVzc2FnZRgEIAEoCRISCgpmaW5hbF90aWNrGAUgASgDIikKGExpc3RBcmNoaXZlZEdhbWVzUmVxdWVzdBINCgVsaW1pdBgBIAEoBSKYAQoMQXJjaGl2ZWRHYW1lEg8KB2dhbWVfaWQYASABKAkSDQoFc3RhdGUYAiABKAkSDwoHbWVzc2FnZRgDIAEoCRISCgpmaW5hbF90aWNrGAQgASgDEhIKCnNpemVfYnl0ZXMYBSABKAMSLwoLYXJjaGl2ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkIKGUxpc3RBcmNoaXZlZEdhbWVzUmVzcG9uc2USJQoFZ2FtZXMYASADKAsyFi5sdWR1cy52MS5BcmNoaXZlZEdhbWUifwoKUmVzdWx0UnVsZRIMCgRnYW1lGAEgASgJEgwKBHN0YXQYAiABKAkSJgoEa2luZBgDIAEoDjIYLmx1ZHVzLnYxLlJlc3VsdFJ1bGVLaW5kEg4KBnRhcmdldBgEIAEoCRIQCghwZXJfdW5pdBgFIAEoAxILCgNjYXAYBiABKAMiPAoVU2V0UmVzdWx0UnVsZXNSZXF1ZXN0EiMKBXJ1bGVzGAEgAygLMhQubHVkdXMudjEuUmVzdWx0UnVsZSIYChZTZXRSZXN1bHRSdWxlc1Jlc3BvbnNlIhcKFUdldFJlc3VsdFJ1bGVzUmVxdWVzdCI9ChZHZXRSZXN1bHRSdWxlc1Jlc3BvbnNlEiMKBXJ1bGVzGAEgAygLMhQubHVkdXMudjEuUmVzdWx0UnVsZSI0ChBHZXRSYXRpbmdSZXF1ZXN0EgwKBG1vZGUYASABKAkSEgoKYWNjb3VudF9pZBgCIAEoCSKbAQoGUmF0aW5nEgwKBG1vZGUYASABKAkSEgoKYWNjb3VudF9pZBgCIAEoCRIOCgZyYXRpbmcYAyABKAESCgoCcmQYBCABKAESEgoKdm9sYXRpbGl0eRgFIAEoARIPCgdtYXRjaGVzGAYgASgDEi4KCnVwZGF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjUKEUdldFJhdGluZ1Jlc3BvbnNlEiAKBnJhdGluZxgBIAEoCzIQLmx1ZHVzLnYxLlJhdGluZyqnAQoOUmVzdWx0UnVsZUtpbmQSIAocUkVTVUxUX1JVTEVfS0lORF9VTlNQRUNJRklFRBAAEhcKE1JFU1VMVF9SVUxFX0tJTkRfWFAQARIdChlSRVNVTFRfUlVMRV9LSU5EX0NVUlJFTkNZEAISGQoVUkVTVUxUX1JVTEVfS0lORF9JVEVNEAMSIAocUkVTVUxUX1JVTEVfS0lORF9MRUFERVJCT0FSRBAEMvASCgxBZG1pblNlcnZpY2USTQoMQ3JlYXRlVGVuYW50Eh0ubHVkdXMudjEuQ3JlYXRlVGVuYW50UmVxdWVzdBoeLmx1ZHVzLnYxLkNyZWF0ZVRlbmFudFJlc3BvbnNlEkoKC0xpc3RUZW5hbnRzEhwubHVkdXMudjEuTGlzdFRlbmFudHNSZXF1ZXN0Gh0ubHVkdXMudjEuTGlzdFRlbmFudHNSZXNwb25zZRJNCgxVcGxvYWRNb2R1bGUSHS5sdWR1cy52MS5VcGxvYWRNb2R1bGVSZXF1ZXN0Gh4ubHVkdXMudjEuVXBsb2FkTW9kdWxlUmVzcG9uc2USSgoLTGlzdE1vZHVsZXMSHC5sdWR1cy52MS5MaXN0TW9kdWxlc1JlcXVlc3QaHS5sdWR1cy52MS5MaXN0TW9kdWxlc1Jlc3BvbnNlEk0KDERlbGV0ZU1vZHVsZRIdLmx1ZHVzLnYxLkRlbGV0ZU1vZHVsZVJlcXVlc3QaHi5sdWR1cy52MS5EZWxldGVNb2R1bGVSZXNwb25zZRJNCgxQcnVuZU1vZHVsZXMSHS5sdWR1cy52MS5QcnVuZU1vZHVsZXNSZXF1ZXN0Gh4ubHVkdXMudjEuUHJ1bmVNb2R1bGVzUmVzcG9uc2USXAoJTGlzdEdhbWVzEiYubHVkdXMudjEuQWRtaW5TZXJ2aWNlTGlzdEdhbWVzUmVxdWVzdBonLmx1ZHVzLnYxLkFkbWluU2VydmljZUxpc3RHYW1lc1Jlc3BvbnNlEkQKCUxpc3ROb2RlcxIaLmx1ZHVzLnYxLkxpc3ROb2Rlc1JlcXVlc3QaGy5sdWR1cy52MS5MaXN0Tm9kZXNSZXNwb25zZRJNCgxDcmVhdGVBUElLZXkSHS5sdWR1cy52MS5DcmVhdGVBUElLZXlSZXF1ZXN0Gh4ubHVkdXMudjEuQ3JlYXRlQVBJS2V5UmVzcG9uc2USSgoLTGlzdEFQSUtleXMSHC5sdWR1cy52MS5MaXN0QVBJS2V5c1JlcXVlc3QaHS5sdWR1cy52MS5MaXN0QVBJS2V5c1Jlc3BvbnNlEk0KDFJvdGF0ZUFQSUtleRIdLmx1ZHVzLnYxLlJvdGF0ZUFQSUtleVJlcXVlc3QaHi5sdWR1cy52MS5Sb3RhdGVBUElLZXlSZXNwb25zZRJNCgxSZXZva2VBUElLZXkSHS5sdWR1cy52MS5SZXZva2VBUElLZXlSZXF1ZXN0Gh4ubHVkdXMudjEuUmV2b2tlQVBJS2V5UmVzcG9uc2USWQoQUm90YXRlU2lnbmluZ0tleRIhLmx1ZHVzLnYxLlJvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0GiIubHVkdXMudjEuUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlElAKDUNyZWF0ZUFjY291bnQSHi5sdWR1cy52MS5DcmVhdGVBY2NvdW50UmVxdWVzdBofLmx1ZHVzLnYxLkNyZWF0ZUFjY291bnRSZXNwb25zZRJHCgpHZXRBY2NvdW50EhsubHVkdXMudjEuR2V0QWNjb3VudFJlcXVlc3QaHC5sdWR1cy52MS5HZXRBY2NvdW50UmVzcG9uc2USUAoNRGVsZXRlQWNjb3VudBIeLmx1ZHVzLnYxLkRlbGV0ZUFjY291bnRSZXF1ZXN0Gh8ubHVkdXMudjEuRGVsZXRlQWNjb3VudFJlc3BvbnNlElAKDUV4cG9ydEFjY291bnQSHi5sdWR1cy52MS5FeHBvcnRBY2NvdW50UmVxdWVzdBofLmx1ZHVzLnYxLkV4cG9ydEFjY291bnRSZXNwb25zZRJZChBHcmFudFByb2dyZXNzaW9uEiEubHVkdXMudjEuR3JhbnRQcm9ncmVzc2lvblJlcXVlc3QaIi5sdWR1cy52MS5HcmFudFByb2dyZXNzaW9uUmVzcG9uc2USaAoVR2V0QWNjb3VudFByb2dyZXNzaW9uEiYubHVkdXMudjEuR2V0QWNjb3VudFByb2dyZXNzaW9uUmVxdWVzdBonLmx1ZHVzLnYxLkdldEFjY291bnRQcm9ncmVzc2lvblJlc3BvbnNlElkKEExpc3RNYXRjaFJlc3VsdHMSIS5sdWR1cy52MS5MaXN0TWF0Y2hSZXN1bHRzUmVxdWVzdBoiLmx1ZHVzLnYxLkxpc3RNYXRjaFJlc3VsdHNSZXNwb25zZRJiChNHZXRBZG1pbkxlYWRlcmJvYXJkEiQubHVkdXMudjEuR2V0QWRtaW5MZWFkZXJib2FyZFJlcXVlc3QaJS5sdWR1cy52MS5HZXRBZG1pbkxlYWRlcmJvYXJkUmVzcG9uc2USUwoOU2V0UmVzdWx0UnVsZXMSHy5sdWR1cy52MS5TZXRSZXN1bHRSdWxlc1JlcXVlc3QaIC5sdWR1cy52MS5TZXRSZXN1bHRSdWxlc1Jlc3BvbnNlElMKDkdldFJlc3VsdFJ1bGVzEh8ubHVkdXMudjEuR2V0UmVzdWx0UnVsZXNSZXF1ZXN0GiAubHVkdXMudjEuR2V0UmVzdWx0UnVsZXNSZXNwb25zZRJECglHZXRSYXRpbmcSGi5sdWR1cy52MS5HZXRSYXRpbmdSZXF1ZXN0GhsubHVkdXMudjEuR2V0UmF0aW5nUmVzcG9uc2USRwoKU2V0V2ViaG9vaxIbLmx1ZHVzLnYxLlNldFdlYmhvb2tSZXF1ZXN0GhwubHVkdXMudjEuU2V0V2ViaG9va1Jlc3BvbnNlEkcKCkdldFdlYmhvb2sSGy5sdWR1cy52MS5HZXRXZWJob29rUmVxdWVzdBocLmx1ZHVzLnYxLkdldFdlYmhvb2tSZXNwb25zZRJoChVMaXN0V2ViaG9va0RlbGl2ZXJpZXMSJi5sdWR1cy52MS5MaXN0V2ViaG9va0RlbGl2ZXJpZXNSZXF1ZXN0GicubHVkdXMudjEuTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVzcG9uc2USRwoKR2V0R2FtZUxvZxIbLmx1ZHVzLnYxLkdldEdhbWVMb2dSZXF1ZXN0GhwubHVkdXMudjEuR2V0R2FtZUxvZ1Jlc3BvbnNlElwKEUxpc3RBcmNoaXZlZEdhbWVzEiIubHVkdXMudjEuTGlzdEFyY2hpdmVkR2FtZXNSZXF1ZXN0GiMubHVkdXMudjEuTGlzdEFyY2hpdmVkR2FtZXNSZXNwb25zZUImWiRsdWR1cy5kZXYvbHVkdXMvZ2VuL2x1ZHVzL3YxO2x1ZHVzdjFiBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_timestamp, file_ludus_v1_game, file_ludus_v1_match]);
 
 /**
  * @generated from message ludus.v1.Tenant
@@ -246,6 +247,19 @@ export type ListModulesResponse = Message<"ludus.v1.ListModulesResponse"> & {
    * @generated from field: repeated ludus.v1.Module modules = 1;
    */
   modules: Module[];
+
+  /**
+   * The tenant's bound on stored builds: how many (a build under two names
+   * counts twice) and their bytes in all.
+   *
+   * @generated from field: int32 max_builds = 2;
+   */
+  maxBuilds: number;
+
+  /**
+   * @generated from field: int64 max_bytes = 3;
+   */
+  maxBytes: bigint;
 };
 
 /**
@@ -254,6 +268,125 @@ export type ListModulesResponse = Message<"ludus.v1.ListModulesResponse"> & {
  */
 export const ListModulesResponseSchema: GenMessage<ListModulesResponse> = /*@__PURE__*/
   messageDesc(file_ludus_v1_admin, 9);
+
+/**
+ * @generated from message ludus.v1.DeleteModuleRequest
+ */
+export type DeleteModuleRequest = Message<"ludus.v1.DeleteModuleRequest"> & {
+  /**
+   * The build: its id, the 64 lowercase hex digits ListModules shows.
+   *
+   * @generated from field: string build_id = 1;
+   */
+  buildId: string;
+
+  /**
+   * If set, the build is deleted from this name only (other names that
+   * hold the same build keep it); empty: from every name.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message ludus.v1.DeleteModuleRequest.
+ * Use `create(DeleteModuleRequestSchema)` to create a new message.
+ */
+export const DeleteModuleRequestSchema: GenMessage<DeleteModuleRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 10);
+
+/**
+ * @generated from message ludus.v1.DeleteModuleResponse
+ */
+export type DeleteModuleResponse = Message<"ludus.v1.DeleteModuleResponse"> & {
+  /**
+   * The stored builds deleted (one per name).
+   *
+   * @generated from field: repeated ludus.v1.Module deleted = 1;
+   */
+  deleted: Module[];
+};
+
+/**
+ * Describes the message ludus.v1.DeleteModuleResponse.
+ * Use `create(DeleteModuleResponseSchema)` to create a new message.
+ */
+export const DeleteModuleResponseSchema: GenMessage<DeleteModuleResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 11);
+
+/**
+ * @generated from message ludus.v1.PruneModulesRequest
+ */
+export type PruneModulesRequest = Message<"ludus.v1.PruneModulesRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * How many of the name's newest builds to keep; at least 1, the build new
+   * games use.
+   *
+   * @generated from field: int32 keep = 2;
+   */
+  keep: number;
+};
+
+/**
+ * Describes the message ludus.v1.PruneModulesRequest.
+ * Use `create(PruneModulesRequestSchema)` to create a new message.
+ */
+export const PruneModulesRequestSchema: GenMessage<PruneModulesRequest> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 12);
+
+/**
+ * @generated from message ludus.v1.PruneModulesResponse
+ */
+export type PruneModulesResponse = Message<"ludus.v1.PruneModulesResponse"> & {
+  /**
+   * @generated from field: repeated ludus.v1.Module deleted = 1;
+   */
+  deleted: Module[];
+
+  /**
+   * Older builds kept because something uses them.
+   *
+   * @generated from field: repeated ludus.v1.KeptModule kept = 2;
+   */
+  kept: KeptModule[];
+};
+
+/**
+ * Describes the message ludus.v1.PruneModulesResponse.
+ * Use `create(PruneModulesResponseSchema)` to create a new message.
+ */
+export const PruneModulesResponseSchema: GenMessage<PruneModulesResponse> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 13);
+
+/**
+ * @generated from message ludus.v1.KeptModule
+ */
+export type KeptModule = Message<"ludus.v1.KeptModule"> & {
+  /**
+   * @generated from field: string build_id = 1;
+   */
+  buildId: string;
+
+  /**
+   * What uses it, e.g. "live game g_abc".
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message ludus.v1.KeptModule.
+ * Use `create(KeptModuleSchema)` to create a new message.
+ */
+export const KeptModuleSchema: GenMessage<KeptModule> = /*@__PURE__*/
+  messageDesc(file_ludus_v1_admin, 14);
 
 /**
  * @generated from message ludus.v1.AdminServiceListGamesRequest
@@ -266,7 +399,7 @@ export type AdminServiceListGamesRequest = Message<"ludus.v1.AdminServiceListGam
  * Use `create(AdminServiceListGamesRequestSchema)` to create a new message.
  */
 export const AdminServiceListGamesRequestSchema: GenMessage<AdminServiceListGamesRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 10);
+  messageDesc(file_ludus_v1_admin, 15);
 
 /**
  * @generated from message ludus.v1.AdminServiceListGamesResponse
@@ -283,7 +416,7 @@ export type AdminServiceListGamesResponse = Message<"ludus.v1.AdminServiceListGa
  * Use `create(AdminServiceListGamesResponseSchema)` to create a new message.
  */
 export const AdminServiceListGamesResponseSchema: GenMessage<AdminServiceListGamesResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 11);
+  messageDesc(file_ludus_v1_admin, 16);
 
 /**
  * @generated from message ludus.v1.Node
@@ -325,7 +458,7 @@ export type Node = Message<"ludus.v1.Node"> & {
  * Use `create(NodeSchema)` to create a new message.
  */
 export const NodeSchema: GenMessage<Node> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 12);
+  messageDesc(file_ludus_v1_admin, 17);
 
 /**
  * @generated from message ludus.v1.ListNodesRequest
@@ -338,7 +471,7 @@ export type ListNodesRequest = Message<"ludus.v1.ListNodesRequest"> & {
  * Use `create(ListNodesRequestSchema)` to create a new message.
  */
 export const ListNodesRequestSchema: GenMessage<ListNodesRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 13);
+  messageDesc(file_ludus_v1_admin, 18);
 
 /**
  * @generated from message ludus.v1.ListNodesResponse
@@ -355,7 +488,7 @@ export type ListNodesResponse = Message<"ludus.v1.ListNodesResponse"> & {
  * Use `create(ListNodesResponseSchema)` to create a new message.
  */
 export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 14);
+  messageDesc(file_ludus_v1_admin, 19);
 
 /**
  * @generated from message ludus.v1.APIKey
@@ -389,7 +522,7 @@ export type APIKey = Message<"ludus.v1.APIKey"> & {
  * Use `create(APIKeySchema)` to create a new message.
  */
 export const APIKeySchema: GenMessage<APIKey> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 15);
+  messageDesc(file_ludus_v1_admin, 20);
 
 /**
  * @generated from message ludus.v1.CreateAPIKeyRequest
@@ -416,7 +549,7 @@ export type CreateAPIKeyRequest = Message<"ludus.v1.CreateAPIKeyRequest"> & {
  * Use `create(CreateAPIKeyRequestSchema)` to create a new message.
  */
 export const CreateAPIKeyRequestSchema: GenMessage<CreateAPIKeyRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 16);
+  messageDesc(file_ludus_v1_admin, 21);
 
 /**
  * @generated from message ludus.v1.CreateAPIKeyResponse
@@ -440,7 +573,7 @@ export type CreateAPIKeyResponse = Message<"ludus.v1.CreateAPIKeyResponse"> & {
  * Use `create(CreateAPIKeyResponseSchema)` to create a new message.
  */
 export const CreateAPIKeyResponseSchema: GenMessage<CreateAPIKeyResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 17);
+  messageDesc(file_ludus_v1_admin, 22);
 
 /**
  * @generated from message ludus.v1.ListAPIKeysRequest
@@ -453,7 +586,7 @@ export type ListAPIKeysRequest = Message<"ludus.v1.ListAPIKeysRequest"> & {
  * Use `create(ListAPIKeysRequestSchema)` to create a new message.
  */
 export const ListAPIKeysRequestSchema: GenMessage<ListAPIKeysRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 18);
+  messageDesc(file_ludus_v1_admin, 23);
 
 /**
  * @generated from message ludus.v1.ListAPIKeysResponse
@@ -470,7 +603,7 @@ export type ListAPIKeysResponse = Message<"ludus.v1.ListAPIKeysResponse"> & {
  * Use `create(ListAPIKeysResponseSchema)` to create a new message.
  */
 export const ListAPIKeysResponseSchema: GenMessage<ListAPIKeysResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 19);
+  messageDesc(file_ludus_v1_admin, 24);
 
 /**
  * @generated from message ludus.v1.RotateAPIKeyRequest
@@ -487,7 +620,7 @@ export type RotateAPIKeyRequest = Message<"ludus.v1.RotateAPIKeyRequest"> & {
  * Use `create(RotateAPIKeyRequestSchema)` to create a new message.
  */
 export const RotateAPIKeyRequestSchema: GenMessage<RotateAPIKeyRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 20);
+  messageDesc(file_ludus_v1_admin, 25);
 
 /**
  * @generated from message ludus.v1.RotateAPIKeyResponse
@@ -509,7 +642,7 @@ export type RotateAPIKeyResponse = Message<"ludus.v1.RotateAPIKeyResponse"> & {
  * Use `create(RotateAPIKeyResponseSchema)` to create a new message.
  */
 export const RotateAPIKeyResponseSchema: GenMessage<RotateAPIKeyResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 21);
+  messageDesc(file_ludus_v1_admin, 26);
 
 /**
  * @generated from message ludus.v1.RevokeAPIKeyRequest
@@ -526,7 +659,7 @@ export type RevokeAPIKeyRequest = Message<"ludus.v1.RevokeAPIKeyRequest"> & {
  * Use `create(RevokeAPIKeyRequestSchema)` to create a new message.
  */
 export const RevokeAPIKeyRequestSchema: GenMessage<RevokeAPIKeyRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 22);
+  messageDesc(file_ludus_v1_admin, 27);
 
 /**
  * @generated from message ludus.v1.RevokeAPIKeyResponse
@@ -539,7 +672,7 @@ export type RevokeAPIKeyResponse = Message<"ludus.v1.RevokeAPIKeyResponse"> & {
  * Use `create(RevokeAPIKeyResponseSchema)` to create a new message.
  */
 export const RevokeAPIKeyResponseSchema: GenMessage<RevokeAPIKeyResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 23);
+  messageDesc(file_ludus_v1_admin, 28);
 
 /**
  * @generated from message ludus.v1.RotateSigningKeyRequest
@@ -552,7 +685,7 @@ export type RotateSigningKeyRequest = Message<"ludus.v1.RotateSigningKeyRequest"
  * Use `create(RotateSigningKeyRequestSchema)` to create a new message.
  */
 export const RotateSigningKeyRequestSchema: GenMessage<RotateSigningKeyRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 24);
+  messageDesc(file_ludus_v1_admin, 29);
 
 /**
  * @generated from message ludus.v1.RotateSigningKeyResponse
@@ -569,7 +702,7 @@ export type RotateSigningKeyResponse = Message<"ludus.v1.RotateSigningKeyRespons
  * Use `create(RotateSigningKeyResponseSchema)` to create a new message.
  */
 export const RotateSigningKeyResponseSchema: GenMessage<RotateSigningKeyResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 25);
+  messageDesc(file_ludus_v1_admin, 30);
 
 /**
  * @generated from message ludus.v1.Account
@@ -621,7 +754,7 @@ export type Account = Message<"ludus.v1.Account"> & {
  * Use `create(AccountSchema)` to create a new message.
  */
 export const AccountSchema: GenMessage<Account> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 26);
+  messageDesc(file_ludus_v1_admin, 31);
 
 /**
  * @generated from message ludus.v1.CreateAccountRequest
@@ -660,7 +793,7 @@ export type CreateAccountRequest = Message<"ludus.v1.CreateAccountRequest"> & {
  * Use `create(CreateAccountRequestSchema)` to create a new message.
  */
 export const CreateAccountRequestSchema: GenMessage<CreateAccountRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 27);
+  messageDesc(file_ludus_v1_admin, 32);
 
 /**
  * @generated from message ludus.v1.CreateAccountResponse
@@ -677,7 +810,7 @@ export type CreateAccountResponse = Message<"ludus.v1.CreateAccountResponse"> & 
  * Use `create(CreateAccountResponseSchema)` to create a new message.
  */
 export const CreateAccountResponseSchema: GenMessage<CreateAccountResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 28);
+  messageDesc(file_ludus_v1_admin, 33);
 
 /**
  * @generated from message ludus.v1.GetAccountRequest
@@ -711,7 +844,7 @@ export type GetAccountRequest = Message<"ludus.v1.GetAccountRequest"> & {
  * Use `create(GetAccountRequestSchema)` to create a new message.
  */
 export const GetAccountRequestSchema: GenMessage<GetAccountRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 29);
+  messageDesc(file_ludus_v1_admin, 34);
 
 /**
  * @generated from message ludus.v1.GetAccountResponse
@@ -728,7 +861,7 @@ export type GetAccountResponse = Message<"ludus.v1.GetAccountResponse"> & {
  * Use `create(GetAccountResponseSchema)` to create a new message.
  */
 export const GetAccountResponseSchema: GenMessage<GetAccountResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 30);
+  messageDesc(file_ludus_v1_admin, 35);
 
 /**
  * @generated from message ludus.v1.DeleteAccountRequest
@@ -745,7 +878,7 @@ export type DeleteAccountRequest = Message<"ludus.v1.DeleteAccountRequest"> & {
  * Use `create(DeleteAccountRequestSchema)` to create a new message.
  */
 export const DeleteAccountRequestSchema: GenMessage<DeleteAccountRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 31);
+  messageDesc(file_ludus_v1_admin, 36);
 
 /**
  * @generated from message ludus.v1.DeleteAccountResponse
@@ -758,7 +891,7 @@ export type DeleteAccountResponse = Message<"ludus.v1.DeleteAccountResponse"> & 
  * Use `create(DeleteAccountResponseSchema)` to create a new message.
  */
 export const DeleteAccountResponseSchema: GenMessage<DeleteAccountResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 32);
+  messageDesc(file_ludus_v1_admin, 37);
 
 /**
  * @generated from message ludus.v1.ExportAccountRequest
@@ -775,7 +908,7 @@ export type ExportAccountRequest = Message<"ludus.v1.ExportAccountRequest"> & {
  * Use `create(ExportAccountRequestSchema)` to create a new message.
  */
 export const ExportAccountRequestSchema: GenMessage<ExportAccountRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 33);
+  messageDesc(file_ludus_v1_admin, 38);
 
 /**
  * @generated from message ludus.v1.ExportAccountResponse
@@ -794,7 +927,7 @@ export type ExportAccountResponse = Message<"ludus.v1.ExportAccountResponse"> & 
  * Use `create(ExportAccountResponseSchema)` to create a new message.
  */
 export const ExportAccountResponseSchema: GenMessage<ExportAccountResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 34);
+  messageDesc(file_ludus_v1_admin, 39);
 
 /**
  * @generated from message ludus.v1.GrantProgressionRequest
@@ -840,7 +973,7 @@ export type GrantProgressionRequest = Message<"ludus.v1.GrantProgressionRequest"
  * Use `create(GrantProgressionRequestSchema)` to create a new message.
  */
 export const GrantProgressionRequestSchema: GenMessage<GrantProgressionRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 35);
+  messageDesc(file_ludus_v1_admin, 40);
 
 /**
  * @generated from message ludus.v1.GrantProgressionResponse
@@ -864,7 +997,7 @@ export type GrantProgressionResponse = Message<"ludus.v1.GrantProgressionRespons
  * Use `create(GrantProgressionResponseSchema)` to create a new message.
  */
 export const GrantProgressionResponseSchema: GenMessage<GrantProgressionResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 36);
+  messageDesc(file_ludus_v1_admin, 41);
 
 /**
  * @generated from message ludus.v1.GetAccountProgressionRequest
@@ -888,7 +1021,7 @@ export type GetAccountProgressionRequest = Message<"ludus.v1.GetAccountProgressi
  * Use `create(GetAccountProgressionRequestSchema)` to create a new message.
  */
 export const GetAccountProgressionRequestSchema: GenMessage<GetAccountProgressionRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 37);
+  messageDesc(file_ludus_v1_admin, 42);
 
 /**
  * @generated from message ludus.v1.GetAccountProgressionResponse
@@ -910,7 +1043,7 @@ export type GetAccountProgressionResponse = Message<"ludus.v1.GetAccountProgress
  * Use `create(GetAccountProgressionResponseSchema)` to create a new message.
  */
 export const GetAccountProgressionResponseSchema: GenMessage<GetAccountProgressionResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 38);
+  messageDesc(file_ludus_v1_admin, 43);
 
 /**
  * @generated from message ludus.v1.ListMatchResultsRequest
@@ -936,7 +1069,7 @@ export type ListMatchResultsRequest = Message<"ludus.v1.ListMatchResultsRequest"
  * Use `create(ListMatchResultsRequestSchema)` to create a new message.
  */
 export const ListMatchResultsRequestSchema: GenMessage<ListMatchResultsRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 39);
+  messageDesc(file_ludus_v1_admin, 44);
 
 /**
  * @generated from message ludus.v1.ListMatchResultsResponse
@@ -953,7 +1086,7 @@ export type ListMatchResultsResponse = Message<"ludus.v1.ListMatchResultsRespons
  * Use `create(ListMatchResultsResponseSchema)` to create a new message.
  */
 export const ListMatchResultsResponseSchema: GenMessage<ListMatchResultsResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 40);
+  messageDesc(file_ludus_v1_admin, 45);
 
 /**
  * @generated from message ludus.v1.GetAdminLeaderboardRequest
@@ -977,7 +1110,7 @@ export type GetAdminLeaderboardRequest = Message<"ludus.v1.GetAdminLeaderboardRe
  * Use `create(GetAdminLeaderboardRequestSchema)` to create a new message.
  */
 export const GetAdminLeaderboardRequestSchema: GenMessage<GetAdminLeaderboardRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 41);
+  messageDesc(file_ludus_v1_admin, 46);
 
 /**
  * @generated from message ludus.v1.GetAdminLeaderboardResponse
@@ -994,7 +1127,7 @@ export type GetAdminLeaderboardResponse = Message<"ludus.v1.GetAdminLeaderboardR
  * Use `create(GetAdminLeaderboardResponseSchema)` to create a new message.
  */
 export const GetAdminLeaderboardResponseSchema: GenMessage<GetAdminLeaderboardResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 42);
+  messageDesc(file_ludus_v1_admin, 47);
 
 /**
  * @generated from message ludus.v1.SetWebhookRequest
@@ -1013,7 +1146,7 @@ export type SetWebhookRequest = Message<"ludus.v1.SetWebhookRequest"> & {
  * Use `create(SetWebhookRequestSchema)` to create a new message.
  */
 export const SetWebhookRequestSchema: GenMessage<SetWebhookRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 43);
+  messageDesc(file_ludus_v1_admin, 48);
 
 /**
  * @generated from message ludus.v1.SetWebhookResponse
@@ -1032,7 +1165,7 @@ export type SetWebhookResponse = Message<"ludus.v1.SetWebhookResponse"> & {
  * Use `create(SetWebhookResponseSchema)` to create a new message.
  */
 export const SetWebhookResponseSchema: GenMessage<SetWebhookResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 44);
+  messageDesc(file_ludus_v1_admin, 49);
 
 /**
  * @generated from message ludus.v1.GetWebhookRequest
@@ -1045,7 +1178,7 @@ export type GetWebhookRequest = Message<"ludus.v1.GetWebhookRequest"> & {
  * Use `create(GetWebhookRequestSchema)` to create a new message.
  */
 export const GetWebhookRequestSchema: GenMessage<GetWebhookRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 45);
+  messageDesc(file_ludus_v1_admin, 50);
 
 /**
  * @generated from message ludus.v1.GetWebhookResponse
@@ -1064,7 +1197,7 @@ export type GetWebhookResponse = Message<"ludus.v1.GetWebhookResponse"> & {
  * Use `create(GetWebhookResponseSchema)` to create a new message.
  */
 export const GetWebhookResponseSchema: GenMessage<GetWebhookResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 46);
+  messageDesc(file_ludus_v1_admin, 51);
 
 /**
  * @generated from message ludus.v1.ListWebhookDeliveriesRequest
@@ -1081,7 +1214,7 @@ export type ListWebhookDeliveriesRequest = Message<"ludus.v1.ListWebhookDeliveri
  * Use `create(ListWebhookDeliveriesRequestSchema)` to create a new message.
  */
 export const ListWebhookDeliveriesRequestSchema: GenMessage<ListWebhookDeliveriesRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 47);
+  messageDesc(file_ludus_v1_admin, 52);
 
 /**
  * @generated from message ludus.v1.WebhookDelivery
@@ -1137,7 +1270,7 @@ export type WebhookDelivery = Message<"ludus.v1.WebhookDelivery"> & {
  * Use `create(WebhookDeliverySchema)` to create a new message.
  */
 export const WebhookDeliverySchema: GenMessage<WebhookDelivery> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 48);
+  messageDesc(file_ludus_v1_admin, 53);
 
 /**
  * @generated from message ludus.v1.ListWebhookDeliveriesResponse
@@ -1154,7 +1287,7 @@ export type ListWebhookDeliveriesResponse = Message<"ludus.v1.ListWebhookDeliver
  * Use `create(ListWebhookDeliveriesResponseSchema)` to create a new message.
  */
 export const ListWebhookDeliveriesResponseSchema: GenMessage<ListWebhookDeliveriesResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 49);
+  messageDesc(file_ludus_v1_admin, 54);
 
 /**
  * @generated from message ludus.v1.GetGameLogRequest
@@ -1171,7 +1304,7 @@ export type GetGameLogRequest = Message<"ludus.v1.GetGameLogRequest"> & {
  * Use `create(GetGameLogRequestSchema)` to create a new message.
  */
 export const GetGameLogRequestSchema: GenMessage<GetGameLogRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 50);
+  messageDesc(file_ludus_v1_admin, 55);
 
 /**
  * @generated from message ludus.v1.GetGameLogResponse
@@ -1214,7 +1347,7 @@ export type GetGameLogResponse = Message<"ludus.v1.GetGameLogResponse"> & {
  * Use `create(GetGameLogResponseSchema)` to create a new message.
  */
 export const GetGameLogResponseSchema: GenMessage<GetGameLogResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 51);
+  messageDesc(file_ludus_v1_admin, 56);
 
 /**
  * @generated from message ludus.v1.ListArchivedGamesRequest
@@ -1233,7 +1366,7 @@ export type ListArchivedGamesRequest = Message<"ludus.v1.ListArchivedGamesReques
  * Use `create(ListArchivedGamesRequestSchema)` to create a new message.
  */
 export const ListArchivedGamesRequestSchema: GenMessage<ListArchivedGamesRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 52);
+  messageDesc(file_ludus_v1_admin, 57);
 
 /**
  * @generated from message ludus.v1.ArchivedGame
@@ -1277,7 +1410,7 @@ export type ArchivedGame = Message<"ludus.v1.ArchivedGame"> & {
  * Use `create(ArchivedGameSchema)` to create a new message.
  */
 export const ArchivedGameSchema: GenMessage<ArchivedGame> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 53);
+  messageDesc(file_ludus_v1_admin, 58);
 
 /**
  * @generated from message ludus.v1.ListArchivedGamesResponse
@@ -1294,7 +1427,7 @@ export type ListArchivedGamesResponse = Message<"ludus.v1.ListArchivedGamesRespo
  * Use `create(ListArchivedGamesResponseSchema)` to create a new message.
  */
 export const ListArchivedGamesResponseSchema: GenMessage<ListArchivedGamesResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 54);
+  messageDesc(file_ludus_v1_admin, 59);
 
 /**
  * ResultRule turns a per-player stat of match results into progression.
@@ -1349,7 +1482,7 @@ export type ResultRule = Message<"ludus.v1.ResultRule"> & {
  * Use `create(ResultRuleSchema)` to create a new message.
  */
 export const ResultRuleSchema: GenMessage<ResultRule> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 55);
+  messageDesc(file_ludus_v1_admin, 60);
 
 /**
  * @generated from message ludus.v1.SetResultRulesRequest
@@ -1368,7 +1501,7 @@ export type SetResultRulesRequest = Message<"ludus.v1.SetResultRulesRequest"> & 
  * Use `create(SetResultRulesRequestSchema)` to create a new message.
  */
 export const SetResultRulesRequestSchema: GenMessage<SetResultRulesRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 56);
+  messageDesc(file_ludus_v1_admin, 61);
 
 /**
  * @generated from message ludus.v1.SetResultRulesResponse
@@ -1381,7 +1514,7 @@ export type SetResultRulesResponse = Message<"ludus.v1.SetResultRulesResponse"> 
  * Use `create(SetResultRulesResponseSchema)` to create a new message.
  */
 export const SetResultRulesResponseSchema: GenMessage<SetResultRulesResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 57);
+  messageDesc(file_ludus_v1_admin, 62);
 
 /**
  * @generated from message ludus.v1.GetResultRulesRequest
@@ -1394,7 +1527,7 @@ export type GetResultRulesRequest = Message<"ludus.v1.GetResultRulesRequest"> & 
  * Use `create(GetResultRulesRequestSchema)` to create a new message.
  */
 export const GetResultRulesRequestSchema: GenMessage<GetResultRulesRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 58);
+  messageDesc(file_ludus_v1_admin, 63);
 
 /**
  * @generated from message ludus.v1.GetResultRulesResponse
@@ -1411,7 +1544,7 @@ export type GetResultRulesResponse = Message<"ludus.v1.GetResultRulesResponse"> 
  * Use `create(GetResultRulesResponseSchema)` to create a new message.
  */
 export const GetResultRulesResponseSchema: GenMessage<GetResultRulesResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 59);
+  messageDesc(file_ludus_v1_admin, 64);
 
 /**
  * @generated from message ludus.v1.GetRatingRequest
@@ -1435,7 +1568,7 @@ export type GetRatingRequest = Message<"ludus.v1.GetRatingRequest"> & {
  * Use `create(GetRatingRequestSchema)` to create a new message.
  */
 export const GetRatingRequestSchema: GenMessage<GetRatingRequest> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 60);
+  messageDesc(file_ludus_v1_admin, 65);
 
 /**
  * Rating is a Glicko-2 rating on the public scale.
@@ -1492,7 +1625,7 @@ export type Rating = Message<"ludus.v1.Rating"> & {
  * Use `create(RatingSchema)` to create a new message.
  */
 export const RatingSchema: GenMessage<Rating> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 61);
+  messageDesc(file_ludus_v1_admin, 66);
 
 /**
  * @generated from message ludus.v1.GetRatingResponse
@@ -1509,7 +1642,7 @@ export type GetRatingResponse = Message<"ludus.v1.GetRatingResponse"> & {
  * Use `create(GetRatingResponseSchema)` to create a new message.
  */
 export const GetRatingResponseSchema: GenMessage<GetRatingResponse> = /*@__PURE__*/
-  messageDesc(file_ludus_v1_admin, 62);
+  messageDesc(file_ludus_v1_admin, 67);
 
 /**
  * ResultRuleKind is what a result rule credits.
@@ -1587,6 +1720,9 @@ export const AdminService: GenService<{
   },
   /**
    * UploadModule validates and stores a game module for the caller's tenant.
+   * Admin key only. ResourceExhausted if a new build would take the tenant
+   * past its bound on stored builds (ListModulesResponse.max_builds,
+   * max_bytes): delete builds no longer used first.
    *
    * @generated from rpc ludus.v1.AdminService.UploadModule
    */
@@ -1596,7 +1732,7 @@ export const AdminService: GenService<{
     output: typeof UploadModuleResponseSchema;
   },
   /**
-   * ListModules lists the tenant's modules.
+   * ListModules lists the tenant's modules: every stored build, newest first.
    *
    * @generated from rpc ludus.v1.AdminService.ListModules
    */
@@ -1604,6 +1740,32 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListModulesRequestSchema;
     output: typeof ListModulesResponseSchema;
+  },
+  /**
+   * DeleteModule deletes a stored build. Admin key only. FailedPrecondition
+   * if a live game or a batch run that has not ended uses it (only when its
+   * last copy would go); Unavailable if the backend cannot see the fleet to
+   * check. Archived games of a deleted build can no longer be replayed from
+   * the backend.
+   *
+   * @generated from rpc ludus.v1.AdminService.DeleteModule
+   */
+  deleteModule: {
+    methodKind: "unary";
+    input: typeof DeleteModuleRequestSchema;
+    output: typeof DeleteModuleResponseSchema;
+  },
+  /**
+   * PruneModules deletes every build of a name but the newest keep, skipping
+   * (and naming) the ones in use, as DeleteModule would refuse them. Admin
+   * key only.
+   *
+   * @generated from rpc ludus.v1.AdminService.PruneModules
+   */
+  pruneModules: {
+    methodKind: "unary";
+    input: typeof PruneModulesRequestSchema;
+    output: typeof PruneModulesResponseSchema;
   },
   /**
    * ListGames lists the tenant's running matches.
