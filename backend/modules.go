@@ -76,10 +76,15 @@ func (s *Server) buildUsers(ctx context.Context, tenantID string) (map[string][]
 	for _, g := range games {
 		// A game that is not finished may still be taken over by another
 		// node, which fetches its build again; one with no status yet is
-		// starting.
-		if g.State != "ended" && g.State != "failed" {
-			users[g.BuildId] = append(users[g.BuildId], "live game "+g.GameId)
+		// starting. A finished game stays in etcd until it is archived, and
+		// if its node dies before its final result was delivered, the node
+		// that archives it reads the result again by replaying its log on
+		// the build: it holds the build until it leaves etcd (seconds).
+		what := "live game " + g.GameId
+		if g.State == "ended" || g.State == "failed" {
+			what = "game " + g.GameId + " (" + g.State + ", not yet archived)"
 		}
+		users[g.BuildId] = append(users[g.BuildId], what)
 	}
 	for run, build := range runs {
 		users[build] = append(users[build], "batch run "+run+" (not ended)")
