@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,6 +147,33 @@ func NewKeySet(now func() time.Time, keys ...SigningKey) (*KeySet, error) {
 	if now == nil {
 		now = time.Now
 	}
+	ks, err := orderKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	set := &KeySet{now: now}
+	set.state.Store(newKeyState(ks))
+	return set, nil
+}
+
+// Replace makes the set exactly keys, as NewKeySet would build it: a backend
+// replica follows the keys its store holds, which another replica may have
+// rotated.
+func (s *KeySet) Replace(keys ...SigningKey) error {
+	ks, err := orderKeys(keys)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state.Store(newKeyState(ks))
+	return nil
+}
+
+// orderKeys checks keys and orders them for a keyState: retired keys, then
+// current ones, each group by creation time; of several current keys the
+// newest is, and the others count as retired when it was created.
+func orderKeys(keys []SigningKey) ([]SigningKey, error) {
 	ks := make([]SigningKey, 0, len(keys))
 	seen := make(map[string]bool, len(keys))
 	for _, k := range keys {
@@ -158,7 +186,6 @@ func NewKeySet(now func() time.Time, keys ...SigningKey) (*KeySet, error) {
 		seen[k.ID] = true
 		ks = append(ks, k)
 	}
-	// Current keys after retired ones, each group by creation time.
 	slices.SortStableFunc(ks, func(a, b SigningKey) int {
 		if ac, bc := a.RetiredAt.IsZero(), b.RetiredAt.IsZero(); ac != bc {
 			if ac {
@@ -166,7 +193,10 @@ func NewKeySet(now func() time.Time, keys ...SigningKey) (*KeySet, error) {
 			}
 			return -1
 		}
-		return a.CreatedAt.Compare(b.CreatedAt)
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID) // every replica picks the same current key
 	})
 	var cur *SigningKey
 	for i := len(ks) - 1; i >= 0; i-- {
@@ -179,9 +209,7 @@ func NewKeySet(now func() time.Time, keys ...SigningKey) (*KeySet, error) {
 			ks[i].RetiredAt = cur.CreatedAt
 		}
 	}
-	set := &KeySet{now: now}
-	set.state.Store(newKeyState(ks))
-	return set, nil
+	return ks, nil
 }
 
 func checkKey(k SigningKey) error {

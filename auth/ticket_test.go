@@ -454,6 +454,23 @@ func TestKeySetSeveralCurrent(t *testing.T) {
 	if len(keys) != 2 || keys[0].ID != a.ID || !keys[0].RetiredAt.Equal(b.CreatedAt) {
 		t.Errorf("keys = %+v", keys)
 	}
+
+	// Created at the same moment (two replicas starting at once), every
+	// set picks the same one, whatever order the store lists them in.
+	c, _ := GenerateKey(b.CreatedAt)
+	want := max(b.ID, c.ID)
+	for _, order := range [][]SigningKey{{b, c}, {c, b}} {
+		if err := ks.Replace(order...); err != nil {
+			t.Fatal(err)
+		}
+		if cur, _ := ks.Current(); cur.ID != want {
+			t.Errorf("of two keys created together, listed %s then %s: current %s, want %s", order[0].ID, order[1].ID, cur.ID, want)
+		}
+	}
+	// Replace drops what the keys do not hold.
+	if _, err := ks.Key(context.Background(), a.ID); !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("a key not given to Replace is still published: %v", err)
+	}
 }
 
 func TestThumbprintRFC8037(t *testing.T) {

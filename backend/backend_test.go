@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"ludus.dev/ludus/auth"
 	"ludus.dev/ludus/backend"
 	"ludus.dev/ludus/backend/store"
+	"ludus.dev/ludus/backend/store/sqlite"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 )
@@ -654,4 +657,93 @@ func TestConcurrentFirstLogin(t *testing.T) {
 	if len(seen) != 1 {
 		t.Errorf("concurrent first logins made %d accounts", len(seen))
 	}
+}
+
+// TestRotationReachesEveryReplica: two backends on one database (a
+// deployment runs several). A rotation on one reaches the other without a
+// restart: on a ticket of the new key, on a request for its public keys,
+// and on its periodic read, which also drops keys the first one pruned.
+func TestRotationReachesEveryReplica(t *testing.T) {
+	e := newEnv(t, func(c *backend.Config) { backend.SetKeySyncGap(c, time.Nanosecond) })
+	e.createTenant("demo")
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, e.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := backend.Config{Store: st, ValidateModule: fakeValidate, Now: e.clock.Now, Logger: slog.New(slog.DiscardHandler)}
+	backend.SetKeySyncGap(&cfg, time.Nanosecond)
+	b, err := backend.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bHTTP := httptest.NewServer(b.Handler())
+	defer bHTTP.Close()
+	first, _ := b.KeySet().Current()
+	if a, _ := e.srv.KeySet().Current(); a.ID != first.ID {
+		t.Fatalf("replicas start with different keys: %s and %s", a.ID, first.ID)
+	}
+
+	// A ticket of the key A rotated to verifies on B, which now signs with it.
+	e.clock.Add(10 * time.Second)
+	second, err := e.srv.RotateSigningKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	login := e.guestLogin("demo", device, "")
+	if _, err := b.Verifier().Verify(ctx, login.Ticket); err != nil {
+		t.Fatalf("replica B refuses a ticket of the key A rotated to: %v", err)
+	}
+	if k, _ := b.KeySet().Current(); k.ID != second {
+		t.Fatalf("replica B signs with %s after A rotated to %s", k.ID, second)
+	}
+
+	// B's public keys, asked for, include the key A rotated to since.
+	e.clock.Add(10 * time.Second)
+	third, err := e.srv.RotateSigningKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := bHTTP.Client().Get(bHTTP.URL + "/.well-known/jwks.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	keys, err := auth.ParseJWKS(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.Key(ctx, third); err != nil {
+		t.Fatalf("replica B's public keys lack the key A rotated to: %v", err)
+	}
+	if k, _ := b.KeySet().Current(); k.ID != third {
+		t.Fatalf("replica B signs with %s after A rotated to %s", k.ID, third)
+	}
+
+	// Once the first key's tickets expired and A pruned it, B's periodic
+	// read drops it too: a leaked key stops working everywhere.
+	e.clock.Add(auth.KeyRetention + time.Second)
+	if _, err := e.srv.RotateSigningKey(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SyncSigningKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.KeySet().Key(ctx, first.ID); !errors.Is(err, auth.ErrUnknownKey) {
+		t.Fatalf("replica B still publishes the pruned key %s: %v", first.ID, err)
+	}
+	if ka, kb := mustCurrent(t, e.srv), mustCurrent(t, b); ka != kb {
+		t.Fatalf("replicas sign with different keys: %s and %s", ka, kb)
+	}
+}
+
+func mustCurrent(t *testing.T, s *backend.Server) string {
+	t.Helper()
+	k, ok := s.KeySet().Current()
+	if !ok {
+		t.Fatal("no current key")
+	}
+	return k.ID
 }

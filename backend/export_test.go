@@ -31,3 +31,7 @@ func SetLookupIP(c *Config, f func(ctx context.Context, host string) ([]netip.Ad
 // SetModuleBound makes a Server built from c bound each tenant's stored
 // builds by b.
 func SetModuleBound(c *Config, b store.ModuleBound) { c.moduleBound = b }
+
+// SetKeySyncGap makes a Server built from c read its signing keys again on
+// a request at most every d.
+func SetKeySyncGap(c *Config, d time.Duration) { c.keySyncGap = d }

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -83,6 +84,8 @@ type Config struct {
 	PasswordWorkers int
 	// passwordWait overrides the 2 s (tests).
 	passwordWait time.Duration
+	// keySyncGap overrides keySyncMinGap (tests).
+	keySyncGap time.Duration
 	// moduleBound overrides store.DefaultModuleBound (tests).
 	moduleBound store.ModuleBound
 	// WebhookClient posts webhooks. Nil builds one with a 10 s timeout that
@@ -149,7 +152,9 @@ type Server struct {
 	clusterToken   string    // node credentials derive from it
 	requireRoster  bool      // reports credit rostered accounts only, always
 	handler        http.Handler
-	rotateInFlight chan struct{} // serializes key rotations
+	rotateInFlight chan struct{} // one rotation or key sync at a time
+	keySynced      atomic.Int64  // unix nanos of the last read of the signing keys
+	keySyncGap     time.Duration // the least time between reads that requests trigger
 	pwParams       PasswordParams
 	dummyHash      string // checked against for unknown emails, to equalize timing
 	pwTurns        chan struct{}
@@ -205,6 +210,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.pwTurns = make(chan struct{}, workers)
 	s.pwWait = cmp.Or(cfg.passwordWait, 2*time.Second)
+	s.keySyncGap = cmp.Or(cfg.keySyncGap, keySyncMinGap)
 	s.allowPrivate = cfg.AllowPrivateWebhooks
 	s.webhookClient = newWebhookClient(cfg.WebhookClient, s.allowPrivate)
 	s.lookupIP = cfg.lookupIP
@@ -248,7 +254,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.issuer = auth.NewIssuer(s.keys, s.now)
-	s.verifier = auth.NewVerifier(s.keys, s.now)
+	s.verifier = auth.NewVerifier(syncingKeys{s}, s.now)
 	s.handler = s.buildHandler()
 	return s, nil
 }
@@ -299,6 +305,9 @@ func (s *Server) buildHandler() http.Handler {
 	s.mountBatchWorker(mux, common)
 	mux.HandleFunc("GET "+BatchArchivePathPrefix+"{tenant}/{run}", s.serveBatchArchive) // batchlinks.go
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, r *http.Request) {
+		// Gateways ask on a kid they do not know: it may be a key another
+		// replica just rotated to (keys.go).
+		s.syncKeysSoon(r.Context())
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		w.Header().Set("Cache-Control", "public, max-age=60")
 		w.Write(s.keys.PublicJWKS())

@@ -103,12 +103,14 @@ func inBatches(del func() (int, error)) (int, error) {
 }
 
 // RunSweeps sweeps at once, then every interval (SweepInterval if zero),
-// until ctx ends. Every backend replica runs it; a sweep deletes only what
+// until ctx ends; beside it, it reads the signing keys again every
+// KeySyncInterval (keys.go). Every backend replica runs it; a sweep deletes only what
 // has expired, whichever replica gets to it first.
 func (s *Server) RunSweeps(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = SweepInterval
 	}
+	go s.runKeySync(ctx, KeySyncInterval)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	sweeps := []struct {
@@ -130,6 +132,23 @@ func (s *Server) RunSweeps(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// runKeySync reads the signing keys from the store every interval until ctx
+// ends, so that a rotation on another replica reaches this one.
+func (s *Server) runKeySync(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.SyncSigningKeys(ctx); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "backend: reading the signing keys", "err", err)
 		}
 	}
 }
