@@ -51,6 +51,9 @@ type GameSpec struct {
 	// HostName is the display name of the player who created the game ("" if
 	// unknown: created by the matchmaker or an operator).
 	HostName string `json:"host_name,omitempty"`
+	// Reserved are the accounts the matchmaker matched into the game: when
+	// set, only they may join (a matched game is not open to the lobby).
+	Reserved []string `json:"reserved,omitempty"`
 }
 
 // Game states.

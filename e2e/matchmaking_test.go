@@ -70,6 +70,13 @@ func TestFindMatchPlaysTheMatch(t *testing.T) {
 		}
 		players = append(players, r.pl)
 	}
+	// A player of the tenant who was not matched into it cannot take a seat,
+	// though the game is listed and has free ones.
+	outsider := login(t, p, devstack.DemoTenant)
+	_, err := outsider.games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: game}))
+	if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "matched game") {
+		t.Fatalf("an unmatched player joining the matched game: %v, want PermissionDenied", err)
+	}
 	for _, pl := range players {
 		if _, err := pl.games.JoinGame(ctx, connect.NewRequest(&ludusv1.JoinGameRequest{GameId: game})); err != nil {
 			t.Fatalf("joining the matched game: %v", err)

@@ -55,6 +55,10 @@ func (a matchAllocator) Allocate(ctx context.Context, tenant, mode, region strin
 	start := &clusterv1.StartGameRequest{
 		TenantId: tenant, GameId: newGameID(), ModuleName: mode,
 		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seed[:]), Config: config,
+		// Only the matched players may take its seats: the game is listed
+		// in the lobby like any other, and a ranked match credits whoever
+		// plays in it.
+		ReservedAccounts: accounts,
 	}
 	cred, err := s.g.modules.MintMatchCredential(ctx, connect.NewRequest(&clusterv1.MintMatchCredentialRequest{
 		TenantId: tenant, MatchId: start.GameId, Game: mode}))

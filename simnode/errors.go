@@ -19,6 +19,9 @@ var (
 	errNotJoined   = errors.New("join the game before sending input or streaming its frames")
 	errGameOver    = errors.New("the game is over")
 	errGameStopped = errors.New("the game stopped on this node")
+	// errNotMatched refuses a join of a matched game by an account the
+	// matchmaker did not match into it (GameSpec.Reserved).
+	errNotMatched = errors.New("only the players matched into this game may join it")
 
 	errDraining       = errors.New("node draining")
 	errFenced         = errors.New("node lost its lease")
@@ -60,6 +63,8 @@ func connectError(err error) error {
 	switch {
 	case errors.Is(err, errGameFull), errors.Is(err, errNodeFull), errors.Is(err, errInputBudget):
 		code = connect.CodeResourceExhausted
+	case errors.Is(err, errNotMatched):
+		code = connect.CodePermissionDenied
 	case errors.Is(err, errNotJoined), errors.Is(err, errGameOver), errors.Is(err, errModuleUnusable),
 		errors.Is(err, errNoRenderer), errors.Is(err, errNoRoom):
 		code = connect.CodeFailedPrecondition

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -394,6 +395,10 @@ func (g *game) handle(msg any) {
 func (g *game) join(account, name string) joinResult {
 	if s, ok := g.accounts[account]; ok {
 		return joinResult{slot: s}
+	}
+	if len(g.spec.Reserved) > 0 && !slices.Contains(g.spec.Reserved, account) {
+		return joinResult{slot: -1, err: nodeErrorf(errNotMatched,
+			"game %s is a matched game: only the players the matchmaker matched into it may join (find a match, or join a lobby game)", g.spec.GameID)}
 	}
 	for i, s := range g.slots {
 		if s.account == "" {

@@ -2,6 +2,8 @@ package simnode
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -266,5 +268,58 @@ func TestDrain(t *testing.T) {
 	for id, seqs := range acked {
 		seqs = append(seqs, sendInputs(cb, tenant, id, "acc-d", 2, 5)...) // 2, 3 are re-sends
 		checkLog(t, tenant, id, seqs)
+	}
+}
+
+// TestMatchedGameSeatsOnlyItsPlayers: a game started with reserved accounts
+// (the matchmaker's) seats only them, on its first node and on the node it
+// moves to; reserved accounts that are not ids, or too many, are refused.
+func TestMatchedGameSeatsOnlyItsPlayers(t *testing.T) {
+	a, ca := startNode(t, "n-match-a")
+	_, cb := startNode(t, "n-match-b")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const tenant = "tenant-matched"
+	start := func(id string, reserved []string) error {
+		_, err := ca.StartGame(ctx, connect.NewRequest(&clusterv1.StartGameRequest{
+			TenantId: tenant, GameId: id, BuildId: arenaID, Seed: 7, ReservedAccounts: reserved}))
+		return err
+	}
+	tooMany := make([]string, 65)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("acc-%d", i)
+	}
+	for what, reserved := range map[string][]string{"not an id": {"acc-1", "a b"}, "empty": {""}, "65 accounts": tooMany} {
+		if err := start("g-bad-reserved", reserved); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("reserved accounts %s: %v, want InvalidArgument", what, err)
+		}
+	}
+	id := fmt.Sprintf("g-matched-%d", time.Now().UnixNano())
+	if err := start(id, []string{"acc-1", "acc-2"}); err != nil {
+		t.Fatal(err)
+	}
+	tryJoin := func(c clusterv1connect.NodeServiceClient, account string) error {
+		_, err := c.JoinGame(ctx, connect.NewRequest(&clusterv1.JoinGameRequest{TenantId: tenant, GameId: id, AccountId: account}))
+		return err
+	}
+	err := tryJoin(ca, "acc-3")
+	if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "matched game") {
+		t.Fatalf("an unmatched account joining: %v, want PermissionDenied", err)
+	}
+	if err := tryJoin(ca, "acc-1"); err != nil {
+		t.Fatalf("a matched account joining: %v", err)
+	}
+	if to, err := a.Handoff(ctx, tenant, id, "n-match-b"); err != nil || to != "n-match-b" {
+		t.Fatalf("handoff: %v %v", to, err)
+	}
+	waitOwner(t, tenant, id, "n-match-b")
+	waitRunning(t, cb, tenant, id)
+	if err := tryJoin(cb, "acc-3"); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("an unmatched account joining on the new node: %v, want PermissionDenied", err)
+	}
+	for _, acc := range []string{"acc-1", "acc-2"} {
+		if err := tryJoin(cb, acc); err != nil {
+			t.Fatalf("%s joining on the new node: %v", acc, err)
+		}
 	}
 }

@@ -21,6 +21,9 @@ const (
 	maxConfigBytes  = 4 << 10
 	maxPayloadBytes = 256
 	maxNameRunes    = 32
+	// maxReserved bounds a matched game's reserved accounts (the ABI's
+	// most players).
+	maxReserved = 64
 )
 
 // service implements clusterv1connect.NodeServiceHandler.
@@ -34,9 +37,18 @@ func (s *service) StartGame(ctx context.Context, req *connect.Request[clusterv1.
 	if len(m.Config) > maxConfigBytes {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("config is %d bytes; the limit is %d", len(m.Config), maxConfigBytes))
 	}
+	if len(m.ReservedAccounts) > maxReserved {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%d reserved accounts; a game seats at most %d", len(m.ReservedAccounts), maxReserved))
+	}
+	for _, a := range m.ReservedAccounts {
+		if !clusterstate.ValidID(a) {
+			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("reserved_accounts must be account ids of 1..64 characters of [A-Za-z0-9_-]"))
+		}
+	}
 	g, err := s.n.StartGame(ctx, clusterstate.GameSpec{
 		TenantID: m.TenantId, GameID: m.GameId, ModuleName: m.ModuleName, BuildID: m.BuildId,
 		Seed: m.Seed, Config: m.Config, MatchCredential: m.MatchCredential, HostName: m.HostName,
+		Reserved: m.ReservedAccounts,
 	})
 	if err != nil {
 		return nil, connectError(err)

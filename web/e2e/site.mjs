@@ -456,6 +456,24 @@ async function errorsFlow(page) {
   check(opened === 1, `${opened} streams opened against a limit without a wait`);
   await page.unroute(streams);
 
+  // A join refused for a matched game: the node's words, not "not allowed".
+  await page.getByRole("button", { name: "Back to lobby" }).click();
+  await until(page, 5000, "lobby before the matched game", async () => (await route(page)) === "lobby");
+  const joinCalls = "**/ludus.v1.GameService/JoinGame";
+  await page.route(joinCalls, (r) => r.fulfill({
+    status: 403,
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ code: "permission_denied",
+      message: "game g1 is a matched game: only the players the matchmaker matched into it may join (find a match, or join a lobby game)" }),
+  }));
+  await page.getByRole("button", { name: "Play as guest" }).click();
+  const denied = await until(page, 15_000, "the matched game's refusal was not said", async () => {
+    const t = await page.textContent("#status .message");
+    return t.includes("Game g1 is a matched game") ? t : null;
+  });
+  check(!denied.includes("not allowed"), `a matched game's refusal said as: ${denied}`);
+  await page.unroute(joinCalls);
+
   // The 404 page: styled like the site, with a way home.
   const res = await page.goto(new URL("/no/such/page", base).href, { waitUntil: "load" });
   check(res?.status() === 404, `unknown path: HTTP ${res?.status()}`);

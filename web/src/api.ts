@@ -457,6 +457,8 @@ export function trouble(err: unknown, subject: "game" | "tenant" = "game"): Trou
       return t("The server is busy; try again in a moment.", true);
     }
     case Code.PermissionDenied:
+      // A game's refusal says why (a matched game seats only its players).
+      if (subject === "game" && ce.rawMessage) return t(`${ce.rawMessage.charAt(0).toUpperCase()}${ce.rawMessage.slice(1)}.`);
       return t("You are not allowed to do that in this tenant.");
     case Code.Unauthenticated:
       return t("Your session expired; signing in again.", true);

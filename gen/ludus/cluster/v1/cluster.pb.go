@@ -36,9 +36,12 @@ type StartGameRequest struct {
 	// right the node gets to report this match's progress and result.
 	MatchCredential string `protobuf:"bytes,7,opt,name=match_credential,json=matchCredential,proto3" json:"match_credential,omitempty"`
 	// Display name of the player who created the game, for lobbies.
-	HostName      string `protobuf:"bytes,8,opt,name=host_name,json=hostName,proto3" json:"host_name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HostName string `protobuf:"bytes,8,opt,name=host_name,json=hostName,proto3" json:"host_name,omitempty"`
+	// The accounts the matchmaker matched into the game: set, the node seats
+	// only them (PermissionDenied for anyone else). Empty: anyone may join.
+	ReservedAccounts []string `protobuf:"bytes,9,rep,name=reserved_accounts,json=reservedAccounts,proto3" json:"reserved_accounts,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StartGameRequest) Reset() {
@@ -125,6 +128,13 @@ func (x *StartGameRequest) GetHostName() string {
 		return x.HostName
 	}
 	return ""
+}
+
+func (x *StartGameRequest) GetReservedAccounts() []string {
+	if x != nil {
+		return x.ReservedAccounts
+	}
+	return nil
 }
 
 type StartGameResponse struct {
@@ -1560,7 +1570,7 @@ var File_ludus_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\x1a\x13ludus/v1/logs.proto\"\xf8\x01\n" +
+	"\x1eludus/cluster/v1/cluster.proto\x12\x10ludus.cluster.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ludus/v1/admin.proto\x1a\x13ludus/v1/game.proto\x1a\x13ludus/v1/logs.proto\"\xa5\x02\n" +
 	"\x10StartGameRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\agame_id\x18\x02 \x01(\tR\x06gameId\x12\x1f\n" +
@@ -1570,7 +1580,8 @@ const file_ludus_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x16\n" +
 	"\x06config\x18\x06 \x01(\fR\x06config\x12)\n" +
 	"\x10match_credential\x18\a \x01(\tR\x0fmatchCredential\x12\x1b\n" +
-	"\thost_name\x18\b \x01(\tR\bhostName\";\n" +
+	"\thost_name\x18\b \x01(\tR\bhostName\x12+\n" +
+	"\x11reserved_accounts\x18\t \x03(\tR\x10reservedAccounts\";\n" +
 	"\x11StartGameResponse\x12&\n" +
 	"\x04game\x18\x01 \x01(\v2\x12.ludus.v1.GameInfoR\x04game\"F\n" +
 	"\x0eGetGameRequest\x12\x1b\n" +
