@@ -291,6 +291,15 @@ type MatchResult struct {
 	EndedAt  time.Time
 }
 
+// AccountMatch is one account's own row of a stored final result: what an
+// export of the account carries of each match it played.
+type AccountMatch struct {
+	MatchID string
+	Game    string
+	EndedAt time.Time
+	Player  PlayerReport
+}
+
 // LeaderboardEntry is an account's standing on a game's leaderboard.
 type LeaderboardEntry struct {
 	Rank      int64 // 1-based
@@ -471,6 +480,11 @@ type Store interface {
 	Progression(ctx context.Context, tenantID, accountID string) (Progression, error)
 	// Ledger returns the newest wallet movements of an account, newest first.
 	Ledger(ctx context.Context, tenantID, accountID string, limit int) ([]LedgerEntry, error)
+	// EachLedgerEntry calls fn with every wallet movement of an account,
+	// newest first, as one query streams them: however long the ledger,
+	// the caller holds one entry at a time. An error of fn ends the
+	// iteration and is returned as is.
+	EachLedgerEntry(ctx context.Context, tenantID, accountID string, fn func(LedgerEntry) error) error
 
 	// CreateMatch stores a match. ErrAlreadyExists if the id is taken.
 	CreateMatch(ctx context.Context, m Match) error
@@ -504,8 +518,13 @@ type Store interface {
 	// MatchResult returns a stored final result.
 	MatchResult(ctx context.Context, tenantID, matchID string) (MatchResult, error)
 	// ListMatchResults returns a tenant's final results, newest first;
-	// accountID, if set, keeps the matches that account played.
+	// accountID, if set, keeps the matches that account played. It reads
+	// them and their players with one query, however many there are.
 	ListMatchResults(ctx context.Context, tenantID, accountID string, limit int) ([]MatchResult, error)
+	// EachAccountMatch calls fn with the account's own row of every final
+	// result it played, newest first (ties by match id), as one query
+	// streams them. An error of fn ends the iteration and is returned as is.
+	EachAccountMatch(ctx context.Context, tenantID, accountID string, fn func(AccountMatch) error) error
 	// Leaderboard returns the top entries of a game ordered by best score
 	// (byBest) or by sum, from rank offset+1.
 	Leaderboard(ctx context.Context, tenantID, game string, byBest bool, offset, limit int) ([]LeaderboardEntry, error)

@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"MatchRoster", testMatchRoster},
 		{"MatchRosterConcurrent", testMatchRosterConcurrent},
 		{"Leaderboard", testLeaderboard},
+		{"AccountExportReads", testAccountExportReads},
 		{"Webhooks", testWebhooks},
 		{"WebhookDeliveryRetention", testWebhookDeliveryRetention},
 		{"DeleteAccountCascades", testDeleteAccountCascades},
