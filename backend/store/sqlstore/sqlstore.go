@@ -175,7 +175,7 @@ func (s *DB) wrap(op string, err error) error {
 		return nil
 	}
 	for _, sentinel := range []error{store.ErrNotFound, store.ErrAlreadyExists, store.ErrInsufficient,
-		store.ErrRefreshReused, store.ErrRevoked, store.ErrMatchEnded, store.ErrInvalid} {
+		store.ErrRefreshReused, store.ErrRevoked, store.ErrMatchEnded, store.ErrInvalid, store.ErrLimit} {
 		if errors.Is(err, sentinel) {
 			return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
 		}
@@ -853,6 +853,9 @@ func applyChange(ctx context.Context, tx *tx, c store.Change) (bool, error) {
 	} else if n == 0 {
 		return false, nil
 	}
+	if err := checkChangeCaps(ctx, tx, c); err != nil {
+		return false, err
+	}
 	if c.XP != 0 {
 		var xp int64
 		if err := tx.row(ctx, `INSERT INTO progression (tenant_id, account_id, xp) VALUES (?, ?, ?)
@@ -896,6 +899,14 @@ func applyChange(ctx context.Context, tx *tx, c store.Change) (bool, error) {
 		}
 		if q < 0 {
 			return false, fmt.Errorf("%s count would be %d: %w", item, q, store.ErrInsufficient)
+		}
+		if q == 0 {
+			// No longer held: the row would only take room (and an item
+			// at zero is not shown, nor counted against the cap).
+			if _, err := tx.exec(ctx, `DELETE FROM inventory WHERE tenant_id = ? AND account_id = ? AND item = ?`,
+				c.TenantID, c.AccountID, item); err != nil {
+				return false, err
+			}
 		}
 	}
 	return true, nil
