@@ -1,10 +1,12 @@
 package backend
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -158,7 +160,24 @@ func (s *adminService) DeleteAccount(ctx context.Context, req *connect.Request[l
 	return connect.NewResponse(&ludusv1.DeleteAccountResponse{}), nil
 }
 
-// ExportAccount returns everything stored about an account as JSON.
+// Exports.
+const (
+	// MaxExportBytes bounds the JSON of one ExportAccount, and so the memory
+	// an export takes (the JSON, then the answer's copy of it): an account
+	// whose export would be larger is refused, ResourceExhausted, never cut
+	// short. 64 MiB holds about 250,000 ledger entries and tens of
+	// thousands of match results (docs/RATIONALE.md, "Account exports").
+	MaxExportBytes = 64 << 20
+	// exportsAtOnce bounds the exports a backend builds at once, and so
+	// their memory together; others wait for a turn up to exportWait.
+	exportsAtOnce = 2
+	exportWait    = 30 * time.Second
+)
+
+// ExportAccount returns everything stored about an account as JSON: one
+// query per kind of record (the ledger and the match results are streamed
+// from the store into the JSON, not loaded whole), all of them, or a
+// refusal naming the sizes if the JSON would pass MaxExportBytes.
 func (s *adminService) ExportAccount(ctx context.Context, req *connect.Request[ludusv1.ExportAccountRequest]) (*connect.Response[ludusv1.ExportAccountResponse], error) {
 	tenantID, err := s.tenantCall(ctx, req.Header(), "ExportAccount", needAdmin)
 	if err != nil {
@@ -168,41 +187,108 @@ func (s *adminService) ExportAccount(ctx context.Context, req *connect.Request[l
 	if err != nil {
 		return nil, err
 	}
+	t := time.NewTimer(exportWait)
+	defer t.Stop()
+	select {
+	case s.exportTurns <- struct{}{}:
+		defer func() { <-s.exportTurns }()
+	case <-ctx.Done():
+		return nil, s.internal(ctx, "export", ctx.Err())
+	case <-t.C:
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("%d exports are running on this server, the most at once: try again in a minute", exportsAtOnce))
+	}
+	data, err := s.exportJSON(ctx, tenantID, a)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&ludusv1.ExportAccountResponse{Data: data}), nil
+}
+
+// exportJSON writes an account's export as json.MarshalIndent would write
+// {"account", "ledger", "matches", "progression"} (the format exports had
+// when they were built in memory whole), one element of the ledger and of
+// the matches at a time. Past s.exportMax bytes it stops writing but goes on
+// counting, for the refusal.
+func (s *Server) exportJSON(ctx context.Context, tenantID string, a store.Account) ([]byte, error) {
 	p, err := s.store.Progression(ctx, tenantID, a.ID)
 	if err != nil {
 		return nil, s.internal(ctx, "export", err)
 	}
-	ledger, err := s.store.Ledger(ctx, tenantID, a.ID, 100000)
-	if err != nil {
-		return nil, s.internal(ctx, "export", err)
+	var b bytes.Buffer
+	put := func(v any, prefix string) error {
+		out, err := json.MarshalIndent(v, prefix, "  ")
+		if err != nil {
+			return err
+		}
+		b.Write(out)
+		return nil
 	}
-	results, err := s.store.ListMatchResults(ctx, tenantID, a.ID, 100000)
-	if err != nil {
-		return nil, s.internal(ctx, "export", err)
+	// element writes the n-th element (1-based) of an array, unless the
+	// export is too big already.
+	element := func(n int, v any) error {
+		if b.Len() > s.exportMax {
+			return nil
+		}
+		if n == 1 {
+			b.WriteString("[\n    ")
+		} else {
+			b.WriteString(",\n    ")
+		}
+		return put(v, "    ")
 	}
-	type playerOut struct {
+	endArray := func(n int) {
+		if n == 0 {
+			b.WriteString("null") // what MarshalIndent writes of a nil slice
+		} else {
+			b.WriteString("\n  ]")
+		}
+	}
+	type matchOut struct {
 		MatchID string             `json:"match_id"`
 		Game    string             `json:"game"`
 		EndedAt string             `json:"ended_at"`
 		Result  store.PlayerReport `json:"result"`
 	}
-	var matches []playerOut
-	for _, r := range results {
-		for _, pr := range r.Players {
-			if pr.AccountID == a.ID {
-				matches = append(matches, playerOut{r.MatchID, r.Game, r.EndedAt.Format("2006-01-02T15:04:05.000000Z"), pr})
-			}
-		}
+	var ledgerN, matchesN int
+	b.WriteString("{\n  \"account\": ")
+	err = put(map[string]any{"id": a.ID, "display_name": a.DisplayName, "device_id": a.DeviceID, "email": a.Email,
+		"custom_id": a.CustomID, "has_password": a.PasswordHash != "", "created_at": a.CreatedAt, "updated_at": a.UpdatedAt}, "  ")
+	if err == nil {
+		b.WriteString(",\n  \"ledger\": ")
+		err = s.store.EachLedgerEntry(ctx, tenantID, a.ID, func(e store.LedgerEntry) error {
+			ledgerN++
+			return element(ledgerN, e)
+		})
 	}
-	data, err := json.MarshalIndent(map[string]any{
-		"account": map[string]any{"id": a.ID, "display_name": a.DisplayName, "device_id": a.DeviceID, "email": a.Email,
-			"custom_id": a.CustomID, "has_password": a.PasswordHash != "", "created_at": a.CreatedAt, "updated_at": a.UpdatedAt},
-		"progression": p,
-		"ledger":      ledger,
-		"matches":     matches,
-	}, "", "  ")
+	if err == nil {
+		endArray(ledgerN)
+		b.WriteString(",\n  \"matches\": ")
+		err = s.store.EachAccountMatch(ctx, tenantID, a.ID, func(m store.AccountMatch) error {
+			matchesN++
+			return element(matchesN, matchOut{m.MatchID, m.Game, m.EndedAt.Format("2006-01-02T15:04:05.000000Z"), m.Player})
+		})
+	}
+	if err == nil {
+		endArray(matchesN)
+		b.WriteString(",\n  \"progression\": ")
+		err = put(p, "  ")
+		b.WriteString("\n}")
+	}
 	if err != nil {
 		return nil, s.internal(ctx, "export", err)
 	}
-	return connect.NewResponse(&ludusv1.ExportAccountResponse{Data: data}), nil
+	if b.Len() > s.exportMax {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"the export of account %s would be larger than %s, the most one answer carries (it has %d ledger entries and %d match results); nothing was cut: ask the operator of this Ludus to export it from the database (docs/OPERATIONS.md, \"Exporting a large account\")",
+			a.ID, byteSize(s.exportMax), ledgerN, matchesN))
+	}
+	return b.Bytes(), nil
+}
+
+// byteSize writes n bytes for people: "64 MiB", or "1000 bytes".
+func byteSize(n int) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

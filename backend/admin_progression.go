@@ -57,9 +57,12 @@ func (s *adminService) GrantProgression(ctx context.Context, req *connect.Reques
 	}
 	applied, err := s.store.ApplyChange(ctx, store.Change{TenantID: tenantID, AccountID: a.ID, Key: m.IdempotencyKey, XP: m.Xp,
 		Currency: m.Currency, Items: m.Items, Reason: reason, At: s.now().UTC()})
+	var limit *store.LimitError
 	switch {
 	case errors.Is(err, store.ErrInsufficient):
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("not enough: a balance, item count or XP would go below zero; nothing changed"))
+	case errors.As(err, &limit):
+		return nil, connect.NewError(connect.CodeResourceExhausted, limitMessage(a.ID, limit))
 	case errors.Is(err, store.ErrNotFound):
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no account %q in this tenant", a.ID))
 	case err != nil:
@@ -107,4 +110,15 @@ func (s *adminService) GetAccountProgression(ctx context.Context, req *connect.R
 		return nil, s.internal(ctx, "ledger", err)
 	}
 	return connect.NewResponse(&ludusv1.GetAccountProgressionResponse{Progression: progressionProto(p), Ledger: ledgerProto(l)}), nil
+}
+
+// limitMessage says why a grant past an account's cap on distinct
+// currencies or items was refused, and what to do.
+func limitMessage(accountID string, e *store.LimitError) error {
+	advice := "grant only currencies it holds (a currency stays held at a zero balance)"
+	if e.What == "items" {
+		advice = "take away items it no longer needs (an item whose count reaches zero is no longer held), or grant only items it holds"
+	}
+	return fmt.Errorf("account %s holds %d distinct %s and this grant would add %d more; an account holds at most %d: %s; nothing changed",
+		accountID, e.Held, e.What, e.New, e.Max, advice)
 }

@@ -23,6 +23,9 @@ func HoldPasswordTurns(s *Server) (release func()) {
 	}
 }
 
+// SetExportMaxBytes bounds the exports of a Server built from c to n bytes.
+func SetExportMaxBytes(c *Config, n int) { c.exportMaxBytes = n }
+
 // SetLookupIP makes a Server built from c resolve webhook hosts with f.
 func SetLookupIP(c *Config, f func(ctx context.Context, host string) ([]netip.Addr, error)) {
 	c.lookupIP = f

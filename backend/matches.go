@@ -269,13 +269,43 @@ func (s *matchReports) ReportProgress(ctx context.Context, req *connect.Request[
 	if _, err := s.withRules(ctx, m, false, players); err != nil {
 		return nil, err
 	}
-	applied, err := s.store.ApplyMatchReport(ctx, store.MatchReport{TenantID: m.TenantID, MatchID: m.ID, Seq: req.Msg.Seq, Players: players, At: s.now().UTC()})
+	var skipped []store.SkippedGrant
+	applied, err := s.store.ApplyMatchReport(ctx, store.MatchReport{TenantID: m.TenantID, MatchID: m.ID, Seq: req.Msg.Seq, Players: players,
+		At: s.now().UTC(), Skipped: &skipped})
 	if errors.Is(err, store.ErrMatchEnded) {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("the match has ended: its final result is stored"))
 	} else if err != nil {
 		return nil, s.internal(ctx, "report progress", err)
 	}
+	s.logSkipped(ctx, m, skipped)
 	return connect.NewResponse(&ludusv1.ReportProgressResponse{Applied: applied}), nil
+}
+
+// maxSkippedLogged bounds the grants one log line names.
+const maxSkippedLogged = 32
+
+// logSkipped logs the grants a report of m left out because the accounts
+// hold as many distinct currencies or items as they may (the report itself
+// applied): the operator and the studio find them in the log, and the
+// stored result shows what the match did grant.
+func (s *matchReports) logSkipped(ctx context.Context, m store.Match, skipped []store.SkippedGrant) {
+	if len(skipped) == 0 {
+		return
+	}
+	var b strings.Builder
+	for i, g := range skipped {
+		if i == maxSkippedLogged {
+			fmt.Fprintf(&b, " and %d more", len(skipped)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %s %s +%d", g.AccountID, g.Kind, g.Name, g.Amount)
+	}
+	s.log.WarnContext(ctx, "backend: match report left out grants past the accounts' caps on distinct currencies and items",
+		"tenant", m.TenantID, "match", m.ID, "skipped", len(skipped), "grants", b.String(),
+		"max_currencies", store.MaxCurrenciesPerAccount, "max_items", store.MaxItemsPerAccount)
 }
 
 // WebhookEvent is the body POSTed to a tenant's webhook.
@@ -346,8 +376,9 @@ func (s *matchReports) ReportMatchResult(ctx context.Context, req *connect.Reque
 		return nil, err
 	}
 	now := s.now().UTC()
+	var skipped []store.SkippedGrant
 	r := store.MatchReport{TenantID: m.TenantID, MatchID: m.ID, Seq: req.Msg.Seq, Final: true, Players: players, At: now,
-		Boards: boards, Rating: ratingUpdate(m.Game, players)}
+		Boards: boards, Rating: ratingUpdate(m.Game, players), Skipped: &skipped}
 	if _, err := s.store.Webhook(ctx, m.TenantID); err == nil {
 		ev := WebhookEvent{ID: newID("d_"), Event: "match.result", TenantID: m.TenantID, MatchID: m.ID, Game: m.Game, EndedAt: now}
 		for _, p := range players {
@@ -369,6 +400,7 @@ func (s *matchReports) ReportMatchResult(ctx context.Context, req *connect.Reque
 	if applied {
 		s.log.InfoContext(ctx, "backend: match result stored", "tenant", m.TenantID, "match", m.ID, "players", len(players))
 	}
+	s.logSkipped(ctx, m, skipped)
 	return connect.NewResponse(&ludusv1.ReportMatchResultResponse{Applied: applied}), nil
 }
 

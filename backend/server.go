@@ -88,6 +88,8 @@ type Config struct {
 	keySyncGap time.Duration
 	// moduleBound overrides store.DefaultModuleBound (tests).
 	moduleBound store.ModuleBound
+	// exportMaxBytes overrides MaxExportBytes (tests).
+	exportMaxBytes int
 	// WebhookClient posts webhooks. Nil builds one with a 10 s timeout that
 	// refuses non-public addresses (see AllowPrivateWebhooks) on every
 	// connection it dials. A client given here is used as it is (redirects
@@ -159,6 +161,8 @@ type Server struct {
 	dummyHash      string // checked against for unknown emails, to equalize timing
 	pwTurns        chan struct{}
 	pwWait         time.Duration
+	exportMax      int           // MaxExportBytes, or a test's bound
+	exportTurns    chan struct{} // exports running at once (exportsAtOnce)
 	webhookClient  *http.Client
 	allowPrivate   bool // webhooks may reach non-public addresses
 	lookupIP       func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -211,6 +215,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.pwTurns = make(chan struct{}, workers)
 	s.pwWait = cmp.Or(cfg.passwordWait, 2*time.Second)
 	s.keySyncGap = cmp.Or(cfg.keySyncGap, keySyncMinGap)
+	s.exportMax = cmp.Or(cfg.exportMaxBytes, MaxExportBytes)
+	s.exportTurns = make(chan struct{}, exportsAtOnce)
 	s.allowPrivate = cfg.AllowPrivateWebhooks
 	s.webhookClient = newWebhookClient(cfg.WebhookClient, s.allowPrivate)
 	s.lookupIP = cfg.lookupIP

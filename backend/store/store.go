@@ -37,7 +37,9 @@ var (
 	// ErrMatchEnded: a report for a match whose final result is stored.
 	ErrMatchEnded = errors.New("store: match ended")
 	// ErrLimit: the record would take its owner past a bound on how many
-	// it may hold (MaxAPIKeysPerTenant, ModuleBound). Nothing is stored.
+	// it may hold (MaxAPIKeysPerTenant; ModuleBound: then it is a
+	// *ModuleLimitError; MaxCurrenciesPerAccount, MaxItemsPerAccount: then
+	// it is a *LimitError). Nothing is stored.
 	ErrLimit = errors.New("store: limit reached")
 )
 
@@ -84,6 +86,43 @@ func (e *ModuleLimitError) Error() string {
 }
 
 func (e *ModuleLimitError) Unwrap() error { return ErrLimit }
+
+// Bounds on the distinct keys one account's progression holds, so that an
+// account (its GetProgression answer, its export, its rows) stays small
+// whatever a tenant or its result rules grant. A currency is held once
+// granted, also at a zero balance (the wallet shows it); an item while its
+// count is not zero.
+const (
+	// MaxCurrenciesPerAccount: games have a handful of currencies; 100
+	// leaves room for event currencies that stay in the wallet at zero.
+	MaxCurrenciesPerAccount = 100
+	// MaxItemsPerAccount: distinct items (kinds, not counts) held at once.
+	MaxItemsPerAccount = 1000
+)
+
+// LimitError is the ErrLimit of a change that would give an account more
+// distinct currencies or items than it may hold. errors.Is(err, ErrLimit).
+type LimitError struct {
+	What string // "currencies" or "items"
+	Max  int    // MaxCurrenciesPerAccount or MaxItemsPerAccount
+	Held int    // how many the account holds
+	New  int    // how many the change would add
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("store: the account holds %d %s and the change adds %d, more than %d", e.Held, e.What, e.New, e.Max)
+}
+
+func (e *LimitError) Unwrap() error { return ErrLimit }
+
+// SkippedGrant is a currency or item a match report did not grant because
+// the account holds as many distinct ones as it may (see MatchReport.Skipped).
+type SkippedGrant struct {
+	AccountID string
+	Kind      string // RuleCurrency or RuleItem
+	Name      string
+	Amount    int64
+}
 
 // Tenant is a studio.
 type Tenant struct {
@@ -320,6 +359,14 @@ type MatchReport struct {
 	Boards []BoardEntry
 	// Rating, if set on a final report, rates its players.
 	Rating *RatingUpdate
+	// Skipped, if set, gets the grants the report left out once it is
+	// applied: a currency or item an account does not hold yet, when it
+	// holds MaxCurrenciesPerAccount currencies (MaxItemsPerAccount items)
+	// already. A result must apply whatever its players hold, so the rest
+	// of it applies; which keys fit is decided in name order, the same way
+	// every time. A skipped key is not counted as granted by the match, so
+	// a later report of the match grants it if the account has room then.
+	Skipped *[]SkippedGrant
 }
 
 // MatchResult is a stored final result.
@@ -329,6 +376,15 @@ type MatchResult struct {
 	Game     string
 	Players  []PlayerReport
 	EndedAt  time.Time
+}
+
+// AccountMatch is one account's own row of a stored final result: what an
+// export of the account carries of each match it played.
+type AccountMatch struct {
+	MatchID string
+	Game    string
+	EndedAt time.Time
+	Player  PlayerReport
 }
 
 // LeaderboardEntry is an account's standing on a game's leaderboard.
@@ -505,12 +561,20 @@ type Store interface {
 	// ApplyChange applies a progression change atomically, once per
 	// (tenant, account, key). applied is false if the key was seen before.
 	// ErrInsufficient if a balance would go negative; ErrNotFound if the
-	// account does not exist.
+	// account does not exist; a *LimitError (ErrLimit) if the account
+	// would hold more than MaxCurrenciesPerAccount currencies or
+	// MaxItemsPerAccount items. An item whose count reaches zero is no
+	// longer held (its row is deleted).
 	ApplyChange(ctx context.Context, c Change) (applied bool, err error)
 	// Progression returns an account's progression (zero if none).
 	Progression(ctx context.Context, tenantID, accountID string) (Progression, error)
 	// Ledger returns the newest wallet movements of an account, newest first.
 	Ledger(ctx context.Context, tenantID, accountID string, limit int) ([]LedgerEntry, error)
+	// EachLedgerEntry calls fn with every wallet movement of an account,
+	// newest first, as one query streams them: however long the ledger,
+	// the caller holds one entry at a time. An error of fn ends the
+	// iteration and is returned as is.
+	EachLedgerEntry(ctx context.Context, tenantID, accountID string, fn func(LedgerEntry) error) error
 
 	// CreateMatch stores a match. ErrAlreadyExists if the id is taken.
 	CreateMatch(ctx context.Context, m Match) error
@@ -528,7 +592,8 @@ type Store interface {
 	// progression gets the difference between the report's totals and what
 	// earlier reports of the match granted; a final report also stores the
 	// result, feeds the leaderboards and queues r.Webhook. ErrNotFound if the
-	// match or a player's account does not exist.
+	// match or a player's account does not exist. The caps on an account's
+	// currencies and items never fail a report: see MatchReport.Skipped.
 	ApplyMatchReport(ctx context.Context, r MatchReport) (applied bool, err error)
 	// AddMatchPlayers puts accounts on a match's roster, the accounts its
 	// reports may credit; adding one already on it does nothing. All or
@@ -544,8 +609,13 @@ type Store interface {
 	// MatchResult returns a stored final result.
 	MatchResult(ctx context.Context, tenantID, matchID string) (MatchResult, error)
 	// ListMatchResults returns a tenant's final results, newest first;
-	// accountID, if set, keeps the matches that account played.
+	// accountID, if set, keeps the matches that account played. It reads
+	// them and their players with one query, however many there are.
 	ListMatchResults(ctx context.Context, tenantID, accountID string, limit int) ([]MatchResult, error)
+	// EachAccountMatch calls fn with the account's own row of every final
+	// result it played, newest first (ties by match id), as one query
+	// streams them. An error of fn ends the iteration and is returned as is.
+	EachAccountMatch(ctx context.Context, tenantID, accountID string, fn func(AccountMatch) error) error
 	// Leaderboard returns the top entries of a game ordered by best score
 	// (byBest) or by sum, from rank offset+1.
 	Leaderboard(ctx context.Context, tenantID, game string, byBest bool, offset, limit int) ([]LeaderboardEntry, error)

@@ -199,6 +199,14 @@ func (s *DB) commitBatch(batch []*job) (again []*job) {
 		if failed < 0 {
 			break // committed
 		}
+		if errors.Is(jobErr, errStepsUnfit) {
+			// A job's statements could not be sent as steps: the
+			// transaction is rolled back, and the batch runs again with
+			// the job run by its fn, in a savepoint from it on.
+			batch[failed].steps = nil
+			b.savepointsFrom = failed
+			continue
+		}
 		// A job failed outside a savepoint: the transaction is rolled
 		// back, the job keeps its error, and the batch runs again
 		// without it, each job after it in a savepoint of its own.

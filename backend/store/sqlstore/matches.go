@@ -68,27 +68,33 @@ type playerState struct {
 // statement per table (applyReport).
 func (s *DB) ApplyMatchReport(ctx context.Context, r store.MatchReport) (bool, error) {
 	var applied bool
+	var skipped []store.SkippedGrant
 	cte := s.d.WritableCTEs && len(r.Players) <= rowsPerStmt
 	var steps twoStep
 	if cte && maxReportParams(r) <= maxStmtParams {
 		// With Dialect.Pipeline the group commit may send its statements
 		// with other reports' (commit.go).
-		steps = newReportSteps(r, &applied)
+		steps = newReportSteps(r, &applied, &skipped)
 	}
 	err := s.inTxSteps(ctx, "apply match report", func(tx *tx) error {
 		var err error
+		skipped = nil
 		if cte {
-			applied, err = applyReportCTE(ctx, tx, r)
+			applied, err = applyReportCTE(ctx, tx, r, &skipped)
 		} else {
-			applied, err = applyReport(ctx, tx, r)
+			applied, err = applyReport(ctx, tx, r, &skipped)
 		}
 		return err
 	}, steps)
+	if err == nil && r.Skipped != nil {
+		*r.Skipped = skipped
+	}
 	return applied, err
 }
 
-// applyReport applies r in tx, a statement per table.
-func applyReport(ctx context.Context, tx *tx, r store.MatchReport) (bool, error) {
+// applyReport applies r in tx, a statement per table. skipped gets the
+// grants left out for the caps.
+func applyReport(ctx context.Context, tx *tx, r store.MatchReport, skipped *[]store.SkippedGrant) (bool, error) {
 	// Claim the report on the match row: the UPDATE locks the row, so
 	// reports of one match apply one at a time, and a duplicate or stale
 	// report changes nothing.
@@ -114,7 +120,7 @@ func applyReport(ctx context.Context, tx *tx, r store.MatchReport) (bool, error)
 			return false, err
 		}
 	}
-	if err := applyPlayers(ctx, tx, r, game); err != nil {
+	if err := applyPlayers(ctx, tx, r, game, skipped); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -170,12 +176,62 @@ type reportPlan struct {
 	matchPlayers, xp, cur, items, boards []any
 	// rated are the players whose ratings the report updates (sorted).
 	rated []string
+	// skipped are the grants left out for the caps (caps.go).
+	skipped []store.SkippedGrant
+}
+
+// reportCandidates returns the keys r would grant its players that may be
+// new to them (what the caps check): each currency and item a fresh player
+// gets more of than the match granted before, by account, then name.
+func reportCandidates(players []store.PlayerReport, prev map[string]*playerState, fresh map[string]bool) (cands [2][]keyRef, any bool) {
+	for _, pl := range players {
+		old := prev[pl.AccountID]
+		if old == nil || !fresh[pl.AccountID] {
+			continue
+		}
+		for k, m := range [2]map[string]int64{pl.Currency, pl.Items} {
+			before := old.currency
+			if k == capItem {
+				before = old.items
+			}
+			for _, name := range sortedKeys(m) {
+				if m[name] > before[name] {
+					cands[k] = append(cands[k], keyRef{pl.AccountID, name})
+					any = true
+				}
+			}
+		}
+	}
+	return cands, any
+}
+
+// leaveOut removes from d (a player's grants of kind k) the keys the caps
+// leave out, puts back their totals in total (what the match granted:
+// old, as if the report had not named them) and returns them.
+func (h *holdings) leaveOut(k int, account string, d, total, old map[string]int64) []store.SkippedGrant {
+	if h == nil || len(d) == 0 {
+		return nil
+	}
+	_, skip := h.fits(k, account, sortedKeys(d))
+	var out []store.SkippedGrant
+	for _, name := range skip {
+		out = append(out, store.SkippedGrant{AccountID: account, Kind: capKinds[k].kind, Name: name, Amount: d[name]})
+		delete(d, name)
+		if v, ok := old[name]; ok {
+			total[name] = v
+		} else {
+			delete(total, name)
+		}
+	}
+	return out
 }
 
 // planReport computes r's writes from what the match granted each player
-// before (prev: the players whose account exists) and which players' change
-// key is fresh (not used before: only those are granted anything).
-func planReport(r store.MatchReport, game string, players []store.PlayerReport, prev map[string]*playerState, fresh map[string]bool) reportPlan {
+// before (prev: the players whose account exists), which players' change
+// key is fresh (not used before: only those are granted anything) and what
+// they hold of the keys the report would grant them (caps: nil if none of
+// those may be new).
+func planReport(r store.MatchReport, game string, players []store.PlayerReport, prev map[string]*playerState, fresh map[string]bool, caps *holdings) reportPlan {
 	p := reportPlan{key: reportKey(r), reason: "match " + r.MatchID, at: ToDB(r.At)}
 	diff := func(old, cur, into map[string]int64) map[string]int64 {
 		out := maps(old)
@@ -197,6 +253,8 @@ func planReport(r store.MatchReport, game string, players []store.PlayerReport, 
 		newCur := diff(old.currency, pl.Currency, dCur)
 		newItems := diff(old.items, pl.Items, dItems)
 		if fresh[pl.AccountID] {
+			p.skipped = append(p.skipped, caps.leaveOut(capCurrency, pl.AccountID, dCur, newCur, old.currency)...)
+			p.skipped = append(p.skipped, caps.leaveOut(capItem, pl.AccountID, dItems, newItems, old.items)...)
 			if d := newXP - old.xp; d != 0 {
 				p.xp = append(p.xp, r.TenantID, pl.AccountID, d)
 			}
@@ -268,8 +326,8 @@ const (
 // applyPlayers grants each player of r the difference between the report's
 // totals and what the match granted so far, records the new totals and, for
 // a final report, feeds the leaderboard. Players whose account is not in the
-// tenant (or was deleted) get nothing.
-func applyPlayers(ctx context.Context, tx *tx, r store.MatchReport, game string) error {
+// tenant (or was deleted) get nothing; keys the caps leave out go to skipped.
+func applyPlayers(ctx context.Context, tx *tx, r store.MatchReport, game string, skipped *[]store.SkippedGrant) error {
 	players := sortedPlayers(r)
 	if len(players) == 0 {
 		return nil
@@ -331,7 +389,17 @@ func applyPlayers(ctx context.Context, tx *tx, r store.MatchReport, game string)
 		return err
 	}
 
-	p := planReport(r, game, players, prev, fresh)
+	var caps *holdings
+	if cands, any := reportCandidates(players, prev, fresh); any {
+		var err error
+		if caps, err = readHoldings(ctx, tx, r.TenantID, cands); err != nil {
+			return err
+		}
+	}
+	p := planReport(r, game, players, prev, fresh, caps)
+	if skipped != nil {
+		*skipped = p.skipped
+	}
 	if err := writePlan(ctx, tx, r, p); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,10 +28,12 @@ import (
 // report (PostgreSQL takes at most 65,535).
 const maxStmtParams = 30000
 
-// applyReportCTE applies r in tx in two statements; r has at most
-// rowsPerStmt players.
-func applyReportCTE(ctx context.Context, tx *tx, r store.MatchReport) (bool, error) {
-	x := newReportSteps(r, nil)
+// applyReportCTE applies r in tx in two statements (and, when the report
+// would give a player a currency or item it does not hold, the cap check's
+// between them); r has at most rowsPerStmt players. skipped gets the grants
+// left out for the caps.
+func applyReportCTE(ctx context.Context, tx *tx, r store.MatchReport, skipped *[]store.SkippedGrant) (bool, error) {
+	x := newReportSteps(r, nil, nil)
 	rows, err := tx.query(ctx, x.q1, x.args1...)
 	if err != nil {
 		return false, err
@@ -49,9 +52,17 @@ func applyReportCTE(ctx context.Context, tx *tx, r store.MatchReport) (bool, err
 	if len(x.prev) == 0 {
 		return true, nil
 	}
+	if cands, ok := x.capsFromFirst(); !ok {
+		if x.caps, err = readHoldings(ctx, tx, r.TenantID, cands); err != nil {
+			return false, err
+		}
+	}
 	p, rrows, err := x.plan(nil)
 	if err != nil {
 		return false, err
+	}
+	if skipped != nil {
+		*skipped = p.skipped
 	}
 	if reportParams(p, rrows) > maxStmtParams {
 		// Every write in one statement would take too many parameters
@@ -86,11 +97,26 @@ type reportSteps struct {
 	locked  map[string]store.Rating
 	// missed is the outcome of a claim that missed (claimMissed).
 	missed error
-	// applied, if set, gets the outcome of ApplyMatchReport.
-	applied *bool
+	// heldFirst are the currencies and items (capKinds) the report names
+	// with a positive total that the players hold, as the first statement
+	// read them; caps what the cap check has (capsFromFirst, readHoldings).
+	heldFirst [2]map[keyRef]bool
+	caps      *holdings
+	// skipped are the grants the last plan left out for the caps.
+	skipped []store.SkippedGrant
+	// applied and skippedOut, if set, get the outcome of ApplyMatchReport.
+	applied    *bool
+	skippedOut *[]store.SkippedGrant
 }
 
-func newReportSteps(r store.MatchReport, applied *bool) *reportSteps {
+// errStepsUnfit: a report's second statement cannot be built from its
+// first statement's rows alone (it would give a player a currency or item
+// it does not hold: the caps need a lock and a count in between). The
+// group commit runs the report again by its fn (applyReportCTE), which
+// does that.
+var errStepsUnfit = errors.New("match report: the cap check needs statements of its own")
+
+func newReportSteps(r store.MatchReport, applied *bool, skipped *[]store.SkippedGrant) *reportSteps {
 	players := sortedPlayers(r)
 	ids := make([]string, 0, len(players))
 	for _, p := range players {
@@ -130,6 +156,7 @@ func newReportSteps(r store.MatchReport, applied *bool) *reportSteps {
 			ToDB(d.CreatedAt), ToDB(d.UpdatedAt))
 	}
 	rated := r.Final && r.Rating != nil
+	var held []string // the tables of capKinds read
 	if len(players) > 0 {
 		// The players whose account exists, what the match granted them
 		// before, their change keys (fresh: returned) and, for a rated
@@ -152,6 +179,30 @@ func newReportSteps(r store.MatchReport, applied *bool) *reportSteps {
 			q.WriteString(`, rt AS (` + ratingsInsert + ` SELECT ?, ?, id, 0, 0, 0, 0, 0 FROM acc ORDER BY id ` + ratingsLock + `)`)
 			args = append(args, r.TenantID, r.Rating.Mode)
 		}
+		// Which of the currencies and items the report names the players
+		// hold: a report that grants only those needs no cap check.
+		for k, kind := range capKinds {
+			var pairs []any
+			for _, p := range players {
+				m := p.Currency
+				if k == capItem {
+					m = p.Items
+				}
+				for _, name := range sortedKeys(m) {
+					if m[name] > 0 {
+						pairs = append(pairs, p.AccountID, name)
+					}
+				}
+			}
+			if len(pairs) == 0 {
+				continue
+			}
+			q.WriteString(`, h` + kind.table + ` AS (SELECT account_id, ` + kind.col + ` AS name FROM ` + kind.table + ` WHERE tenant_id = ?
+				AND (account_id, ` + kind.col + `) IN (VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?), ", len(pairs)/2), ", ") + `)` + kind.held + `)`)
+			args = append(args, r.TenantID)
+			args = append(args, pairs...)
+			held = append(held, kind.table)
+		}
 	}
 	q.WriteString(` SELECT 'c', game, NULL::bigint, NULL::text, NULL::text, NULL::float8, NULL::float8, NULL::float8, NULL::bigint, NULL::bigint FROM c`)
 	if len(players) > 0 {
@@ -160,14 +211,18 @@ func newReportSteps(r store.MatchReport, applied *bool) *reportSteps {
 		if rated {
 			q.WriteString(` UNION ALL SELECT 'r', account_id, NULL, NULL, NULL, rating, rd, volatility, matches, updated_at FROM rt`)
 		}
+		for _, table := range held {
+			q.WriteString(` UNION ALL SELECT '` + table + `', account_id, NULL, name, NULL, NULL, NULL, NULL, NULL, NULL FROM h` + table)
+		}
 	}
-	return &reportSteps{r: r, players: players, q1: q.String(), args1: args, applied: applied}
+	return &reportSteps{r: r, players: players, q1: q.String(), args1: args, applied: applied, skippedOut: skipped}
 }
 
 // scanFirst reads the first statement's rows, afresh (a job may run again).
 func (x *reportSteps) scanFirst(rows Rows) error {
 	x.claimed, x.game, x.missed = false, "", nil
 	x.prev, x.fresh, x.locked = map[string]*playerState{}, map[string]bool{}, map[string]store.Rating{}
+	x.heldFirst, x.caps = [2]map[keyRef]bool{{}, {}}, nil
 	for rows.Next() {
 		var kind, id string
 		var xp, matches, updated sql.NullInt64
@@ -192,9 +247,33 @@ func (x *reportSteps) scanFirst(rows Rows) error {
 				v.UpdatedAt = FromDB(updated.Int64)
 			}
 			x.locked[id] = v
+		case capKinds[capCurrency].table:
+			x.heldFirst[capCurrency][keyRef{id, cur.String}] = true
+		case capKinds[capItem].table:
+			x.heldFirst[capItem][keyRef{id, cur.String}] = true
 		}
 	}
 	return nil
+}
+
+// capsFromFirst sets x.caps from what the first statement read, if that
+// is all the cap check needs: ok is false, with the keys to check, if the
+// report would give a player a currency or item it does not hold.
+func (x *reportSteps) capsFromFirst() (cands [2][]keyRef, ok bool) {
+	cands, any := reportCandidates(x.players, x.prev, x.fresh)
+	if !any {
+		x.caps = nil
+		return cands, true
+	}
+	for k := range capKinds {
+		for _, c := range cands[k] {
+			if !x.heldFirst[k][c] {
+				return cands, false
+			}
+		}
+	}
+	x.caps = &holdings{held: x.heldFirst, count: [2]map[string]int{{}, {}}}
+	return cands, true
 }
 
 // ratingKey names a rating row.
@@ -206,7 +285,8 @@ type ratingKey struct{ tenant, mode, account string }
 // first statement returned, and get this report's.
 func (x *reportSteps) plan(ratings map[ratingKey]store.Rating) (reportPlan, []any, error) {
 	r := x.r
-	p := planReport(r, x.game, x.players, x.prev, x.fresh)
+	p := planReport(r, x.game, x.players, x.prev, x.fresh, x.caps)
+	x.skipped = p.skipped
 	if len(p.rated) == 0 {
 		return p, nil, nil
 	}
@@ -321,6 +401,9 @@ func (x *reportSteps) second(rd *round) (string, []any, func(Rows) error, error)
 	if len(x.prev) == 0 {
 		return "", nil, nil, nil
 	}
+	if _, ok := x.capsFromFirst(); !ok {
+		return "", nil, nil, errStepsUnfit
+	}
 	if rd.ratings == nil {
 		rd.ratings = map[ratingKey]store.Rating{}
 	}
@@ -339,6 +422,12 @@ func (x *reportSteps) second(rd *round) (string, []any, func(Rows) error, error)
 func (x *reportSteps) outcome() error {
 	if x.applied != nil {
 		*x.applied = x.claimed
+	}
+	if x.skippedOut != nil {
+		*x.skippedOut = nil
+		if x.claimed && len(x.prev) > 0 {
+			*x.skippedOut = x.skipped
+		}
 	}
 	if !x.claimed {
 		return x.missed

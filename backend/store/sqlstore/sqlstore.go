@@ -175,7 +175,7 @@ func (s *DB) wrap(op string, err error) error {
 		return nil
 	}
 	for _, sentinel := range []error{store.ErrNotFound, store.ErrAlreadyExists, store.ErrInsufficient,
-		store.ErrRefreshReused, store.ErrRevoked, store.ErrMatchEnded, store.ErrInvalid} {
+		store.ErrRefreshReused, store.ErrRevoked, store.ErrMatchEnded, store.ErrInvalid, store.ErrLimit} {
 		if errors.Is(err, sentinel) {
 			return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
 		}
@@ -317,20 +317,36 @@ type scanner interface{ Scan(...any) error }
 
 // list runs a read query and scans each row with scan.
 func list[T any](ctx context.Context, s *DB, op string, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	var out []T
+	err := each(ctx, s, op, scan, func(v T) error {
+		out = append(out, v)
+		return nil
+	}, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// each runs a read query and calls fn with each row as it is scanned, so
+// that the caller need not hold them all. An error of fn ends it and is
+// returned as is.
+func each[T any](ctx context.Context, s *DB, op string, scan func(scanner) (T, error), fn func(T) error, query string, args ...any) error {
 	rows, err := s.rows(ctx, query, args...)
 	if err != nil {
-		return nil, s.wrap(op, err)
+		return s.wrap(op, err)
 	}
 	defer rows.Close()
-	var out []T
 	for rows.Next() {
 		v, err := scan(rows)
 		if err != nil {
-			return nil, s.wrap(op, err)
+			return s.wrap(op, err)
 		}
-		out = append(out, v)
+		if err := fn(v); err != nil {
+			return err
+		}
 	}
-	return out, s.wrap(op, rows.Err())
+	return s.wrap(op, rows.Err())
 }
 
 func mustAffect(res sql.Result, err error) error {
@@ -837,6 +853,9 @@ func applyChange(ctx context.Context, tx *tx, c store.Change) (bool, error) {
 	} else if n == 0 {
 		return false, nil
 	}
+	if err := checkChangeCaps(ctx, tx, c); err != nil {
+		return false, err
+	}
 	if c.XP != 0 {
 		var xp int64
 		if err := tx.row(ctx, `INSERT INTO progression (tenant_id, account_id, xp) VALUES (?, ?, ?)
@@ -881,6 +900,14 @@ func applyChange(ctx context.Context, tx *tx, c store.Change) (bool, error) {
 		if q < 0 {
 			return false, fmt.Errorf("%s count would be %d: %w", item, q, store.ErrInsufficient)
 		}
+		if q == 0 {
+			// No longer held: the row would only take room (and an item
+			// at zero is not shown, nor counted against the cap).
+			if _, err := tx.exec(ctx, `DELETE FROM inventory WHERE tenant_id = ? AND account_id = ? AND item = ?`,
+				c.TenantID, c.AccountID, item); err != nil {
+				return false, err
+			}
+		}
 	}
 	return true, nil
 }
@@ -917,16 +944,27 @@ func (s *DB) Progression(ctx context.Context, tenantID, accountID string) (store
 	return p, nil
 }
 
+const ledgerCols = `seq, currency, delta, balance, key, reason, at`
+
+func scanLedgerEntry(r scanner) (store.LedgerEntry, error) {
+	var e store.LedgerEntry
+	var at int64
+	err := r.Scan(&e.Seq, &e.Currency, &e.Delta, &e.Balance, &e.Key, &e.Reason, &at)
+	e.At = FromDB(at)
+	return e, err
+}
+
 // Ledger implements store.Store.
 func (s *DB) Ledger(ctx context.Context, tenantID, accountID string, limit int) ([]store.LedgerEntry, error) {
-	return list(ctx, s, "ledger", func(r scanner) (store.LedgerEntry, error) {
-		var e store.LedgerEntry
-		var at int64
-		err := r.Scan(&e.Seq, &e.Currency, &e.Delta, &e.Balance, &e.Key, &e.Reason, &at)
-		e.At = FromDB(at)
-		return e, err
-	}, `SELECT seq, currency, delta, balance, key, reason, at FROM ledger WHERE tenant_id = ? AND account_id = ?
+	return list(ctx, s, "ledger", scanLedgerEntry, `SELECT `+ledgerCols+` FROM ledger WHERE tenant_id = ? AND account_id = ?
 		ORDER BY seq DESC LIMIT ?`, tenantID, accountID, limit)
+}
+
+// EachLedgerEntry implements store.Store (the ledger_account index gives
+// the rows in order).
+func (s *DB) EachLedgerEntry(ctx context.Context, tenantID, accountID string, fn func(store.LedgerEntry) error) error {
+	return each(ctx, s, "each ledger entry", scanLedgerEntry, fn, `SELECT `+ledgerCols+` FROM ledger
+		WHERE tenant_id = ? AND account_id = ? ORDER BY seq DESC`, tenantID, accountID)
 }
 
 // Matches
@@ -981,72 +1019,103 @@ func maps(m map[string]int64) map[string]int64 {
 	return out
 }
 
-func (s *DB) matchPlayers(ctx context.Context, tenantID, matchID string) ([]store.PlayerReport, error) {
-	return list(ctx, s, "match players", func(r scanner) (store.PlayerReport, error) {
-		var p store.PlayerReport
-		var used, cur, items, stats string
-		err := r.Scan(&p.AccountID, &p.Score, &p.DurationMs, &p.Damage, &used, &p.XP, &cur, &items, &stats, &p.Place, &p.Team)
-		if err != nil {
-			return p, err
+// playerCols are a player's columns of match_players, as scanPlayer reads
+// them (with the table's alias p).
+const playerCols = `p.account_id, p.score, p.duration_ms, p.damage, p.items_used, p.xp, p.currency, p.items, p.stats, p.place, p.team`
+
+// scanPlayer reads playerCols after the columns in dest. ok is false if the
+// player columns are NULL (a LEFT JOIN that found no player).
+func scanPlayer(r scanner, dest ...any) (p store.PlayerReport, ok bool, err error) {
+	var account, used, cur, items, stats sql.NullString
+	var score, duration, damage, xp, place, team sql.NullInt64
+	dest = append(dest, &account, &score, &duration, &damage, &used, &xp, &cur, &items, &stats, &place, &team)
+	if err := r.Scan(dest...); err != nil || !account.Valid {
+		return p, false, err
+	}
+	p = store.PlayerReport{AccountID: account.String, Score: score.Int64, DurationMs: duration.Int64, Damage: damage.Int64,
+		XP: xp.Int64, Place: int(place.Int64), Team: int(team.Int64)}
+	for _, m := range []struct {
+		into *map[string]int64
+		from string
+	}{{&p.Stats, stats.String}, {&p.ItemsUsed, used.String}, {&p.Currency, cur.String}, {&p.Items, items.String}} {
+		if *m.into, err = decodeMap(m.from); err != nil {
+			return p, false, err
 		}
-		if p.Stats, err = decodeMap(stats); err != nil {
-			return p, err
-		}
-		if p.ItemsUsed, err = decodeMap(used); err != nil {
-			return p, err
-		}
-		if p.Currency, err = decodeMap(cur); err != nil {
-			return p, err
-		}
-		p.Items, err = decodeMap(items)
-		return p, err
-	}, `SELECT account_id, score, duration_ms, damage, items_used, xp, currency, items, stats, place, team FROM match_players
-		WHERE tenant_id = ? AND match_id = ? ORDER BY score DESC, account_id`, tenantID, matchID)
+	}
+	return p, true, nil
 }
 
 // MatchResult implements store.Store.
 func (s *DB) MatchResult(ctx context.Context, tenantID, matchID string) (store.MatchResult, error) {
-	var res store.MatchResult
-	var ended int64
-	err := s.row(ctx, `SELECT tenant_id, id, game, ended_at FROM matches WHERE tenant_id = ? AND id = ? AND ended_at IS NOT NULL`,
-		tenantID, matchID).Scan(&res.TenantID, &res.MatchID, &res.Game, &ended)
+	rs, err := s.matchResults(ctx, "match result", `SELECT tenant_id, id, game, ended_at FROM matches
+		WHERE tenant_id = ? AND id = ? AND ended_at IS NOT NULL`, tenantID, matchID)
 	if err != nil {
-		return res, s.wrap("match result", err)
+		return store.MatchResult{}, err
 	}
-	res.EndedAt = FromDB(ended)
-	res.Players, err = s.matchPlayers(ctx, tenantID, matchID)
-	return res, err
+	if len(rs) == 0 {
+		return store.MatchResult{}, s.wrap("match result", sql.ErrNoRows)
+	}
+	return rs[0], nil
 }
 
 // ListMatchResults implements store.Store.
 func (s *DB) ListMatchResults(ctx context.Context, tenantID, accountID string, limit int) ([]store.MatchResult, error) {
-	scan := func(r scanner) (store.MatchResult, error) {
-		var m store.MatchResult
-		var ended int64
-		err := r.Scan(&m.TenantID, &m.MatchID, &m.Game, &ended)
-		m.EndedAt = FromDB(ended)
-		return m, err
+	if accountID == "" {
+		return s.matchResults(ctx, "list match results", `SELECT tenant_id, id, game, ended_at FROM matches
+			WHERE tenant_id = ? AND ended_at IS NOT NULL ORDER BY ended_at DESC, id LIMIT ?`, tenantID, limit)
+	}
+	return s.matchResults(ctx, "list match results", `SELECT m.tenant_id, m.id, m.game, m.ended_at FROM matches m
+		JOIN match_players a ON a.tenant_id = m.tenant_id AND a.match_id = m.id
+		WHERE m.tenant_id = ? AND a.account_id = ? AND m.ended_at IS NOT NULL ORDER BY m.ended_at DESC, m.id LIMIT ?`,
+		tenantID, accountID, limit)
+}
+
+// matchResults reads the results that matches (a query of tenant_id, id,
+// game, ended_at) selects, with their players, in one query: the players
+// of every match joined to it, not a query per match.
+func (s *DB) matchResults(ctx context.Context, op, matches string, args ...any) ([]store.MatchResult, error) {
+	type row struct {
+		m      store.MatchResult
+		p      store.PlayerReport
+		player bool // p is set: the match has players
 	}
 	var out []store.MatchResult
-	var err error
-	if accountID == "" {
-		out, err = list(ctx, s, "list match results", scan, `SELECT tenant_id, id, game, ended_at FROM matches
-			WHERE tenant_id = ? AND ended_at IS NOT NULL ORDER BY ended_at DESC, id LIMIT ?`, tenantID, limit)
-	} else {
-		out, err = list(ctx, s, "list match results", scan, `SELECT m.tenant_id, m.id, m.game, m.ended_at FROM matches m
-			JOIN match_players p ON p.tenant_id = m.tenant_id AND p.match_id = m.id
-			WHERE m.tenant_id = ? AND p.account_id = ? AND m.ended_at IS NOT NULL ORDER BY m.ended_at DESC, m.id LIMIT ?`,
-			tenantID, accountID, limit)
-	}
+	err := each(ctx, s, op, func(r scanner) (row, error) {
+		var x row
+		var ended int64
+		var err error
+		x.p, x.player, err = scanPlayer(r, &x.m.TenantID, &x.m.MatchID, &x.m.Game, &ended)
+		x.m.EndedAt = FromDB(ended)
+		return x, err
+	}, func(x row) error {
+		// The rows of a match follow each other (ORDER BY).
+		if n := len(out); n == 0 || out[n-1].MatchID != x.m.MatchID {
+			out = append(out, x.m)
+		}
+		if x.player {
+			out[len(out)-1].Players = append(out[len(out)-1].Players, x.p)
+		}
+		return nil
+	}, `SELECT m.tenant_id, m.id, m.game, m.ended_at, `+playerCols+`
+		FROM (`+matches+`) m LEFT JOIN match_players p ON p.tenant_id = m.tenant_id AND p.match_id = m.id
+		ORDER BY m.ended_at DESC, m.id, p.score DESC, p.account_id`, args...)
 	if err != nil {
 		return nil, err
 	}
-	for i := range out {
-		if out[i].Players, err = s.matchPlayers(ctx, tenantID, out[i].MatchID); err != nil {
-			return nil, err
-		}
-	}
 	return out, nil
+}
+
+// EachAccountMatch implements store.Store.
+func (s *DB) EachAccountMatch(ctx context.Context, tenantID, accountID string, fn func(store.AccountMatch) error) error {
+	return each(ctx, s, "each account match", func(r scanner) (store.AccountMatch, error) {
+		var m store.AccountMatch
+		var ended int64
+		p, _, err := scanPlayer(r, &m.MatchID, &m.Game, &ended)
+		m.EndedAt, m.Player = FromDB(ended), p
+		return m, err
+	}, fn, `SELECT m.id, m.game, m.ended_at, `+playerCols+` FROM match_players p
+		JOIN matches m ON m.tenant_id = p.tenant_id AND m.id = p.match_id
+		WHERE p.tenant_id = ? AND p.account_id = ? AND m.ended_at IS NOT NULL ORDER BY m.ended_at DESC, m.id`, tenantID, accountID)
 }
 
 func boardCol(byBest bool) string {
