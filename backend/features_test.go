@@ -336,15 +336,50 @@ func TestCustomLoginLinkUnlink(t *testing.T) {
 	if g := e.guestLogin("cu", "device-cu-0123456789", ""); g.AccountId != r1.Msg.Session.AccountId {
 		t.Fatal("linked device signs in another account")
 	}
+	// Without a password, a ticket cannot take the device from its holder.
+	_, err = e.auth.LinkDevice(ctx, req(&ludusv1.LinkDeviceRequest{DeviceId: "device-thief-0123456789"}, ticket))
+	wantCode(t, err, connect.CodeFailedPrecondition, "only an account with a password can replace it")
 	if _, err := e.auth.LinkEmail(ctx, req(&ludusv1.LinkEmailRequest{Email: "one@example.com", Password: "password1"}, ticket)); err != nil {
 		t.Fatal(err)
 	}
+	// With a password, a ticket alone (it may have leaked) changes nothing:
+	// not the email and password, not the device, no unlinking.
+	_, err = e.auth.LinkEmail(ctx, req(&ludusv1.LinkEmailRequest{Email: "thief@example.com", Password: "password2"}, ticket))
+	wantCode(t, err, connect.CodePermissionDenied, "current_password")
+	_, err = e.auth.LinkEmail(ctx, req(&ludusv1.LinkEmailRequest{Email: "thief@example.com", Password: "password2", CurrentPassword: "guess-one"}, ticket))
+	wantCode(t, err, connect.CodePermissionDenied, "not this account's password")
+	_, err = e.auth.LinkDevice(ctx, req(&ludusv1.LinkDeviceRequest{DeviceId: "device-thief-0123456789"}, ticket))
+	wantCode(t, err, connect.CodePermissionDenied, "current_password")
+	_, err = e.auth.Unlink(ctx, req(&ludusv1.UnlinkRequest{Identity: ludusv1.Identity_IDENTITY_DEVICE}, ticket))
+	wantCode(t, err, connect.CodePermissionDenied, "current_password")
+	_, err = e.auth.Unlink(ctx, req(&ludusv1.UnlinkRequest{Identity: ludusv1.Identity(99), CurrentPassword: "password1"}, ticket))
+	wantCode(t, err, connect.CodeInvalidArgument, "identity must be")
+	if g := e.guestLogin("cu", "device-cu-0123456789", ""); g.AccountId != r1.Msg.Session.AccountId {
+		t.Fatal("a refused change moved the device")
+	}
+	// Wrong guesses count like failed sign-ins with the email: they lock.
+	for range backend.LockoutFailures {
+		e.auth.LinkEmail(ctx, req(&ludusv1.LinkEmailRequest{Email: "thief@example.com", Password: "password2", CurrentPassword: "guess-again"}, ticket))
+	}
+	_, err = e.auth.LinkEmail(ctx, req(&ludusv1.LinkEmailRequest{Email: "one@example.com", Password: "password1", CurrentPassword: "password1"}, ticket))
+	wantCode(t, err, connect.CodeResourceExhausted, "too many wrong passwords")
+	e.clock.Add(backend.LockoutDuration + time.Second)
+	// The owner, with the password, may (signed in again: the lock outlasted
+	// the ticket).
+	again, err := e.auth.EmailLogin(ctx, connect.NewRequest(&ludusv1.EmailLoginRequest{Tenant: "cu", Email: "one@example.com", Password: "password1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket = again.Msg.Session.Ticket
+	if _, err := e.auth.LinkDevice(ctx, req(&ludusv1.LinkDeviceRequest{DeviceId: "device-cu-new-0123456789", CurrentPassword: "password1"}, ticket)); err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range []ludusv1.Identity{ludusv1.Identity_IDENTITY_DEVICE, ludusv1.Identity_IDENTITY_CUSTOM} {
-		if _, err := e.auth.Unlink(ctx, req(&ludusv1.UnlinkRequest{Identity: id}, ticket)); err != nil {
+		if _, err := e.auth.Unlink(ctx, req(&ludusv1.UnlinkRequest{Identity: id, CurrentPassword: "password1"}, ticket)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err = e.auth.Unlink(ctx, req(&ludusv1.UnlinkRequest{Identity: ludusv1.Identity_IDENTITY_EMAIL}, ticket))
+	_, err = e.auth.Unlink(ctx, req(&ludusv1.UnlinkRequest{Identity: ludusv1.Identity_IDENTITY_EMAIL, CurrentPassword: "password1"}, ticket))
 	wantCode(t, err, connect.CodeFailedPrecondition, "last")
 	lr, err := e.auth.EmailLogin(ctx, connect.NewRequest(&ludusv1.EmailLoginRequest{Tenant: "cu", Email: "one@example.com", Password: "password1"}))
 	if err != nil || lr.Msg.Session.AccountId != r1.Msg.Session.AccountId {

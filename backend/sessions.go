@@ -158,20 +158,9 @@ func (s *authService) EmailLogin(ctx context.Context, req *connect.Request[ludus
 	}
 	key := "email:" + email
 	now := s.now().UTC()
-	th, err := s.store.LoginThrottle(ctx, tenant.ID, key)
+	th, err := s.passwordThrottle(ctx, tenant.ID, key, now, "too many failed sign-ins for this email")
 	if err != nil {
-		return nil, s.internal(ctx, "login throttle", err)
-	}
-	if !th.LastFailure.IsZero() && now.Sub(th.LastFailure) > ThrottleWindow && now.After(th.LockedUntil) {
-		th = store.LoginThrottle{} // old failures no longer count
-	}
-	if now.Before(th.LockedUntil) {
-		return nil, connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("too many failed sign-ins for this email: locked until %s", th.LockedUntil.Format(time.RFC3339)))
-	}
-	if wait := th.LastFailure.Add(throttleDelay(th.Failures)).Sub(now); th.Failures >= ThrottleFreeFailures && wait > 0 {
-		return nil, connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("too many failed sign-ins for this email: retry in %s", wait.Round(time.Second)))
+		return nil, err
 	}
 	acc, err := s.store.AccountByEmail(ctx, tenant.ID, email)
 	found := err == nil && acc.PasswordHash != ""
@@ -192,13 +181,8 @@ func (s *authService) EmailLogin(ctx context.Context, req *connect.Request[ludus
 		return nil, s.internal(ctx, "check password", err)
 	}
 	if !ok || !found {
-		th.Failures++
-		th.LastFailure = now
-		if th.Failures >= LockoutFailures {
-			th.LockedUntil = now.Add(LockoutDuration)
-		}
-		if err := s.store.PutLoginThrottle(ctx, tenant.ID, key, th); err != nil {
-			return nil, s.internal(ctx, "login throttle", err)
+		if err := s.passwordFailed(ctx, tenant.ID, key, th, now); err != nil {
+			return nil, err
 		}
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("wrong email or password"))
 	}
@@ -215,6 +199,85 @@ func (s *authService) EmailLogin(ctx context.Context, req *connect.Request[ludus
 		return nil, err
 	}
 	return connect.NewResponse(&ludusv1.EmailLoginResponse{Session: sess}), nil
+}
+
+// passwordThrottle reads the failures of the password checks counted under
+// key (an email's) and refuses a check while they say wait (locked, or the
+// delay after the free failures), saying so with what.
+func (s *Server) passwordThrottle(ctx context.Context, tenantID, key string, now time.Time, what string) (store.LoginThrottle, error) {
+	th, err := s.store.LoginThrottle(ctx, tenantID, key)
+	if err != nil {
+		return th, s.internal(ctx, "login throttle", err)
+	}
+	if !th.LastFailure.IsZero() && now.Sub(th.LastFailure) > ThrottleWindow && now.After(th.LockedUntil) {
+		th = store.LoginThrottle{} // old failures no longer count
+	}
+	if now.Before(th.LockedUntil) {
+		return th, connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("%s: locked until %s", what, th.LockedUntil.Format(time.RFC3339)))
+	}
+	if wait := th.LastFailure.Add(throttleDelay(th.Failures)).Sub(now); th.Failures >= ThrottleFreeFailures && wait > 0 {
+		return th, connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("%s: retry in %s", what, wait.Round(time.Second)))
+	}
+	return th, nil
+}
+
+// passwordFailed counts a failed password check under key.
+func (s *Server) passwordFailed(ctx context.Context, tenantID, key string, th store.LoginThrottle, now time.Time) error {
+	th.Failures++
+	th.LastFailure = now
+	if th.Failures >= LockoutFailures {
+		th.LockedUntil = now.Add(LockoutDuration)
+	}
+	if err := s.store.PutLoginThrottle(ctx, tenantID, key, th); err != nil {
+		return s.internal(ctx, "login throttle", err)
+	}
+	return nil
+}
+
+// errNeedCurrentPassword refuses a change of an account's sign-in without
+// its password.
+var errNeedCurrentPassword = connect.NewError(connect.CodePermissionDenied, errors.New(
+	"this account has a password: give it as current_password to change or remove a way of signing in"))
+
+// checkCurrentPassword proves that the caller of a change to a's sign-in
+// is its owner, not merely the holder of a ticket (which lasts minutes and
+// may have leaked): an account with a password needs it, checked like a
+// sign-in with its email (the same throttle, so a ticket cannot be used to
+// guess it either). An account without one has nothing to prove with.
+func (s *Server) checkCurrentPassword(ctx context.Context, tenantID string, a store.Account, given string) error {
+	if a.PasswordHash == "" {
+		return nil
+	}
+	if given == "" {
+		return errNeedCurrentPassword
+	}
+	if len(given) > 4*MaxPasswordLen {
+		return invalidArg(fmt.Errorf("current_password must be at most %d characters", MaxPasswordLen))
+	}
+	key := "email:" + a.Email
+	now := s.now().UTC()
+	th, err := s.passwordThrottle(ctx, tenantID, key, now, "too many wrong passwords for this account")
+	if err != nil {
+		return err
+	}
+	release, err := s.passwordTurn(ctx)
+	if err != nil {
+		return err
+	}
+	ok, err := checkPassword(a.PasswordHash, given)
+	release()
+	if err != nil {
+		return s.internal(ctx, "check password", err)
+	}
+	if !ok {
+		if err := s.passwordFailed(ctx, tenantID, key, th, now); err != nil {
+			return err
+		}
+		return connect.NewError(connect.CodePermissionDenied, errors.New("current_password is not this account's password"))
+	}
+	return nil
 }
 
 // CustomLogin signs in the account of a studio's player id, vouched for by a
@@ -383,7 +446,20 @@ func (s *authService) LinkDevice(ctx context.Context, req *connect.Request[ludus
 	if err := checkDeviceID(req.Msg.DeviceId); err != nil {
 		return nil, invalidArg(err)
 	}
-	err := s.updateOwnAccount(ctx, req.Header(), func(a *store.Account) error { a.DeviceID = req.Msg.DeviceId; return nil })
+	err := s.updateOwnAccount(ctx, req.Header(), func(a *store.Account) error {
+		if a.DeviceID != "" && a.DeviceID != req.Msg.DeviceId {
+			// A replacement takes the device from whoever holds it.
+			if a.PasswordHash == "" {
+				return connect.NewError(connect.CodeFailedPrecondition, errors.New(
+					"this account is linked to another device; only an account with a password can replace it: link an email and password first (LinkEmail), then give it as current_password"))
+			}
+			if err := s.checkCurrentPassword(ctx, a.TenantID, *a, req.Msg.CurrentPassword); err != nil {
+				return err
+			}
+		}
+		a.DeviceID = req.Msg.DeviceId
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -402,6 +478,9 @@ func (s *authService) LinkEmail(ctx context.Context, req *connect.Request[ludusv
 	// The hash is made once the caller is known (updateOwnAccount checks the
 	// ticket first): a call without one costs no argon2 work.
 	err = s.updateOwnAccount(ctx, req.Header(), func(a *store.Account) error {
+		if err := s.checkCurrentPassword(ctx, a.TenantID, *a, req.Msg.CurrentPassword); err != nil {
+			return err
+		}
 		phc, err := s.hashPasswordInTurn(ctx, req.Msg.Password)
 		if err != nil {
 			return err
@@ -417,7 +496,15 @@ func (s *authService) LinkEmail(ctx context.Context, req *connect.Request[ludusv
 
 // Unlink removes a way of signing in, never the last one.
 func (s *authService) Unlink(ctx context.Context, req *connect.Request[ludusv1.UnlinkRequest]) (*connect.Response[ludusv1.UnlinkResponse], error) {
+	switch req.Msg.Identity {
+	case ludusv1.Identity_IDENTITY_DEVICE, ludusv1.Identity_IDENTITY_EMAIL, ludusv1.Identity_IDENTITY_CUSTOM:
+	default:
+		return nil, invalidArg(errors.New("identity must be DEVICE, EMAIL or CUSTOM"))
+	}
 	err := s.updateOwnAccount(ctx, req.Header(), func(a *store.Account) error {
+		if err := s.checkCurrentPassword(ctx, a.TenantID, *a, req.Msg.CurrentPassword); err != nil {
+			return err
+		}
 		switch req.Msg.Identity {
 		case ludusv1.Identity_IDENTITY_DEVICE:
 			a.DeviceID = ""
@@ -425,8 +512,6 @@ func (s *authService) Unlink(ctx context.Context, req *connect.Request[ludusv1.U
 			a.Email, a.PasswordHash = "", ""
 		case ludusv1.Identity_IDENTITY_CUSTOM:
 			a.CustomID = ""
-		default:
-			return invalidArg(errors.New("identity must be DEVICE, EMAIL or CUSTOM"))
 		}
 		if a.DeviceID == "" && a.Email == "" && a.CustomID == "" {
 			return connect.NewError(connect.CodeFailedPrecondition, errors.New("cannot unlink the last way of signing in to this account"))

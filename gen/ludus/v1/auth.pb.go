@@ -812,10 +812,13 @@ func (*LogoutResponse) Descriptor() ([]byte, []int) {
 }
 
 type LinkDeviceRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DeviceId      string                 `protobuf:"bytes,1,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	DeviceId string                 `protobuf:"bytes,1,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	// The account's password, needed to replace a device already linked when
+	// the account has one (an account without one cannot replace its device).
+	CurrentPassword string `protobuf:"bytes,2,opt,name=current_password,json=currentPassword,proto3" json:"current_password,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *LinkDeviceRequest) Reset() {
@@ -851,6 +854,13 @@ func (*LinkDeviceRequest) Descriptor() ([]byte, []int) {
 func (x *LinkDeviceRequest) GetDeviceId() string {
 	if x != nil {
 		return x.DeviceId
+	}
+	return ""
+}
+
+func (x *LinkDeviceRequest) GetCurrentPassword() string {
+	if x != nil {
+		return x.CurrentPassword
 	}
 	return ""
 }
@@ -892,11 +902,14 @@ func (*LinkDeviceResponse) Descriptor() ([]byte, []int) {
 }
 
 type LinkEmailRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Email         string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
-	Password      string                 `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Email    string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
+	Password string                 `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
+	// The account's password, needed when it already has one (changing the
+	// email or the password).
+	CurrentPassword string `protobuf:"bytes,3,opt,name=current_password,json=currentPassword,proto3" json:"current_password,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *LinkEmailRequest) Reset() {
@@ -943,6 +956,13 @@ func (x *LinkEmailRequest) GetPassword() string {
 	return ""
 }
 
+func (x *LinkEmailRequest) GetCurrentPassword() string {
+	if x != nil {
+		return x.CurrentPassword
+	}
+	return ""
+}
+
 type LinkEmailResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -980,10 +1000,12 @@ func (*LinkEmailResponse) Descriptor() ([]byte, []int) {
 }
 
 type UnlinkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Identity      Identity               `protobuf:"varint,1,opt,name=identity,proto3,enum=ludus.v1.Identity" json:"identity,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Identity Identity               `protobuf:"varint,1,opt,name=identity,proto3,enum=ludus.v1.Identity" json:"identity,omitempty"`
+	// The account's password, needed when it has one.
+	CurrentPassword string `protobuf:"bytes,2,opt,name=current_password,json=currentPassword,proto3" json:"current_password,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *UnlinkRequest) Reset() {
@@ -1021,6 +1043,13 @@ func (x *UnlinkRequest) GetIdentity() Identity {
 		return x.Identity
 	}
 	return Identity_IDENTITY_UNSPECIFIED
+}
+
+func (x *UnlinkRequest) GetCurrentPassword() string {
+	if x != nil {
+		return x.CurrentPassword
+	}
+	return ""
 }
 
 type UnlinkResponse struct {
@@ -1112,16 +1141,19 @@ const file_ludus_v1_auth_proto_rawDesc = "" +
 	"\rLogoutRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12#\n" +
 	"\rrefresh_token\x18\x02 \x01(\tR\frefreshToken\"\x10\n" +
-	"\x0eLogoutResponse\"0\n" +
+	"\x0eLogoutResponse\"[\n" +
 	"\x11LinkDeviceRequest\x12\x1b\n" +
-	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\"\x14\n" +
-	"\x12LinkDeviceResponse\"D\n" +
+	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\x12)\n" +
+	"\x10current_password\x18\x02 \x01(\tR\x0fcurrentPassword\"\x14\n" +
+	"\x12LinkDeviceResponse\"o\n" +
 	"\x10LinkEmailRequest\x12\x14\n" +
 	"\x05email\x18\x01 \x01(\tR\x05email\x12\x1a\n" +
-	"\bpassword\x18\x02 \x01(\tR\bpassword\"\x13\n" +
-	"\x11LinkEmailResponse\"?\n" +
+	"\bpassword\x18\x02 \x01(\tR\bpassword\x12)\n" +
+	"\x10current_password\x18\x03 \x01(\tR\x0fcurrentPassword\"\x13\n" +
+	"\x11LinkEmailResponse\"j\n" +
 	"\rUnlinkRequest\x12.\n" +
-	"\bidentity\x18\x01 \x01(\x0e2\x12.ludus.v1.IdentityR\bidentity\"\x10\n" +
+	"\bidentity\x18\x01 \x01(\x0e2\x12.ludus.v1.IdentityR\bidentity\x12)\n" +
+	"\x10current_password\x18\x02 \x01(\tR\x0fcurrentPassword\"\x10\n" +
 	"\x0eUnlinkResponse*b\n" +
 	"\bIdentity\x12\x18\n" +
 	"\x14IDENTITY_UNSPECIFIED\x10\x00\x12\x13\n" +

@@ -77,12 +77,18 @@ type AuthServiceClient interface {
 	// Logout revokes the refresh token and every token of its login.
 	Logout(context.Context, *connect.Request[v1.LogoutRequest]) (*connect.Response[v1.LogoutResponse], error)
 	// LinkDevice binds a device id to the signed-in account (ticket in
-	// "Authorization: Bearer <ticket>").
+	// "Authorization: Bearer <ticket>"). Replacing a device already linked
+	// needs the account's password (current_password; PermissionDenied
+	// without it), and an account without a password cannot replace its
+	// device (FailedPrecondition): a ticket alone, which may have leaked,
+	// adds ways of signing in but never takes one from the owner.
 	LinkDevice(context.Context, *connect.Request[v1.LinkDeviceRequest]) (*connect.Response[v1.LinkDeviceResponse], error)
-	// LinkEmail sets an email and password on the signed-in account.
+	// LinkEmail sets an email and password on the signed-in account; if it
+	// has a password already, current_password must be it (PermissionDenied).
 	LinkEmail(context.Context, *connect.Request[v1.LinkEmailRequest]) (*connect.Response[v1.LinkEmailResponse], error)
 	// Unlink removes one way of signing in from the signed-in account; the last
-	// one cannot be removed.
+	// one cannot be removed. An account with a password needs it
+	// (current_password).
 	Unlink(context.Context, *connect.Request[v1.UnlinkRequest]) (*connect.Response[v1.UnlinkResponse], error)
 }
 
@@ -235,12 +241,18 @@ type AuthServiceHandler interface {
 	// Logout revokes the refresh token and every token of its login.
 	Logout(context.Context, *connect.Request[v1.LogoutRequest]) (*connect.Response[v1.LogoutResponse], error)
 	// LinkDevice binds a device id to the signed-in account (ticket in
-	// "Authorization: Bearer <ticket>").
+	// "Authorization: Bearer <ticket>"). Replacing a device already linked
+	// needs the account's password (current_password; PermissionDenied
+	// without it), and an account without a password cannot replace its
+	// device (FailedPrecondition): a ticket alone, which may have leaked,
+	// adds ways of signing in but never takes one from the owner.
 	LinkDevice(context.Context, *connect.Request[v1.LinkDeviceRequest]) (*connect.Response[v1.LinkDeviceResponse], error)
-	// LinkEmail sets an email and password on the signed-in account.
+	// LinkEmail sets an email and password on the signed-in account; if it
+	// has a password already, current_password must be it (PermissionDenied).
 	LinkEmail(context.Context, *connect.Request[v1.LinkEmailRequest]) (*connect.Response[v1.LinkEmailResponse], error)
 	// Unlink removes one way of signing in from the signed-in account; the last
-	// one cannot be removed.
+	// one cannot be removed. An account with a password needs it
+	// (current_password).
 	Unlink(context.Context, *connect.Request[v1.UnlinkRequest]) (*connect.Response[v1.UnlinkResponse], error)
 }
 

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ludus/v1/auth.proto.
  */
 export const file_ludus_v1_auth: GenFile = /*@__PURE__*/
-  fileDesc("ChNsdWR1cy92MS9hdXRoLnByb3RvEghsdWR1cy52MSJMChFHdWVzdExvZ2luUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSEQoJZGV2aWNlX2lkGAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCSLNAQoSR3Vlc3RMb2dpblJlc3BvbnNlEg4KBnRpY2tldBgBIAEoCRIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgphY2NvdW50X2lkGAMgASgJEhQKDGRpc3BsYXlfbmFtZRgEIAEoCRIVCg1yZWZyZXNoX3Rva2VuGAUgASgJEjYKEnJlZnJlc2hfZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiwgEKB1Nlc3Npb24SDgoGdGlja2V0GAEgASgJEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmFjY291bnRfaWQYAyABKAkSFAoMZGlzcGxheV9uYW1lGAQgASgJEhUKDXJlZnJlc2hfdG9rZW4YBSABKAkSNgoScmVmcmVzaF9leHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJdChRSZWdpc3RlckVtYWlsUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDQoFZW1haWwYAiABKAkSEAoIcGFzc3dvcmQYAyABKAkSFAoMZGlzcGxheV9uYW1lGAQgASgJIjsKFVJlZ2lzdGVyRW1haWxSZXNwb25zZRIiCgdzZXNzaW9uGAEgASgLMhEubHVkdXMudjEuU2Vzc2lvbiJEChFFbWFpbExvZ2luUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDQoFZW1haWwYAiABKAkSEAoIcGFzc3dvcmQYAyABKAkiOAoSRW1haWxMb2dpblJlc3BvbnNlEiIKB3Nlc3Npb24YASABKAsyES5sdWR1cy52MS5TZXNzaW9uIj0KEkN1c3RvbUxvZ2luUmVxdWVzdBIRCgljdXN0b21faWQYASABKAkSFAoMZGlzcGxheV9uYW1lGAIgASgJIjkKE0N1c3RvbUxvZ2luUmVzcG9uc2USIgoHc2Vzc2lvbhgBIAEoCzIRLmx1ZHVzLnYxLlNlc3Npb24iNwoOUmVmcmVzaFJlcXVlc3QSDgoGdGVuYW50GAEgASgJEhUKDXJlZnJlc2hfdG9rZW4YAiABKAkiNQoPUmVmcmVzaFJlc3BvbnNlEiIKB3Nlc3Npb24YASABKAsyES5sdWR1cy52MS5TZXNzaW9uIjYKDUxvZ291dFJlcXVlc3QSDgoGdGVuYW50GAEgASgJEhUKDXJlZnJlc2hfdG9rZW4YAiABKAkiEAoOTG9nb3V0UmVzcG9uc2UiJgoRTGlua0RldmljZVJlcXVlc3QSEQoJZGV2aWNlX2lkGAEgASgJIhQKEkxpbmtEZXZpY2VSZXNwb25zZSIzChBMaW5rRW1haWxSZXF1ZXN0Eg0KBWVtYWlsGAEgASgJEhAKCHBhc3N3b3JkGAIgASgJIhMKEUxpbmtFbWFpbFJlc3BvbnNlIjUKDVVubGlua1JlcXVlc3QSJAoIaWRlbnRpdHkYASABKA4yEi5sdWR1cy52MS5JZGVudGl0eSIQCg5VbmxpbmtSZXNwb25zZSpiCghJZGVudGl0eRIYChRJREVOVElUWV9VTlNQRUNJRklFRBAAEhMKD0lERU5USVRZX0RFVklDRRABEhIKDklERU5USVRZX0VNQUlMEAISEwoPSURFTlRJVFlfQ1VTVE9NEAMyhgUKC0F1dGhTZXJ2aWNlEkcKCkd1ZXN0TG9naW4SGy5sdWR1cy52MS5HdWVzdExvZ2luUmVxdWVzdBocLmx1ZHVzLnYxLkd1ZXN0TG9naW5SZXNwb25zZRJQCg1SZWdpc3RlckVtYWlsEh4ubHVkdXMudjEuUmVnaXN0ZXJFbWFpbFJlcXVlc3QaHy5sdWR1cy52MS5SZWdpc3RlckVtYWlsUmVzcG9uc2USRwoKRW1haWxMb2dpbhIbLmx1ZHVzLnYxLkVtYWlsTG9naW5SZXF1ZXN0GhwubHVkdXMudjEuRW1haWxMb2dpblJlc3BvbnNlEkoKC0N1c3RvbUxvZ2luEhwubHVkdXMudjEuQ3VzdG9tTG9naW5SZXF1ZXN0Gh0ubHVkdXMudjEuQ3VzdG9tTG9naW5SZXNwb25zZRI+CgdSZWZyZXNoEhgubHVkdXMudjEuUmVmcmVzaFJlcXVlc3QaGS5sdWR1cy52MS5SZWZyZXNoUmVzcG9uc2USOwoGTG9nb3V0EhcubHVkdXMudjEuTG9nb3V0UmVxdWVzdBoYLmx1ZHVzLnYxLkxvZ291dFJlc3BvbnNlEkcKCkxpbmtEZXZpY2USGy5sdWR1cy52MS5MaW5rRGV2aWNlUmVxdWVzdBocLmx1ZHVzLnYxLkxpbmtEZXZpY2VSZXNwb25zZRJECglMaW5rRW1haWwSGi5sdWR1cy52MS5MaW5rRW1haWxSZXF1ZXN0GhsubHVkdXMudjEuTGlua0VtYWlsUmVzcG9uc2USOwoGVW5saW5rEhcubHVkdXMudjEuVW5saW5rUmVxdWVzdBoYLmx1ZHVzLnYxLlVubGlua1Jlc3BvbnNlQiZaJGx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvdjE7bHVkdXN2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("ChNsdWR1cy92MS9hdXRoLnByb3RvEghsdWR1cy52MSJMChFHdWVzdExvZ2luUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSEQoJZGV2aWNlX2lkGAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCSLNAQoSR3Vlc3RMb2dpblJlc3BvbnNlEg4KBnRpY2tldBgBIAEoCRIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgphY2NvdW50X2lkGAMgASgJEhQKDGRpc3BsYXlfbmFtZRgEIAEoCRIVCg1yZWZyZXNoX3Rva2VuGAUgASgJEjYKEnJlZnJlc2hfZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiwgEKB1Nlc3Npb24SDgoGdGlja2V0GAEgASgJEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmFjY291bnRfaWQYAyABKAkSFAoMZGlzcGxheV9uYW1lGAQgASgJEhUKDXJlZnJlc2hfdG9rZW4YBSABKAkSNgoScmVmcmVzaF9leHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJdChRSZWdpc3RlckVtYWlsUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDQoFZW1haWwYAiABKAkSEAoIcGFzc3dvcmQYAyABKAkSFAoMZGlzcGxheV9uYW1lGAQgASgJIjsKFVJlZ2lzdGVyRW1haWxSZXNwb25zZRIiCgdzZXNzaW9uGAEgASgLMhEubHVkdXMudjEuU2Vzc2lvbiJEChFFbWFpbExvZ2luUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDQoFZW1haWwYAiABKAkSEAoIcGFzc3dvcmQYAyABKAkiOAoSRW1haWxMb2dpblJlc3BvbnNlEiIKB3Nlc3Npb24YASABKAsyES5sdWR1cy52MS5TZXNzaW9uIj0KEkN1c3RvbUxvZ2luUmVxdWVzdBIRCgljdXN0b21faWQYASABKAkSFAoMZGlzcGxheV9uYW1lGAIgASgJIjkKE0N1c3RvbUxvZ2luUmVzcG9uc2USIgoHc2Vzc2lvbhgBIAEoCzIRLmx1ZHVzLnYxLlNlc3Npb24iNwoOUmVmcmVzaFJlcXVlc3QSDgoGdGVuYW50GAEgASgJEhUKDXJlZnJlc2hfdG9rZW4YAiABKAkiNQoPUmVmcmVzaFJlc3BvbnNlEiIKB3Nlc3Npb24YASABKAsyES5sdWR1cy52MS5TZXNzaW9uIjYKDUxvZ291dFJlcXVlc3QSDgoGdGVuYW50GAEgASgJEhUKDXJlZnJlc2hfdG9rZW4YAiABKAkiEAoOTG9nb3V0UmVzcG9uc2UiQAoRTGlua0RldmljZVJlcXVlc3QSEQoJZGV2aWNlX2lkGAEgASgJEhgKEGN1cnJlbnRfcGFzc3dvcmQYAiABKAkiFAoSTGlua0RldmljZVJlc3BvbnNlIk0KEExpbmtFbWFpbFJlcXVlc3QSDQoFZW1haWwYASABKAkSEAoIcGFzc3dvcmQYAiABKAkSGAoQY3VycmVudF9wYXNzd29yZBgDIAEoCSITChFMaW5rRW1haWxSZXNwb25zZSJPCg1VbmxpbmtSZXF1ZXN0EiQKCGlkZW50aXR5GAEgASgOMhIubHVkdXMudjEuSWRlbnRpdHkSGAoQY3VycmVudF9wYXNzd29yZBgCIAEoCSIQCg5VbmxpbmtSZXNwb25zZSpiCghJZGVudGl0eRIYChRJREVOVElUWV9VTlNQRUNJRklFRBAAEhMKD0lERU5USVRZX0RFVklDRRABEhIKDklERU5USVRZX0VNQUlMEAISEwoPSURFTlRJVFlfQ1VTVE9NEAMyhgUKC0F1dGhTZXJ2aWNlEkcKCkd1ZXN0TG9naW4SGy5sdWR1cy52MS5HdWVzdExvZ2luUmVxdWVzdBocLmx1ZHVzLnYxLkd1ZXN0TG9naW5SZXNwb25zZRJQCg1SZWdpc3RlckVtYWlsEh4ubHVkdXMudjEuUmVnaXN0ZXJFbWFpbFJlcXVlc3QaHy5sdWR1cy52MS5SZWdpc3RlckVtYWlsUmVzcG9uc2USRwoKRW1haWxMb2dpbhIbLmx1ZHVzLnYxLkVtYWlsTG9naW5SZXF1ZXN0GhwubHVkdXMudjEuRW1haWxMb2dpblJlc3BvbnNlEkoKC0N1c3RvbUxvZ2luEhwubHVkdXMudjEuQ3VzdG9tTG9naW5SZXF1ZXN0Gh0ubHVkdXMudjEuQ3VzdG9tTG9naW5SZXNwb25zZRI+CgdSZWZyZXNoEhgubHVkdXMudjEuUmVmcmVzaFJlcXVlc3QaGS5sdWR1cy52MS5SZWZyZXNoUmVzcG9uc2USOwoGTG9nb3V0EhcubHVkdXMudjEuTG9nb3V0UmVxdWVzdBoYLmx1ZHVzLnYxLkxvZ291dFJlc3BvbnNlEkcKCkxpbmtEZXZpY2USGy5sdWR1cy52MS5MaW5rRGV2aWNlUmVxdWVzdBocLmx1ZHVzLnYxLkxpbmtEZXZpY2VSZXNwb25zZRJECglMaW5rRW1haWwSGi5sdWR1cy52MS5MaW5rRW1haWxSZXF1ZXN0GhsubHVkdXMudjEuTGlua0VtYWlsUmVzcG9uc2USOwoGVW5saW5rEhcubHVkdXMudjEuVW5saW5rUmVxdWVzdBoYLmx1ZHVzLnYxLlVubGlua1Jlc3BvbnNlQiZaJGx1ZHVzLmRldi9sdWR1cy9nZW4vbHVkdXMvdjE7bHVkdXN2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message ludus.v1.GuestLoginRequest
@@ -363,6 +363,14 @@ export type LinkDeviceRequest = Message<"ludus.v1.LinkDeviceRequest"> & {
    * @generated from field: string device_id = 1;
    */
   deviceId: string;
+
+  /**
+   * The account's password, needed to replace a device already linked when
+   * the account has one (an account without one cannot replace its device).
+   *
+   * @generated from field: string current_password = 2;
+   */
+  currentPassword: string;
 };
 
 /**
@@ -398,6 +406,14 @@ export type LinkEmailRequest = Message<"ludus.v1.LinkEmailRequest"> & {
    * @generated from field: string password = 2;
    */
   password: string;
+
+  /**
+   * The account's password, needed when it already has one (changing the
+   * email or the password).
+   *
+   * @generated from field: string current_password = 3;
+   */
+  currentPassword: string;
 };
 
 /**
@@ -428,6 +444,13 @@ export type UnlinkRequest = Message<"ludus.v1.UnlinkRequest"> & {
    * @generated from field: ludus.v1.Identity identity = 1;
    */
   identity: Identity;
+
+  /**
+   * The account's password, needed when it has one.
+   *
+   * @generated from field: string current_password = 2;
+   */
+  currentPassword: string;
 };
 
 /**
@@ -560,7 +583,11 @@ export const AuthService: GenService<{
   },
   /**
    * LinkDevice binds a device id to the signed-in account (ticket in
-   * "Authorization: Bearer <ticket>").
+   * "Authorization: Bearer <ticket>"). Replacing a device already linked
+   * needs the account's password (current_password; PermissionDenied
+   * without it), and an account without a password cannot replace its
+   * device (FailedPrecondition): a ticket alone, which may have leaked,
+   * adds ways of signing in but never takes one from the owner.
    *
    * @generated from rpc ludus.v1.AuthService.LinkDevice
    */
@@ -570,7 +597,8 @@ export const AuthService: GenService<{
     output: typeof LinkDeviceResponseSchema;
   },
   /**
-   * LinkEmail sets an email and password on the signed-in account.
+   * LinkEmail sets an email and password on the signed-in account; if it
+   * has a password already, current_password must be it (PermissionDenied).
    *
    * @generated from rpc ludus.v1.AuthService.LinkEmail
    */
@@ -581,7 +609,8 @@ export const AuthService: GenService<{
   },
   /**
    * Unlink removes one way of signing in from the signed-in account; the last
-   * one cannot be removed.
+   * one cannot be removed. An account with a password needs it
+   * (current_password).
    *
    * @generated from rpc ludus.v1.AuthService.Unlink
    */
