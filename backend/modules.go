@@ -187,7 +187,7 @@ func (s *Server) moduleErr(ctx context.Context, op string, err error) error {
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
 			"this tenant stores %d module builds (%s); the most it may is %d builds and %s in all, and this one would pass that: "+
 				"delete builds no longer used (ListModules, then DeleteModule or PruneModules; `ludus ctl modules`, `ludus ctl module delete BUILD`, `ludus ctl module prune NAME --keep N`)",
-			limit.Builds, formatBytes(limit.Bytes), limit.Bound.Builds, formatBytes(limit.Bound.Bytes)))
+			limit.Builds, FormatBytes(limit.Bytes), limit.Bound.Builds, FormatBytes(limit.Bound.Bytes)))
 	case errors.As(err, &inUse):
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 			"%v: a node fetches a game's build again when it takes the game over, and a batch run's workers fetch it for every game; "+
@@ -209,8 +209,9 @@ func (s *Server) moduleErr(ctx context.Context, op string, err error) error {
 	return s.internal(ctx, op, err)
 }
 
-// formatBytes shows a byte count for people: 2 GiB, 37.5 MiB, 812 bytes.
-func formatBytes(n int64) string {
+// FormatBytes shows a byte count for people: 2 GiB, 37.5 MiB, 812 B (the
+// backend's messages and `ludus ctl`'s listings).
+func FormatBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return strings.TrimSuffix(fmt.Sprintf("%.1f", float64(n)/(1<<30)), ".0") + " GiB"
@@ -219,7 +220,7 @@ func formatBytes(n int64) string {
 	case n >= 1<<10:
 		return strings.TrimSuffix(fmt.Sprintf("%.1f", float64(n)/(1<<10)), ".0") + " KiB"
 	}
-	return fmt.Sprintf("%d bytes", n)
+	return fmt.Sprintf("%d B", n)
 }
 
 // DeleteModule deletes a build of the caller's tenant (under one name, or

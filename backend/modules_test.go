@@ -69,7 +69,7 @@ func TestModuleBoundRefusesUploads(t *testing.T) {
 
 		// Bytes: 3 builds of 15 bytes stored; 1024 - 45 left.
 		_, err = e.upload(admin, "big", wasm(strings.Repeat("x", 1024-45-7)))
-		wantCode(t, err, connect.CodeResourceExhausted, "(45 bytes)")
+		wantCode(t, err, connect.CodeResourceExhausted, "(45 B)")
 	}, moduleBound(store.ModuleBound{Builds: 3, Bytes: 1024}))
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"ludus.dev/ludus/backend"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
 )
@@ -34,9 +35,9 @@ func listModules(ctx context.Context, admin ludusv1connect.AdminServiceClient, o
 	for _, m := range resp.Msg.Modules {
 		total += m.SizeBytes
 	}
-	fmt.Fprintf(out, "%d builds, %s", len(resp.Msg.Modules), sizeText(total))
+	fmt.Fprintf(out, "%d builds, %s", len(resp.Msg.Modules), backend.FormatBytes(total))
 	if resp.Msg.MaxBuilds > 0 {
-		fmt.Fprintf(out, " (the tenant may store %d builds, %s)", resp.Msg.MaxBuilds, sizeText(resp.Msg.MaxBytes))
+		fmt.Fprintf(out, " (the tenant may store %d builds, %s)", resp.Msg.MaxBuilds, backend.FormatBytes(resp.Msg.MaxBytes))
 	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
@@ -48,22 +49,9 @@ func listModules(ctx context.Context, admin ludusv1connect.AdminServiceClient, o
 			newest[m.Name], mark = true, "newest: new games use it"
 		}
 		fmt.Fprintf(tw, "%s\t%.16s\t%s\t%s\t%d\t%d\t%s\n", m.Name, m.BuildId,
-			m.CreatedAt.AsTime().Local().Format(time.DateTime), sizeText(m.SizeBytes), m.TickRate, m.MaxPlayers, mark)
+			m.CreatedAt.AsTime().Local().Format(time.DateTime), backend.FormatBytes(m.SizeBytes), m.TickRate, m.MaxPlayers, mark)
 	}
 	return tw.Flush()
-}
-
-// sizeText shows a byte count for people.
-func sizeText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return strings.TrimSuffix(fmt.Sprintf("%.1f", float64(n)/(1<<30)), ".0") + " GiB"
-	case n >= 1<<20:
-		return strings.TrimSuffix(fmt.Sprintf("%.1f", float64(n)/(1<<20)), ".0") + " MiB"
-	case n >= 1<<10:
-		return strings.TrimSuffix(fmt.Sprintf("%.1f", float64(n)/(1<<10)), ".0") + " KiB"
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // deleteModule is `ludus ctl module delete BUILD [--name NAME]`: BUILD is a
@@ -85,7 +73,7 @@ func deleteModule(ctx context.Context, admin ludusv1connect.AdminServiceClient, 
 		return err
 	}
 	for _, m := range resp.Msg.Deleted {
-		fmt.Fprintf(out, "deleted %s build %s (%s)\n", m.Name, m.BuildId, sizeText(m.SizeBytes))
+		fmt.Fprintf(out, "deleted %s build %s (%s)\n", m.Name, m.BuildId, backend.FormatBytes(m.SizeBytes))
 	}
 	return nil
 }
@@ -111,7 +99,7 @@ func pruneModules(ctx context.Context, admin ludusv1connect.AdminServiceClient, 
 	for _, k := range resp.Msg.Kept {
 		fmt.Fprintf(out, "kept %s build %.16s: %s\n", name, k.BuildId, k.Reason)
 	}
-	fmt.Fprintf(out, "%d builds deleted (%s), %d kept in use\n", len(resp.Msg.Deleted), sizeText(freed), len(resp.Msg.Kept))
+	fmt.Fprintf(out, "%d builds deleted (%s), %d kept in use\n", len(resp.Msg.Deleted), backend.FormatBytes(freed), len(resp.Msg.Kept))
 	return nil
 }
 
