@@ -374,6 +374,10 @@ func TestCustomLoginLinkUnlink(t *testing.T) {
 	if _, err := e.auth.LinkDevice(ctx, req(&ludusv1.LinkDeviceRequest{DeviceId: "device-cu-new-0123456789", CurrentPassword: "password1"}, ticket)); err != nil {
 		t.Fatal(err)
 	}
+	// Replacing the device ended the account's sessions: a refresh token
+	// (a thief's, say) no longer works.
+	_, err = e.auth.Refresh(ctx, connect.NewRequest(&ludusv1.RefreshRequest{Tenant: "cu", RefreshToken: again.Msg.Session.RefreshToken}))
+	wantCode(t, err, connect.CodeUnauthenticated)
 	for _, id := range []ludusv1.Identity{ludusv1.Identity_IDENTITY_DEVICE, ludusv1.Identity_IDENTITY_CUSTOM} {
 		if _, err := e.auth.Unlink(ctx, req(&ludusv1.UnlinkRequest{Identity: id, CurrentPassword: "password1"}, ticket)); err != nil {
 			t.Fatal(err)

@@ -236,6 +236,20 @@ func (s *Server) passwordFailed(ctx context.Context, tenantID, key string, th st
 	return nil
 }
 
+// endSessions revokes every refresh token of a (if not nil) after its
+// password or device changed: whoever held a session of it, a thief
+// included, signs in again with what it is now. The caller's own session
+// ends too; its ticket lasts its 120 s.
+func (s *Server) endSessions(ctx context.Context, a *store.Account) error {
+	if a == nil {
+		return nil
+	}
+	if err := s.store.RevokeAccountRefreshTokens(ctx, a.TenantID, a.ID); err != nil {
+		return s.internal(ctx, "end sessions", err)
+	}
+	return nil
+}
+
 // errNeedCurrentPassword refuses a change of an account's sign-in without
 // its password.
 var errNeedCurrentPassword = connect.NewError(connect.CodePermissionDenied, errors.New(
@@ -446,6 +460,7 @@ func (s *authService) LinkDevice(ctx context.Context, req *connect.Request[ludus
 	if err := checkDeviceID(req.Msg.DeviceId); err != nil {
 		return nil, invalidArg(err)
 	}
+	var replaced *store.Account
 	err := s.updateOwnAccount(ctx, req.Header(), func(a *store.Account) error {
 		if a.DeviceID != "" && a.DeviceID != req.Msg.DeviceId {
 			// A replacement takes the device from whoever holds it.
@@ -456,11 +471,15 @@ func (s *authService) LinkDevice(ctx context.Context, req *connect.Request[ludus
 			if err := s.checkCurrentPassword(ctx, a.TenantID, *a, req.Msg.CurrentPassword); err != nil {
 				return err
 			}
+			replaced = a
 		}
 		a.DeviceID = req.Msg.DeviceId
 		return nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := s.endSessions(ctx, replaced); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&ludusv1.LinkDeviceResponse{}), nil
@@ -477,6 +496,7 @@ func (s *authService) LinkEmail(ctx context.Context, req *connect.Request[ludusv
 	}
 	// The hash is made once the caller is known (updateOwnAccount checks the
 	// ticket first): a call without one costs no argon2 work.
+	var changed *store.Account
 	err = s.updateOwnAccount(ctx, req.Header(), func(a *store.Account) error {
 		if err := s.checkCurrentPassword(ctx, a.TenantID, *a, req.Msg.CurrentPassword); err != nil {
 			return err
@@ -485,10 +505,16 @@ func (s *authService) LinkEmail(ctx context.Context, req *connect.Request[ludusv
 		if err != nil {
 			return err
 		}
+		if a.PasswordHash != "" {
+			changed = a
+		}
 		a.Email, a.PasswordHash = email, phc
 		return nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := s.endSessions(ctx, changed); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&ludusv1.LinkEmailResponse{}), nil

@@ -545,6 +545,9 @@ type Store interface {
 	// RevokeRefreshFamily revokes the family of the token with this hash.
 	// ErrNotFound if unknown.
 	RevokeRefreshFamily(ctx context.Context, hash []byte) error
+	// RevokeAccountRefreshTokens revokes every refresh token of an account
+	// (all its sessions), e.g. when its password changed.
+	RevokeAccountRefreshTokens(ctx context.Context, tenantID, accountID string) error
 	// DeleteExpiredRefreshTokens deletes up to limit refresh tokens that
 	// expired at or before now, oldest first, whether used, revoked or
 	// neither (none of them can be used again: UseRefreshToken refuses an

@@ -754,6 +754,17 @@ func (s *DB) RevokeRefreshFamily(ctx context.Context, hash []byte) error {
 	})
 }
 
+// RevokeAccountRefreshTokens implements store.Store. The account's tokens
+// are found by the (account_id, family_id) index; the tenant is checked
+// through the account, so another tenant's id revokes nothing.
+func (s *DB) RevokeAccountRefreshTokens(ctx context.Context, tenantID, accountID string) error {
+	return s.inTx(ctx, "revoke account refresh tokens", func(tx *tx) error {
+		_, err := tx.exec(ctx, `UPDATE refresh_tokens SET revoked = 1 WHERE account_id = ?
+			AND EXISTS (SELECT 1 FROM accounts WHERE tenant_id = ? AND id = ?)`, accountID, tenantID, accountID)
+		return err
+	})
+}
+
 // revokeFamily revokes every token of a family. A family is one account's
 // (each token inherits the account of the one it replaced), so the lookup
 // is by (account_id, family_id): the index that also serves deleting an

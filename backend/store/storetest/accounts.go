@@ -229,6 +229,26 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 	_, err = s.UseRefreshToken(ctx, hash("u0"), base.Add(time.Second), refresh("u1", base))
 	wantErr(t, "after logout", err, store.ErrRevoked)
 	wantErr(t, "logout unknown", s.RevokeRefreshFamily(ctx, hash("zzz")), store.ErrNotFound)
+
+	// Revoking an account's tokens ends all its sessions and no other
+	// account's; named under another tenant, it revokes nothing.
+	other := mustAccount(t, s, tn.ID, "dev-rt-other-0000")
+	for i, acc := range []store.Account{a, a, other} {
+		r := refresh(fmt.Sprintf("v%d", i), base)
+		r.FamilyID, r.TenantID, r.AccountID = fmt.Sprintf("fv%d", i), tn.ID, acc.ID
+		must(t, "create v", s.CreateRefreshToken(ctx, r))
+	}
+	elsewhere := mustTenant(t, s, "rt-elsewhere")
+	must(t, "revoke under another tenant", s.RevokeAccountRefreshTokens(ctx, elsewhere.ID, a.ID))
+	_, err = s.UseRefreshToken(ctx, hash("v0"), base.Add(time.Second), refresh("v0b", base))
+	must(t, "a token after a revocation under another tenant", err)
+	must(t, "revoke account", s.RevokeAccountRefreshTokens(ctx, tn.ID, a.ID))
+	_, err = s.UseRefreshToken(ctx, hash("v1"), base.Add(time.Second), refresh("v1b", base))
+	wantErr(t, "a session of the revoked account", err, store.ErrRevoked)
+	_, err = s.UseRefreshToken(ctx, hash("v0b"), base.Add(2*time.Second), refresh("v0c", base))
+	wantErr(t, "the revoked account's newest token", err, store.ErrRevoked)
+	_, err = s.UseRefreshToken(ctx, hash("v2"), base.Add(time.Second), refresh("v2b", base))
+	must(t, "another account's session", err)
 }
 
 // testRefreshTokenExpiry: DeleteExpiredRefreshTokens deletes the tokens
