@@ -93,12 +93,7 @@ func (s *Server) SetBatchPolicy(ctx context.Context, tenantID string, capCPU, re
 	if err != nil {
 		return err
 	}
-	set, err := bs.BatchSettings(ctx, tenantID)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
-	set.CapCPUNanos, set.Retention = int64(capCPU), retention
-	return bs.PutBatchSettings(ctx, tenantID, set)
+	return bs.PutBatchPolicy(ctx, tenantID, retention, int64(capCPU))
 }
 
 // BatchCap returns the tenant's batch spend cap.
@@ -223,20 +218,20 @@ func (s *Server) SweepBatchRuns(ctx context.Context) (int, error) {
 // RotateBatchLinkKey gives the tenant a new archive link key: links signed
 // with the old one stop working.
 func (s *Server) RotateBatchLinkKey(ctx context.Context, tenantID string) error {
-	_, err := s.rotateLinkKey(ctx, tenantID)
+	_, err := s.rotateLinkKey(ctx, tenantID, false)
 	return err
 }
 
-func (s *Server) rotateLinkKey(ctx context.Context, tenantID string) ([]byte, error) {
+// rotateLinkKey gives the tenant a new link key and returns the key in
+// effect; with ifNone (a first link), a key set meanwhile by another call is
+// kept and returned instead, so every first link is signed with the key
+// that stays.
+func (s *Server) rotateLinkKey(ctx context.Context, tenantID string, ifNone bool) ([]byte, error) {
 	bs, err := s.batchStore()
 	if err != nil {
 		return nil, err
 	}
-	set, err := bs.BatchSettings(ctx, tenantID)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, err
-	}
-	set.LinkKey = make([]byte, 32)
-	rand.Read(set.LinkKey)
-	return set.LinkKey, bs.PutBatchSettings(ctx, tenantID, set)
+	key := make([]byte, 32)
+	rand.Read(key)
+	return bs.PutBatchLinkKey(ctx, tenantID, key, ifNone)
 }

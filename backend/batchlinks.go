@@ -47,7 +47,7 @@ func (s *Server) BatchArchiveLink(ctx context.Context, tenantID, runID string, t
 	}
 	key := set.LinkKey
 	if len(key) == 0 {
-		if key, err = s.rotateLinkKey(ctx, tenantID); err != nil {
+		if key, err = s.rotateLinkKey(ctx, tenantID, true); err != nil {
 			return "", time.Time{}, err
 		}
 	}

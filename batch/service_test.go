@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,6 +149,38 @@ func TestResultsComeInPages(t *testing.T) {
 		}
 		if err := json.Unmarshal([]byte(l), &line); err != nil || line.Game != i || len(line.Result) != resultBytes {
 			t.Errorf("line %d: game %d, result of %d bytes, %v", i, line.Game, len(line.Result), err)
+		}
+	}
+}
+
+// First archive links asked for at once (the tenant has no link key yet)
+// are all signed with the key that stays: none answers 403.
+func TestFirstArchiveLinksAgree(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	tenant, _ := newTenant(t)
+	const n = 8
+	links := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			links[i], _, errs[i] = srv.BatchArchiveLink(ctx, tenant, "no-such-run", time.Hour)
+		}()
+	}
+	wg.Wait()
+	for i, u := range links {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		resp, err := http.Get(hs.URL + u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound { // signed right; the run does not exist
+			t.Errorf("first link %d of %d at once: %d, want 404 (403: signed with a key another call replaced)", i, n, resp.StatusCode)
 		}
 	}
 }

@@ -101,8 +101,13 @@ type BatchStore interface {
 	BatchResults(ctx context.Context, tenantID, runID string, q BatchResultQuery) (page []BatchResult, more bool, err error)
 	// BatchSettings returns a tenant's settings (ErrNotFound if never set).
 	BatchSettings(ctx context.Context, tenantID string) (BatchSettings, error)
-	// PutBatchSettings creates or replaces a tenant's settings.
-	PutBatchSettings(ctx context.Context, tenantID string, s BatchSettings) error
+	// PutBatchPolicy sets a tenant's retention and spend cap (zero: the
+	// defaults), keeping its link key whatever it is now.
+	PutBatchPolicy(ctx context.Context, tenantID string, retention time.Duration, capCPUNanos int64) error
+	// PutBatchLinkKey sets a tenant's link key, keeping its policy, and
+	// returns the key in effect: with ifNone, a key the tenant has already
+	// is kept and returned instead, so concurrent first links agree on it.
+	PutBatchLinkKey(ctx context.Context, tenantID string, key []byte, ifNone bool) ([]byte, error)
 	// DeleteExpiredBatchRuns deletes the runs (and their results) that
 	// expired at or before now, at most limit; it returns how many.
 	DeleteExpiredBatchRuns(ctx context.Context, now time.Time, limit int) (int, error)

@@ -126,17 +126,33 @@ func (s *DB) BatchSettings(ctx context.Context, tenantID string) (store.BatchSet
 	return b, nil
 }
 
-// PutBatchSettings implements store.BatchStore.
-func (s *DB) PutBatchSettings(ctx context.Context, tenantID string, b store.BatchSettings) error {
-	if b.LinkKey == nil {
-		b.LinkKey = []byte{}
-	}
-	return s.inTx(ctx, "put batch settings", func(tx *tx) error {
+// PutBatchPolicy implements store.BatchStore. Each of these writes sets
+// only its own columns in one statement, so a policy change and a key
+// rotation at once cannot undo each other (a read-modify-write of the whole
+// row could put a revoked key back).
+func (s *DB) PutBatchPolicy(ctx context.Context, tenantID string, retention time.Duration, capCPUNanos int64) error {
+	return s.inTx(ctx, "put batch policy", func(tx *tx) error {
 		_, err := tx.exec(ctx, `INSERT INTO batch_settings (tenant_id, retention_us, cap_cpu_ns, link_key) VALUES (?, ?, ?, ?)
-			ON CONFLICT (tenant_id) DO UPDATE SET retention_us = excluded.retention_us, cap_cpu_ns = excluded.cap_cpu_ns,
-			link_key = excluded.link_key`, tenantID, b.Retention.Microseconds(), b.CapCPUNanos, b.LinkKey)
+			ON CONFLICT (tenant_id) DO UPDATE SET retention_us = excluded.retention_us, cap_cpu_ns = excluded.cap_cpu_ns`,
+			tenantID, retention.Microseconds(), capCPUNanos, []byte{})
 		return err
 	})
+}
+
+// PutBatchLinkKey implements store.BatchStore.
+func (s *DB) PutBatchLinkKey(ctx context.Context, tenantID string, key []byte, ifNone bool) ([]byte, error) {
+	keep := 0
+	if ifNone {
+		keep = 1
+	}
+	var out []byte
+	err := s.inTx(ctx, "put batch link key", func(tx *tx) error {
+		return tx.row(ctx, `INSERT INTO batch_settings (tenant_id, retention_us, cap_cpu_ns, link_key) VALUES (?, 0, 0, ?)
+			ON CONFLICT (tenant_id) DO UPDATE SET link_key = CASE WHEN ? = 1 AND length(batch_settings.link_key) > 0
+				THEN batch_settings.link_key ELSE excluded.link_key END
+			RETURNING link_key`, tenantID, key, keep).Scan(&out)
+	})
+	return out, err
 }
 
 // DeleteExpiredBatchRuns implements store.BatchStore.

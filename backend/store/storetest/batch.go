@@ -210,3 +210,38 @@ func testBatchResultPages(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testBatchSettingsWrites: the policy and the link key are written apart,
+// each keeping the other; a first key (ifNone) never replaces one set.
+func testBatchSettingsWrites(t *testing.T, s store.Store) {
+	bs, ok := s.(store.BatchStore)
+	if !ok {
+		t.Skip("store keeps no batch runs")
+	}
+	ctx := context.Background()
+	tn := mustTenant(t, s, "batchset")
+	must(t, "policy", bs.PutBatchPolicy(ctx, tn.ID, 48*time.Hour, 7e9))
+	k1, k2, k3 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32), bytes.Repeat([]byte{3}, 32)
+	key := func(tenant, what string, k []byte, ifNone bool, want []byte) {
+		t.Helper()
+		got, err := bs.PutBatchLinkKey(ctx, tenant, k, ifNone)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: key %x, %v; want %x", what, got, err, want)
+		}
+	}
+	key(tn.ID, "first key", k1, true, k1)
+	key(tn.ID, "a second first key", k2, true, k1)
+	key(tn.ID, "a rotation", k3, false, k3)
+	must(t, "policy again", bs.PutBatchPolicy(ctx, tn.ID, time.Hour, 9e9))
+	set, err := bs.BatchSettings(ctx, tn.ID)
+	if err != nil || !bytes.Equal(set.LinkKey, k3) || set.Retention != time.Hour || set.CapCPUNanos != 9e9 {
+		t.Fatalf("settings %+v, %v: want key 3, 1 h, 9e9", set, err)
+	}
+	// A key first, on a tenant without settings, then a policy.
+	tn2 := mustTenant(t, s, "batchset2")
+	key(tn2.ID, "a key without settings", k2, true, k2)
+	must(t, "policy after the key", bs.PutBatchPolicy(ctx, tn2.ID, 0, 0))
+	if set, err := bs.BatchSettings(ctx, tn2.ID); err != nil || !bytes.Equal(set.LinkKey, k2) {
+		t.Fatalf("settings %+v, %v: the policy lost the key", set, err)
+	}
+}

@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"NastyStringsEverywhere", testNastyStringsEverywhere},
 		{"GameArchives", testGameArchives},
 		{"BatchResultPages", testBatchResultPages},
+		{"BatchSettingsWrites", testBatchSettingsWrites},
 		{"DeviceSession", testDeviceSession},
 		{"DeviceSessionsConcurrent", testDeviceSessionsConcurrent},
 		{"ConcurrentWritesIsolated", testConcurrentWritesIsolated},
