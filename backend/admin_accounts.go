@@ -165,8 +165,9 @@ const (
 	// MaxExportBytes bounds the JSON of one ExportAccount, and so the memory
 	// an export takes (the JSON, then the answer's copy of it): an account
 	// whose export would be larger is refused, ResourceExhausted, never cut
-	// short. 64 MiB holds about 250,000 ledger entries and tens of
-	// thousands of match results (docs/RATIONALE.md, "Account exports").
+	// short. 64 MiB holds about 250,000 ledger entries, or years of play:
+	// each report also keeps a change key, and each result a row
+	// (docs/RATIONALE.md, "Why an account export is one answer").
 	MaxExportBytes = 64 << 20
 	// exportsAtOnce bounds the exports a backend builds at once, and so
 	// their memory together; others wait for a turn up to exportWait.
@@ -174,10 +175,11 @@ const (
 	exportWait    = 30 * time.Second
 )
 
-// ExportAccount returns everything stored about an account as JSON: one
-// query per kind of record (the ledger and the match results are streamed
-// from the store into the JSON, not loaded whole), all of them, or a
-// refusal naming the sizes if the JSON would pass MaxExportBytes.
+// ExportAccount returns everything stored about an account as JSON (no
+// secrets: no password hash, no refresh token or its hash): one query per
+// kind of record, each streamed from the store into the JSON, not loaded
+// whole; all of them, or a refusal naming the sizes if the JSON would pass
+// MaxExportBytes.
 func (s *adminService) ExportAccount(ctx context.Context, req *connect.Request[ludusv1.ExportAccountRequest]) (*connect.Response[ludusv1.ExportAccountResponse], error) {
 	tenantID, err := s.tenantCall(ctx, req.Header(), "ExportAccount", needAdmin)
 	if err != nil {
@@ -204,15 +206,74 @@ func (s *adminService) ExportAccount(ctx context.Context, req *connect.Request[l
 	return connect.NewResponse(&ludusv1.ExportAccountResponse{Data: data}), nil
 }
 
+// The elements of an export's arrays, as the JSON names their fields.
+type (
+	exportMatch struct {
+		MatchID string             `json:"match_id"`
+		Game    string             `json:"game"`
+		EndedAt string             `json:"ended_at"`
+		Result  store.PlayerReport `json:"result"`
+	}
+	// exportUnfinishedMatch is a match the account was reported in that
+	// has no final result yet (or never will: abandoned).
+	exportUnfinishedMatch struct {
+		MatchID   string             `json:"match_id"`
+		Game      string             `json:"game"`
+		CreatedAt time.Time          `json:"created_at"`
+		Reported  store.PlayerReport `json:"reported"` // the totals of its latest report
+	}
+	exportAppliedChange struct {
+		Key string    `json:"key"`
+		At  time.Time `json:"at"`
+	}
+	exportBoard struct {
+		Board   string `json:"board"`
+		Best    int64  `json:"best"`
+		Sum     int64  `json:"sum"`
+		Matches int64  `json:"matches"`
+	}
+	exportRating struct {
+		Mode       string    `json:"mode"`
+		Rating     float64   `json:"rating"`
+		RD         float64   `json:"rd"`
+		Volatility float64   `json:"volatility"`
+		Matches    int64     `json:"matches"`
+		UpdatedAt  time.Time `json:"updated_at"`
+	}
+	exportSession struct {
+		FirstTokenAt time.Time `json:"first_token_at"`
+		LastTokenAt  time.Time `json:"last_token_at"`
+		ExpiresAt    time.Time `json:"expires_at"`
+		Revoked      bool      `json:"revoked"`
+	}
+	exportSignInThrottle struct {
+		Failures    int       `json:"failures"`
+		LastFailure time.Time `json:"last_failure"`
+		LockedUntil time.Time `json:"locked_until"`
+	}
+)
+
 // exportJSON writes an account's export as json.MarshalIndent would write
-// {"account", "ledger", "matches", "progression"} (the format exports had
-// when they were built in memory whole), one element of the ledger and of
-// the matches at a time. Past s.exportMax bytes it stops writing but goes on
-// counting, for the refusal.
+// a map of its keys (so in their order by name; the existing keys as they
+// were when exports were built in memory whole), one element of each array
+// at a time. Past s.exportMax bytes it stops writing but goes on counting,
+// for the refusal.
 func (s *Server) exportJSON(ctx context.Context, tenantID string, a store.Account) ([]byte, error) {
 	p, err := s.store.Progression(ctx, tenantID, a.ID)
 	if err != nil {
 		return nil, s.internal(ctx, "export", err)
+	}
+	// The failed sign-ins kept for the account's email (keyed by the
+	// email, not the account: one row, read by its key).
+	var throttle *exportSignInThrottle
+	if a.Email != "" {
+		th, err := s.store.LoginThrottle(ctx, tenantID, emailThrottleKey(a.Email))
+		if err != nil {
+			return nil, s.internal(ctx, "export", err)
+		}
+		if th != (store.LoginThrottle{}) {
+			throttle = &exportSignInThrottle{th.Failures, th.LastFailure, th.LockedUntil}
+		}
 	}
 	var b bytes.Buffer
 	put := func(v any, prefix string) error {
@@ -243,35 +304,79 @@ func (s *Server) exportJSON(ctx context.Context, tenantID string, a store.Accoun
 			b.WriteString("\n  ]")
 		}
 	}
-	type matchOut struct {
-		MatchID string             `json:"match_id"`
-		Game    string             `json:"game"`
-		EndedAt string             `json:"ended_at"`
-		Result  store.PlayerReport `json:"result"`
+	key := func(k string) { b.WriteString(",\n  \"" + k + "\": ") }
+	// array writes key's array from a store's streamed read: each calls
+	// add with every element; it returns how many there were.
+	array := func(k string, each func(add func(any) error) error) (int, error) {
+		key(k)
+		n := 0
+		if err := each(func(v any) error { n++; return element(n, v) }); err != nil {
+			return n, err
+		}
+		endArray(n)
+		return n, nil
 	}
-	var ledgerN, matchesN int
+	// The keys in name order, as MarshalIndent writes a map's.
+	var changesN, boardsN, ledgerN, matchesN, ratingsN, sessionsN, unfinishedN int
 	b.WriteString("{\n  \"account\": ")
 	err = put(map[string]any{"id": a.ID, "display_name": a.DisplayName, "device_id": a.DeviceID, "email": a.Email,
 		"custom_id": a.CustomID, "has_password": a.PasswordHash != "", "created_at": a.CreatedAt, "updated_at": a.UpdatedAt}, "  ")
 	if err == nil {
-		b.WriteString(",\n  \"ledger\": ")
-		err = s.store.EachLedgerEntry(ctx, tenantID, a.ID, func(e store.LedgerEntry) error {
-			ledgerN++
-			return element(ledgerN, e)
+		changesN, err = array("applied_changes", func(add func(any) error) error {
+			return s.store.EachAppliedChange(ctx, tenantID, a.ID, func(c store.AppliedChange) error {
+				return add(exportAppliedChange{c.Key, c.At})
+			})
 		})
 	}
 	if err == nil {
-		endArray(ledgerN)
-		b.WriteString(",\n  \"matches\": ")
-		err = s.store.EachAccountMatch(ctx, tenantID, a.ID, func(m store.AccountMatch) error {
-			matchesN++
-			return element(matchesN, matchOut{m.MatchID, m.Game, m.EndedAt.Format("2006-01-02T15:04:05.000000Z"), m.Player})
+		boardsN, err = array("leaderboards", func(add func(any) error) error {
+			return s.store.EachAccountBoard(ctx, tenantID, a.ID, func(e store.AccountBoard) error {
+				return add(exportBoard{e.Board, e.Best, e.Sum, e.Matches})
+			})
 		})
 	}
 	if err == nil {
-		endArray(matchesN)
-		b.WriteString(",\n  \"progression\": ")
+		ledgerN, err = array("ledger", func(add func(any) error) error {
+			return s.store.EachLedgerEntry(ctx, tenantID, a.ID, func(e store.LedgerEntry) error { return add(e) })
+		})
+	}
+	if err == nil {
+		matchesN, err = array("matches", func(add func(any) error) error {
+			return s.store.EachAccountMatch(ctx, tenantID, a.ID, func(m store.AccountMatch) error {
+				return add(exportMatch{m.MatchID, m.Game, m.EndedAt.Format("2006-01-02T15:04:05.000000Z"), m.Player})
+			})
+		})
+	}
+	if err == nil {
+		key("progression")
 		err = put(p, "  ")
+	}
+	if err == nil {
+		ratingsN, err = array("ratings", func(add func(any) error) error {
+			return s.store.EachAccountRating(ctx, tenantID, a.ID, func(r store.Rating) error {
+				return add(exportRating{r.Mode, r.Rating, r.RD, r.Volatility, r.Matches, r.UpdatedAt})
+			})
+		})
+	}
+	if err == nil {
+		sessionsN, err = array("sessions", func(add func(any) error) error {
+			return s.store.EachAccountSession(ctx, tenantID, a.ID, func(x store.AccountSession) error {
+				return add(exportSession{x.FirstTokenAt, x.LastTokenAt, x.ExpiresAt, x.Revoked})
+			})
+		})
+	}
+	if err == nil {
+		key("sign_in_throttle")
+		err = put(throttle, "  ")
+	}
+	if err == nil {
+		unfinishedN, err = array("unfinished_matches", func(add func(any) error) error {
+			return s.store.EachUnfinishedAccountMatch(ctx, tenantID, a.ID, func(m store.AccountMatch) error {
+				return add(exportUnfinishedMatch{m.MatchID, m.Game, m.CreatedAt, m.Player})
+			})
+		})
+	}
+	if err == nil {
 		b.WriteString("\n}")
 	}
 	if err != nil {
@@ -279,8 +384,8 @@ func (s *Server) exportJSON(ctx context.Context, tenantID string, a store.Accoun
 	}
 	if b.Len() > s.exportMax {
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-			"the export of account %s would be larger than %s, the most one answer carries (it has %d ledger entries and %d match results); nothing was cut: ask the operator of this Ludus to export it from the database (docs/OPERATIONS.md, \"Exporting a large account\")",
-			a.ID, byteSize(s.exportMax), ledgerN, matchesN))
+			"the export of account %s would be larger than %s, the most one answer carries (it has %d ledger entries, %d match results, %d unfinished matches, %d applied changes, %d leaderboard entries, %d ratings and %d sessions); nothing was cut: ask the operator of this Ludus to export it from the database (docs/OPERATIONS.md, \"Exporting a large account\")",
+			a.ID, byteSize(s.exportMax), ledgerN, matchesN, unfinishedN, changesN, boardsN, ratingsN, sessionsN))
 	}
 	return b.Bytes(), nil
 }

@@ -34,6 +34,9 @@ const (
 	LockoutDuration      = 15 * time.Minute
 )
 
+// emailThrottleKey is the login throttle key of an email's sign-ins.
+func emailThrottleKey(email string) string { return "email:" + email }
+
 func throttleDelay(failures int) time.Duration {
 	if failures < ThrottleFreeFailures {
 		return 0
@@ -156,7 +159,7 @@ func (s *authService) EmailLogin(ctx context.Context, req *connect.Request[ludus
 	if err := s.signInReady(signIn); err != nil {
 		return nil, err
 	}
-	key := "email:" + email
+	key := emailThrottleKey(email)
 	now := s.now().UTC()
 	th, err := s.passwordThrottle(ctx, tenant.ID, key, now, "too many failed sign-ins for this email")
 	if err != nil {

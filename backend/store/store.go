@@ -379,12 +379,48 @@ type MatchResult struct {
 }
 
 // AccountMatch is one account's own row of a stored final result: what an
-// export of the account carries of each match it played.
+// export of the account carries of each match it played. Of a match not
+// ended (EachUnfinishedAccountMatch), EndedAt is zero and Player holds the
+// totals of its latest report.
 type AccountMatch struct {
-	MatchID string
-	Game    string
-	EndedAt time.Time
-	Player  PlayerReport
+	MatchID   string
+	Game      string
+	CreatedAt time.Time // when the match's report credential was minted
+	EndedAt   time.Time
+	Player    PlayerReport
+}
+
+// AppliedChange is a change key an account's progression took: a grant's
+// idempotency key, or a match report's ("match/<id>/<seq>", "match/<id>/final").
+// It is kept so that the same key never applies twice.
+type AppliedChange struct {
+	Key string
+	At  time.Time
+}
+
+// AccountSession is one sign-in of an account as its refresh-token family
+// keeps it: times only, never a token or its hash.
+type AccountSession struct {
+	// FirstTokenAt is when the oldest token still kept was issued: the
+	// sign-in, unless the session refreshed so often that its first used
+	// tokens were forgotten (RefreshReuseMemory).
+	FirstTokenAt time.Time
+	// LastTokenAt is when the newest token was issued: the sign-in or the
+	// latest refresh.
+	LastTokenAt time.Time
+	// ExpiresAt is when the newest token expires.
+	ExpiresAt time.Time
+	// Revoked: signed out, or a used token was presented again.
+	Revoked bool
+}
+
+// AccountBoard is an account's row on one leaderboard: a game's score
+// board (Board is the game) or a stat board (e.g. "arena/kills").
+type AccountBoard struct {
+	Board   string
+	Best    int64
+	Sum     int64
+	Matches int64
 }
 
 // LeaderboardEntry is an account's standing on a game's leaderboard.
@@ -560,6 +596,11 @@ type Store interface {
 	// the deleted ones must sign in again). It returns how many accounts it
 	// trimmed and how many tokens it deleted.
 	TrimRefreshFamilies(ctx context.Context, keep, accounts int) (trimmed, deleted int, err error)
+	// EachAccountSession calls fn with every session of the account whose
+	// refresh tokens are still stored (one per family), the most recently
+	// refreshed first, as one query streams them. An error of fn ends the
+	// iteration.
+	EachAccountSession(ctx context.Context, tenantID, accountID string, fn func(AccountSession) error) error
 
 	// ApplyChange applies a progression change atomically, once per
 	// (tenant, account, key). applied is false if the key was seen before.
@@ -578,6 +619,10 @@ type Store interface {
 	// the caller holds one entry at a time. An error of fn ends the
 	// iteration and is returned as is.
 	EachLedgerEntry(ctx context.Context, tenantID, accountID string, fn func(LedgerEntry) error) error
+	// EachAppliedChange calls fn with every change key the account's
+	// progression took (grants and match reports), newest first (ties by
+	// key), as one query streams them. An error of fn ends the iteration.
+	EachAppliedChange(ctx context.Context, tenantID, accountID string, fn func(AppliedChange) error) error
 
 	// CreateMatch stores a match. ErrAlreadyExists if the id is taken.
 	CreateMatch(ctx context.Context, m Match) error
@@ -619,6 +664,15 @@ type Store interface {
 	// result it played, newest first (ties by match id), as one query
 	// streams them. An error of fn ends the iteration and is returned as is.
 	EachAccountMatch(ctx context.Context, tenantID, accountID string, fn func(AccountMatch) error) error
+	// EachUnfinishedAccountMatch calls fn with the account's row of every
+	// match it was reported in that has no final result (running, or
+	// abandoned after an interim report), newest first (ties by match id),
+	// as one query streams them. An error of fn ends the iteration.
+	EachUnfinishedAccountMatch(ctx context.Context, tenantID, accountID string, fn func(AccountMatch) error) error
+	// EachAccountBoard calls fn with the account's row of every leaderboard
+	// it is on, score boards and stat boards, by board name, as one query
+	// streams them. An error of fn ends the iteration.
+	EachAccountBoard(ctx context.Context, tenantID, accountID string, fn func(AccountBoard) error) error
 	// Leaderboard returns the top entries of a game ordered by best score
 	// (byBest) or by sum, from rank offset+1.
 	Leaderboard(ctx context.Context, tenantID, game string, byBest bool, offset, limit int) ([]LeaderboardEntry, error)
@@ -635,6 +689,10 @@ type Store interface {
 	// id; accounts never rated in the mode are absent. For the matchmaker
 	// and GetRating.
 	Ratings(ctx context.Context, tenantID, mode string, accountIDs []string) (map[string]Rating, error)
+	// EachAccountRating calls fn with the account's rating in every mode it
+	// was rated in, by mode, as one query streams them. An error of fn ends
+	// the iteration.
+	EachAccountRating(ctx context.Context, tenantID, accountID string, fn func(Rating) error) error
 
 	// PutWebhook sets (or with an empty URL removes) a tenant's webhook.
 	PutWebhook(ctx context.Context, w Webhook) error

@@ -105,6 +105,26 @@ func testMatchReadsQueryCount(t *testing.T, st store.Store, drv driver.Driver, d
 		}
 		return err
 	})
+	// The other reads of an export, one query each whatever they find.
+	for what, read := range map[string]func() error{
+		"EachAppliedChange": func() error {
+			return r.EachAppliedChange(ctx, tn.ID, ids[0], func(store.AppliedChange) error { return nil })
+		},
+		"EachAccountBoard": func() error {
+			return r.EachAccountBoard(ctx, tn.ID, ids[0], func(store.AccountBoard) error { return nil })
+		},
+		"EachAccountRating": func() error {
+			return r.EachAccountRating(ctx, tn.ID, ids[0], func(store.Rating) error { return nil })
+		},
+		"EachAccountSession": func() error {
+			return r.EachAccountSession(ctx, tn.ID, ids[0], func(store.AccountSession) error { return nil })
+		},
+		"EachUnfinishedAccountMatch": func() error {
+			return r.EachUnfinishedAccountMatch(ctx, tn.ID, ids[0], func(store.AccountMatch) error { return nil })
+		},
+	} {
+		count(what, 1, read)
+	}
 	count("EachLedgerEntry", 1, func() error {
 		n := 0
 		err := r.EachLedgerEntry(ctx, tn.ID, ids[0], func(store.LedgerEntry) error { n++; return nil })

@@ -1116,17 +1116,19 @@ func (s *DB) matchResults(ctx context.Context, op, matches string, args ...any) 
 	return out, nil
 }
 
-// EachAccountMatch implements store.Store.
+// EachAccountMatch implements store.Store. CROSS JOIN: SQLite would
+// otherwise start from matches_ended, every ended match of the tenant,
+// rather than the account's rows (match_players_account; export.go).
 func (s *DB) EachAccountMatch(ctx context.Context, tenantID, accountID string, fn func(store.AccountMatch) error) error {
 	return each(ctx, s, "each account match", func(r scanner) (store.AccountMatch, error) {
 		var m store.AccountMatch
-		var ended int64
-		p, _, err := scanPlayer(r, &m.MatchID, &m.Game, &ended)
-		m.EndedAt, m.Player = FromDB(ended), p
+		var created, ended int64
+		p, _, err := scanPlayer(r, &m.MatchID, &m.Game, &created, &ended)
+		m.CreatedAt, m.EndedAt, m.Player = FromDB(created), FromDB(ended), p
 		return m, err
-	}, fn, `SELECT m.id, m.game, m.ended_at, `+playerCols+` FROM match_players p
-		JOIN matches m ON m.tenant_id = p.tenant_id AND m.id = p.match_id
-		WHERE p.tenant_id = ? AND p.account_id = ? AND m.ended_at IS NOT NULL ORDER BY m.ended_at DESC, m.id`, tenantID, accountID)
+	}, fn, `SELECT m.id, m.game, m.created_at, m.ended_at, `+playerCols+` FROM match_players p
+		CROSS JOIN matches m WHERE m.tenant_id = p.tenant_id AND m.id = p.match_id
+		AND p.tenant_id || '' = ? AND p.account_id = ? AND m.ended_at IS NOT NULL ORDER BY m.ended_at DESC, m.id`, tenantID, accountID)
 }
 
 func boardCol(byBest bool) string {

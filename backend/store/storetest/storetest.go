@@ -63,6 +63,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"MatchRosterConcurrent", testMatchRosterConcurrent},
 		{"Leaderboard", testLeaderboard},
 		{"AccountExportReads", testAccountExportReads},
+		{"AccountExportRows", testAccountExportRows},
 		{"Webhooks", testWebhooks},
 		{"WebhookDeliveryRetention", testWebhookDeliveryRetention},
 		{"DeleteAccountCascades", testDeleteAccountCascades},

@@ -2112,7 +2112,18 @@ func (x *ExportAccountRequest) GetId() string {
 
 type ExportAccountResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// JSON: the account, its progression, ledger, match results and leaderboard entries.
+	// JSON, an object with the keys: "account" (its ids, display name,
+	// has_password, times), "applied_changes" (the change keys its progression
+	// took: grants' idempotency keys and match reports'), "leaderboards" (its
+	// row on each score and stat board: best, sum, matches), "ledger" (every
+	// wallet movement), "matches" (its row of every final match result),
+	// "progression" (XP, wallet, inventory), "ratings" (per matchmaking mode),
+	// "sessions" (per sign-in whose refresh tokens are kept: when its first
+	// kept and newest tokens were issued, when it expires, whether revoked),
+	// "sign_in_throttle" (failed email sign-ins kept for its email, or null)
+	// and "unfinished_matches" (its totals in matches with interim reports
+	// but no final result). Not included: the rosters of matches it is on
+	// (read only by match, not by account).
 	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -157,7 +157,11 @@ type AdminServiceClient interface {
 	GetAccount(context.Context, *connect.Request[v1.GetAccountRequest]) (*connect.Response[v1.GetAccountResponse], error)
 	// DeleteAccount deletes an account and all its data. Scope "admin".
 	DeleteAccount(context.Context, *connect.Request[v1.DeleteAccountRequest]) (*connect.Response[v1.DeleteAccountResponse], error)
-	// ExportAccount returns everything stored about an account, as JSON. Scope "admin".
+	// ExportAccount returns what is stored about an account, as JSON, without
+	// its secrets (no password hash, no refresh token or its hash): every
+	// record kept of it, whole, or ResourceExhausted if the JSON would pass
+	// 64 MiB. Not in it: the match rosters it is on (see
+	// ExportAccountResponse). Scope "admin".
 	ExportAccount(context.Context, *connect.Request[v1.ExportAccountRequest]) (*connect.Response[v1.ExportAccountResponse], error)
 	// Progression (scope "server" or "admin" to grant).
 	GrantProgression(context.Context, *connect.Request[v1.GrantProgressionRequest]) (*connect.Response[v1.GrantProgressionResponse], error)
@@ -597,7 +601,11 @@ type AdminServiceHandler interface {
 	GetAccount(context.Context, *connect.Request[v1.GetAccountRequest]) (*connect.Response[v1.GetAccountResponse], error)
 	// DeleteAccount deletes an account and all its data. Scope "admin".
 	DeleteAccount(context.Context, *connect.Request[v1.DeleteAccountRequest]) (*connect.Response[v1.DeleteAccountResponse], error)
-	// ExportAccount returns everything stored about an account, as JSON. Scope "admin".
+	// ExportAccount returns what is stored about an account, as JSON, without
+	// its secrets (no password hash, no refresh token or its hash): every
+	// record kept of it, whole, or ResourceExhausted if the JSON would pass
+	// 64 MiB. Not in it: the match rosters it is on (see
+	// ExportAccountResponse). Scope "admin".
 	ExportAccount(context.Context, *connect.Request[v1.ExportAccountRequest]) (*connect.Response[v1.ExportAccountResponse], error)
 	// Progression (scope "server" or "admin" to grant).
 	GrantProgression(context.Context, *connect.Request[v1.GrantProgressionRequest]) (*connect.Response[v1.GrantProgressionResponse], error)

@@ -915,7 +915,18 @@ export const ExportAccountRequestSchema: GenMessage<ExportAccountRequest> = /*@_
  */
 export type ExportAccountResponse = Message<"ludus.v1.ExportAccountResponse"> & {
   /**
-   * JSON: the account, its progression, ledger, match results and leaderboard entries.
+   * JSON, an object with the keys: "account" (its ids, display name,
+   * has_password, times), "applied_changes" (the change keys its progression
+   * took: grants' idempotency keys and match reports'), "leaderboards" (its
+   * row on each score and stat board: best, sum, matches), "ledger" (every
+   * wallet movement), "matches" (its row of every final match result),
+   * "progression" (XP, wallet, inventory), "ratings" (per matchmaking mode),
+   * "sessions" (per sign-in whose refresh tokens are kept: when its first
+   * kept and newest tokens were issued, when it expires, whether revoked),
+   * "sign_in_throttle" (failed email sign-ins kept for its email, or null)
+   * and "unfinished_matches" (its totals in matches with interim reports
+   * but no final result). Not included: the rosters of matches it is on
+   * (read only by match, not by account).
    *
    * @generated from field: bytes data = 1;
    */
@@ -1864,7 +1875,11 @@ export const AdminService: GenService<{
     output: typeof DeleteAccountResponseSchema;
   },
   /**
-   * ExportAccount returns everything stored about an account, as JSON. Scope "admin".
+   * ExportAccount returns what is stored about an account, as JSON, without
+   * its secrets (no password hash, no refresh token or its hash): every
+   * record kept of it, whole, or ResourceExhausted if the JSON would pass
+   * 64 MiB. Not in it: the match rosters it is on (see
+   * ExportAccountResponse). Scope "admin".
    *
    * @generated from rpc ludus.v1.AdminService.ExportAccount
    */
