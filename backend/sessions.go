@@ -273,7 +273,7 @@ func (s *Server) checkCurrentPassword(ctx context.Context, tenantID string, a st
 	if len(given) > 4*MaxPasswordLen {
 		return invalidArg(fmt.Errorf("current_password must be at most %d characters", MaxPasswordLen))
 	}
-	key := "email:" + a.Email
+	key := emailThrottleKey(a.Email)
 	now := s.now().UTC()
 	th, err := s.passwordThrottle(ctx, tenantID, key, now, "too many wrong passwords for this account")
 	if err != nil {
