@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"ludus.dev/ludus/backend/store/sqlstore"
 	"ludus.dev/ludus/backend/store/storetest"
 )
 
@@ -125,4 +126,14 @@ func upgradedFrom(t *testing.T, version int, seed func(storetest.Exec) error) *S
 	s := open(t, path)
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// TestAccountMatchResultsPlan: ListMatchResults of one account reads the
+// account's rows, not every ended match of the tenant.
+func TestAccountMatchResultsPlan(t *testing.T) {
+	s := upgradedFrom(t, 10, func(storetest.Exec) error { return nil })
+	plan := queryPlan(t, s.r, sqlstore.AccountMatchResultsQuery, "t_1", "a_1", 20)
+	if !strings.Contains(plan, "match_players_account") || strings.Contains(plan, "matches_ended") {
+		t.Errorf("an account's match results are not read from its rows: %s", plan)
+	}
 }

@@ -1075,11 +1075,18 @@ func (s *DB) ListMatchResults(ctx context.Context, tenantID, accountID string, l
 		return s.matchResults(ctx, "list match results", `SELECT tenant_id, id, game, ended_at FROM matches
 			WHERE tenant_id = ? AND ended_at IS NOT NULL ORDER BY ended_at DESC, id LIMIT ?`, tenantID, limit)
 	}
-	return s.matchResults(ctx, "list match results", `SELECT m.tenant_id, m.id, m.game, m.ended_at FROM matches m
-		JOIN match_players a ON a.tenant_id = m.tenant_id AND a.match_id = m.id
-		WHERE m.tenant_id = ? AND a.account_id = ? AND m.ended_at IS NOT NULL ORDER BY m.ended_at DESC, m.id LIMIT ?`,
-		tenantID, accountID, limit)
+	return s.matchResults(ctx, "list match results", AccountMatchResultsQuery, tenantID, accountID, limit)
 }
+
+// AccountMatchResultsQuery selects an account's newest ended matches
+// (ListMatchResults of one account). It starts from the account's rows
+// (match_players_account): CROSS JOIN fixes that order in SQLite, which
+// would otherwise walk every ended match of the tenant newest first and
+// look for the account in each, and the tenant is compared as an
+// expression so that no index on it competes (as EachAccountMatch does).
+const AccountMatchResultsQuery = `SELECT m.tenant_id, m.id, m.game, m.ended_at FROM match_players a
+		CROSS JOIN matches m WHERE m.tenant_id = a.tenant_id AND m.id = a.match_id
+		AND a.tenant_id || '' = ? AND a.account_id = ? AND m.ended_at IS NOT NULL ORDER BY m.ended_at DESC, m.id LIMIT ?`
 
 // matchResults reads the results that matches (a query of tenant_id, id,
 // game, ended_at) selects, with their players, in one query: the players
