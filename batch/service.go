@@ -216,17 +216,9 @@ func pageStart(token string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimPrefix(token, "g"))
 	if !strings.HasPrefix(token, "g") || err != nil || n < 0 || n > MaxGames {
 		return 0, connect.NewError(connect.CodeInvalidArgument,
-			fmt.Errorf("page_token %q is not one GetRun gave: pass next_page_token as it came, or none for the first page", clip(token)))
+			fmt.Errorf("page_token %q is not one GetRun gave: pass next_page_token as it came, or none for the first page", clipUTF8(token, 40)))
 	}
 	return n, nil
-}
-
-// clip bounds a client's string quoted in an error.
-func clip(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
 }
 
 // WatchRun implements ludusv1connect.BatchServiceHandler. It polls: the
