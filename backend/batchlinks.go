@@ -173,6 +173,7 @@ func (s *Server) writeBatchArchive(ctx context.Context, w io.Writer, rec store.B
 		return err
 	}
 	archived := make([]bool, rec.Games)
+	inArchive := func(game int) bool { return game >= 0 && game < len(archived) && archived[game] }
 	var size int64
 	err := s.EachBatchResult(ctx, rec.TenantID, rec.RunID, archiveResults, func(r store.BatchResult) error {
 		if r.Game >= 0 && r.Game < len(archived) {
@@ -188,7 +189,7 @@ func (s *Server) writeBatchArchive(ctx context.Context, w io.Writer, rec store.B
 		return err
 	}
 	err = s.EachBatchResult(ctx, rec.TenantID, rec.RunID, archiveResults, func(r store.BatchResult) error {
-		if r.Game < 0 || r.Game >= len(archived) || !archived[r.Game] {
+		if !inArchive(r.Game) {
 			return nil
 		}
 		_, err := tw.Write(resultLine(r))
@@ -198,7 +199,7 @@ func (s *Server) writeBatchArchive(ctx context.Context, w io.Writer, rec store.B
 		return err
 	}
 	err = s.EachBatchResult(ctx, rec.TenantID, rec.RunID, archiveLogs, func(r store.BatchResult) error {
-		if r.Game < 0 || r.Game >= len(archived) || !archived[r.Game] || len(r.Log) == 0 {
+		if !inArchive(r.Game) || len(r.Log) == 0 {
 			return nil
 		}
 		return put(logName(r.Game), r.Log)
