@@ -45,6 +45,21 @@ func NewHandoff(to NodeInfo) *Handoff {
 // operations, each game costing 2 compares and up to 4 puts or deletes.
 const MaxAppendsPerTxn = 24
 
+// MaxAppendBytesPerTxn is how many bytes (Append.Size) one AppendAll may
+// carry, well under etcd's default request limit of 1.5 MiB: a checkpoint
+// may be 512 KiB, so three games' appends could pass it.
+const MaxAppendBytesPerTxn = 1 << 20
+
+// appendOverhead bounds what an append's request holds besides its chunk
+// and checkpoint: keys, the status, the owner value, the compares.
+const appendOverhead = 2 << 10
+
+// Size bounds the bytes the append adds to a request: its chunk, its
+// checkpoint, and appendOverhead for its keys and status.
+func (a *Append) Size() int {
+	return len(a.Chunk) + len(a.Checkpoint) + appendOverhead
+}
+
 // AppendAll commits appends of different games in one transaction (group
 // commit): each game's writes are guarded by compares on its owner key's value
 // and create revision, so a node that lost a game can never append to its

@@ -1,6 +1,7 @@
 package clusterstate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -244,6 +245,27 @@ func TestAppendAllIsFencedPerGame(t *testing.T) {
 	}
 	if err := state.AppendAll(ctx, many); err != nil {
 		t.Fatalf("MaxAppendsPerTxn appends in one transaction: %v", err)
+	}
+	// Bytes: appends of MaxAppendBytesPerTxn in all commit together; three
+	// of the largest checkpoints (512 KiB) in one request are too many for
+	// etcd, which is why the log writer counts bytes (simnode nextGroup).
+	big := func(ck int) Append {
+		a := chunkAppend(newGame(t, s, "t-group", "node-a"), 1)
+		a.Checkpoint = bytes.Repeat([]byte{'c'}, ck)
+		return a
+	}
+	fit := []Append{big(0), big(0)}
+	for i := range fit {
+		fit[i].Checkpoint = bytes.Repeat([]byte{'c'}, MaxAppendBytesPerTxn/2-fit[i].Size())
+	}
+	if n := fit[0].Size() + fit[1].Size(); n != MaxAppendBytesPerTxn {
+		t.Fatalf("test appends of %d bytes, want %d", n, MaxAppendBytesPerTxn)
+	}
+	if err := state.AppendAll(ctx, fit); err != nil {
+		t.Fatalf("MaxAppendBytesPerTxn bytes of appends in one transaction: %v", err)
+	}
+	if err := state.AppendAll(ctx, []Append{big(512 << 10), big(512 << 10), big(512 << 10)}); err == nil {
+		t.Fatal("etcd took three 512 KiB checkpoints in one request: MaxAppendBytesPerTxn could be larger")
 	}
 }
 

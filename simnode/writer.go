@@ -24,6 +24,8 @@ type appendReq struct {
 	done chan error
 	// checkpoint, if set, is written with the chunk (it ends where the chunk ends).
 	checkpoint *checkpoint
+	// encoded is the request as a clusterstate append, made once (append).
+	encoded *clusterstate.Append
 }
 
 // logWriter group-commits the input logs of all the node's games: it takes every
@@ -85,22 +87,32 @@ func (w *logWriter) drain() {
 }
 
 func (w *logWriter) commit(batch []*appendReq) {
-	// A game may have several chunks queued; they must commit in order, so a batch
-	// holds at most one chunk per game and the rest wait for the next round.
 	for len(batch) > 0 {
-		var now, later []*appendReq
-		seen := map[*game]bool{}
-		for _, r := range batch {
-			if seen[r.g] || len(now) == gamesPerTxn {
-				later = append(later, r)
-				continue
-			}
-			seen[r.g] = true
-			now = append(now, r)
-		}
+		now, later := nextGroup(batch)
 		w.commitGroup(now)
 		batch = later
 	}
+}
+
+// nextGroup picks the appends of batch that go in one transaction: at most
+// one per game (a game's chunks must commit in order, so the rest wait for
+// the next round), at most gamesPerTxn, and within
+// clusterstate.MaxAppendBytesPerTxn (a lone append that is larger goes
+// alone). The others are returned, in order, as later.
+func nextGroup(batch []*appendReq) (now, later []*appendReq) {
+	seen := map[*game]bool{}
+	bytes := 0
+	for _, r := range batch {
+		size := r.append().Size()
+		if seen[r.g] || len(now) == gamesPerTxn || (len(now) > 0 && bytes+size > clusterstate.MaxAppendBytesPerTxn) {
+			later = append(later, r)
+			continue
+		}
+		seen[r.g] = true
+		bytes += size
+		now = append(now, r)
+	}
+	return now, later
 }
 
 func (w *logWriter) commitGroup(group []*appendReq) {
@@ -118,7 +130,7 @@ func (w *logWriter) commitGroup(group []*appendReq) {
 	}
 	appends := make([]clusterstate.Append, len(group))
 	for i, r := range group {
-		appends[i] = r.append()
+		appends[i] = *r.append()
 	}
 	// Not n.ctx: at shutdown the last chunks must still be written.
 	ctx, cancel := context.WithTimeout(context.Background(), w.n.cfg.LeaseTTL)
@@ -146,7 +158,7 @@ func (w *logWriter) retryOne(r *appendReq) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.n.cfg.LeaseTTL)
-		err := w.n.cfg.Etcd.Append(ctx, r.append())
+		err := w.n.cfg.Etcd.Append(ctx, *r.append())
 		cancel()
 		switch {
 		case err == nil:
@@ -167,13 +179,18 @@ func (w *logWriter) retryOne(r *appendReq) {
 	}
 }
 
-// append is the request as a clusterstate append, fenced by the game's claim.
-func (r *appendReq) append() clusterstate.Append {
-	a := clusterstate.Append{Claim: r.g.claim, Seq: r.seq, Chunk: inputlog.Encode(nil, r.chunk),
+// append is the request as a clusterstate append, fenced by the game's
+// claim (encoded once: a round may size it, commit it and retry it).
+func (r *appendReq) append() *clusterstate.Append {
+	if r.encoded != nil {
+		return r.encoded
+	}
+	a := &clusterstate.Append{Claim: r.g.claim, Seq: r.seq, Chunk: inputlog.Encode(nil, r.chunk),
 		Status: r.status, Final: r.final, Handoff: r.handoff}
 	if r.checkpoint != nil {
 		a.Checkpoint = r.checkpoint.encode()
 	}
+	r.encoded = a
 	return a
 }
 
