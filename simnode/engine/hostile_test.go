@@ -306,3 +306,27 @@ func runArenaOn(t *testing.T, e *Engine, seed uint64, ticks int) ([]uint64, erro
 	}
 	return hashes, nil
 }
+
+// TestGlobalsOutOfRange: an instruction naming a global the module does not
+// have is refused when the module is compiled. The rewriter's own globals
+// (fuel, deadline, stack budget) get the indices right after the module's,
+// and wazero validates only the rewritten module, so without the check a
+// module could set its own fuel or deadline and run forever.
+func TestGlobalsOutOfRange(t *testing.T) {
+	e := hostileEngine(t, InterruptFuel)
+	ctx := context.Background()
+	for _, idx := range []uint32{0, 1, 2, 3} {
+		for _, op := range []struct {
+			name string
+			body []byte
+		}{
+			{"global.set", wasmtest.Cat([]byte{0x03, 0x40}, wasmtest.I64Const(1<<63-1), []byte{0x24}, wasmtest.LEB(idx), []byte{0x0c, 0x00, 0x0b}, wasmtest.I32Const(0))},
+			{"global.get", wasmtest.Cat([]byte{0x23}, wasmtest.LEB(idx), []byte{0x1a}, wasmtest.I32Const(0))},
+		} {
+			_, err := e.Compile(ctx, wasmtest.Hostile("ludus_step", op.body))
+			if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), "global") {
+				t.Errorf("%s %d in a module without globals: compile returned %v, want a refusal naming the global", op.name, idx, err)
+			}
+		}
+	}
+}

@@ -753,6 +753,15 @@ func (w *rewriter) rewriteBody(fb []byte, typ uint32, instrs []instr) ([]byte, [
 			}
 		case 0x21, 0x22: // local.set, local.tee
 			assigns++
+		case 0x23, 0x24: // global.get, global.set
+			// The rewriter's own globals (fuel, deadline, stack budget) come
+			// right after the module's: an index the module does not have
+			// would name one of them once they exist, and wazero validates
+			// only the rewritten module, so it would let the guest reset its
+			// own limits.
+			if idx := (&wreader{b: fb, off: in.start + 1}).u32(); idx >= w.counterIdx {
+				ifail("global %d does not exist (the module has %d globals)", idx, w.counterIdx)
+			}
 		case 0x10, 0x12: // call, return_call
 			st.maxArity = max(st.maxArity, w.arity(w.funcType((&wreader{b: fb, off: in.immAt}).u32())))
 		case 0x11, 0x13: // call_indirect, return_call_indirect
