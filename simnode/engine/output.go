@@ -27,6 +27,13 @@ const (
 	maxCallStderr = 8 << 10
 	// maxOutput bounds Output.
 	maxOutput = 64 << 10
+	// MaxCallOutputBytes and MaxCallOutputLines bound the output one call
+	// into the guest has read and split into lines; the rest of that call's
+	// output is dropped unread (and counted). Reading is host time the call
+	// deadline does not see: without a bound one fd_write of 16 MiB of
+	// newlines kept a 100 ms call busy for seconds.
+	MaxCallOutputBytes = 1 << 20
+	MaxCallOutputLines = 1000
 )
 
 // OutputLine is one line a guest wrote.
@@ -57,6 +64,9 @@ type guestOutput struct {
 	// call is what stderr received during the current call (capped).
 	call []byte
 	all  cappedLog
+	// callBytes and callLines are what the current call's output used of
+	// its budget; callDropped counts the bytes dropped past it.
+	callBytes, callLines, callDropped int
 }
 
 func newGuestOutput(tick func() int64) *guestOutput {
@@ -74,6 +84,17 @@ func (s stream) Write(p []byte) (int, error) { return s.o.write(p, s.stderr) }
 func (o *guestOutput) write(p []byte, stderr bool) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	n := len(p)
+	if room := MaxCallOutputBytes - o.callBytes; len(p) > room || o.callLines >= MaxCallOutputLines {
+		if o.callLines >= MaxCallOutputLines {
+			room = 0
+		}
+		room = max(room, 0)
+		o.callDropped += len(p) - room
+		o.all.dropped += len(p) - room
+		p = p[:room]
+	}
+	o.callBytes += len(p)
 	o.all.write(p)
 	k := 0
 	if stderr {
@@ -99,8 +120,13 @@ func (o *guestOutput) write(p []byte, stderr bool) (int, error) {
 		}
 		o.emit(k)
 		rest = rest[i+1:]
+		if o.callLines++; o.callLines >= MaxCallOutputLines && len(rest) > 0 {
+			o.callDropped += len(rest)
+			o.all.dropped += len(rest)
+			break
+		}
 	}
-	return len(p), nil
+	return n, nil
 }
 
 // emit hands stream k's pending line to the sink. Called with mu held.
@@ -115,14 +141,16 @@ func (o *guestOutput) emit(k int) {
 	}
 }
 
-// beginCall forgets the previous call's stderr.
+// beginCall forgets the previous call's stderr and output budget.
 func (o *guestOutput) beginCall() {
 	o.mu.Lock()
 	o.call = o.call[:0]
+	o.callBytes, o.callLines, o.callDropped = 0, 0, 0
 	o.mu.Unlock()
 }
 
 // endCall hands unfinished lines to the sink: a call's output ends a line.
+// Output dropped past the call's budget is said in one more line.
 func (o *guestOutput) endCall() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -130,6 +158,11 @@ func (o *guestOutput) endCall() {
 		if len(o.partial[k]) > 0 {
 			o.emit(k)
 		}
+	}
+	if o.callDropped > 0 && o.sink != nil {
+		o.sink(OutputLine{Tick: o.tick(), Stderr: true, Text: fmt.Sprintf(
+			"[ludus: %d bytes of this call's output dropped: one call keeps at most %d lines and %d KiB]",
+			o.callDropped, MaxCallOutputLines, MaxCallOutputBytes>>10)})
 	}
 }
 

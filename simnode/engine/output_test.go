@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"os/exec"
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"ludus.dev/ludus/internal/wasmtest"
 )
 
 // buildGoModule builds the Go SDK module in testdata/NAME.
@@ -162,5 +166,61 @@ func TestGuestMessage(t *testing.T) {
 		if got := GuestMessage(in); got != want {
 			t.Errorf("GuestMessage(%.40q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestGuestOutputFlood: one call writing 16 MiB of newlines, in one fd_write
+// of four 4 MiB pieces, returns within its deadline's reach: the call keeps
+// MaxCallOutputLines lines, drops the rest unread and says so in one more
+// line; the next call has its budget again. (Before the budget, the host
+// split every newline into a line, ten seconds for this call.)
+func TestGuestOutputFlood(t *testing.T) {
+	ctx := context.Background()
+	const piece, pieces = 4 << 20, 4
+	const bufAddr = 1 << 16
+	iovAddr := int32(wasmtest.DataAddr + 4096)
+	var iov []byte
+	for range pieces {
+		iov = binary.LittleEndian.AppendUint32(iov, bufAddr)
+		iov = binary.LittleEndian.AppendUint32(iov, piece)
+	}
+	fdWrite := wasmtest.Import{Module: "wasi_snapshot_preview1", Name: "fd_write", Params: []byte{wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32}, Results: []byte{wasmtest.I32}}
+	step := wasmtest.Cat(
+		wasmtest.I32Const(bufAddr), wasmtest.I32Const('\n'), wasmtest.I32Const(piece), []byte{0xfc, 0x0b, 0x00}, // memory.fill
+		wasmtest.I32Const(1), wasmtest.I32Const(iovAddr), wasmtest.I32Const(pieces), wasmtest.I32Const(512), []byte{0x10, 0x00, 0x1a}, // fd_write; drop
+		wasmtest.I32Const(0))
+	funcs := wasmtest.ABIFuncs(wasmtest.HostileMetaBody())
+	wasmtest.SetBody(funcs, "ludus_step", step)
+	data := append([]byte(wasmtest.HostileMeta), make([]byte, 4096-len(wasmtest.HostileMeta))...)
+	wasm := wasmtest.Module{Imports: []wasmtest.Import{fdWrite}, Funcs: funcs, MemoryPages: 80, ExportMemory: true, Data: append(data, iov...)}.Bytes()
+
+	e := hostileEngine(t, InterruptFuel)
+	inst := startHostile(t, e, wasm, InstanceOptions{MemoryLimitPages: 128})
+	var mu sync.Mutex
+	var lines []OutputLine
+	inst.SetOutputSink(func(l OutputLine) {
+		mu.Lock()
+		lines = append(lines, l)
+		mu.Unlock()
+	})
+	for call := range 2 {
+		mu.Lock()
+		lines = lines[:0]
+		mu.Unlock()
+		start := time.Now()
+		if _, err := inst.Step(ctx, nil); err != nil {
+			t.Fatalf("step %d: %v", call, err)
+		}
+		took := time.Since(start)
+		mu.Lock()
+		n, last := len(lines), lines[len(lines)-1].Text
+		mu.Unlock()
+		if n != MaxCallOutputLines+1 || !strings.Contains(last, "dropped") {
+			t.Fatalf("step %d: %d lines, the last %q; want %d and a line saying what was dropped", call, n, last, MaxCallOutputLines+1)
+		}
+		if took > 2*time.Second {
+			t.Fatalf("step %d took %v: the output budget did not stop the host's work", call, took)
+		}
+		t.Logf("step %d: %v, %d lines, %s", call, took, n, last)
 	}
 }
