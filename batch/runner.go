@@ -100,7 +100,8 @@ func (r *Runner) Play(ctx context.Context, m *engine.Module, spec *Spec, g Game)
 	var w struct {
 		Winner *int `json:"winner"`
 	}
-	if json.Unmarshal(out, &w) == nil && w.Winner != nil {
+	// A result over MaxResultBytes is refused later (fit): not decoded.
+	if len(out) <= MaxResultBytes && json.Unmarshal(out, &w) == nil && w.Winner != nil {
 		res.Winner = *w.Winner
 	}
 	if spec.KeepLogs {

@@ -116,3 +116,27 @@ func TestMetaMaxDuration(t *testing.T) {
 		}
 	}
 }
+
+// Metadata at every bound fits well within MaxMetaBytes (which the engine
+// checks before decoding: TestMetaTooLarge in simnode/engine).
+func TestMetaSize(t *testing.T) {
+	m := validMeta()
+	m.Title, m.Hint = strings.Repeat("\u2028", MaxTitle/3), strings.Repeat("\u2028", MaxHint/3)
+	for i := range MaxControls {
+		keys := make([]string, MaxControlKeys)
+		for k := range keys {
+			keys[k] = "K" + strings.Repeat("x", MaxKeyName-4) + string(rune('a'+i%26)) + string(rune('a'+i/26)) + string(rune('a'+k))
+		}
+		m.Controls = append(m.Controls, Control{Label: strings.Repeat("\u2028", MaxLabel/3), Keys: keys, Bit: i % (MaxControlBit + 1)})
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseMeta(b); err != nil {
+		t.Fatalf("metadata at every bound (%d bytes): %v", len(b), err)
+	}
+	if len(b) > MaxMetaBytes/2 {
+		t.Fatalf("metadata at every bound is %d bytes, over half of MaxMetaBytes", len(b))
+	}
+}

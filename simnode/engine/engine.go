@@ -330,6 +330,9 @@ func (m *Module) readMeta(ctx context.Context, hasRender bool) (abi.Meta, error)
 	if err != nil {
 		return abi.Meta{}, fmt.Errorf("%w: %s: %v", ErrInvalidModule, abi.ExportMeta, err)
 	}
+	if len(b) > abi.MaxMetaBytes {
+		return abi.Meta{}, fmt.Errorf("%w: %s returned %d bytes; at most %d", ErrInvalidModule, abi.ExportMeta, len(b), abi.MaxMetaBytes)
+	}
 	meta, err := abi.ParseMeta(b)
 	if err != nil {
 		return abi.Meta{}, fmt.Errorf("%w: %v", ErrInvalidModule, err)

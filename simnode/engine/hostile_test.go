@@ -11,6 +11,7 @@ import (
 
 	"ludus.dev/ludus/games/builtin"
 	"ludus.dev/ludus/internal/wasmtest"
+	"ludus.dev/ludus/sdk/abi"
 )
 
 // Hostile modules of this package only (the shared ones are in wasmtest).
@@ -328,5 +329,17 @@ func TestGlobalsOutOfRange(t *testing.T) {
 				t.Errorf("%s %d in a module without globals: compile returned %v, want a refusal naming the global", op.name, idx, err)
 			}
 		}
+	}
+}
+
+// TestMetaTooLarge: metadata over abi.MaxMetaBytes is refused before it is
+// decoded.
+func TestMetaTooLarge(t *testing.T) {
+	e := hostileEngine(t, InterruptFuel)
+	funcs := wasmtest.ABIFuncs(wasmtest.I64Const(int64(wasmtest.DataAddr)<<32 | int64(abi.MaxMetaBytes+1)))
+	wasm := wasmtest.Module{Funcs: funcs, MemoryPages: 2, ExportMemory: true, Data: []byte(`{"name":"g","controls":[{},{},{}`)}.Bytes()
+	_, err := e.Validate(context.Background(), wasm)
+	if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), "bytes; at most") {
+		t.Fatalf("metadata of %d bytes: %v", abi.MaxMetaBytes+1, err)
 	}
 }
