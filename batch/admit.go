@@ -23,7 +23,15 @@ type Admitter struct {
 	Engine *engine.Engine
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
+	// ConfigTime bounds the time spent trying the maps' configs (each is
+	// an instance's _initialize and ludus_init, up to 256 of them, on the
+	// backend's CPU and charged to no run); 0 means DefaultConfigTime.
+	ConfigTime time.Duration
 }
+
+// DefaultConfigTime is Admitter.ConfigTime's default: ludus_init of a map
+// takes milliseconds, so 256 maps take well under it.
+const DefaultConfigTime = 30 * time.Second
 
 // ErrModuleRefusedConfig wraps a config the module's ludus_init refused.
 var ErrModuleRefusedConfig = fmt.Errorf("%w: the module refused a config", ErrInvalidSpec)
@@ -52,7 +60,20 @@ func (a *Admitter) Admit(ctx context.Context, tenant string, spec Spec) (cluster
 	if spec.GameTicks == 0 {
 		spec.GameTicks = int64(m.Meta.TickRate) * DefaultGameSeconds
 	}
-	for i := range min(len(spec.Maps), spec.Games) {
+	limit := a.ConfigTime
+	if limit <= 0 {
+		limit = DefaultConfigTime
+	}
+	tries := min(len(spec.Maps), spec.Games)
+	start := now()
+	for i := range tries {
+		if took := now().Sub(start); took > limit {
+			return clusterstate.BatchRun{}, fmt.Errorf("%w: trying the maps' configs took %v, over the %v allowed, after %d of %d maps: each map's ludus_init should take milliseconds",
+				ErrInvalidSpec, took.Round(time.Millisecond), limit, i, tries)
+		}
+		if err := ctx.Err(); err != nil {
+			return clusterstate.BatchRun{}, err
+		}
 		if err := tryConfig(ctx, m, &spec, spec.Game(i)); err != nil {
 			return clusterstate.BatchRun{}, err
 		}

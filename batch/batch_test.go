@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image/png"
 	"io"
 	"math"
@@ -394,6 +395,37 @@ func TestBadSpecs(t *testing.T) {
 	}
 	if _, err := cli.GetRun(ctx, withKey(&ludusv1.GetRunRequest{RunId: "bnosuchrun"}, key)); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("unknown run: %v", err)
+	}
+}
+
+// Trying the maps' configs has a time bound: past it the run is refused,
+// naming how many maps were tried, and nothing is queued. (A fake clock that
+// moves a second a reading stands for configs whose ludus_init is slow.)
+func TestAdmitConfigTime(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	tenant, _ := newTenant(t)
+	var clock time.Time
+	adm := &Admitter{Etcd: state, Backend: srv, Engine: eng, ConfigTime: 2500 * time.Millisecond,
+		Now: func() time.Time { clock = clock.Add(time.Second); return clock }}
+	maps := make([]Map, 6)
+	for i := range maps {
+		maps[i] = Map{Name: fmt.Sprintf("m%d", i), Config: json.RawMessage(shortArena)}
+	}
+	_, err := adm.Admit(ctx, tenant, Spec{Module: "arena", Games: 6, Maps: maps, Budget: time.Minute})
+	if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "after 2 of 6 maps") {
+		t.Fatalf("slow configs: %v, want a refusal after 2 of 6 maps", err)
+	}
+	runs, err := state.BatchRuns(ctx, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 0 {
+		t.Fatalf("a refused admission left %d runs", len(runs))
+	}
+	// Within the bound, the same spec is admitted.
+	adm.ConfigTime = time.Minute
+	if _, err := adm.Admit(ctx, tenant, Spec{Module: "arena", Games: 6, Maps: maps, Budget: time.Minute}); err != nil {
+		t.Fatalf("configs within the bound: %v", err)
 	}
 }
 
