@@ -52,10 +52,12 @@ func (a *Admitter) Admit(ctx context.Context, tenant string, spec Spec) (cluster
 	if err != nil {
 		return clusterstate.BatchRun{}, err
 	}
-	m, err := a.Engine.Compile(ctx, wasm)
+	// Not kept compiled: the backend only checks the run's configs on it.
+	m, err := a.Engine.CompileTransient(ctx, wasm)
 	if err != nil {
 		return clusterstate.BatchRun{}, fmt.Errorf("%w: module build %s: %v", ErrInvalidSpec, buildID, err)
 	}
+	defer m.Close(context.Background())
 	spec.BuildID, spec.TickRate = buildID, m.Meta.TickRate
 	if spec.GameTicks == 0 {
 		spec.GameTicks = int64(m.Meta.TickRate) * DefaultGameSeconds

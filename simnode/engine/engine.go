@@ -277,6 +277,49 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if ok {
 		return m, nil
 	}
+	m, err := e.compileModule(ctx, id, wasm)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if prev, ok := e.modules[id]; ok { // lost a race with another Compile of the same bytes
+		e.mu.Unlock()
+		m.compiled.Close(ctx)
+		return prev, nil
+	}
+	e.modules[id] = m
+	e.mu.Unlock()
+	return m, nil
+}
+
+// CompileTransient is Compile without the engine's cache: the module is
+// the caller's, who closes it (Module.Close) once its instances are
+// closed. For modules a process only checks (an upload, a batch run's
+// configs): a module kept compiled holds megabytes for the process's life.
+func (e *Engine) CompileTransient(ctx context.Context, wasm []byte) (*Module, error) {
+	id := BuildID(wasm)
+	e.mu.Lock()
+	m, ok := e.modules[id]
+	e.mu.Unlock()
+	if ok {
+		return m, nil // Close leaves it be
+	}
+	return e.compileModule(ctx, id, wasm)
+}
+
+// Close releases a module from CompileTransient; a module the engine's
+// cache holds (from Compile) stays.
+func (m *Module) Close(ctx context.Context) {
+	m.eng.mu.Lock()
+	cached := m.eng.modules[m.BuildID] == m
+	m.eng.mu.Unlock()
+	if !cached {
+		m.compiled.Close(ctx)
+	}
+}
+
+// compileModule compiles wasm, checks its exports and reads its metadata.
+func (e *Engine) compileModule(ctx context.Context, id string, wasm []byte) (*Module, error) {
 	compiled, err := e.compile(ctx, wasm)
 	if err != nil {
 		return nil, err
@@ -286,7 +329,7 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 		compiled.Close(ctx)
 		return nil, err
 	}
-	m = &Module{BuildID: id, HasCheckpoint: sh.hasCheckpoint, eng: e, compiled: compiled, pools: map[InstanceOptions]*pool{}}
+	m := &Module{BuildID: id, HasCheckpoint: sh.hasCheckpoint, eng: e, compiled: compiled, pools: map[InstanceOptions]*pool{}}
 	if mem, ok := compiled.ExportedMemories()["memory"]; ok {
 		m.minPages = mem.Min()
 	}
@@ -297,14 +340,6 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	m.Meta = meta
 	m.HasRenderer = meta.SnapshotFormat != ""
-	e.mu.Lock()
-	if prev, ok := e.modules[id]; ok { // lost a race with another Compile of the same bytes
-		e.mu.Unlock()
-		compiled.Close(ctx)
-		return prev, nil
-	}
-	e.modules[id] = m
-	e.mu.Unlock()
 	return m, nil
 }
 
@@ -354,10 +389,11 @@ func (m *Module) readMeta(ctx context.Context, hasRender bool) (abi.Meta, error)
 // Validate checks wasm against ABI v1 and returns its metadata. It is what the
 // backend calls on upload.
 func (e *Engine) Validate(ctx context.Context, wasm []byte) (abi.Meta, error) {
-	m, err := e.Compile(ctx, wasm)
+	m, err := e.CompileTransient(ctx, wasm)
 	if err != nil {
 		return abi.Meta{}, err
 	}
+	m.Close(ctx)
 	return m.Meta, nil
 }
 

@@ -31,6 +31,49 @@ func newEngine(t *testing.T) *Engine {
 	return e
 }
 
+// TestValidateKeepsNothing: modules that are only checked (Validate,
+// CompileTransient) leave the engine's cache as it was, and closing a
+// transient module leaves a cached one of the same build usable.
+func TestValidateKeepsNothing(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	for range 3 {
+		if _, err := e.Validate(ctx, builtin.Pong); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tm, err := e.CompileTransient(ctx, builtin.Pong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := tm.Instantiate(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.Close(ctx)
+	tm.Close(ctx)
+	if _, ok := e.Module(BuildID(builtin.Pong)); ok {
+		t.Fatal("a checked module stayed compiled in the engine")
+	}
+	m, err := e.Compile(ctx, builtin.Pong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Validate(ctx, builtin.Pong); err != nil {
+		t.Fatal(err)
+	}
+	again, err := e.CompileTransient(ctx, builtin.Pong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Close(ctx)
+	inst, err = m.Instantiate(ctx, 1)
+	if err != nil {
+		t.Fatalf("the cached module after a transient one of its build closed: %v", err)
+	}
+	inst.Close(ctx)
+}
+
 func TestArenaValidates(t *testing.T) {
 	e := newEngine(t)
 	meta, err := e.Validate(context.Background(), builtin.Arena)
@@ -41,7 +84,15 @@ func TestArenaValidates(t *testing.T) {
 		meta.SnapshotFormat != "arena-snap-v1" || meta.Inputs() != abi.InputState || meta.ViewWidth != 320 || meta.ViewHeight != 200 {
 		t.Fatalf("unexpected arena metadata %+v", meta)
 	}
-	m, _ := e.Module(BuildID(builtin.Arena))
+	// Validate keeps nothing compiled: an upload's module is the backend's
+	// only for the check (TestValidateKeepsNothing).
+	if _, ok := e.Module(BuildID(builtin.Arena)); ok {
+		t.Fatal("Validate left the module compiled in the engine")
+	}
+	m, err := e.Compile(context.Background(), builtin.Arena)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !m.HasRenderer || !m.HasCheckpoint {
 		t.Fatalf("arena: HasRenderer %v, HasCheckpoint %v", m.HasRenderer, m.HasCheckpoint)
 	}
