@@ -75,14 +75,13 @@ type Worker struct {
 	log   *slog.Logger
 	done  chan struct{}
 
-	mu      sync.Mutex
-	runs    []clusterstate.BatchRun
-	runsAt  time.Time
-	cursor  map[string]int // run -> next game to look at
-	modules map[string]*engine.Module
-	specs   map[string]*Spec // run -> decoded spec
-	next    int              // round robin over runs
-	played  int
+	mu     sync.Mutex
+	runs   []clusterstate.BatchRun
+	runsAt time.Time
+	cursor map[string]int   // run -> next game to look at
+	specs  map[string]*Spec // run -> decoded spec
+	next   int              // round robin over runs
+	played int
 }
 
 // StartWorker starts a worker: Concurrency goroutines claiming items of
@@ -117,7 +116,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		cfg.Poll = time.Second
 	}
 	w := &Worker{cfg: cfg, full: full, log: cfg.Logger, eng: cfg.Engine, done: make(chan struct{}),
-		cursor: map[string]int{}, modules: map[string]*engine.Module{}, specs: map[string]*Spec{}}
+		cursor: map[string]int{}, specs: map[string]*Spec{}}
 	if w.log == nil {
 		w.log = slog.Default()
 	}
@@ -142,6 +141,24 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 			w.slot(ctx)
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		// The builds of runs played out go from the engine once unused
+		// (a node's does the same for its own games).
+		defer wg.Done()
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.lease.Done():
+				return
+			case <-t.C:
+				w.eng.EvictIdle(ctx, engine.DefaultModuleIdle)
+			}
+		}
+	}()
 	if !cfg.NoReaper {
 		wg.Add(1)
 		go func() {
@@ -296,22 +313,20 @@ func (w *Worker) setup(ctx context.Context, r clusterstate.BatchRun) (*Spec, *en
 	if err != nil {
 		return nil, nil, err
 	}
-	w.mu.Lock()
-	m := w.modules[spec.BuildID]
-	w.mu.Unlock()
-	if m != nil {
+	// Looked up in the engine each time, not kept: a node's engine releases
+	// builds unused for a while (engine.EvictIdle), and a kept pointer to
+	// one would then fail its games.
+	if m, ok := w.eng.Module(spec.BuildID); ok {
 		return spec, m, nil
 	}
 	_, wasm, err := w.cfg.Backend.BatchModule(ctx, r.Tenant, "", spec.BuildID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("run %s: module build %s: %w", r.ID, spec.BuildID, err)
 	}
-	if m, err = w.eng.Compile(ctx, wasm); err != nil {
+	m, err := w.eng.Compile(ctx, wasm)
+	if err != nil {
 		return nil, nil, fmt.Errorf("run %s: module build %s: %w", r.ID, spec.BuildID, err)
 	}
-	w.mu.Lock()
-	w.modules[spec.BuildID] = m
-	w.mu.Unlock()
 	return spec, m, nil
 }
 

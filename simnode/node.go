@@ -264,12 +264,13 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	n.sess.Store(sess)
-	n.wg.Add(5)
+	n.wg.Add(6)
 	go n.maintain()
 	go n.writer.run()
 	go n.heartbeat()
 	go n.watchOwners()
 	go n.watchDrain()
+	go n.releaseModules()
 	n.startUsage()
 	n.log.Info("sim node registered", "addr", n.cfg.Addr, "lease_ttl_s", sess.TTL().Seconds())
 	return nil
@@ -318,6 +319,32 @@ func (n *Node) maintain() {
 			case <-n.ctx.Done():
 				return
 			case <-time.After(n.cfg.LeaseTTL / 4):
+			}
+		}
+	}
+}
+
+// ModuleIdle is how long a build the node ran stays compiled after its last
+// use (no game, replica, renderer or warm instance of it left): a node runs
+// every build its tenants upload and play, one after another as studios
+// iterate, and each compiled build holds megabytes. Longer than warmIdle, so
+// a build gives back its warm instances first.
+const ModuleIdle = engine.DefaultModuleIdle
+
+// releaseModules gives back, once a minute, the warm pools of builds that
+// had no start for warmIdle and the compiled builds unused for ModuleIdle.
+func (n *Node) releaseModules() {
+	defer n.wg.Done()
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+			n.warm.releaseIdle(n.cfg.Clock.Now(), "")
+			if ids := n.cfg.Engine.EvictIdle(n.ctx, ModuleIdle); len(ids) > 0 {
+				n.log.Info("released builds unused for a while", "builds", len(ids), "idle", ModuleIdle)
 			}
 		}
 	}

@@ -57,15 +57,12 @@ func (d *warmDemand) started(now time.Time, mod *engine.Module, opts engine.Inst
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for id, b := range d.builds {
-		if id != mod.BuildID && now.Sub(b.last) >= warmIdle {
-			b.mod.Warm(0, b.opts)
-			delete(d.builds, id)
-		}
-	}
+	d.releaseIdleLocked(now, mod.BuildID)
 	b := d.builds[mod.BuildID]
-	if b == nil {
-		b = &buildDemand{mod: mod, opts: opts}
+	if b == nil || b.mod != mod {
+		// New, or compiled anew after the engine released it: size the
+		// pool of this module.
+		b = &buildDemand{mod: mod, opts: opts, starts: b.startsOrNil()}
 		d.builds[mod.BuildID] = b
 	}
 	b.last = now
@@ -80,6 +77,34 @@ func (d *warmDemand) started(now time.Time, mod *engine.Module, opts engine.Inst
 		mod.Warm(size, opts)
 	}
 	return b.size
+}
+
+// releaseIdle gives back the instances of builds (but keep) with no start
+// for warmIdle.
+func (d *warmDemand) releaseIdle(now time.Time, keep string) {
+	if d.floor <= 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.releaseIdleLocked(now, keep)
+}
+
+func (d *warmDemand) releaseIdleLocked(now time.Time, keep string) {
+	for id, b := range d.builds {
+		if id != keep && now.Sub(b.last) >= warmIdle {
+			b.mod.Warm(0, b.opts)
+			delete(d.builds, id)
+		}
+	}
+}
+
+// startsOrNil is b's recent starts, nil for no b.
+func (b *buildDemand) startsOrNil() []time.Time {
+	if b == nil {
+		return nil
+	}
+	return b.starts
 }
 
 // sizeFor is the pool size for starts (sorted, within the window): the most

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -228,6 +229,50 @@ type Module struct {
 
 	poolMu sync.Mutex
 	pools  map[InstanceOptions]*pool
+
+	// live counts the instances not closed (warm ones included), used is
+	// when the module was last looked up or instantiated (Engine.now), and
+	// evicted is set once EvictIdle closed it.
+	live    atomic.Int64
+	used    atomic.Int64
+	evicted atomic.Bool
+}
+
+// DefaultModuleIdle is how long the engine's users (sim nodes, batch
+// workers) keep a build compiled after its last use before EvictIdle
+// releases it.
+const DefaultModuleIdle = 15 * time.Minute
+
+// errEvicted refuses an instance of a module EvictIdle closed; look the
+// build up again (Compile).
+var errEvicted = errors.New("the module was unused and has been released; compile it again")
+
+// EvictIdle releases the compiled modules nothing has used for idle: no
+// instance of them is alive (warm ones included) and none was looked up
+// (Compile, Module) or instantiated since. A node runs the builds its
+// tenants upload, one after another as studios iterate, and each kept
+// compiled holds megabytes of machine code for the process's life. It
+// returns the build ids released; a later Compile of one compiles it again
+// (from the compilation cache, when the engine has one).
+func (e *Engine) EvictIdle(ctx context.Context, idle time.Duration) []string {
+	now := e.now()
+	var gone []*Module
+	e.mu.Lock()
+	for id, m := range e.modules {
+		if m.live.Load() == 0 && now-m.used.Load() >= int64(idle) {
+			delete(e.modules, id)
+			m.evicted.Store(true)
+			gone = append(gone, m)
+		}
+	}
+	e.mu.Unlock()
+	ids := make([]string, 0, len(gone))
+	for _, m := range gone {
+		m.stopPools()
+		m.compiled.Close(ctx)
+		ids = append(ids, m.BuildID)
+	}
+	return ids
 }
 
 // compile instruments wasm for the engine's interruption mechanism and compiles it.
@@ -275,6 +320,7 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	m, ok := e.modules[id]
 	e.mu.Unlock()
 	if ok {
+		m.used.Store(e.now())
 		return m, nil
 	}
 	m, err := e.compileModule(ctx, id, wasm)
@@ -330,6 +376,7 @@ func (e *Engine) compileModule(ctx context.Context, id string, wasm []byte) (*Mo
 		return nil, err
 	}
 	m := &Module{BuildID: id, HasCheckpoint: sh.hasCheckpoint, eng: e, compiled: compiled, pools: map[InstanceOptions]*pool{}}
+	m.used.Store(e.now())
 	if mem, ok := compiled.ExportedMemories()["memory"]; ok {
 		m.minPages = mem.Min()
 	}
@@ -402,5 +449,8 @@ func (e *Engine) Module(buildID string) (*Module, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m, ok := e.modules[buildID]
+	if ok {
+		m.used.Store(e.now())
+	}
 	return m, ok
 }

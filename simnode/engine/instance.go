@@ -24,6 +24,8 @@ type Instance struct {
 	mod api.Module
 	mem api.Memory
 	m   *Module
+	// released is set once the instance no longer counts as a live one of m.
+	released atomic.Bool
 
 	fnVersion, fnMeta, fnBuffer, fnInit, fnStep, fnView, fnHash, fnResult, fnSave, fnLoad api.Function
 
@@ -115,6 +117,9 @@ func (i *Instance) start(seed uint64) {
 
 func (m *Module) instantiate(ctx context.Context, opts InstanceOptions) (*Instance, error) {
 	e := m.eng
+	if m.evicted.Load() {
+		return nil, &TrapError{Export: "_initialize", Err: errEvicted}
+	}
 	limit := e.cfg.MemoryLimitPages
 	if opts.MemoryLimitPages != 0 && opts.MemoryLimitPages < limit {
 		limit = opts.MemoryLimitPages
@@ -146,6 +151,8 @@ func (m *Module) instantiate(ctx context.Context, opts InstanceOptions) (*Instan
 		return nil, &TrapError{Export: "_initialize", Err: err}
 	}
 	inst.mod = mod
+	m.live.Add(1) // until closeModule
+	m.used.Store(e.now())
 	inst.mem = mod.Memory()
 	get := func(name string) api.Function { return mod.ExportedFunction(name) }
 	inst.fnVersion = get(abi.ExportABIVersion)
@@ -210,6 +217,9 @@ func (i *Instance) Close(ctx context.Context) error {
 func (i *Instance) closeModule(ctx context.Context) error {
 	if i.budget != nil {
 		i.m.eng.budgets.Delete(i.mod)
+	}
+	if i.released.CompareAndSwap(false, true) {
+		i.m.live.Add(-1)
 	}
 	return i.mod.Close(ctx)
 }

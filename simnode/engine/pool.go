@@ -18,6 +18,7 @@ type pool struct {
 	opts   InstanceOptions
 	ready  chan *Instance
 	wake   chan struct{}
+	stop   chan struct{} // closed by stopPools
 	size   int
 	mu     sync.Mutex
 	lastEr error
@@ -27,10 +28,13 @@ type pool struct {
 // refilled in the background (one goroutine per pool). n = 0 stops refilling
 // and frees the idle instances. Safe for concurrent use.
 func (m *Module) Warm(n int, opts InstanceOptions) {
+	if n > 0 {
+		m.used.Store(m.eng.now())
+	}
 	m.poolMu.Lock()
 	p, ok := m.pools[opts]
 	if !ok {
-		if n <= 0 {
+		if n <= 0 || m.evicted.Load() {
 			m.poolMu.Unlock()
 			return
 		}
@@ -45,7 +49,7 @@ func (m *Module) Warm(n int, opts InstanceOptions) {
 		}
 		e.fillers.Add(1)
 		e.mu.Unlock()
-		p = &pool{m: m, opts: opts, ready: make(chan *Instance, 1024), wake: make(chan struct{}, 1)}
+		p = &pool{m: m, opts: opts, ready: make(chan *Instance, 1024), wake: make(chan struct{}, 1), stop: make(chan struct{})}
 		m.pools[opts] = p
 		go p.fill()
 	}
@@ -60,6 +64,7 @@ func (m *Module) Warm(n int, opts InstanceOptions) {
 // for opts has one ready, else a freshly instantiated one. Either way the
 // instance behaves identically.
 func (m *Module) Acquire(ctx context.Context, seed uint64, opts InstanceOptions) (inst *Instance, warm bool, err error) {
+	m.used.Store(m.eng.now())
 	m.poolMu.Lock()
 	p := m.pools[opts]
 	m.poolMu.Unlock()
@@ -104,6 +109,9 @@ func (p *pool) fill() {
 		case <-closed:
 			p.drain(ctx, 0)
 			return
+		case <-p.stop:
+			p.drain(ctx, 0)
+			return
 		case <-p.wake:
 		}
 		for {
@@ -127,6 +135,10 @@ func (p *pool) fill() {
 				inst.Close(ctx)
 				p.drain(ctx, 0)
 				return
+			case <-p.stop:
+				inst.Close(ctx)
+				p.drain(ctx, 0)
+				return
 			}
 		}
 	}
@@ -141,5 +153,16 @@ func (p *pool) drain(ctx context.Context, size int) {
 		default:
 			return
 		}
+	}
+}
+
+// stopPools ends the module's pools' goroutines (EvictIdle: they hold no
+// instance by then).
+func (m *Module) stopPools() {
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
+	for opts, p := range m.pools {
+		close(p.stop)
+		delete(m.pools, opts)
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -63,4 +64,77 @@ func TestWarmPoolDeterministic(t *testing.T) {
 	}
 	inst.Close(ctx)
 	m.Warm(0, opts)
+}
+
+// TestEvictIdle: a compiled module goes only when no instance of it is
+// alive (warm ones included) and it was not used for the idle time; its
+// pool's goroutine ends with it; an old pointer to it is refused; a new
+// Compile brings it back.
+func TestEvictIdle(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	m, err := e.Compile(ctx, builtin.Pong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := m.Instantiate(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := e.EvictIdle(ctx, 0); len(ids) != 0 {
+		t.Fatalf("evicted %v with an instance alive", ids)
+	}
+	inst.Close(ctx)
+	inst.Close(ctx) // twice counts once
+	if ids := e.EvictIdle(ctx, time.Hour); len(ids) != 0 {
+		t.Fatalf("evicted %v used a moment ago", ids)
+	}
+	m.Warm(2, InstanceOptions{})
+	deadline := time.Now().Add(10 * time.Second)
+	for m.WarmReady(InstanceOptions{}) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool did not fill")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ids := e.EvictIdle(ctx, 0); len(ids) != 0 {
+		t.Fatalf("evicted %v with warm instances", ids)
+	}
+	m.Warm(0, InstanceOptions{})
+	for m.WarmReady(InstanceOptions{}) > 0 || m.live.Load() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not drain: %d ready, %d live", m.WarmReady(InstanceOptions{}), m.live.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ids := e.EvictIdle(ctx, 0); len(ids) != 1 || ids[0] != m.BuildID {
+		t.Fatalf("evicted %v, want the idle module", ids)
+	}
+	if _, ok := e.Module(m.BuildID); ok {
+		t.Fatal("an evicted module is still looked up")
+	}
+	if _, err := m.Instantiate(ctx, 1); !errors.Is(err, errEvicted) {
+		t.Fatalf("instantiating an evicted module: %v", err)
+	}
+	m.Warm(1, InstanceOptions{}) // no pool comes back
+	if m.WarmReady(InstanceOptions{}) != 0 {
+		t.Fatal("an evicted module warmed instances")
+	}
+	again, err := e.Compile(ctx, builtin.Pong)
+	if err != nil || again == m {
+		t.Fatalf("compile after eviction: %v (same module: %v)", err, again == m)
+	}
+	inst, err = again.Instantiate(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.Close(ctx)
+	// The evicted pool's goroutine has ended: Close does not wait for it.
+	done := make(chan struct{})
+	go func() { e.Close(ctx); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Engine.Close waited on an evicted module's pool")
+	}
 }
