@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -158,7 +159,21 @@ func (s *Server) PutBatchResult(ctx context.Context, r store.BatchResult) (bool,
 	if r.Game < 0 || r.Game >= run.Games {
 		return false, invalidArg(fmt.Errorf("batch run %s has games 0..%d: there is no game %d", run.RunID, run.Games-1, r.Game))
 	}
-	stored, err := bs.PutBatchResult(ctx, r)
+	stored, err := bs.PutBatchResult(ctx, r, s.batchRunBytes)
+	if errors.Is(err, store.ErrRunFull) && len(r.Log) > 0 {
+		// Over the run's bound: the game's record without its log, then
+		// without its result, so the run still counts every game and says
+		// what was not kept. The last form is a few hundred bytes and goes
+		// in whatever the count: 100,000 games add at most some 50 MB.
+		r.Log = nil
+		r.Error = joinNote(r.Error, fmt.Sprintf("log not kept: this run's stored results reached %s", FormatBytes(s.batchRunBytes)))
+		stored, err = bs.PutBatchResult(ctx, r, s.batchRunBytes)
+	}
+	if errors.Is(err, store.ErrRunFull) {
+		r.Log, r.Result = nil, nil
+		r.Error = joinNote(cutText(r.Error, 1024), fmt.Sprintf("result not kept: this run's stored results reached %s", FormatBytes(s.batchRunBytes)))
+		stored, err = bs.PutBatchResult(ctx, r, 0)
+	}
 	if errors.Is(err, store.ErrNotFound) { // deleted meanwhile (its retention passed)
 		return false, connect.NewError(connect.CodeNotFound, fmt.Errorf("batch run %s is gone: the result of its game %d was not stored", run.RunID, r.Game))
 	} else if err != nil {
@@ -234,4 +249,23 @@ func (s *Server) rotateLinkKey(ctx context.Context, tenantID string, ifNone bool
 	key := make([]byte, 32)
 	rand.Read(key)
 	return bs.PutBatchLinkKey(ctx, tenantID, key, ifNone)
+}
+
+// joinNote adds note to a result's error text.
+func joinNote(text, note string) string {
+	if text == "" {
+		return note
+	}
+	return text + "; " + note
+}
+
+// cutText cuts s to at most n bytes at a character boundary, marked "…".
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

@@ -90,6 +90,12 @@ type Config struct {
 	moduleBound store.ModuleBound
 	// exportMaxBytes overrides MaxExportBytes (tests).
 	exportMaxBytes int
+
+	// BatchRunBytes bounds the bytes of one batch run's stored results
+	// (results, kept logs and error texts); zero means
+	// store.DefaultBatchRunBytes. Past it a game's log is not kept, then
+	// its result is not either (its record says so).
+	BatchRunBytes int64
 	// WebhookClient posts webhooks. Nil builds one with a 10 s timeout that
 	// refuses non-public addresses (see AllowPrivateWebhooks) on every
 	// connection it dials. A client given here is used as it is (redirects
@@ -162,6 +168,7 @@ type Server struct {
 	pwTurns        chan struct{}
 	pwWait         time.Duration
 	exportMax      int           // MaxExportBytes, or a test's bound
+	batchRunBytes  int64         // Config.BatchRunBytes or its default
 	exportTurns    chan struct{} // exports running at once (exportsAtOnce)
 	webhookClient  *http.Client
 	allowPrivate   bool // webhooks may reach non-public addresses
@@ -216,6 +223,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.pwWait = cmp.Or(cfg.passwordWait, 2*time.Second)
 	s.keySyncGap = cmp.Or(cfg.keySyncGap, keySyncMinGap)
 	s.exportMax = cmp.Or(cfg.exportMaxBytes, MaxExportBytes)
+	s.batchRunBytes = cmp.Or(cfg.BatchRunBytes, store.DefaultBatchRunBytes)
 	s.exportTurns = make(chan struct{}, exportsAtOnce)
 	s.allowPrivate = cfg.AllowPrivateWebhooks
 	s.webhookClient = newWebhookClient(cfg.WebhookClient, s.allowPrivate)

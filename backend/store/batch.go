@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -91,8 +92,12 @@ type BatchStore interface {
 	BatchRun(ctx context.Context, tenantID, runID string) (BatchRun, error)
 	// PutBatchResult stores a game's result unless the run already has one
 	// for that game: the first result stored wins, and stored reports whether
-	// it was this one. ErrNotFound if the run has no record.
-	PutBatchResult(ctx context.Context, r BatchResult) (stored bool, err error)
+	// it was this one. ErrNotFound if the run has no record. With
+	// maxRunBytes > 0, the run's results (result, log and error bytes, as
+	// BatchResult.Size counts them) stay within it: a result that would take
+	// them past it is not stored (ErrRunFull). The count is the run's own,
+	// kept with its record in the same transaction.
+	PutBatchResult(ctx context.Context, r BatchResult, maxRunBytes int64) (stored bool, err error)
 	// BatchResults returns a page of a run's results, by game: those q
 	// selects, at most q.Limit of them, and no more than q.MaxBytes of
 	// results and logs unless one result alone holds more. more reports
@@ -112,3 +117,15 @@ type BatchStore interface {
 	// expired at or before now, at most limit; it returns how many.
 	DeleteExpiredBatchRuns(ctx context.Context, now time.Time, limit int) (int, error)
 }
+
+// ErrRunFull: a batch run's stored results would pass their byte bound.
+var ErrRunFull = errors.New("store: the batch run's stored results reached their bound")
+
+// DefaultBatchRunBytes bounds the bytes of one run's stored results (the
+// backend's default): a result may be 1 MiB and a kept log 16 MiB, which a
+// module costs a millisecond of CPU to make, so the spend cap alone would
+// let one run fill the database.
+const DefaultBatchRunBytes = 2 << 30
+
+// Size is what r counts against its run's byte bound.
+func (r BatchResult) Size() int64 { return int64(len(r.Result) + len(r.Log) + len(r.Error)) }

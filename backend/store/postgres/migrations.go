@@ -365,4 +365,9 @@ var migrations = [][]string{
 	{
 		`CREATE INDEX matches_unreported ON matches(expires_at) WHERE last_seq = 0 AND ended_at IS NULL`,
 	},
+	// Version 11 (SQLite version 12): the bytes of a batch run's stored
+	// results, counted as they are stored, for the run's byte bound.
+	{
+		`ALTER TABLE batch_runs ADD COLUMN stored_bytes BIGINT NOT NULL DEFAULT 0`,
+	},
 }

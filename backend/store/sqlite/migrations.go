@@ -370,4 +370,10 @@ var migrations = [][]string{
 	{
 		`CREATE INDEX matches_unreported ON matches(expires_at) WHERE last_seq = 0 AND ended_at IS NULL`,
 	},
+	// Version 12: the bytes of a batch run's stored results, counted as
+	// they are stored, for the run's byte bound (runs stored before count
+	// from 0).
+	{
+		`ALTER TABLE batch_runs ADD COLUMN stored_bytes INTEGER NOT NULL DEFAULT 0`,
+	},
 }

@@ -41,7 +41,7 @@ func (s *DB) BatchRun(ctx context.Context, tenantID, runID string) (store.BatchR
 }
 
 // PutBatchResult implements store.BatchStore.
-func (s *DB) PutBatchResult(ctx context.Context, r store.BatchResult) (bool, error) {
+func (s *DB) PutBatchResult(ctx context.Context, r store.BatchResult, maxRunBytes int64) (bool, error) {
 	if r.Result == nil {
 		r.Result = []byte{}
 	}
@@ -59,8 +59,29 @@ func (s *DB) PutBatchResult(ctx context.Context, r store.BatchResult) (bool, err
 			return err
 		}
 		n, err := res.RowsAffected()
-		stored = n == 1
-		return err
+		if err != nil || n != 1 {
+			return err
+		}
+		// Counted with the row, in its transaction: a result that does not
+		// fit takes its row back with it.
+		size := r.Size()
+		bound := maxRunBytes
+		if bound <= 0 {
+			bound = 1<<63 - 1 - size
+		}
+		res, err = tx.exec(ctx, `UPDATE batch_runs SET stored_bytes = stored_bytes + ? WHERE tenant_id = ? AND run_id = ? AND stored_bytes <= ?`,
+			size, r.TenantID, r.RunID, bound-size)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		if n != 1 {
+			return store.ErrRunFull
+		}
+		stored = true
+		return nil
 	})
 	return stored, err
 }

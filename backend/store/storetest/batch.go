@@ -152,7 +152,7 @@ func testBatchResultPages(t *testing.T, s store.Store) {
 		if g%2 == 0 {
 			r.Log = bytes.Repeat([]byte{byte(g)}, 1000+g)
 		}
-		if ok, err := bs.PutBatchResult(ctx, r); err != nil || !ok {
+		if ok, err := bs.PutBatchResult(ctx, r, 0); err != nil || !ok {
 			t.Fatalf("put game %d: %v %v", g, ok, err)
 		}
 	}
@@ -243,5 +243,48 @@ func testBatchSettingsWrites(t *testing.T, s store.Store) {
 	must(t, "policy after the key", bs.PutBatchPolicy(ctx, tn2.ID, 0, 0))
 	if set, err := bs.BatchSettings(ctx, tn2.ID); err != nil || !bytes.Equal(set.LinkKey, k2) {
 		t.Fatalf("settings %+v, %v: the policy lost the key", set, err)
+	}
+}
+
+// testBatchRunBytes: a run's stored results stay within the byte bound
+// given; a result that does not fit is not stored (ErrRunFull) and counts
+// nothing, nor does a second result of a game; a bound of 0 takes any.
+func testBatchRunBytes(t *testing.T, s store.Store) {
+	bs, ok := s.(store.BatchStore)
+	if !ok {
+		t.Skip("store keeps no batch runs")
+	}
+	ctx := context.Background()
+	tn := mustTenant(t, s, "runbytes")
+	run := store.BatchRun{TenantID: tn.ID, RunID: "r1", State: "running", Games: 10, CreatedAt: base, ExpiresAt: base.Add(time.Hour)}
+	must(t, "PutBatchRun", bs.PutBatchRun(ctx, run))
+	put := func(game, size int, bound int64) (bool, error) {
+		r := store.BatchResult{TenantID: tn.ID, RunID: "r1", Game: game, Map: "m", Result: bytes.Repeat([]byte{'r'}, size/2), Log: bytes.Repeat([]byte{'l'}, size-size/2)}
+		return bs.PutBatchResult(ctx, r, bound)
+	}
+	for g := range 2 {
+		if ok, err := put(g, 400, 1000); err != nil || !ok {
+			t.Fatalf("game %d within the bound: %v %v", g, ok, err)
+		}
+	}
+	if ok, err := put(0, 400, 1000); err != nil || ok {
+		t.Fatalf("a second result of game 0: %v %v, want not stored and no error", ok, err)
+	}
+	if ok, err := put(2, 201, 1000); !errors.Is(err, store.ErrRunFull) || ok {
+		t.Fatalf("a result past the bound: %v %v, want ErrRunFull", ok, err)
+	}
+	if ok, err := put(2, 200, 1000); err != nil || !ok {
+		t.Fatalf("a result that just fits (the refused one and the duplicate counted nothing): %v %v", ok, err)
+	}
+	if ok, err := put(3, 1, 1000); !errors.Is(err, store.ErrRunFull) || ok {
+		t.Fatalf("a result past a full run: %v %v", ok, err)
+	}
+	if ok, err := put(3, 50, 0); err != nil || !ok {
+		t.Fatalf("no bound: %v %v", ok, err)
+	}
+	rs, _, err := bs.BatchResults(ctx, tn.ID, "r1", store.BatchResultQuery{Limit: 10})
+	must(t, "BatchResults", err)
+	if len(rs) != 4 {
+		t.Fatalf("%d results stored, want 4 (games 0-3)", len(rs))
 	}
 }

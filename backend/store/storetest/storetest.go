@@ -71,6 +71,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"GameArchives", testGameArchives},
 		{"BatchResultPages", testBatchResultPages},
 		{"BatchSettingsWrites", testBatchSettingsWrites},
+		{"BatchRunBytes", testBatchRunBytes},
 		{"DeviceSession", testDeviceSession},
 		{"DeviceSessionsConcurrent", testDeviceSessionsConcurrent},
 		{"ConcurrentWritesIsolated", testConcurrentWritesIsolated},
