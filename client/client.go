@@ -175,7 +175,9 @@ func (c *Client) Close() error {
 }
 
 // NewDeviceID returns a random device id for GuestLogin (32 hex digits). Keep
-// it to sign in as the same guest again.
+// it to sign in as the same guest again, and keep one per tenant: the device
+// id is all a guest signs in with, and a tenant's admin can read its guests'
+// ids, so an id sent to two tenants lets either sign in as the other's guest.
 func NewDeviceID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)

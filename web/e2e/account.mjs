@@ -68,13 +68,13 @@ async function accountFlow(page) {
   step("upgraded");
 
   // Sign out: a new guest.
-  const device = await page.evaluate(() => sessionStorage.getItem("ludus.device"));
+  const device = await page.evaluate(() => sessionStorage.getItem("ludus.guest.demo"));
   await page.getByRole("button", { name: "Sign out" }).click();
   const out = await until(page, 10_000, "sign out did not show a guest", async () => {
     const p = await profile(page);
     return p.account !== guest.account && /^guest/.test(p.signin) ? p : null;
   });
-  check((await page.evaluate(() => sessionStorage.getItem("ludus.device"))) !== device, "sign out kept the device id");
+  check((await page.evaluate(() => sessionStorage.getItem("ludus.guest.demo"))) !== device, "sign out kept the device id");
   check(await page.isVisible("#email-login-form"), "no email sign-in form after signing out");
   step("signed out");
 

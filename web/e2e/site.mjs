@@ -209,7 +209,7 @@ async function sessionFlow(page) {
   check((await page.inputValue("#tenant")) === "demo", "tenant field does not show the tenant");
   const id = await playAsGuest(page, "Ada");
   const slot = await until(page, 5000, "no slot", async () => ((await field(page, "slot")).match(/^\d+$/) ? field(page, "slot") : null));
-  const device = await page.evaluate(() => sessionStorage.getItem("ludus.device"));
+  const device = await page.evaluate(() => sessionStorage.getItem("ludus.guest.demo"));
   check(device, "no per-tab identity in sessionStorage");
   check((await page.evaluate(() => localStorage.length)) === 0, "identity leaked into localStorage");
 
@@ -239,7 +239,7 @@ async function sessionFlow(page) {
   await open(other, invite);
   await until(other, 5000, "the invite did not offer to join", async () => (await other.isVisible("#play")) && (await other.textContent("#lobby-note")).includes(id));
   check((await other.inputValue("#name")) === "", "the invite pre-filled the inviter's name");
-  const otherDevice = await other.evaluate(() => sessionStorage.getItem("ludus.device"));
+  const otherDevice = await other.evaluate(() => sessionStorage.getItem("ludus.guest.demo"));
   check(otherDevice && otherDevice !== device, "the second tab has the first tab's identity");
   await other.fill("#name", "Bob");
   await other.getByRole("button", { name: "Play as guest" }).click();
@@ -252,12 +252,25 @@ async function sessionFlow(page) {
   // The tenant field: an unknown tenant says so in words and goes into the URL.
   await page.click("#lobby-link");
   await until(page, 5000, "Back to lobby did not", async () => (await route(page)) === "lobby");
+  // Another tenant gets a device id of its own: the device id is all a guest
+  // signs in with, and a tenant's admin can read its accounts' ids.
+  const guestLogins = [];
+  const onRequest = (req) => {
+    if (req.url().endsWith("/ludus.v1.AuthService/GuestLogin")) guestLogins.push(req.postDataBuffer() ?? Buffer.alloc(0));
+  };
+  page.on("request", onRequest);
   await page.fill("#tenant", "no-such-tenant");
   await page.getByRole("button", { name: "Play as guest" }).click();
   const note = await until(page, 10_000, "no sign-in error for an unknown tenant", async () => {
     const t = await page.textContent("#lobby-note");
     return /Could not sign in/.test(t) ? t : null;
   });
+  page.off("request", onRequest);
+  check(guestLogins.length > 0, "no GuestLogin to the other tenant");
+  check(!guestLogins.some((b) => b.includes(device)), "the other tenant was sent this tab's device id of tenant demo");
+  const otherTenantDevice = await page.evaluate(() => sessionStorage.getItem("ludus.guest.no-such-tenant"));
+  check(otherTenantDevice && otherTenantDevice !== device, "no device id of the other tenant's own");
+  check((await page.evaluate(() => sessionStorage.getItem("ludus.guest.demo"))) === device, "switching tenants lost tenant demo's guest");
   check(!/not_found|unauthenticated|invalid_argument/.test(note), `raw code shown: ${note}`);
   check(new URL(page.url()).searchParams.get("tenant") === "no-such-tenant", "the tenant is not in the URL");
   await page.screenshot({ path: join(artifacts, "web-session.png") });

@@ -70,27 +70,58 @@ function storageSet(key: string, value: string): void {
   }
 }
 
+function storageRemove(key: string): void {
+  try {
+    sessionStorage.removeItem(key);
+  } catch {
+    // ignore: see storageGet
+  }
+}
+
 /**
- * The tab's identity: its guest device id (hence its account), the name typed in it
- * and whether it signed in, kept in sessionStorage: per tab, kept across reloads and
- * history navigation, never shared with other tabs, so an invite link opened in this
- * browser is a second player with an empty name field. A tab duplicated by the
- * browser starts with a copy of the sessionStorage; claimIdentity notices the copy
- * (another live tab answers for the same id) and takes a new id.
+ * The tab's identity in one tenant: its guest device id (hence its account), the
+ * name typed in it and whether it signed in, kept in sessionStorage: per tab, kept
+ * across reloads and history navigation, never shared with other tabs, so an invite
+ * link opened in this browser is a second player with an empty name field. A tab
+ * duplicated by the browser starts with a copy of the sessionStorage; claimIdentity
+ * notices the copy (another live tab answers for the same id) and takes a new id.
+ *
+ * Each tenant gets its own device id. The device id is all a guest signs in with,
+ * and a tenant's admin key can read its own accounts' device ids: one id sent to
+ * every tenant the tab visits would let any of them sign in as the player's guest
+ * account of another.
  */
 export class TabIdentity {
   private readonly key: string;
   private id: string;
   private channel: BroadcastChannel | null = null;
 
-  constructor(profile: string) {
-    this.key = profile ? `ludus.device.${profile}` : "ludus.device";
+  constructor(tenant: string, profile: string) {
+    this.key = `ludus.guest.${tenant}` + (profile ? `.${profile}` : "");
+    const valid = (v: string | null): v is string => !!v && /^[A-Za-z0-9_-]{16,128}$/.test(v);
     let id = storageGet(this.key);
-    if (!id || !/^[A-Za-z0-9_-]{16,128}$/.test(id)) {
-      id = randomId(32);
+    if (!valid(id)) {
+      // A tab from before ids were per tenant keeps its guest in the first
+      // tenant it signs in to again, and in no other.
+      const legacy = profile ? `ludus.device.${profile}` : "ludus.device";
+      const old = storageGet(legacy);
+      id = valid(old) ? old : randomId(32);
       storageSet(this.key, id);
+      if (valid(old)) {
+        for (const k of ["name", "signed", "email", "refresh"]) {
+          const v = storageGet(`${legacy}.${k}`);
+          if (v) storageSet(`${this.key}.${k}`, v);
+        }
+      }
+      for (const k of ["", ".name", ".signed", ".email", ".refresh"]) storageRemove(legacy + k);
     }
     this.id = id;
+  }
+
+  /** Stops answering other tabs for this identity (the tab left its tenant). */
+  close(): void {
+    this.channel?.close();
+    this.channel = null;
   }
 
   get name(): string {
@@ -208,7 +239,7 @@ export class Session {
   onChange: (err?: unknown) => void = () => {};
 
   private readonly auth: Client<typeof AuthService>;
-  readonly identity: TabIdentity;
+  identity: TabIdentity;
   private renewTimer = 0;
   private pending: Promise<void> | null = null;
   private pendingName = "";
@@ -245,7 +276,7 @@ export class Session {
     this.game = createClient(GameService, transport);
     this.progression = createClient(ProgressionService, transport);
     this.matchmaking = createClient(MatchmakingService, transport);
-    this.identity = new TabIdentity(cfg.profile);
+    this.identity = new TabIdentity(cfg.tenant, cfg.profile);
   }
 
   get tenant(): string {
@@ -256,6 +287,11 @@ export class Session {
   setTenant(tenant: string): void {
     if (tenant === this.cfg.tenant) return;
     this.cfg.tenant = tenant;
+    // The new tenant's own guest (TabIdentity); the name typed carries over.
+    const name = this.identity.name;
+    this.identity.close();
+    this.identity = new TabIdentity(tenant, this.cfg.profile);
+    if (!this.identity.name) this.identity.name = name;
     clearTimeout(this.renewTimer);
     this.guestRefresh = "";
     this.ticket = "";
