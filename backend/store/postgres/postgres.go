@@ -143,8 +143,9 @@ func mapError(err error) error {
 	return nil
 }
 
-// retry reports serialization failures and deadlocks.
+// retry reports serialization failures, deadlocks and match reports that
+// raced another report of their match (sqlstore.ErrReportRaced).
 func retry(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+	return errors.Is(err, sqlstore.ErrReportRaced) || errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }

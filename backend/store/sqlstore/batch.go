@@ -50,6 +50,7 @@ func (s *DB) PutBatchResult(ctx context.Context, r store.BatchResult, maxRunByte
 	}
 	stored := false
 	err := s.inTx(ctx, "put batch result", func(tx *tx) error {
+		stored = false // the function may run again (a batch re-run): its outputs afresh
 		res, err := tx.exec(ctx, `INSERT INTO batch_results (tenant_id, run_id, game, map, seed, side, winner, ticks, ended, timed_out,
 			cpu_ns, error, worker, stored_at, result, log) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant_id, run_id, game) DO NOTHING`,

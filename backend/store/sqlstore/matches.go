@@ -134,8 +134,26 @@ func claimMissed(ctx context.Context, tx *tx, r store.MatchReport) error {
 	if err != nil {
 		return err
 	}
-	if !m.EndedAt.IsZero() && !r.Final {
+	return claimOutcome(m, r)
+}
+
+// ErrReportRaced: a match report's claim missed because another report of
+// the match committed after the claiming statement's snapshot was taken
+// (applyReportCTE). Nothing was written; run it again (Dialect.Retry).
+var ErrReportRaced = errors.New("match report raced another report of the match: nothing applied, to be run again")
+
+// claimOutcome says why r's claim of m (read afresh after it missed)
+// missed: a final already ended is a repeat (nil: nothing to do), as is an
+// interim report at or below the match's last seq; an interim of an ended
+// match is ErrMatchEnded. A match still open that r should have claimed
+// (a final, or an interim above its last seq) missed because another report
+// changed it meanwhile: ErrReportRaced.
+func claimOutcome(m store.Match, r store.MatchReport) error {
+	switch {
+	case !m.EndedAt.IsZero() && !r.Final:
 		return store.ErrMatchEnded
+	case m.EndedAt.IsZero() && (r.Final || m.LastSeq < r.Seq):
+		return ErrReportRaced
 	}
 	return nil
 }

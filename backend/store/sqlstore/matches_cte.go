@@ -135,14 +135,25 @@ func newReportSteps(r store.MatchReport, applied *bool, skipped *[]store.Skipped
 	// since the last vacuum) instead of one by the primary key. Likewise
 	// "account_id || ''" below keeps match_players_account (every match of
 	// the player) out of the lookup of a player's row of the match.
+	//
+	// The claim must also find the match as the statement's snapshot has it
+	// ("last_seq = (SELECT last_seq …)", a subquery evaluated once, on the
+	// snapshot): the reads below (acc: what the match granted each player
+	// before) see that snapshot, while an UPDATE that waited for another
+	// transaction's report of the match re-checks its WHERE on the row that
+	// report committed. Without the guard a report racing another on a
+	// second replica read the totals from before it and granted its grants
+	// again. A claim that misses so is ErrReportRaced (claimOutcome), run
+	// again on a fresh snapshot.
 	if r.Final {
 		q.WriteString(`WITH c AS (UPDATE matches SET ended_at = ?, last_seq = CASE WHEN last_seq > ? THEN last_seq ELSE ? END
-			WHERE tenant_id = ? AND id = ? AND (ended_at + 0) IS NULL RETURNING game)`)
-		args = append(args, at, r.Seq, r.Seq, r.TenantID, r.MatchID)
+			WHERE tenant_id = ? AND id = ? AND (ended_at + 0) IS NULL
+			AND last_seq = (SELECT s.last_seq FROM matches s WHERE s.tenant_id = ? AND s.id = ?) RETURNING game)`)
+		args = append(args, at, r.Seq, r.Seq, r.TenantID, r.MatchID, r.TenantID, r.MatchID)
 	} else {
 		q.WriteString(`WITH c AS (UPDATE matches SET last_seq = ? WHERE tenant_id = ? AND id = ? AND (ended_at + 0) IS NULL AND last_seq < ?
-			RETURNING game)`)
-		args = append(args, r.Seq, r.TenantID, r.MatchID, r.Seq)
+			AND last_seq = (SELECT s.last_seq FROM matches s WHERE s.tenant_id = ? AND s.id = ?) RETURNING game)`)
+		args = append(args, r.Seq, r.TenantID, r.MatchID, r.Seq, r.TenantID, r.MatchID)
 	}
 	// Every part below happens only if the claim did: it reads c.
 	if r.Final && r.Webhook != nil {
@@ -390,10 +401,7 @@ func (x *reportSteps) second(rd *round) (string, []any, func(Rows) error, error)
 					if err != nil {
 						return err
 					}
-					x.missed = nil
-					if !m.EndedAt.IsZero() && !x.r.Final {
-						x.missed = store.ErrMatchEnded
-					}
+					x.missed = claimOutcome(m, x.r)
 				}
 				return nil
 			}, nil

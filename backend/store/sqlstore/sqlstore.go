@@ -786,9 +786,14 @@ func (s *DB) DeleteExpiredRefreshTokens(ctx context.Context, now time.Time, limi
 // partial index matches_unreported, which holds only matches without a
 // report: the predicate is written as the index's so that both stores use it.
 func (s *DB) DeleteUnreportedMatches(ctx context.Context, now time.Time, limit int) (int, error) {
+	// The conditions again outside the subquery: a report that claims a
+	// match the subquery chose commits before the DELETE can lock its row,
+	// and PostgreSQL then re-checks only the outer WHERE on the row it
+	// committed (the subquery keeps its snapshot), so without them the
+	// sweep deleted a match whose result had just been applied.
 	return s.deleteRows(ctx, "delete unreported matches", `DELETE FROM matches WHERE (tenant_id, id) IN
 		(SELECT tenant_id, id FROM matches WHERE last_seq = 0 AND ended_at IS NULL AND expires_at <= ?
-		ORDER BY expires_at LIMIT ?)`, ToDB(now), limit)
+		ORDER BY expires_at LIMIT ?) AND last_seq = 0 AND ended_at IS NULL`, ToDB(now), limit)
 }
 
 // forgetBatch is how many surplus used tokens one refresh deletes.
