@@ -251,6 +251,13 @@ func (s *Service) WatchRun(ctx context.Context, req *connect.Request[ludusv1.Wat
 		msg := &ludusv1.WatchRunResponse{Progress: progress}
 		if p.Done != lastDone || r.State == clusterstate.BatchEnded {
 			q := store.BatchResultQuery{Since: since, Limit: pageSize, MaxBytes: pageBytes}
+			if r.State == clusterstate.BatchEnded {
+				// The last pass reads every result: a result's stored_at
+				// is taken before its transaction commits, which under
+				// load (a group commit waiting on locks) may be later
+				// than the window allows for.
+				q.Since = time.Time{}
+			}
 			newest := since
 			for {
 				rs, more, err := s.Backend.BatchResults(ctx, tenant, r.ID, q)
