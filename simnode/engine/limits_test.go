@@ -125,3 +125,43 @@ func TestHugeTablesAreRefused(t *testing.T) {
 		t.Errorf("a table of %d entries: %v", maxTableEntries, err)
 	}
 }
+
+// TestModuleLocalsAreBounded: a module whose functions declare more than
+// maxModuleLocals locals in all is refused at once. Each function stays
+// within maxLocals, but wazero keeps 8 bytes per local for as long as the
+// compiled module lives: 2,000 functions of 50,000 locals (a 24 KB module)
+// took 770 MiB to compile, and 10,000 ran the process out of memory.
+func TestModuleLocalsAreBounded(t *testing.T) {
+	e := newEngine(t)
+	module := func(n int, extra uint32) []byte {
+		var funcs []wasmtest.Func
+		for i := 0; i < n; i++ {
+			funcs = append(funcs, wasmtest.Func{NLocals: maxLocals, LocalType: wasmtest.I64})
+		}
+		if extra > 0 {
+			funcs = append(funcs, wasmtest.Func{NLocals: extra, LocalType: wasmtest.I32})
+		}
+		return wasmtest.Hostile("ludus_step", wasmtest.I32Const(0), funcs...)
+	}
+	const full = maxModuleLocals / maxLocals
+	for name, wasm := range map[string][]byte{
+		"one local over":      module(full, maxModuleLocals%maxLocals+1),
+		"ten times the bound": module(10*full, 0),
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := compileBounded(t, e, wasm, time.Second, 16<<20)
+			if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), "locals") {
+				t.Fatalf("compile returned %v, want a refusal naming the locals", err)
+			}
+			if strings.Contains(err.Error(), "not a valid WebAssembly module") {
+				t.Errorf("the refusal blames the module's validity: %v", err)
+			}
+			t.Log(err)
+		})
+	}
+	// At the bound, a module compiles, in bounded time and memory (~8 bytes a
+	// local in wazero).
+	if err := compileBounded(t, e, module(full, maxModuleLocals%maxLocals), 10*time.Second, 64<<20); err != nil {
+		t.Errorf("a module of %d locals in all: %v", maxModuleLocals, err)
+	}
+}
