@@ -278,6 +278,9 @@ func (e *Engine) EvictIdle(ctx context.Context, idle time.Duration) []string {
 // compile instruments wasm for the engine's interruption mechanism and compiles it.
 func (e *Engine) compile(ctx context.Context, wasm []byte) (wazero.CompiledModule, error) {
 	if err := checkFraming(wasm); err != nil {
+		if isRefusal(err) {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
+		}
 		return nil, fmt.Errorf("%w: not a valid WebAssembly module: %v", ErrInvalidModule, err)
 	}
 	code := wasm
@@ -289,6 +292,9 @@ func (e *Engine) compile(ctx context.Context, wasm []byte) (wazero.CompiledModul
 		out, err := instrument(wasm, ic)
 		if errors.Is(err, errForbiddenHostImport) {
 			return nil, fmt.Errorf("%w: the module %v", ErrInvalidModule, err)
+		}
+		if isRefusal(err) {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
 		}
 		if err != nil {
 			// Let wazero explain what is wrong with the module, if it can.

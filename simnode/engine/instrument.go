@@ -106,12 +106,31 @@ const bulkShift = 6
 // instructions gets no entry check (it runs a bounded, short time).
 const leafFree = 256
 
-type instrumentError struct{ msg string }
+type instrumentError struct {
+	msg string
+	// refused marks a module the host will not take although it may well be
+	// valid WebAssembly — it exceeds one of the host's limits or uses what the
+	// host leaves out — so compile reports the message as it is, without
+	// asking wazero for another explanation.
+	refused bool
+}
 
 func (e *instrumentError) Error() string { return e.msg }
 
 func ifail(format string, args ...any) {
-	panic(&instrumentError{fmt.Sprintf(format, args...)})
+	panic(&instrumentError{msg: fmt.Sprintf(format, args...)})
+}
+
+// irefuse is ifail for a refusal (see instrumentError.refused): the message
+// is for the studio engineer and says what to change.
+func irefuse(format string, args ...any) {
+	panic(&instrumentError{msg: fmt.Sprintf(format, args...), refused: true})
+}
+
+// isRefusal reports whether err is a refusal made by irefuse.
+func isRefusal(err error) bool {
+	var ie *instrumentError
+	return errors.As(err, &ie) && ie.refused
 }
 
 // errForbiddenHostImport marks a module that imports from the engine's own host module.
@@ -712,7 +731,7 @@ func (w *rewriter) rewriteCode(b []byte) []byte {
 	for i := uint32(0); i < n; i++ {
 		fb := r.take(int(r.u32()))
 		var nb []byte
-		nb, instrs = w.rewriteBody(fb, w.funcTypes[i], instrs[:0])
+		nb, instrs = w.rewriteBody(fb, w.oldImported+i, w.funcTypes[i], instrs[:0])
 		out = appendU32(out, uint32(len(nb)))
 		out = append(out, nb...)
 	}
@@ -722,7 +741,9 @@ func (w *rewriter) rewriteCode(b []byte) []byte {
 	return out
 }
 
-func (w *rewriter) rewriteBody(fb []byte, typ uint32, instrs []instr) ([]byte, []instr) {
+// rewriteBody rewrites the body fb of function fn (its index in the module
+// as uploaded), of type typ.
+func (w *rewriter) rewriteBody(fb []byte, fn, typ uint32, instrs []instr) ([]byte, []instr) {
 	r := &wreader{b: fb}
 	groups := r.u32()
 	groupsEnd := r.off
@@ -766,6 +787,10 @@ func (w *rewriter) rewriteBody(fb []byte, typ uint32, instrs []instr) ([]byte, [
 			st.maxArity = max(st.maxArity, w.arity(w.funcType((&wreader{b: fb, off: in.immAt}).u32())))
 		case 0x11, 0x13: // call_indirect, return_call_indirect
 			st.maxArity = max(st.maxArity, w.arity((&wreader{b: fb, off: in.start + 1}).u32()))
+		case 0xfc:
+			if (&wreader{b: fb, off: in.start + 1}).u32() == 15 {
+				refuseTableGrow(fn)
+			}
 		case 0xfd:
 			if (&wreader{b: fb, off: in.start + 1}).u32() == 12 { // v128.const
 				st.instrs++
