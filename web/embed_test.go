@@ -36,6 +36,7 @@ func TestHandler(t *testing.T) {
 		if got := rec.Header().Get("Cache-Control"); got != "no-cache" {
 			t.Errorf("GET %s: Cache-Control %q, want no-cache", c.path, got)
 		}
+		checkPageHeaders(t, "GET "+c.path, rec.Header())
 		if !strings.Contains(rec.Body.String(), c.body) {
 			t.Errorf("GET %s: body lacks %q", c.path, c.body)
 		}
@@ -67,6 +68,7 @@ func TestHandler(t *testing.T) {
 		if got := rec.Header().Get("Content-Type"); got != "text/html; charset=utf-8" {
 			t.Errorf("GET %s: 404 Content-Type %q", p, got)
 		}
+		checkPageHeaders(t, "GET "+p, rec.Header())
 	}
 	rec404 := httptest.NewRecorder()
 	h.ServeHTTP(rec404, httptest.NewRequest(http.MethodHead, "/nope", nil))
@@ -115,5 +117,21 @@ func TestBundleBudget(t *testing.T) {
 		if buf.Len() > limit+limit*3/100 {
 			t.Errorf("%s is %d bytes gzipped, over its budget of %d (web/budget.json)", file, buf.Len(), limit)
 		}
+	}
+}
+
+// checkPageHeaders: every page and asset forbids framing and plugins and
+// loads scripts from the site only (the browser flows run under the policy,
+// and a page error from it fails them).
+func checkPageHeaders(t *testing.T, what string, h http.Header) {
+	t.Helper()
+	csp := h.Get("Content-Security-Policy")
+	for _, want := range []string{"script-src 'self' 'wasm-unsafe-eval'", "frame-ancestors 'none'", "object-src 'none'", "base-uri 'none'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("%s: Content-Security-Policy %q lacks %q", what, csp, want)
+		}
+	}
+	if h.Get("X-Frame-Options") != "DENY" || h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Referrer-Policy") != "same-origin" {
+		t.Errorf("%s: X-Frame-Options %q, X-Content-Type-Options %q, Referrer-Policy %q", what, h.Get("X-Frame-Options"), h.Get("X-Content-Type-Options"), h.Get("Referrer-Policy"))
 	}
 }

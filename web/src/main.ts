@@ -79,7 +79,9 @@ const finder = new MatchFinder(session, {
   onFound: (f) => {
     const game = `game=${encodeURIComponent(f.gameId)}`;
     const there = f.gateway ? new URL(f.gateway, location.href) : null;
-    if (there && there.origin !== location.origin) {
+    // Only a web address: the field comes from the server, and a javascript:
+    // URL (origin "null") would otherwise run here.
+    if (there && (there.protocol === "https:" || there.protocol === "http:") && there.origin !== location.origin) {
       // Another region's gateway: this tab's session belongs to this one, so play there.
       there.search = new URL(shareUrl("")).search;
       there.hash = game;
