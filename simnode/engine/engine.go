@@ -322,11 +322,7 @@ var ErrInvalidModule = errors.New("invalid module")
 // already compiled for the same bytes.
 func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	id := BuildID(wasm)
-	e.mu.Lock()
-	m, ok := e.modules[id]
-	e.mu.Unlock()
-	if ok {
-		m.used.Store(e.now())
+	if m, ok := e.Module(id); ok {
 		return m, nil
 	}
 	m, err := e.compileModule(ctx, id, wasm)
@@ -350,10 +346,7 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 // configs): a module kept compiled holds megabytes for the process's life.
 func (e *Engine) CompileTransient(ctx context.Context, wasm []byte) (*Module, error) {
 	id := BuildID(wasm)
-	e.mu.Lock()
-	m, ok := e.modules[id]
-	e.mu.Unlock()
-	if ok {
+	if m, ok := e.Module(id); ok {
 		return m, nil // Close leaves it be
 	}
 	return e.compileModule(ctx, id, wasm)
