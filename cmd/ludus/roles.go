@@ -47,6 +47,29 @@ type etcdFlags struct {
 	key       *string
 }
 
+// secretFlags are the flags that hold secrets. Their defaults come from the
+// environment, and Go's usage text, printed for -h and on every mistyped
+// flag, shows a flag's default: hideSecretDefaults keeps them out of it.
+var secretFlags = map[string]string{
+	"cluster-token":       "LUDUS_CLUSTER_TOKEN",
+	"operator-key":        "LUDUS_OPERATOR_KEY",
+	"postgres":            "LUDUS_POSTGRES",
+	"node-credential":     "LUDUS_NODE_CREDENTIAL",
+	"node-enrollment-key": "LUDUS_NODE_ENROLLMENT_KEY",
+	"etcd-password":       "LUDUS_ETCD_PASSWORD",
+}
+
+// hideSecretDefaults makes fs's usage text say where a secret flag's default
+// comes from instead of showing it. Call it once fs's flags are defined.
+func hideSecretDefaults(fs *flag.FlagSet) {
+	for name, env := range secretFlags {
+		if f := fs.Lookup(name); f != nil && f.DefValue != "" {
+			f.DefValue = ""
+			f.Usage += " (default: $" + env + ", not shown)"
+		}
+	}
+}
+
 func addEtcdFlags(fs *flag.FlagSet) etcdFlags {
 	return etcdFlags{
 		endpoints: fs.String("etcd", envOr("LUDUS_ETCD", "http://127.0.0.1:2379"), "comma-separated etcd endpoints"),
@@ -215,6 +238,7 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 	noRoster := fs.Bool("no-roster", false, "accept match results for accounts not registered on the match's roster (gateways older than this backend do not register rosters)")
 	proxies := fs.String("trusted-proxies", os.Getenv("LUDUS_TRUSTED_PROXIES"),
 		`comma-separated addresses or CIDR prefixes of the gateways: their X-Forwarded-For names the client whose sign-ups are throttled; empty: loopback only; "none": no one`)
+	hideSecretDefaults(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -322,6 +346,7 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	af := addAutoscaleFlags(fs)
 	region := fs.String("region", envOr("LUDUS_REGION", "local"), "region this gateway serves (told to clients by Ping; sim nodes of the same region take its matches)")
 	matchmaking := fs.Bool("matchmaking", true, "serve MatchmakingService and be a matchmaker replica (stateless; any number may run)")
+	hideSecretDefaults(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -402,6 +427,7 @@ func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {
 	enrollment := fs.String("node-enrollment-key", os.Getenv("LUDUS_NODE_ENROLLMENT_KEY"), `for fleets whose node ids are not known in advance (a Kubernetes Deployment): the node derives its own credential for its --id from this key ("ludus ctl node enrollment-key" prints it); it has every node's power and no more`)
 	drainOnTerm := fs.Bool("drain-on-term", false, "on SIGTERM or interrupt, hand every game to other nodes before exiting (what a Kubernetes pod needs, with no preStop hook and no operator key)")
 	drainTimeout := fs.Duration("drain-timeout", 4*time.Minute, "with --drain-on-term, the longest the drain may take; games still here then end as failed (\"node shutting down\")")
+	hideSecretDefaults(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

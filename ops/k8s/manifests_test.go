@@ -1180,3 +1180,57 @@ func TestNetworkPolicyCheckCatches(t *testing.T) {
 		})
 	}
 }
+
+// Gateways and sim nodes name the same regions: a gateway places a match
+// only on nodes of its own region (--region, else LUDUS_REGION, else
+// "local"), so a region with nodes and no gateway, or gateways of a region
+// without nodes, cannot place matchmade games.
+func TestGatewaysServeTheNodesRegions(t *testing.T) {
+	m := loadManifests(t)
+	regionOf := func(w workload) string {
+		c := w.template.Spec.Containers[0]
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--region="); ok {
+				return v
+			}
+		}
+		for _, e := range c.Env {
+			if e.Name == "LUDUS_REGION" {
+				return e.Value
+			}
+		}
+		return "local"
+	}
+	gateways, nodes := map[string]bool{}, map[string]bool{}
+	for _, w := range m.component("gateway") {
+		gateways[regionOf(w)] = true
+	}
+	for _, w := range m.component("simnode") {
+		nodes[regionOf(w)] = true
+	}
+	if len(gateways) == 0 || len(nodes) == 0 {
+		t.Fatalf("gateway regions %v, sim node regions %v", gateways, nodes)
+	}
+	for r := range nodes {
+		if !gateways[r] {
+			t.Errorf("sim nodes of region %q and no gateway of it (gateways: %v)", r, gateways)
+		}
+	}
+	for r := range gateways {
+		if !nodes[r] {
+			t.Errorf("gateways of region %q and no sim node of it (nodes: %v)", r, nodes)
+		}
+	}
+}
+
+// The backend's liveness probe touches nothing but the process: one that
+// reads the store fails on every replica at once while the database hangs.
+func TestBackendLivenessIsLocal(t *testing.T) {
+	m := loadManifests(t)
+	for _, w := range m.component("backend") {
+		p := w.template.Spec.Containers[0].LivenessProbe
+		if p == nil || p.TCPSocket == nil {
+			t.Errorf("%s: the liveness probe is %+v, want a tcpSocket probe", w.name, p)
+		}
+	}
+}
