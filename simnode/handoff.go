@@ -35,7 +35,9 @@ func (n *Node) handoffAt(ctx context.Context, tenant, gameID, target string) (st
 	}
 	var to *clusterstate.NodeInfo
 	if target == "" {
-		ranked := fleet.Rank(nodes, gameID, fleet.RankOptions{Exclude: n.cfg.ID})
+		// Nodes of this node's region first (its players' round trips),
+		// the others only if none of them can take the game.
+		ranked := fleet.Rank(nodes, gameID, fleet.RankOptions{Exclude: n.cfg.ID, Region: n.cfg.Region})
 		if len(ranked) > 0 {
 			to = &ranked[0]
 		}
@@ -112,8 +114,13 @@ func (n *Node) release(g *game) {
 func (n *Node) Drain(ctx context.Context) error {
 	if n.draining.CompareAndSwap(false, true) {
 		n.log.Info("draining: handing every game to other nodes")
+		// A failed publish (etcd's leader changing, say) must not stop the
+		// drain: the node refuses new games itself, and the heartbeat
+		// publishes the flag once etcd answers. Returning here ended a
+		// SIGTERM drain with every game failed, and an operator's drain for
+		// good (its watch fires once).
 		if err := n.publishNode(ctx, n.sess.Load()); err != nil {
-			return err
+			n.log.Warn("draining: the node record could not be updated yet; the heartbeat will", "err", err)
 		}
 	}
 	for {

@@ -332,7 +332,8 @@ func (n *Node) maintain() {
 const ModuleIdle = engine.DefaultModuleIdle
 
 // releaseModules gives back, once a minute, the warm pools of builds that
-// had no start for warmIdle and the compiled builds unused for ModuleIdle.
+// had no start for warmIdle and the compiled builds unused for ModuleIdle,
+// and keeps the compilation cache on disk within its bound (PruneCache).
 func (n *Node) releaseModules() {
 	defer n.wg.Done()
 	t := time.NewTicker(time.Minute)
@@ -346,25 +347,30 @@ func (n *Node) releaseModules() {
 			if ids := n.cfg.Engine.EvictIdle(n.ctx, ModuleIdle); len(ids) > 0 {
 				n.log.Info("released builds unused for a while", "builds", len(ids), "idle", ModuleIdle)
 			}
+			if k, err := n.cfg.Engine.PruneCache(0); err != nil || k > 0 {
+				n.log.Info("pruned the compilation cache", "files", k, "err", err)
+			}
 		}
 	}
 }
 
-// heartbeat republishes the node's record when its game count changes.
+// heartbeat republishes the node's record when its game count or its
+// draining flag changes (a drain whose own publish failed is published here).
 func (n *Node) heartbeat() {
 	defer n.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	last := int32(-1)
+	last, lastDraining := int32(-1), false
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
 			s := n.sess.Load()
-			if c := n.count.Load(); c != last && !s.Fenced() {
+			c, d := n.count.Load(), n.draining.Load()
+			if (c != last || d != lastDraining) && !s.Fenced() {
 				if err := n.publishNode(n.ctx, s); err == nil {
-					last = c
+					last, lastDraining = c, d
 				}
 			}
 		}

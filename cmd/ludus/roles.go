@@ -262,6 +262,22 @@ func runBackend(ctx context.Context, args []string, logger *slog.Logger) error {
 		return err
 	}
 	defer eng.Close(context.Background())
+	// Every upload is compiled to check it, and wazero writes each to the
+	// cache on disk: keep that within its bound.
+	go func() {
+		t := time.NewTicker(5 * time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if k, err := eng.PruneCache(0); err != nil || k > 0 {
+					logger.Info("pruned the compilation cache", "files", k, "err", err)
+				}
+			}
+		}
+	}()
 	var st store.Store
 	if *pg != "" {
 		p, err := postgres.Open(ctx, *pg)
