@@ -118,7 +118,10 @@ func DefaultHTTPClient(baseURL string) *http.Client { return defaultHTTPClient(b
 
 func defaultHTTPClient(baseURL string, tlsCfg *tls.Config) *http.Client {
 	p := new(http.Protocols)
-	t := &http.Transport{Protocols: p, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4}
+	t := &http.Transport{Protocols: p, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4,
+		// Pings find a dead connection (a half-open path) that carries a
+		// stream nothing is sent on: it is closed and its streams fail.
+		HTTP2: &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 15 * time.Second}}
 	if strings.HasPrefix(baseURL, "https://") {
 		p.SetHTTP1(true)
 		p.SetHTTP2(true)

@@ -201,6 +201,7 @@ var (
 	errResync   = errors.New("frame stream out of step")
 	errClosed   = errors.New("session closed")
 	errNoEnd    = errors.New("the stream ended without the game ending")
+	errStalled  = errors.New("the stream went silent for longer than the gateway ever is while a game runs")
 )
 
 // Render-failure policy: a failed renderer is replaced; this many failures
@@ -213,9 +214,22 @@ const (
 // Reconnection policy: backoff between attempts, and how long a stream may
 // fail to deliver anything before the session gives up.
 const (
-	minBackoff  = 100 * time.Millisecond
-	maxBackoff  = 2 * time.Second
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+// giveUpAfter, stallTimeout and migratingStallTimeout are variables only so
+// that tests can shorten them.
+var (
 	giveUpAfter = 30 * time.Second
+	// stallTimeout: a stream silent this long is presumed dead (a frozen
+	// gateway, a half-open path) and re-opened. The gateway relays the node's
+	// status at least every flush interval (250 ms) while the game runs, so
+	// 5 s leaves ample margin.
+	stallTimeout = 5 * time.Second
+	// migratingStallTimeout replaces stallTimeout after a "migrating" status:
+	// the gateway may wait up to 30 s for the game's new owner in silence.
+	migratingStallTimeout = 35 * time.Second
 )
 
 // Session is one player's Play stream of one game, re-opened as needed: it
@@ -612,7 +626,7 @@ func retryable(err error) bool {
 		connect.CodeResourceExhausted, connect.CodeUnknown, connect.CodeInternal:
 		return true
 	}
-	return errors.Is(err, errNoEnd)
+	return errors.Is(err, errNoEnd) || errors.Is(err, errStalled)
 }
 
 // inputGap returns the InputGap detail of an Aborted error.
@@ -744,8 +758,21 @@ func (s *Session) stream(mode Mode) (gotFrame bool, err error) {
 	lastTick := int64(-1) // the delta base's tick
 	build, format := s.game.BuildId, s.game.ViewFormat
 	var final *ludusv1.Status
+	// The watchdog: a stream silent for its bound is cancelled, which the
+	// run loop re-opens like any broken stream.
+	stall := time.AfterFunc(stallTimeout, func() {
+		cancel(errStalled)
+	})
+	defer stall.Stop()
 	for {
 		m, rerr := st.Receive()
+		if rerr == nil {
+			bound := stallTimeout
+			if stt := m.GetStatus(); stt != nil && stt.State == "migrating" {
+				bound = migratingStallTimeout
+			}
+			stall.Reset(bound)
+		}
 		if rerr != nil {
 			if cause := context.Cause(ctx); ctx.Err() != nil && s.ctx.Err() == nil && cause != nil {
 				return gotFrame, cause // fallback
