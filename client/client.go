@@ -210,8 +210,13 @@ func (c *Client) GuestLogin(ctx context.Context, tenant, deviceID, displayName s
 
 // UseSession signs the client in with a session obtained elsewhere (email or
 // custom login). The ticket is refreshed with the refresh token when it nears
-// expiry; without a refresh token it is used until it expires.
+// expiry; without a refresh token it is used until it expires. It waits for
+// a login or refresh under way to finish.
 func (c *Client) UseSession(tenant string, s *ludusv1.Session) {
+	// authMu first, as in renew: a refresh under way would otherwise store
+	// the previous account's ticket over this session.
+	c.authMu.Lock()
+	defer c.authMu.Unlock()
 	c.sessMu.Lock()
 	defer c.sessMu.Unlock()
 	c.account = Account{ID: s.AccountId, DisplayName: s.DisplayName, Tenant: tenant}
