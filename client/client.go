@@ -118,7 +118,10 @@ func DefaultHTTPClient(baseURL string) *http.Client { return defaultHTTPClient(b
 
 func defaultHTTPClient(baseURL string, tlsCfg *tls.Config) *http.Client {
 	p := new(http.Protocols)
-	t := &http.Transport{Protocols: p, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4}
+	t := &http.Transport{Protocols: p, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4,
+		// Pings find a dead connection (a half-open path) that carries a
+		// stream nothing is sent on: it is closed and its streams fail.
+		HTTP2: &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 15 * time.Second}}
 	if strings.HasPrefix(baseURL, "https://") {
 		p.SetHTTP1(true)
 		p.SetHTTP2(true)
@@ -207,8 +210,13 @@ func (c *Client) GuestLogin(ctx context.Context, tenant, deviceID, displayName s
 
 // UseSession signs the client in with a session obtained elsewhere (email or
 // custom login). The ticket is refreshed with the refresh token when it nears
-// expiry; without a refresh token it is used until it expires.
+// expiry; without a refresh token it is used until it expires. It waits for
+// a login or refresh under way to finish.
 func (c *Client) UseSession(tenant string, s *ludusv1.Session) {
+	// authMu first, as in renew: a refresh under way would otherwise store
+	// the previous account's ticket over this session.
+	c.authMu.Lock()
+	defer c.authMu.Unlock()
 	c.sessMu.Lock()
 	defer c.sessMu.Unlock()
 	c.account = Account{ID: s.AccountId, DisplayName: s.DisplayName, Tenant: tenant}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"ludus.dev/ludus/simnode/engine"
 )
@@ -21,12 +22,21 @@ var ErrModuleMismatch = errors.New("client: the module's bytes do not match its 
 // accepts uploads up to 32 MiB).
 const MaxModuleBytes = 32 << 20
 
-// moduleLoad is a fetch and compile in progress; other callers wait for it.
+// moduleLoad is a fetch and compile in progress, shared by its callers: it
+// runs on a context of its own, which ends when the last of them stops
+// waiting (or after moduleLoadTimeout), so that one caller's deadline never
+// fails another's load.
 type moduleLoad struct {
-	done chan struct{}
-	mod  *engine.Module
-	err  error
+	done    chan struct{}
+	mod     *engine.Module // set before done closes
+	err     error
+	waiters int // guarded by modMu
+	cancel  context.CancelFunc
 }
+
+// moduleLoadTimeout bounds a shared module load (a download of up to
+// MaxModuleBytes and a compile of seconds).
+const moduleLoadTimeout = 5 * time.Minute
 
 // validBuildID reports whether s is a lowercase hex SHA-256.
 func validBuildID(s string) bool {
@@ -62,7 +72,9 @@ func (c *Client) engine(ctx context.Context) (*engine.Engine, error) {
 // (GET /modules/{build_id}.wasm with the session ticket), checked to hash to
 // buildID, validated and compiled by wazero. Modules are kept in memory by
 // build id for the Client's life, so each is fetched and compiled once;
-// concurrent callers share one load. A failed load is not remembered.
+// concurrent callers share one load, each one's ctx ending only its own wait
+// (the load stops when no caller waits for it any more). A failed load is not
+// remembered.
 func (c *Client) Module(ctx context.Context, buildID string) (*engine.Module, error) {
 	if !validBuildID(buildID) {
 		return nil, fmt.Errorf("client: %q is not a build id (a lowercase hex SHA-256)", buildID)
@@ -72,28 +84,45 @@ func (c *Client) Module(ctx context.Context, buildID string) (*engine.Module, er
 		c.modMu.Unlock()
 		return m, nil
 	}
-	if l, ok := c.loading[buildID]; ok {
-		c.modMu.Unlock()
-		select {
-		case <-l.done:
-			return l.mod, l.err
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	l, ok := c.loading[buildID]
+	if !ok {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moduleLoadTimeout)
+		l = &moduleLoad{done: make(chan struct{}), cancel: cancel}
+		c.loading[buildID] = l
+		go func() {
+			mod, err := c.loadModule(lctx, buildID)
+			cancel()
+			c.modMu.Lock()
+			if c.loading[buildID] == l {
+				delete(c.loading, buildID)
+			}
+			if err == nil {
+				c.modules[buildID] = mod
+			}
+			l.mod, l.err = mod, err
+			c.modMu.Unlock()
+			close(l.done)
+		}()
+	}
+	l.waiters++
+	c.modMu.Unlock()
+	select {
+	case <-l.done:
+		return l.mod, l.err
+	case <-ctx.Done():
+		// Stop waiting; the last caller to leave stops the load, and the
+		// next caller starts a new one.
+		c.modMu.Lock()
+		l.waiters--
+		if l.waiters == 0 {
+			l.cancel()
+			if c.loading[buildID] == l {
+				delete(c.loading, buildID)
+			}
 		}
+		c.modMu.Unlock()
+		return nil, ctx.Err()
 	}
-	l := &moduleLoad{done: make(chan struct{})}
-	c.loading[buildID] = l
-	c.modMu.Unlock()
-
-	l.mod, l.err = c.loadModule(ctx, buildID)
-	c.modMu.Lock()
-	delete(c.loading, buildID)
-	if l.err == nil {
-		c.modules[buildID] = l.mod
-	}
-	c.modMu.Unlock()
-	close(l.done)
-	return l.mod, l.err
 }
 
 func (c *Client) loadModule(ctx context.Context, buildID string) (*engine.Module, error) {

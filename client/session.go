@@ -201,6 +201,7 @@ var (
 	errResync   = errors.New("frame stream out of step")
 	errClosed   = errors.New("session closed")
 	errNoEnd    = errors.New("the stream ended without the game ending")
+	errStalled  = errors.New("the stream went silent for longer than the gateway ever is while a game runs")
 )
 
 // Render-failure policy: a failed renderer is replaced; this many failures
@@ -213,9 +214,25 @@ const (
 // Reconnection policy: backoff between attempts, and how long a stream may
 // fail to deliver anything before the session gives up.
 const (
-	minBackoff  = 100 * time.Millisecond
-	maxBackoff  = 2 * time.Second
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+// giveUpAfter, stallTimeout and migratingStallTimeout are variables only so
+// that tests can shorten them.
+var (
 	giveUpAfter = 30 * time.Second
+	// stallTimeout: a stream silent this long is presumed dead (a frozen
+	// gateway, a half-open path) and re-opened. The gateway relays the node's
+	// status at least every flush interval (250 ms) while the game runs, so
+	// 5 s leaves ample margin.
+	stallTimeout = 5 * time.Second
+	// migratingStallTimeout replaces stallTimeout after a "migrating" status:
+	// the gateway may wait up to 30 s for the game's new owner in silence.
+	migratingStallTimeout = 35 * time.Second
+	// healthyStream: a stream that delivered for this long restores the
+	// give-up clock.
+	healthyStream = 5 * time.Second
 )
 
 // Session is one player's Play stream of one game, re-opened as needed: it
@@ -290,8 +307,10 @@ type snapshot struct {
 // if the renderer fails repeatedly or the gateway refuses snapshots.
 //
 // ctx bounds the whole session, not only the setup: the session ends when ctx
-// is done, Close is called, the game ends, or the stream cannot be restored
-// for 30 s.
+// is done, Close is called, the game ends, the game refuses an input for good
+// (ResourceExhausted naming no wait, twice for the same input), or the stream
+// cannot be restored for 30 s (a stream silent for 5 s counts as broken; only
+// one that delivered for 5 s counts as restored).
 func (c *Client) Play(ctx context.Context, gameID string, mode Mode) (*Session, error) {
 	game, slot, err := c.Join(ctx, gameID)
 	if err != nil {
@@ -518,13 +537,16 @@ func (s *Session) run() {
 	gaps, gapAcked := 0, uint64(0) // InputGap refusals in a row, and Acked() then
 	rejoined := false              // took the seat again since the last frame
 	var lastResync time.Time
+	var refusedHead uint64 // the head input of the last refusal that named no wait
 	for first := true; ; first = false {
 		if !first {
 			s.st.reconnects.Add(1)
 		}
 		mode := s.Mode()
+		opened := time.Now()
 		var gotFrame bool
-		gotFrame, err = s.stream(mode)
+		var lastMsg time.Time
+		gotFrame, lastMsg, err = s.stream(mode)
 		if s.ctx.Err() != nil {
 			return
 		}
@@ -535,13 +557,28 @@ func (s *Session) run() {
 			continue // fell back to pixels: re-open at once
 		}
 		if gotFrame {
-			failingSince, backoff = time.Time{}, minBackoff
-			rejoined = false
+			backoff, rejoined = minBackoff, false
+			// Only a stream that delivered for a while restores the give-up
+			// clock: one that breaks at once each time (an input refused,
+			// a stall) must not keep the session alive for ever.
+			if lastMsg.Sub(opened) >= healthyStream {
+				failingSince = time.Time{}
+			}
 		}
 		if failingSince.IsZero() {
 			failingSince = time.Now()
 		}
 		code, over := connect.CodeOf(err), gameOver(err)
+		head := uint64(0)
+		if code == connect.CodeResourceExhausted && !lastMsg.IsZero() && !namesWait(err) {
+			head = s.pendingHead()
+		}
+		if head != 0 && head == refusedHead {
+			// The game refused the same input twice without naming a wait
+			// (the player's share of the input log is used up): for good.
+			return
+		}
+		refusedHead = head
 		switch {
 		case errors.Is(err, errResync):
 			// Once in a while, re-open at once (a new stream starts with a
@@ -604,6 +641,29 @@ func (s *Session) run() {
 	}
 }
 
+// retryAfter is a wait named by a refusal's message ("retry in 12 s").
+var retryAfter = regexp.MustCompile(`retry in \d+ ?s\b`)
+
+// namesWait reports whether a refusal says how long to wait (Retry-After in
+// its metadata, or "retry in N s" in its message).
+func namesWait(err error) bool {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return false
+	}
+	return ce.Meta().Get("Retry-After") != "" || retryAfter.MatchString(ce.Message())
+}
+
+// pendingHead is the seq of the oldest unacknowledged input, 0 if none.
+func (s *Session) pendingHead() uint64 {
+	s.inMu.Lock()
+	defer s.inMu.Unlock()
+	if len(s.pending) == 0 {
+		return 0
+	}
+	return s.pending[0].seq
+}
+
 // retryable: the stream may work again if re-opened (docs/API.md, "Error
 // codes"), including transport errors, which carry no code.
 func retryable(err error) bool {
@@ -612,7 +672,7 @@ func retryable(err error) bool {
 		connect.CodeResourceExhausted, connect.CodeUnknown, connect.CodeInternal:
 		return true
 	}
-	return errors.Is(err, errNoEnd)
+	return errors.Is(err, errNoEnd) || errors.Is(err, errStalled)
 }
 
 // inputGap returns the InputGap detail of an Aborted error.
@@ -702,8 +762,8 @@ func (s *Session) finish(err error) {
 }
 
 // stream runs one Play stream in mode until it ends. gotFrame reports whether
-// any frame arrived.
-func (s *Session) stream(mode Mode) (gotFrame bool, err error) {
+// any frame arrived, lastMsg when the last message did (zero if none).
+func (s *Session) stream(mode Mode) (gotFrame bool, lastMsg time.Time, err error) {
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	defer cancel(nil)
 	s.mu.Lock()
@@ -711,10 +771,10 @@ func (s *Session) stream(mode Mode) (gotFrame bool, err error) {
 	fellBack := s.mode != mode
 	s.mu.Unlock()
 	if fellBack {
-		return false, errFallback
+		return false, time.Time{}, errFallback
 	}
 	if _, err := s.c.Ticket(ctx); err != nil {
-		return false, connect.NewError(connect.CodeUnauthenticated, err)
+		return false, time.Time{}, connect.NewError(connect.CodeUnauthenticated, err)
 	}
 	delivery := ludusv1.Delivery_DELIVERY_PIXELS
 	if mode == Snapshots {
@@ -731,7 +791,7 @@ func (s *Session) stream(mode Mode) (gotFrame bool, err error) {
 		GameId: s.game.GameId, Delivery: delivery,
 		AcceptEncodings: []ludusv1.FrameEncoding{ludusv1.FrameEncoding_FRAME_ENCODING_DELTA_ZSTD},
 	}}}); err != nil && !errors.Is(err, io.EOF) {
-		return false, err // io.EOF: the server answered already; Receive tells
+		return false, time.Time{}, err // io.EOF: the server answered already; Receive tells
 	}
 	sendDone := make(chan struct{})
 	go func() {
@@ -744,22 +804,36 @@ func (s *Session) stream(mode Mode) (gotFrame bool, err error) {
 	lastTick := int64(-1) // the delta base's tick
 	build, format := s.game.BuildId, s.game.ViewFormat
 	var final *ludusv1.Status
+	// The watchdog: a stream silent for its bound is cancelled, which the
+	// run loop re-opens like any broken stream.
+	stall := time.AfterFunc(stallTimeout, func() {
+		cancel(errStalled)
+	})
+	defer stall.Stop()
 	for {
 		m, rerr := st.Receive()
+		if rerr == nil {
+			lastMsg = time.Now()
+			bound := stallTimeout
+			if stt := m.GetStatus(); stt != nil && stt.State == "migrating" {
+				bound = migratingStallTimeout
+			}
+			stall.Reset(bound)
+		}
 		if rerr != nil {
 			if cause := context.Cause(ctx); ctx.Err() != nil && s.ctx.Err() == nil && cause != nil {
-				return gotFrame, cause // fallback
+				return gotFrame, lastMsg, cause // fallback
 			}
 			if errors.Is(rerr, io.EOF) {
 				switch {
 				case final != nil && final.State == "ended":
-					return gotFrame, ErrGameEnded
+					return gotFrame, lastMsg, ErrGameEnded
 				case final != nil:
-					return gotFrame, fmt.Errorf("%w: %s", errGameFailed, final.Message)
+					return gotFrame, lastMsg, fmt.Errorf("%w: %s", errGameFailed, final.Message)
 				}
-				return gotFrame, errNoEnd
+				return gotFrame, lastMsg, errNoEnd
 			}
-			return gotFrame, rerr
+			return gotFrame, lastMsg, rerr
 		}
 		switch v := m.Msg.(type) {
 		case *ludusv1.PlayResponse_Ack:
@@ -776,7 +850,7 @@ func (s *Session) stream(mode Mode) (gotFrame bool, err error) {
 				final = stt
 			}
 			if s.onStatus(stt, mode) {
-				return gotFrame, errFallback
+				return gotFrame, lastMsg, errFallback
 			}
 		case *ludusv1.PlayResponse_Frame:
 			f := v.Frame
@@ -790,11 +864,11 @@ func (s *Session) stream(mode Mode) (gotFrame bool, err error) {
 				if f.Keyframe {
 					s.st.keyframes.Add(1)
 				} else if f.BaseTick != lastTick {
-					return gotFrame, fmt.Errorf("%w: a delta on tick %d's frame arrived, the last frame was tick %d's", errResync, f.BaseTick, lastTick)
+					return gotFrame, lastMsg, fmt.Errorf("%w: a delta on tick %d's frame arrived, the last frame was tick %d's", errResync, f.BaseTick, lastTick)
 				}
 				view, err = dec.Decode(f.View)
 				if err != nil {
-					return gotFrame, fmt.Errorf("%w: %v", errResync, err)
+					return gotFrame, lastMsg, fmt.Errorf("%w: %v", errResync, err)
 				}
 			}
 			lastTick, gotFrame = f.Tick, true

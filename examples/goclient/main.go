@@ -207,6 +207,11 @@ func play(ctx context.Context, c *client.Client, gameID string, mode client.Mode
 			}
 			prev = f
 		case <-turnAt:
+			if prev == nil {
+				// No frame yet to compare the turn against: try again soon.
+				turnAt = time.After(50 * time.Millisecond)
+				continue
+			}
 			before = prev
 			if turnID, err = s.Send([]byte{arena.BtnTurnLeft}); err != nil {
 				return err
