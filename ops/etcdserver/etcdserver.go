@@ -7,10 +7,12 @@ package etcdserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -62,6 +64,18 @@ type Server struct {
 
 // Start starts etcd and waits until it serves.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
+	// A port picked free (port 0 asked) can be taken by another process
+	// before etcd binds it: try again with new ones. etcd binds its
+	// listeners before it writes anything to its directory.
+	for attempt := 1; ; attempt++ {
+		s, err := start(ctx, cfg)
+		if err == nil || attempt == 5 || !errors.Is(err, syscall.EADDRINUSE) || (cfg.ClientPort != 0 && cfg.PeerPort != 0) {
+			return s, err
+		}
+	}
+}
+
+func start(ctx context.Context, cfg Config) (*Server, error) {
 	cport, err := port(cfg.ClientPort)
 	if err != nil {
 		return nil, err

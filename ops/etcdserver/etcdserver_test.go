@@ -3,6 +3,8 @@ package etcdserver
 import (
 	"context"
 	"errors"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,4 +59,24 @@ func TestCompactionRetention(t *testing.T) {
 	if resp, err := cli.Get(ctx, "k"); err != nil || string(resp.Kvs[0].Value) != "v2" {
 		t.Fatalf("the current value after compaction: %v %v", resp, err)
 	}
+}
+
+// A port taken before etcd binds it is an EADDRINUSE error, which Start
+// retries with new ports when it picked them itself.
+func TestTakenPortIsAddrInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().(*net.TCPAddr).Port
+	_, err = start(context.Background(), Config{Dir: t.TempDir(), NoFsync: true, ClientPort: taken})
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("etcd on a taken port: %v, want EADDRINUSE", err)
+	}
+	s, err := Start(context.Background(), Config{Dir: t.TempDir(), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
 }
