@@ -18,13 +18,7 @@ import (
 func TestInputRefusedForGoodEndsSession(t *testing.T) {
 	a := &playGateway{fakeGateway: &fakeGateway{game: arenaGame()}}
 	a.play = func(ctx context.Context, n int32, st *connect.BidiStream[ludusv1.PlayRequest, ludusv1.PlayResponse]) error {
-		if _, err := st.Receive(); err != nil {
-			return err
-		}
-		if err := sendRunning(st); err != nil {
-			return err
-		}
-		if err := st.Send(&ludusv1.PlayResponse{Msg: &ludusv1.PlayResponse_Frame{Frame: &ludusv1.Frame{Tick: 1, View: pixelView(1)}}}); err != nil {
+		if err := openRunning(st, 1); err != nil {
 			return err
 		}
 		for {
@@ -66,10 +60,7 @@ func TestInputRefusalNamingWaitIsRetried(t *testing.T) {
 	a := &playGateway{fakeGateway: &fakeGateway{game: arenaGame()}}
 	a.play = func(ctx context.Context, n int32, st *connect.BidiStream[ludusv1.PlayRequest, ludusv1.PlayResponse]) error {
 		if n <= 3 {
-			if _, err := st.Receive(); err != nil {
-				return err
-			}
-			if err := sendRunning(st); err != nil {
+			if err := openRunning(st); err != nil {
 				return err
 			}
 			for {
@@ -112,13 +103,7 @@ func TestBriefStreamsDoNotResetGiveUp(t *testing.T) {
 	shortStall(t, 5*time.Second, 2*time.Second)
 	a := &playGateway{fakeGateway: &fakeGateway{game: arenaGame()}}
 	a.play = func(ctx context.Context, n int32, st *connect.BidiStream[ludusv1.PlayRequest, ludusv1.PlayResponse]) error {
-		if _, err := st.Receive(); err != nil {
-			return err
-		}
-		if err := sendRunning(st); err != nil {
-			return err
-		}
-		if err := st.Send(&ludusv1.PlayResponse{Msg: &ludusv1.PlayResponse_Frame{Frame: &ludusv1.Frame{Tick: int64(n), View: pixelView(int64(n))}}}); err != nil {
+		if err := openRunning(st, int64(n)); err != nil {
 			return err
 		}
 		return connect.NewError(connect.CodeUnavailable, errors.New("the node is overloaded"))

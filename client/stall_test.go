@@ -51,6 +51,23 @@ func sendRunning(st *connect.BidiStream[ludusv1.PlayRequest, ludusv1.PlayRespons
 		State: "running", ViewFormat: "indexed8", TickRate: 35, Delivery: "pixels"}}})
 }
 
+// openRunning answers a stream's first request with a running status and a
+// pixel frame of each of ticks.
+func openRunning(st *connect.BidiStream[ludusv1.PlayRequest, ludusv1.PlayResponse], ticks ...int64) error {
+	if _, err := st.Receive(); err != nil {
+		return err
+	}
+	if err := sendRunning(st); err != nil {
+		return err
+	}
+	for _, tick := range ticks {
+		if err := st.Send(&ludusv1.PlayResponse{Msg: &ludusv1.PlayResponse_Frame{Frame: &ludusv1.Frame{Tick: tick, View: pixelView(tick)}}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // shortStall shortens the stall watchdog and the give-up time for one test.
 func shortStall(t *testing.T, stall, giveUp time.Duration) {
 	oldStall, oldGiveUp := stallTimeout, giveUpAfter
@@ -114,13 +131,7 @@ func TestStallWatchdogWaitsOutMigration(t *testing.T) {
 	shortStall(t, 200*time.Millisecond, 30*time.Second)
 	a := &playGateway{fakeGateway: &fakeGateway{game: arenaGame()}}
 	a.play = func(ctx context.Context, n int32, st *connect.BidiStream[ludusv1.PlayRequest, ludusv1.PlayResponse]) error {
-		if _, err := st.Receive(); err != nil {
-			return err
-		}
-		if err := sendRunning(st); err != nil {
-			return err
-		}
-		if err := st.Send(&ludusv1.PlayResponse{Msg: &ludusv1.PlayResponse_Frame{Frame: &ludusv1.Frame{Tick: 1, View: pixelView(1)}}}); err != nil {
+		if err := openRunning(st, 1); err != nil {
 			return err
 		}
 		if err := st.Send(&ludusv1.PlayResponse{Msg: &ludusv1.PlayResponse_Status{Status: &ludusv1.Status{State: "migrating"}}}); err != nil {
