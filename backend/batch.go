@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/backend/store"
+	"ludus.dev/ludus/internal/utf8cut"
 )
 
 // What package batch keeps in the backend: (*Server) implements
@@ -264,8 +264,5 @@ func cutText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return utf8cut.Cut(s, n) + "…"
 }

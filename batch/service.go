@@ -18,6 +18,7 @@ import (
 	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
 	"ludus.dev/ludus/gen/ludus/v1/ludusv1connect"
+	"ludus.dev/ludus/internal/utf8cut"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -216,7 +217,7 @@ func pageStart(token string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimPrefix(token, "g"))
 	if !strings.HasPrefix(token, "g") || err != nil || n < 0 || n > MaxGames {
 		return 0, connect.NewError(connect.CodeInvalidArgument,
-			fmt.Errorf("page_token %q is not one GetRun gave: pass next_page_token as it came, or none for the first page", clipUTF8(token, 40)))
+			fmt.Errorf("page_token %q is not one GetRun gave: pass next_page_token as it came, or none for the first page", utf8cut.Cut(token, 40)))
 	}
 	return n, nil
 }

@@ -12,12 +12,12 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
 	"ludus.dev/ludus/backend/store"
 	"ludus.dev/ludus/clusterstate"
+	"ludus.dev/ludus/internal/utf8cut"
 	"ludus.dev/ludus/simnode/engine"
 )
 
@@ -517,18 +517,7 @@ func fit(res *Result) {
 	if res.Error != "" {
 		errs = append(errs, res.Error)
 	}
-	res.Error = clipUTF8(strings.ToValidUTF8(strings.Join(errs, "\n"), "\uFFFD"), MaxErrorBytes)
-}
-
-// clipUTF8 cuts valid UTF-8 s to at most n bytes at a character boundary.
-func clipUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
+	res.Error = utf8cut.Cut(strings.ToValidUTF8(strings.Join(errs, "\n"), "\uFFFD"), MaxErrorBytes)
 }
 
 // end ends a run and records it in the backend (a worker without a full
