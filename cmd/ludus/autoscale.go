@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"strings"
@@ -62,6 +63,13 @@ func (f autoscaleFlags) operatorHandler(base http.Handler, reg *prometheus.Regis
 			return nil, fmt.Errorf("--autoscale-fleets: %q is not FLEET=REGION", pair)
 		}
 		fleets[fleet] = region
+	}
+	// Replica counts are int32 in Agones' API: a larger flag must be
+	// refused, not wrapped around into a small or negative bound.
+	for name, v := range map[string]int{"--autoscale-min": *f.minReplicas, "--autoscale-max": *f.maxReplicas} {
+		if v < 0 || v > math.MaxInt32 {
+			return nil, fmt.Errorf("%s %d: want 0 to %d sim nodes", name, v, math.MaxInt32)
+		}
 	}
 	wh, err := autoscale.NewWebhook(autoscale.Config{
 		Policy: autoscale.Policy{SessionsPerNode: *f.perNode, ScaleUpBelow: *f.upBelow, DrainAbove: *f.drainAbove,

@@ -92,6 +92,8 @@ func TestAutoscaleFlagsRefuseNonsense(t *testing.T) {
 		{"--autoscale-fleets", "=eu"},
 		{"--autoscale-sessions-per-node", "0"},
 		{"--autoscale-min", "5", "--autoscale-max", "2"},
+		{"--autoscale-max", "4294967297"}, // wraps to 1 as an int32
+		{"--autoscale-min", "-1"},
 	} {
 		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 		af := addAutoscaleFlags(fs)
