@@ -411,7 +411,10 @@ func (it *txnItem) enqueued() (int64, error) {
 // EndSearch ends an account's search: it deletes keys (the search's ticket,
 // its party member key; any may be gone already) and the account's search
 // key if it still holds token (a newer search of the account keeps its own).
-func (c *Client) EndSearch(ctx context.Context, tenant, account, token string, keys ...string) error {
+// found[i] reports whether keys[i] was there to delete: a party member
+// whose own key a settlement took first was matched (see
+// matchmaker's search.leave).
+func (c *Client) EndSearch(ctx context.Context, tenant, account, token string, keys ...string) (found []bool, err error) {
 	search := SearchKey(tenant, account)
 	ops := make([]*pb.RequestOp, 0, len(keys)+1)
 	for _, k := range keys {
@@ -419,7 +422,14 @@ func (c *Client) EndSearch(ctx context.Context, tenant, account, token string, k
 	}
 	it := newTxnItem(0, []*pb.Compare{cmpValue(search, token)},
 		append(slices.Clip(ops), opDelete(search)), ops)
-	return c.committer().do(ctx, it)
+	if err := c.committer().do(ctx, it); err != nil {
+		return nil, err
+	}
+	found = make([]bool, len(keys))
+	for i, r := range it.resp.Responses[:len(keys)] {
+		found[i] = r.GetResponseDeleteRange().GetDeleted() > 0
+	}
+	return found, nil
 }
 
 // Settlement is a leader's decision about some tickets of a queue: they
@@ -820,7 +830,7 @@ func (c *Client) JoinParty(ctx context.Context, lease *Lease, p Party, m PartyMe
 		// the account from searching for as long as the lease lives.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := c.EndSearch(lctx, p.Tenant, m.AccountID, m.Token, key); err != nil {
+		if _, err := c.EndSearch(lctx, p.Tenant, m.AccountID, m.Token, key); err != nil {
 			return Joined{}, fmt.Errorf("clusterstate: party %s is full, and leaving it failed: %w", p.Code, err)
 		}
 		return Joined{}, ErrPartyFull

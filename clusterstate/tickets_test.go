@@ -117,14 +117,15 @@ func TestTicketEnqueueAndSettle(t *testing.T) {
 		t.Fatalf("stale result at %d, the new search at %d", stale.Rev, rev3)
 	}
 	// EndSearch with another search's token leaves that search's key.
-	if err := state.EndSearch(ctx, tenant, "a1", "tok1", TicketKey(tenant, "m", "t1")); err != nil {
-		t.Fatal(err)
+	// (t1 was settled: EndSearch finds it gone.)
+	if found, err := state.EndSearch(ctx, tenant, "a1", "tok1", TicketKey(tenant, "m", "t1")); err != nil || found[0] {
+		t.Fatalf("EndSearch of a settled ticket: found %v, %v; want it gone", found, err)
 	}
 	if _, err := state.Enqueue(ctx, lease, ticketFor(tenant, "t4", "a1"), "tok4"); !errors.Is(err, ErrAlreadySearching) {
 		t.Fatalf("after a stale EndSearch: %v, want ErrAlreadySearching", err)
 	}
-	if err := state.EndSearch(ctx, tenant, "a1", "tok3", TicketKey(tenant, "m", "t3")); err != nil {
-		t.Fatal(err)
+	if found, err := state.EndSearch(ctx, tenant, "a1", "tok3", TicketKey(tenant, "m", "t3"), TicketKey(tenant, "m", "none")); err != nil || !found[0] || found[1] {
+		t.Fatalf("EndSearch of a queued ticket and a missing one: found %v, %v; want [true false]", found, err)
 	}
 	if n, _ := state.CountTickets(ctx, tenant, "m"); n != 0 {
 		t.Fatalf("%d tickets after EndSearch", n)
@@ -383,7 +384,7 @@ func TestTicketWatchQueue(t *testing.T) {
 	if ch := next(); ch.Reset || len(ch.Put) != 1 || ch.Put[0].ID != "t2" || ch.Put[0].Rev != rev || ch.Rev < rev {
 		t.Fatalf("after enqueueing t2 at %d: %+v", rev, ch)
 	}
-	if err := state.EndSearch(ctx, tenant, "a1", "tok", TicketKey(tenant, "m", "t1")); err != nil {
+	if _, err := state.EndSearch(ctx, tenant, "a1", "tok", TicketKey(tenant, "m", "t1")); err != nil {
 		t.Fatal(err)
 	}
 	if ch := next(); len(ch.Deleted) != 1 || ch.Deleted[0] != "t1" || len(ch.Put) != 0 {
@@ -591,7 +592,10 @@ func TestTicketBusyRefusesNewSearches(t *testing.T) {
 		t.Fatalf("a new search behind a long wait: %v, want ErrBusy", err)
 	}
 	ended := make(chan error, 1)
-	go func() { ended <- c.EndSearch(ctx, tenant, "a3", "tok", TicketKey(tenant, "m", "t3")) }()
+	go func() {
+		_, err := c.EndSearch(ctx, tenant, "a3", "tok", TicketKey(tenant, "m", "t3"))
+		ended <- err
+	}()
 	waiting(2)
 	g.mu.Lock()
 	g.inFlight = 0
@@ -625,7 +629,7 @@ func TestTicketPartyJoinFillsAHole(t *testing.T) {
 			t.Fatalf("%s: %+v %v", acc, j, err)
 		}
 	}
-	if err := state.EndSearch(ctx, tenant, "a1", "tok-a1", PartyMemberKey(tenant, p.Code, "a1")); err != nil {
+	if _, err := state.EndSearch(ctx, tenant, "a1", "tok-a1", PartyMemberKey(tenant, p.Code, "a1")); err != nil {
 		t.Fatal(err)
 	}
 	j, err := join("a3")

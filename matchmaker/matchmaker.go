@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"buf.build/go/protovalidate"
@@ -133,6 +134,29 @@ type Matchmaker struct {
 	allocMu   sync.Mutex
 	allocDurs []time.Duration // ring of the last allocLatencyWindow
 	allocNext int
+
+	// faults, when set (tests only), makes the replica's watches lag
+	// behind etcd and its writes lose their answers, as they do while
+	// etcd elects a leader.
+	faults atomic.Pointer[testFaults]
+}
+
+// testFaults are the faults a test injects (Matchmaker.faults). Each may
+// be nil.
+type testFaults struct {
+	partyChange func() // before a party's change reaches its search
+	result      func() // before a result reaches its search
+	// lostAnswer, after a search's ticket was queued (what: "enqueue" or
+	// "party ticket"), returns the error the search gets instead of the
+	// answer: the write was applied, the answer lost.
+	lostAnswer func(what, account string) error
+}
+
+func (f *testFaults) lose(what, account string) error {
+	if f == nil || f.lostAnswer == nil {
+		return nil
+	}
+	return f.lostAnswer(what, account)
 }
 
 const allocLatencyWindow = 100_000
@@ -262,7 +286,7 @@ func (m *Matchmaker) endLater(tenant, account, token string, keys []string, leas
 			case <-time.After(wait):
 			}
 			ctx, cancel := context.WithTimeout(m.life, 5*time.Second)
-			err := m.state.EndSearch(ctx, tenant, account, token, keys...)
+			_, err := m.state.EndSearch(ctx, tenant, account, token, keys...)
 			cancel()
 			if err == nil {
 				m.log.Info("left the queue after trying again", "tenant", tenant, "account", account)

@@ -782,7 +782,7 @@ func TestTicketLeftOverPartyTicketDoesNotCancelNewSearches(t *testing.T) {
 	}
 	// Both searches end, taking their member and search keys but not the ticket.
 	for _, pm := range members {
-		if err := r.state.EndSearch(ctx, tenant, pm.AccountID, "old-"+pm.AccountID, clusterstate.PartyMemberKey(tenant, p.Code, pm.AccountID)); err != nil {
+		if _, err := r.state.EndSearch(ctx, tenant, pm.AccountID, "old-"+pm.AccountID, clusterstate.PartyMemberKey(tenant, p.Code, pm.AccountID)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -838,5 +838,137 @@ func TestTicketModesPerTenantBounded(t *testing.T) {
 	}
 	if err := set("one-too-many"); err != nil {
 		t.Fatalf("a new mode after a deletion: %v", err)
+	}
+}
+
+// TestTicketPartyMatchedWhileItsWatchLags: a party member's watch of its
+// party can lag behind etcd (it catches up after an election). The member
+// may then see another member leave, while in etcd that member has joined
+// again and the party has been matched, with this member in it. The
+// member must be told the match, not that its party broke up: told that,
+// it searched again alone, for ever, while the others played (a search
+// goes by its own key, which only a settlement takes away).
+func TestTicketPartyMatchedWhileItsWatchLags(t *testing.T) {
+	alloc := &fakeAllocator{}
+	r := startReplica(t, alloc)
+	tenant := newTenant(t, r.state, nil)
+	ctx := testCtx(t, 40*time.Second)
+	partyChanges, results := make(chan struct{}), make(chan struct{})
+	r.m.faults.Store(&testFaults{partyChange: func() { <-partyChanges }, result: func() { <-results }})
+	code := createParty(t, r, tenant, "bob", 2)
+	bob := r.find(t, tenant, "bob", &ludusv1.FindMatchRequest{Mode: "ranked", PartyCode: code, PartySize: 2,
+		RttMs: map[string]int32{"eu": 30}})
+	bob.searching(t)
+
+	// Ada, on another replica, joins, leaves (her search failed) and joins
+	// again, and queues the party's ticket; bob's watch sees none of it yet.
+	p := clusterstate.Party{Code: code, Tenant: tenant, Mode: "ranked", Size: 2}
+	ada := clusterstate.PartyMember{Token: "ada-1",
+		QueuedMember: clusterstate.QueuedMember{AccountID: "ada", Replica: "elsewhere", Rating: 1500, RTT: map[string]float64{"eu": 30}}}
+	if _, err := r.state.JoinParty(ctx, r.m.currentLease(), p, ada); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.state.EndSearch(ctx, tenant, "ada", "ada-1", clusterstate.PartyMemberKey(tenant, code, "ada")); err != nil {
+		t.Fatal(err)
+	}
+	ada.Token = "ada-2"
+	j, err := r.state.JoinParty(ctx, r.m.currentLease(), p, ada)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Members) != 2 {
+		t.Fatalf("the party after ada joined again: %v", j.Members)
+	}
+	pt := clusterstate.QueuedTicket{ID: clusterstate.PartyTicketID(code, j.Members), Tenant: tenant, Mode: "ranked", Party: code, Enqueued: time.Now()}
+	for _, pm := range j.Members {
+		qm := pm.QueuedMember
+		qm.Slot, qm.MemberRev = pm.Slot, pm.Rev
+		pt.Members = append(pt.Members, qm)
+	}
+	if ok, err := r.state.QueuePartyTicket(ctx, r.m.currentLease(), pt); err != nil || !ok {
+		t.Fatalf("queue the party's ticket: %v %v", ok, err)
+	}
+	players := []*player{bob}
+	for i := range 6 {
+		players = append(players, r.find(t, tenant, fmt.Sprintf("solo%d", i), nil))
+	}
+	waitFor(t, 10*time.Second, "the match settled", func() bool { return ticketCount(t, r.state, tenant) == 0 })
+
+	// Bob's watch catches up: ada joined, left, joined, and the party was
+	// settled. Only then do the results arrive.
+	close(partyChanges)
+	time.Sleep(time.Second)
+	close(results)
+	game := ""
+	for _, p := range players {
+		resp := p.wait(t, 10*time.Second)
+		if resp.GetFound() == nil {
+			t.Fatalf("%s: last message %v (%v), want found", p.account, resp, p.err)
+		}
+		if game == "" {
+			game = resp.GetFound().GameId
+		}
+		if resp.GetFound().GameId != game {
+			t.Fatalf("%s in %s, the others in %s", p.account, resp.GetFound().GameId, game)
+		}
+	}
+	if n := len(alloc.recorded()); n != 1 {
+		t.Fatalf("%d allocations, want 1", n)
+	}
+}
+
+// TestTicketQueuedDespiteALostAnswerIsFound: a ticket's write can be
+// applied while its answer is lost (etcd's leader died after committing
+// it). If the ticket was matched before the search could take it back out,
+// the player is told the match, not to search again: told that, the
+// player left seven others waiting in a game, and searched on alone. A
+// party's ticket is queued by its last member, whose partner is told the
+// match in any case.
+func TestTicketQueuedDespiteALostAnswerIsFound(t *testing.T) {
+	for _, party := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alone", true: "party"}[party], func(t *testing.T) {
+			alloc := &fakeAllocator{}
+			r := startReplica(t, alloc)
+			tenant := newTenant(t, r.state, nil)
+			what, unlucky := "enqueue", "solo0"
+			if party {
+				what, unlucky = "party ticket", "bob"
+			}
+			var lost atomic.Int32
+			r.m.faults.Store(&testFaults{lostAnswer: func(w, account string) error {
+				if w != what || account != unlucky {
+					return nil
+				}
+				// The answer is lost after the match is settled.
+				for ticketCount(t, r.state, tenant) != 0 {
+					time.Sleep(20 * time.Millisecond)
+				}
+				lost.Add(1)
+				return errors.New("etcdserver: server stopped")
+			}})
+			var players []*player
+			solos := 8
+			if party {
+				code := createParty(t, r, tenant, "ada", 2)
+				req := func() *ludusv1.FindMatchRequest {
+					return &ludusv1.FindMatchRequest{Mode: "ranked", PartyCode: code, PartySize: 2, RttMs: map[string]int32{"eu": 30}}
+				}
+				ada := r.find(t, tenant, "ada", req())
+				ada.searching(t)
+				waitFor(t, 5*time.Second, "ada in the party", func() bool {
+					ms, _, err := r.state.PartyMembers(testCtx(t, time.Second), tenant, code)
+					return err == nil && len(ms) == 1
+				})
+				players = append(players, ada, r.find(t, tenant, "bob", req())) // bob joins last: he queues
+				solos = 6
+			}
+			for i := range solos {
+				players = append(players, r.find(t, tenant, fmt.Sprintf("solo%d", i), nil))
+			}
+			checkOneMatch(t, players, alloc)
+			if lost.Load() != 1 {
+				t.Fatalf("%d answers lost, want 1: this test shows nothing", lost.Load())
+			}
+		})
 	}
 }

@@ -60,6 +60,9 @@ func (m *Matchmaker) unregister(w *waiter) {
 // deliver hands a result from the watch to the account's stream, if it is
 // here (otherwise the result expires with its lease).
 func (m *Matchmaker) deliver(r clusterstate.Result) {
+	if f := m.faults.Load(); f != nil && f.result != nil {
+		f.result()
+	}
 	m.mu.Lock()
 	w := m.waiters[r.Tenant+"/"+r.Account]
 	m.mu.Unlock()
@@ -158,6 +161,7 @@ type search struct {
 	// settled is set when the party's keys, this member's included, were
 	// deleted by a settlement: the result is on its way.
 	settled bool
+	ended   bool // end has run
 }
 
 // partyResultWait is how long a party member whose key a settlement deleted
@@ -171,13 +175,40 @@ const partyResultWait = 5 * time.Second
 // replica's lease, which outlives the search, so a ticket left behind
 // would be matched without its player, and its search key would refuse the
 // account's next search (AlreadyExists) for as long as the replica lives.
-func (s *search) end(ctx context.Context) {
+// It reports which of s.keys were there to delete (nil when etcd did not
+// answer in time). A search ends once: later calls do nothing.
+func (s *search) end(ctx context.Context) (found []bool) {
+	if s.ended {
+		return nil
+	}
+	s.ended = true
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
-	if err := s.m.state.EndSearch(ctx, s.c.TenantID, s.c.AccountID, s.token, s.keys...); err != nil {
+	found, err := s.m.state.EndSearch(ctx, s.c.TenantID, s.c.AccountID, s.token, s.keys...)
+	if err != nil {
 		s.m.log.Warn("cannot leave the queue yet; trying again", "tenant", s.c.TenantID, "account", s.c.AccountID, "err", err)
 		s.m.endLater(s.c.TenantID, s.c.AccountID, s.token, s.keys, s.lease)
+		return nil
 	}
+	return found
+}
+
+// leave ends a party member's search when its party changed under it (a
+// member left, or the party's watch broke), and reports whether the party
+// was matched first: the member's own key (s.keys[0]) was gone before the
+// deletion. While the search lives (its lease with it) only a settlement
+// deletes that key, with every other member's, so the result is on its way
+// and the search waits for it (s.settled). The party's watch may lag
+// behind etcd (it catches up after an election): a member that went by
+// the member it saw leave, and not by its own key, was told its party
+// broke up although the party had been matched with it, and searched again
+// alone while the others played.
+func (s *search) leave(ctx context.Context) (matched bool) {
+	if found := s.end(ctx); len(found) > 0 && !found[0] {
+		s.settled, s.keys = true, nil
+		return true
+	}
+	return false
 }
 
 func (s *search) searching(ctx context.Context) *ludusv1.FindMatchResponse {
@@ -213,6 +244,9 @@ func (s *search) solo(ctx context.Context) error {
 	t := clusterstate.QueuedTicket{ID: id, Tenant: s.c.TenantID, Mode: s.mode, Enqueued: now,
 		Members: []clusterstate.QueuedMember{s.member}}
 	rev, err := s.m.state.Enqueue(ctx, s.lease, t, s.token)
+	if err == nil {
+		err = s.m.faults.Load().lose("enqueue", s.c.AccountID)
+	}
 	s.keys = []string{clusterstate.TicketKey(s.c.TenantID, s.mode, id)}
 	switch {
 	case errors.Is(err, clusterstate.ErrAlreadySearching):
@@ -222,11 +256,33 @@ func (s *search) solo(ctx context.Context) error {
 	case err != nil:
 		// The write may have been applied all the same (a timeout): take
 		// the ticket back out rather than leave it for the lease to end.
-		s.end(ctx)
+		// If it was applied and matched before that, the match's result
+		// is in etcd, named for the ticket: the player is told it.
+		if found := s.end(ctx); len(found) > 0 && !found[0] {
+			if resp, ok := s.settledMeanwhile(ctx, id); ok {
+				return s.send(resp)
+			}
+		}
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.minRev, s.enqueued, s.joined = rev, now, 1
 	return s.wait(ctx, nil, nil)
+}
+
+// settledMeanwhile reads the result of ticket id, queued although its
+// write failed and settled before the search could take it back out. The
+// settlement wrote it with the deletion the search found done.
+func (s *search) settledMeanwhile(ctx context.Context, id string) (*ludusv1.FindMatchResponse, bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	r, ok, err := s.m.state.Result(rctx, s.m.ID(), s.c.TenantID, s.c.AccountID, 0)
+	if err != nil || !ok {
+		return nil, false
+	}
+	if o, err := decodeOutcome(r.Value); err != nil || o.Ticket != id {
+		return nil, false // an earlier search's
+	}
+	return s.result(r)
 }
 
 // wait sends searching updates until a result arrives, ctx ends or the lease
@@ -242,6 +298,9 @@ func (s *search) wait(ctx context.Context, party <-chan []clusterstate.PartyMemb
 	tick := time.NewTicker(s.m.cfg.StatusInterval)
 	defer tick.Stop()
 	var late <-chan time.Time // set once s.settled
+	if s.settled {
+		party, late = nil, time.After(partyResultWait)
+	}
 	for {
 		var last *ludusv1.FindMatchResponse
 		select {
@@ -328,6 +387,9 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 	updates := make(chan []clusterstate.PartyMember, 16)
 	go func() {
 		err := follow.Watch(pctx, j.Rev, j.Members, func(ms []clusterstate.PartyMember) bool {
+			if f := s.m.faults.Load(); f != nil && f.partyChange != nil {
+				f.partyChange()
+			}
 			select {
 			case updates <- ms:
 				return true
@@ -346,6 +408,10 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 	queued := false
 	onParty := func(ms []clusterstate.PartyMember) (*ludusv1.FindMatchResponse, error) {
 		if ms == nil {
+			if s.leave(ctx) {
+				stop()
+				return nil, nil
+			}
 			return nil, fmt.Errorf("%w: lost track of the party; search again", ErrUnavailable)
 		}
 		// Who joined after the party was full is not in it (and leaves
@@ -365,7 +431,10 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 		}
 		for account, rev := range seen {
 			if now[account] != rev { // a member left
-				s.end(ctx)
+				if s.leave(ctx) {
+					stop()
+					return nil, nil
+				}
 				return cancelled(PartyLeft), nil
 			}
 		}
@@ -387,7 +456,17 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 			s.keys = append(s.keys, clusterstate.TicketKey(s.c.TenantID, s.mode, id))
 			s.enqueued = t.Enqueued
 			if newest == j.Rev {
-				if _, err := s.m.state.QueuePartyTicket(ctx, s.lease, t); err != nil {
+				_, err := s.m.state.QueuePartyTicket(ctx, s.lease, t)
+				if err == nil {
+					err = s.m.faults.Load().lose("party ticket", s.c.AccountID)
+				}
+				if err != nil {
+					// Applied all the same and matched already, the
+					// party's keys are gone with this member's.
+					if s.leave(ctx) {
+						stop()
+						return nil, nil
+					}
 					return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 				}
 			}
