@@ -88,15 +88,42 @@ func TLSConfig(cert tls.Certificate) *tls.Config {
 	}
 }
 
-// Serve serves h on ln (with TLS if tlsConfig is set) until ctx is done, then
-// shuts down gracefully within 5 s.
+// Serve serves h on ln (with TLS if tlsConfig is set) until ctx is done,
+// then stops as DefaultShutdown says: ServeUntil.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.Config, logger *slog.Logger) error {
-	srv := NewServer(h, tlsConfig)
-	if logger != nil {
-		// The server's own complaints (a failed TLS handshake, a client
-		// that answered no ping) go where the role's logs go.
-		srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+	return ServeUntil(ctx, ln, h, tlsConfig, logger, DefaultShutdown)
+}
+
+// Shutdown is how a server stops once its context is done.
+type Shutdown struct {
+	// Unready, if set, is called first: the server reports NOT_SERVING
+	// (Gateway.SetServing), so that load balancers take it out of rotation.
+	Unready func()
+	// Delay is how long the server goes on serving after that, new
+	// connections included, while load balancers notice: a listener closed
+	// at once refuses the connections they still send it.
+	Delay time.Duration
+	// Grace is how long requests in flight then get to finish, with the
+	// listener closed and HTTP/2 clients told to go elsewhere (GOAWAY).
+	// Streams still open after it (a game's frames, a matchmaking search)
+	// are cut: their clients open them again through another server.
+	Grace time.Duration
+}
+
+// DefaultShutdown: no delay, 5 s for requests in flight.
+var DefaultShutdown = Shutdown{Grace: 5 * time.Second}
+
+// ServeUntil serves h on ln (with TLS if tlsConfig is set) until ctx is done,
+// then stops as sd says. Streams cut at the end of sd.Grace are part of
+// stopping, not an error: it returns nil then.
+func ServeUntil(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.Config, logger *slog.Logger, sd Shutdown) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
+	srv := NewServer(h, tlsConfig)
+	// The server's own complaints (a failed TLS handshake, a client that
+	// answered no ping) go where the role's logs go.
+	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	errc := make(chan error, 1)
 	go func() {
 		if tlsConfig != nil {
@@ -105,15 +132,29 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.
 			errc <- srv.Serve(ln)
 		}
 	}()
-	if logger != nil {
-		logger.Info("listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil)
-	}
+	logger.Info("listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil)
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if sd.Unready != nil {
+		sd.Unready()
+	}
+	if sd.Delay > 0 {
+		logger.Info("stopping: not ready, still serving while load balancers notice", "delay", sd.Delay)
+		select {
+		case err := <-errc:
+			return err
+		case <-time.After(sd.Delay):
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), sd.Grace)
 	defer cancel()
-	return srv.Shutdown(sctx)
+	if err := srv.Shutdown(sctx); err != nil {
+		// Streams are still open after the grace period: cut them.
+		logger.Info("stopping: closing the connections still open", "grace", sd.Grace)
+		return srv.Close()
+	}
+	return nil
 }

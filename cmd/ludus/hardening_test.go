@@ -109,7 +109,7 @@ func TestGatewayMetricsListener(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runGateway(ctx, []string{"--etcd", es.Endpoint, "--listen", public, "--metrics-addr", operator,
+		done <- runGateway(ctx, []string{"--etcd", es.Endpoint, "--listen", public, "--metrics-addr", operator, "--shutdown-delay", "0",
 			"--cluster-token", "test-cluster-token-0123456789abcdef", "--backend", "http://127.0.0.1:1"}, slog.New(slog.DiscardHandler))
 	}()
 	defer func() {
@@ -155,5 +155,75 @@ func TestParsePrefixes(t *testing.T) {
 	}
 	if _, err := parsePrefixes("gateway-1"); err == nil {
 		t.Fatal("a host name was accepted")
+	}
+}
+
+// TestGatewayStopsGracefully: on SIGTERM (its context done) the gateway
+// reports NOT_SERVING at once and goes on serving for --shutdown-delay, so
+// that load balancers take it out of rotation before its listener closes;
+// a request still in flight when --shutdown-grace ends is cut, and the role
+// returns nil all the same (exit 0: stopping is not a failure).
+func TestGatewayStopsGracefully(t *testing.T) {
+	dir := t.TempDir()
+	es, err := etcdserver.Start(context.Background(), etcdserver.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer es.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	public := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- runGateway(ctx, []string{"--etcd", es.Endpoint, "--listen", public, "--shutdown-delay", "1s", "--shutdown-grace", "500ms",
+			"--cluster-token", "test-cluster-token-0123456789abcdef", "--backend", "http://127.0.0.1:1"}, slog.New(slog.DiscardHandler))
+	}()
+	health := func() string {
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+		resp, err := c.Post("http://"+public+"/grpc.health.v1.Health/Check", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(health(), `"SERVING_STATUS_SERVING"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway never reported SERVING: %s", health())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A request in flight that outlasts the grace period: a body that never
+	// ends (its read deadline is far longer).
+	slow, err := net.Dial("tcp", public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fmt.Fprintf(slow, "POST /ludus.v1.AuthService/Guest HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", public)
+	time.Sleep(100 * time.Millisecond)
+
+	stopped := time.Now()
+	cancel()
+	if h := health(); !strings.Contains(h, "SERVING_STATUS_NOT_SERVING") {
+		t.Fatalf("health during the shutdown delay: %s, want NOT_SERVING", h)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the gateway's stop: %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gateway had not stopped 10 s after its context ended")
+	}
+	if took := time.Since(stopped); took < 1500*time.Millisecond {
+		t.Fatalf("stopped after %v, before its delay and grace period (1.5 s)", took)
 	}
 }

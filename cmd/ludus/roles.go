@@ -362,6 +362,8 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	af := addAutoscaleFlags(fs)
 	region := fs.String("region", envOr("LUDUS_REGION", "local"), "region this gateway serves (told to clients by Ping; sim nodes of the same region take its matches)")
 	matchmaking := fs.Bool("matchmaking", true, "serve MatchmakingService and be a matchmaker replica (stateless; any number may run)")
+	shutdownDelay := fs.Duration("shutdown-delay", 5*time.Second, "on SIGTERM or interrupt, report NOT_SERVING and go on serving this long, while load balancers take the gateway out of rotation")
+	shutdownGrace := fs.Duration("shutdown-grace", 20*time.Second, "then, with the listener closed, how long requests in flight get to finish; streams still open after it are cut (clients open them again through another gateway)")
 	hideSecretDefaults(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -371,6 +373,9 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if *shutdownDelay < 0 || *shutdownGrace <= 0 {
+		return fmt.Errorf("--shutdown-delay %v and --shutdown-grace %v: want a delay of 0 or more and a grace period above 0", *shutdownDelay, *shutdownGrace)
 	}
 	var tlsConfig *tls.Config
 	if *tlsCert != "" {
@@ -421,7 +426,8 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 		return err
 	}
 	defer stopOperator()
-	return gateway.Serve(ctx, ln, gw.Handler(), tlsConfig, logger)
+	return gateway.ServeUntil(ctx, ln, gw.Handler(), tlsConfig, logger, gateway.Shutdown{
+		Unready: func() { gw.SetServing(false) }, Delay: *shutdownDelay, Grace: *shutdownGrace})
 }
 
 func runSimnode(ctx context.Context, args []string, logger *slog.Logger) error {

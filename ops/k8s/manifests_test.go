@@ -1234,3 +1234,35 @@ func TestBackendLivenessIsLocal(t *testing.T) {
 		}
 	}
 }
+
+// A gateway stops within its pod's grace period: it reports NOT_SERVING
+// and serves on for --shutdown-delay, then gives requests in flight
+// --shutdown-grace. Past terminationGracePeriodSeconds the kubelet kills
+// it outright, mid-way.
+func TestGatewayStopsWithinItsGracePeriod(t *testing.T) {
+	m := loadManifests(t)
+	gateways := m.component("gateway")
+	if len(gateways) == 0 {
+		t.Fatal("no gateway workload")
+	}
+	for _, w := range gateways {
+		delay, grace := 5*time.Second, 20*time.Second // runGateway's defaults
+		for _, a := range w.template.Spec.Containers[0].Args {
+			for flag, d := range map[string]*time.Duration{"--shutdown-delay=": &delay, "--shutdown-grace=": &grace} {
+				if v, ok := strings.CutPrefix(a, flag); ok {
+					var err error
+					if *d, err = time.ParseDuration(v); err != nil {
+						t.Errorf("%s: %s: %v", w.name, a, err)
+					}
+				}
+			}
+		}
+		period := 30 * time.Second // Kubernetes' default
+		if g := w.template.Spec.TerminationGracePeriodSeconds; g != nil {
+			period = time.Duration(*g) * time.Second
+		}
+		if delay+grace >= period {
+			t.Errorf("%s: shutdown delay %v and grace %v do not fit in terminationGracePeriodSeconds (%v)", w.name, delay, grace, period)
+		}
+	}
+}
