@@ -45,6 +45,10 @@ type GameSpec struct {
 	// result to the backend (and only this match's). It lives with the spec so it
 	// survives failover; etcd is cluster-internal.
 	MatchCredential string `json:"match_credential,omitempty"`
+	// Region is the region of the node that started the game (its players
+	// were sent there): a failed-over game resumes in it when a node of it
+	// has room. Empty in games started before it was recorded.
+	Region string `json:"region,omitempty"`
 	// Bots is how many seats the module's bots hold (the "bots" count of the
 	// config the game was created with); the lobby shows it.
 	Bots int `json:"bots,omitempty"`

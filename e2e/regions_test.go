@@ -17,8 +17,9 @@ import (
 
 // TestTwoRegionsOnOneMachine: `ludus dev --regions eu,us` spreads its nodes
 // over both regions with one gateway each; each gateway's Ping names its
-// region, and players who can reach only "us" are matched into a game on the
-// us node, found through the us gateway.
+// region, a game created through a gateway runs on a node of its region, and
+// players who can reach only "us" are matched into a game on the us node,
+// found through the us gateway.
 func TestTwoRegionsOnOneMachine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -46,6 +47,21 @@ func TestTwoRegionsOnOneMachine(t *testing.T) {
 		resp, err := pl.games.Ping(ctx, connect.NewRequest(&ludusv1.PingRequest{ClientUnixNanos: 1}))
 		if err != nil || resp.Msg.Region != region {
 			t.Fatalf("Ping at the %s gateway: %v, %v", region, resp, err)
+		}
+	}
+	// A game created through a region's gateway runs in that region: its
+	// player is near that gateway. (The fleet's order alone would put each
+	// game on either node, by its id.)
+	for region, url := range s.RegionURLs {
+		pl := loginAt(t, hc, url)
+		for range 3 {
+			g, err := pl.games.CreateGame(ctx, connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "arena", Bots: 1}))
+			if err != nil {
+				t.Fatalf("CreateGame at the %s gateway: %v", region, err)
+			}
+			if got := regionOf[g.Msg.Game.NodeId]; got != region {
+				t.Fatalf("a game created through the %s gateway runs on %s (region %s)", region, g.Msg.Game.NodeId, got)
+			}
 		}
 	}
 	var wg sync.WaitGroup

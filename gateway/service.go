@@ -88,7 +88,9 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	for i := range nodes {
 		nodes[i].Games += s.g.recentPlacements(nodes[i].ID)
 	}
-	for _, n := range fleet.Rank(nodes, start.GameId, fleet.RankOptions{}) {
+	// Nodes of this gateway's region first (its players are near it), the
+	// others only when none of them has room.
+	for _, n := range fleet.Rank(nodes, start.GameId, fleet.RankOptions{Region: s.g.cfg.Region}) {
 		// A frozen node must not hold the player's call: try the next.
 		nctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
 		resp, err := s.g.node(n).StartGame(nctx, connect.NewRequest(start))

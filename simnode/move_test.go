@@ -12,6 +12,7 @@ import (
 	"ludus.dev/ludus/clusterstate"
 	clusterv1 "ludus.dev/ludus/gen/ludus/cluster/v1"
 	"ludus.dev/ludus/gen/ludus/cluster/v1/clusterv1connect"
+	"ludus.dev/ludus/ops/fleet"
 	"ludus.dev/ludus/sdk/abi"
 	"ludus.dev/ludus/simnode/engine"
 )
@@ -235,6 +236,50 @@ func TestFailover(t *testing.T) {
 	// The client re-sends what was not acknowledged (here: everything from 4).
 	acked = append(acked, sendInputs(cb, tenant, id, "acc-x", 4, 10)...)
 	checkLog(t, tenant, id, acked)
+}
+
+// TestFailoverStaysInItsRegion: a game whose node dies resumes on a node of
+// the region it was started in, where its players were sent, even when the
+// fleet's order for it (rendezvous hashing) puts a node of another region
+// first.
+func TestFailoverStaysInItsRegion(t *testing.T) {
+	a, ca := startNodeIn(t, "n-reg-eu-a", "eu", state, 3*time.Second)
+	startNodeIn(t, "n-reg-eu-b", "eu", state, 3*time.Second)
+	startNodeIn(t, "n-reg-us", "us", state, 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// A game id the fleet's plain order gives to the node in us: without
+	// the region, the game would cross the ocean.
+	var nodes []clusterstate.NodeInfo
+	for len(nodes) != 3 {
+		if ctx.Err() != nil {
+			t.Fatalf("the three nodes never registered: %v", nodes)
+		}
+		time.Sleep(20 * time.Millisecond)
+		all, _ := state.View().Nodes(ctx)
+		nodes = nodes[:0]
+		for _, n := range all {
+			if strings.HasPrefix(n.ID, "n-reg-") {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	id := ""
+	for i := 0; id == ""; i++ {
+		cand := fmt.Sprintf("g-region-%d", i)
+		if r := fleet.Rank(nodes, cand, fleet.RankOptions{Exclude: "n-reg-eu-a"}); r[0].ID == "n-reg-us" {
+			id = cand
+		}
+	}
+	tenant := "tenant-r"
+	if _, err := ca.StartGame(ctx, connect.NewRequest(&clusterv1.StartGameRequest{TenantId: tenant, GameId: id, BuildId: arenaID, Seed: 7})); err != nil {
+		t.Fatal(err)
+	}
+	if g := waitOwner(t, tenant, id, "n-reg-eu-a"); g.Spec.Region != "eu" {
+		t.Fatalf("the game's spec says region %q, want its node's (eu)", g.Spec.Region)
+	}
+	crash(a)
+	waitOwner(t, tenant, id, "n-reg-eu-b")
 }
 
 // TestDrain: draining a node running 20 games hands every game to the others

@@ -86,11 +86,17 @@ func startNode(t *testing.T, id string) (*Node, clusterv1connect.NodeServiceClie
 // startNodeOn starts a node on the given etcd client with the given lease TTL.
 func startNodeOn(t *testing.T, id string, cli *clusterstate.Client, ttl time.Duration) (*Node, clusterv1connect.NodeServiceClient) {
 	t.Helper()
+	return startNodeIn(t, id, "", cli, ttl)
+}
+
+// startNodeIn starts a node of region ("": the default) on cli.
+func startNodeIn(t *testing.T, id, region string, cli *clusterstate.Client, ttl time.Duration) (*Node, clusterv1connect.NodeServiceClient) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(Config{ID: id, Addr: "http://" + ln.Addr().String(), Etcd: cli, Engine: testEng, Modules: staticModules{}, LeaseTTL: ttl, CheckpointEvery: time.Second,
+	n, err := New(Config{ID: id, Region: region, Addr: "http://" + ln.Addr().String(), Etcd: cli, Engine: testEng, Modules: staticModules{}, LeaseTTL: ttl, CheckpointEvery: time.Second,
 		// These tests watch frames; on a machine loaded by other test binaries
 		// (-race) ticks start late, and the node's default would shed every
 		// frame. Shedding is the isolation test's subject, not theirs.

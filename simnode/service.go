@@ -88,6 +88,7 @@ func (n *Node) StartGame(ctx context.Context, spec clusterstate.GameSpec) (*game
 		spec.ModuleName = mod.Meta.Name
 	}
 	spec.CreatedAt = time.Now().UTC()
+	spec.Region = n.cfg.Region
 	// Each match gets its own instance with the node's memory cap and call
 	// deadline, from the build's warm pool when it has one ready.
 	opts := n.instanceOptions(spec)

@@ -128,7 +128,9 @@ func (n *Node) considerOrphan(tenant, game string) {
 		return
 	}
 	r := -1
-	for i, cand := range fleet.Rank(nodes, game, fleet.RankOptions{}) {
+	// Every node ranks the same way (the game's region first), so the claim
+	// delays agree on who goes first.
+	for i, cand := range fleet.Rank(nodes, game, fleet.RankOptions{Region: g.Spec.Region}) {
 		if cand.ID == n.cfg.ID {
 			r = i
 		}
