@@ -308,3 +308,42 @@ func TestFakeSendInputAbandonsFormerOwner(t *testing.T) {
 		t.Fatal("the call to node-a was not abandoned")
 	}
 }
+
+// Gateway.Nodes (placement, the autoscale webhook and its gauge, called on
+// every request or scrape) answers from the watched directory: no etcd read
+// per call, and a node's change is seen.
+func TestFakeNodesFromDirectory(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, Limits{})
+	c.addNode(clusterstate.NodeInfo{ID: "node-a", Region: "eu"})
+	c.addNode(clusterstate.NodeInfo{ID: "node-b", Region: "us"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ids := func() []string {
+		nodes, err := c.gw.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, n := range nodes {
+			out = append(out, n.ID+"/"+n.Region)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for deadline := time.Now().Add(5 * time.Second); !slices.Equal(ids(), []string{"node-a/eu", "node-b/us"}); {
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes %v, want node-a/eu and node-b/us", ids())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	reads, _ := c.metric("ludus_gateway_etcd_reads_total")
+	for range 50 {
+		if got := ids(); len(got) != 2 {
+			t.Fatalf("nodes %v", got)
+		}
+	}
+	if after, _ := c.metric("ludus_gateway_etcd_reads_total"); after != reads {
+		t.Fatalf("50 calls of Nodes read etcd %v times; want the directory's answer", after-reads)
+	}
+}

@@ -143,19 +143,26 @@ func withBots(config []byte, bots int32) ([]byte, error) {
 	return json.Marshal(obj)
 }
 
-// nodes returns every sim node's record: from the directory, or read from
-// etcd while the directory is not current.
+// nodes returns every sim node's record (Gateway.Nodes), or Unavailable.
 func (s *gameService) nodes(ctx context.Context) ([]clusterstate.NodeInfo, error) {
-	if nodes, ok := s.g.dir.nodeList(); ok {
-		return nodes, nil
-	}
-	s.g.metrics.etcdReads.Inc()
-	nodes, err := s.g.fleet.Nodes(ctx)
+	nodes, err := s.g.Nodes(ctx)
 	if err != nil {
 		s.g.log.Warn("cannot read the fleet", "err", err)
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the fleet cannot be read right now; retry in a moment"))
 	}
 	return nodes, nil
+}
+
+// Nodes returns every sim node's record: from the gateway's watched
+// directory, or read from etcd while the directory is not current. Callers
+// that ask often (placement, the autoscale webhook and its gauge) cost etcd
+// nothing in the steady state.
+func (g *Gateway) Nodes(ctx context.Context) ([]clusterstate.NodeInfo, error) {
+	if nodes, ok := g.dir.nodeList(); ok {
+		return nodes, nil
+	}
+	g.metrics.etcdReads.Inc()
+	return g.fleet.Nodes(ctx)
 }
 
 func (s *gameService) ListGames(ctx context.Context, req *connect.Request[ludusv1.ListGamesRequest]) (*connect.Response[ludusv1.ListGamesResponse], error) {

@@ -35,10 +35,11 @@ func addAutoscaleFlags(fs *flag.FlagSet) autoscaleFlags {
 	}
 }
 
-// freeSessionsSource reads the fleet's node records for the webhook and gauge.
-func freeSessionsSource(cli *clusterstate.Client) autoscale.Source {
+// freeSessionsSource reads the fleet's node records (nodes: the gateway's
+// watched directory, Gateway.Nodes) for the webhook and gauge.
+func freeSessionsSource(nodes func(context.Context) ([]clusterstate.NodeInfo, error)) autoscale.Source {
 	return func(ctx context.Context) (map[string]autoscale.Free, error) {
-		nodes, err := cli.View().Nodes(ctx)
+		nodes, err := nodes(ctx)
 		if err != nil {
 			return nil, err
 		}

@@ -415,7 +415,7 @@ func runGateway(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	operator, err := af.operatorHandler(gw.OperatorHandler(), gw.Registry(), freeSessionsSource(cli), logger)
+	operator, err := af.operatorHandler(gw.OperatorHandler(), gw.Registry(), freeSessionsSource(gw.Nodes), logger)
 	if err != nil {
 		ln.Close()
 		return err
