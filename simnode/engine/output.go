@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"unicode/utf8"
+
+	"ludus.dev/ludus/internal/utf8cut"
 )
 
 // What a guest writes to stdout and stderr (docs/ABI.md, "Errors and output").
@@ -133,7 +134,7 @@ func (o *guestOutput) write(p []byte, stderr bool) (int, error) {
 func (o *guestOutput) emit(k int) {
 	text := cleanText(string(bytes.TrimSuffix(o.partial[k], []byte("\r"))), MaxLineBytes)
 	if o.cut[k] && !strings.HasSuffix(text, "…") {
-		text = clipText(text, MaxLineBytes-len("…")) + "…"
+		text = utf8cut.Cut(text, MaxLineBytes-len("…")) + "…"
 	}
 	o.partial[k], o.cut[k] = o.partial[k][:0], false
 	if o.sink != nil {
@@ -224,20 +225,9 @@ func cleanText(s string, max int) string {
 		return r
 	}, s)
 	if len(s) > max {
-		s = clipText(s, max-len("…")) + "…"
+		s = utf8cut.Cut(s, max-len("…")) + "…"
 	}
 	return s
-}
-
-// clipText cuts s to at most n bytes at a rune boundary.
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // errLine is the first line of an error's text (wazero appends a wasm stack
