@@ -65,9 +65,27 @@ type leader struct {
 	// leaves the queue by its owner's retry, its lease, or
 	// DropDeadPartyTicket; until then it must not cancel the new search or
 	// be matched.
-	stale      map[string]struct{}
+	stale map[string]struct{}
+	// failing holds tickets whose match could not be allocated (no node
+	// of the region, a module that refuses the match's bots, a quota): they
+	// are left out of Form until their backoff ends, so that a failure
+	// that repeats does not start work at every scan, and a ticket past
+	// MaxWait that is still failing times out, as one that found no match.
+	failing    map[string]allocFailure
 	allocating int
 	wg         sync.WaitGroup
+}
+
+// allocFailure is a ticket's record of failed allocations.
+type allocFailure struct {
+	n     int       // failures in a row
+	until time.Time // left out of Form until then
+}
+
+// allocBackoff is how long a ticket sits out after its n-th failed
+// allocation in a row: 250 ms, doubling, at most 4 s.
+func allocBackoff(n int) time.Duration {
+	return min(250*time.Millisecond<<min(n-1, 4), 4*time.Second)
 }
 
 // queuedTicket is a ticket of the queue, as stored and as Form takes it.
@@ -98,7 +116,8 @@ func (m *Matchmaker) lead(ctx context.Context, l *clusterstate.Leadership, lease
 		}
 	}()
 	ld := &leader{m: m, l: l, lease: lease, tenant: tenant, mode: mode,
-		queue: map[string]*queuedTicket{}, inflight: map[string]int64{}, stale: map[string]struct{}{}}
+		queue: map[string]*queuedTicket{}, inflight: map[string]int64{}, stale: map[string]struct{}{},
+		failing: map[string]allocFailure{}}
 	ld.published.Store(-1)
 	defer ld.wg.Wait()
 	m.setLeader(tenant, mode, ld)
@@ -157,6 +176,7 @@ func (ld *leader) apply(ch clusterstate.QueueChange) {
 	if ch.Reset {
 		clear(ld.queue)
 		clear(ld.stale)
+		clear(ld.failing)
 		ld.rev = 0
 	}
 	for _, t := range ch.Put {
@@ -165,6 +185,7 @@ func (ld *leader) apply(ch clusterstate.QueueChange) {
 	for _, id := range ch.Deleted {
 		delete(ld.queue, id)
 		delete(ld.stale, id)
+		delete(ld.failing, id)
 	}
 	ld.rev = max(ld.rev, ch.Rev)
 }
@@ -180,6 +201,7 @@ func (ld *leader) scan(ctx context.Context) error {
 		return qr.err
 	}
 	rules := qr.rules
+	now := m.cfg.Now()
 	ld.mu.Lock()
 	if ld.rev == 0 {
 		ld.mu.Unlock()
@@ -187,12 +209,23 @@ func (ld *leader) scan(ctx context.Context) error {
 	}
 	byID := make(map[string]clusterstate.QueuedTicket, len(ld.queue))
 	tickets := make([]matchmaking.Ticket, 0, len(ld.queue))
+	var failedOut []clusterstate.QueuedTicket // past MaxWait, their last allocation failed
 	for id, q := range ld.queue {
 		if _, busy := ld.inflight[id]; busy {
 			continue
 		}
 		if _, old := ld.stale[id]; old {
 			continue
+		}
+		if f, ok := ld.failing[id]; ok {
+			if now.Sub(q.t.Enqueued) >= rules.MaxWait {
+				failedOut = append(failedOut, q.t)
+				ld.inflight[id] = 0 // until its settlement is done
+				continue
+			}
+			if now.Before(f.until) {
+				continue
+			}
 		}
 		byID[id] = q.t
 		tickets = append(tickets, q.mt)
@@ -205,10 +238,13 @@ func (ld *leader) scan(ctx context.Context) error {
 	size := len(ld.queue)
 	ld.mu.Unlock()
 	ld.publishSize(ctx, size)
+	if len(failedOut) > 0 {
+		ld.timeOutFailing(ctx, rules, failedOut)
+	}
 	if len(tickets) == 0 {
 		return nil
 	}
-	res, err := matchmaking.Form(m.cfg.Now(), tickets, rules)
+	res, err := matchmaking.Form(now, tickets, rules)
 	if err != nil {
 		return err
 	}
@@ -287,6 +323,35 @@ func (ld *leader) leaveOut(ctx context.Context, wg *sync.WaitGroup, rejected, ke
 	return old.ID
 }
 
+// timeOutFailing settles tickets past MaxWait whose matches could not be
+// allocated as timed out, in the background, and saying so; their players
+// may search again.
+func (ld *leader) timeOutFailing(ctx context.Context, rules matchmaking.Rules, ts []clusterstate.QueuedTicket) {
+	reason := "no match within " + rules.MaxWait.String() + ": matches were found, but no game could be started for them; queue again later or try another mode"
+	b := outcome{TimedOut: reason}
+	for _, t := range ts {
+		ld.wg.Go(func() {
+			b := b
+			b.Ticket = t.ID
+			results := map[string][]byte{}
+			for _, mem := range t.Members {
+				results[mem.AccountID] = b.encode()
+			}
+			rev, err := ld.settle(ctx, []clusterstate.QueuedTicket{t}, results)
+			if err != nil && ctx.Err() == nil {
+				ld.m.log.Info("cannot settle ticket", "tenant", ld.tenant, "mode", ld.mode, "ticket", t.ID, "err", err)
+			}
+			ld.mu.Lock()
+			defer ld.mu.Unlock()
+			if rev != 0 {
+				ld.inflight[t.ID] = rev // out of Form until the watch shows it gone
+			} else {
+				delete(ld.inflight, t.ID) // tried again at the next scan
+			}
+		})
+	}
+}
+
 // settleAlone settles one ticket with the same outcome for all its players.
 func (ld *leader) settleAlone(ctx context.Context, t clusterstate.QueuedTicket, o outcome) {
 	b := o.encode()
@@ -329,15 +394,22 @@ func (ld *leader) startAllocation(ctx context.Context, rules matchmaking.Rules, 
 	ld.wg.Add(1)
 	go func() {
 		defer ld.wg.Done()
-		rev := ld.allocate(ctx, rules, match, ts)
+		rev, allocFailed := ld.allocate(ctx, rules, match, ts)
+		now := ld.m.cfg.Now()
 		ld.mu.Lock()
 		defer ld.mu.Unlock()
 		ld.allocating--
 		for _, id := range match.Tickets {
-			if rev == 0 {
-				delete(ld.inflight, id) // still queued: searching again
-			} else {
+			if rev != 0 {
 				ld.inflight[id] = rev
+				continue
+			}
+			delete(ld.inflight, id) // still queued: searching again
+			if _, present := ld.queue[id]; allocFailed && present {
+				f := ld.failing[id]
+				f.n++
+				f.until = now.Add(allocBackoff(f.n))
+				ld.failing[id] = f
 			}
 		}
 	}()
@@ -345,8 +417,9 @@ func (ld *leader) startAllocation(ctx context.Context, rules matchmaking.Rules, 
 }
 
 // allocate starts the match's game and settles its tickets; it returns the
-// settlement's revision, or 0 when the tickets stay in the queue.
-func (ld *leader) allocate(ctx context.Context, rules matchmaking.Rules, match matchmaking.Match, ts []clusterstate.QueuedTicket) int64 {
+// settlement's revision, or 0 when the tickets stay in the queue, and
+// whether that is because the allocation itself failed.
+func (ld *leader) allocate(ctx context.Context, rules matchmaking.Rules, match matchmaking.Match, ts []clusterstate.QueuedTicket) (rev int64, allocFailed bool) {
 	m := ld.m
 	party := map[string]string{}
 	for _, t := range ts {
@@ -367,7 +440,7 @@ func (ld *leader) allocate(ctx context.Context, rules matchmaking.Rules, match m
 		if ctx.Err() == nil {
 			m.log.Warn("allocation failed; the tickets search again", "tenant", ld.tenant, "mode", ld.mode, "region", match.Region, "err", err)
 		}
-		return 0
+		return 0, ctx.Err() == nil
 	}
 	if a.Region == "" {
 		a.Region = match.Region
@@ -390,16 +463,40 @@ func (ld *leader) allocate(ctx context.Context, rules matchmaking.Rules, match m
 			}}.encode()
 		}
 	}
-	rev, err := ld.settle(ctx, ts, results)
+	rev, err = ld.settle(ctx, ts, results)
 	switch {
 	case errors.Is(err, clusterstate.ErrTicketsChanged):
 		m.log.Info("match dropped: a ticket left during allocation", "tenant", ld.tenant, "mode", ld.mode, "game", a.GameID)
-		return 0
+		ld.dropDeadPartyTickets(ctx, ts)
+		return 0, false
 	case err != nil:
 		if ctx.Err() == nil {
 			m.log.Warn("cannot settle match", "tenant", ld.tenant, "mode", ld.mode, "game", a.GameID, "err", err)
 		}
-		return 0
+		return 0, false
 	}
-	return rev
+	return rev, false
+}
+
+// dropDeadPartyTickets deletes the party tickets of a dropped match that
+// no settlement can ever take (a member left since it was queued). Left in
+// the queue, such a ticket, the oldest, would anchor the same match at
+// every scan, start a game for it and fail to settle it again, while the
+// players formed with it waited past MaxWait. A live ticket's members are
+// unchanged, and DropDeadPartyTicket leaves it be.
+func (ld *leader) dropDeadPartyTickets(ctx context.Context, ts []clusterstate.QueuedTicket) {
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, t := range ts {
+		if t.Party == "" {
+			continue
+		}
+		dropped, err := ld.m.state.DropDeadPartyTicket(dctx, t)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			ld.m.log.Info("cannot drop a party ticket of a dropped match", "tenant", ld.tenant, "mode", ld.mode, "ticket", t.ID, "err", err)
+		case dropped:
+			ld.m.log.Info("dropped a party ticket whose party changed since it was queued", "tenant", ld.tenant, "mode", ld.mode, "ticket", t.ID)
+		}
+	}
 }

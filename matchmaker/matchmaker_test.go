@@ -972,3 +972,95 @@ func TestTicketQueuedDespiteALostAnswerIsFound(t *testing.T) {
 		})
 	}
 }
+
+// TestTicketDeadPartyTicketIsDropped: a party ticket whose members' searches
+// ended, and who do not search again, can never be settled (its member keys
+// are gone). As the oldest ticket it anchored a match at every scan: a game
+// was allocated, the settlement failed, and the players formed with it
+// waited past MaxWait while a game started four times a second. The first
+// failed settlement now drops it, and the others are matched.
+func TestTicketDeadPartyTicketIsDropped(t *testing.T) {
+	alloc := &fakeAllocator{}
+	r := startReplica(t, alloc)
+	tenant := newTenant(t, r.state, func(rules *ludusv1.MatchmakingRules) { rules.MaxWaitMs = 3000 })
+	ctx := testCtx(t, 40*time.Second)
+	lease := r.m.currentLease()
+	partyLease, err := r.state.GrantExpiringLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := clusterstate.Party{Code: "deadparty", Tenant: tenant, Mode: "ranked", Size: 2}
+	if err := r.state.CreateParty(ctx, p, partyLease); err != nil {
+		t.Fatal(err)
+	}
+	var members []clusterstate.PartyMember
+	for _, acc := range []string{"ada", "bob"} {
+		j, err := r.state.JoinParty(ctx, lease, p, clusterstate.PartyMember{Token: "old-" + acc,
+			QueuedMember: clusterstate.QueuedMember{AccountID: acc, Replica: "gone", Rating: 1500, RTT: map[string]float64{"eu": 30, "us": 90}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = j.Members
+	}
+	dead := clusterstate.QueuedTicket{ID: clusterstate.PartyTicketID(p.Code, members), Tenant: tenant, Mode: "ranked", Party: p.Code,
+		Enqueued: time.Now().Add(-time.Second)} // the oldest
+	for _, pm := range members {
+		qm := pm.QueuedMember
+		qm.Slot, qm.MemberRev = pm.Slot, pm.Rev
+		dead.Members = append(dead.Members, qm)
+	}
+	if ok, err := r.state.QueuePartyTicket(ctx, lease, dead); err != nil || !ok {
+		t.Fatalf("queue the party's ticket: %v %v", ok, err)
+	}
+	for _, pm := range members {
+		if _, err := r.state.EndSearch(ctx, tenant, pm.AccountID, "old-"+pm.AccountID, clusterstate.PartyMemberKey(tenant, p.Code, pm.AccountID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Ada and Bob do not come back; eight players search.
+	var players []*player
+	for i := range 8 {
+		players = append(players, r.find(t, tenant, fmt.Sprintf("solo%d", i), nil))
+	}
+	game := checkOneMatch(t, players, alloc)
+	if n := alloc.n.Load(); n > 2 {
+		t.Errorf("%d games allocated for one match; want at most one wasted on the dead ticket", n)
+	}
+	for _, c := range alloc.recorded() {
+		for _, team := range c.seats {
+			for _, s := range team {
+				if c.game == game && s.TicketID == dead.ID {
+					t.Fatalf("the dead ticket was seated in %s", game)
+				}
+			}
+		}
+	}
+	waitFor(t, 5*time.Second, "an empty queue", func() bool { return ticketCount(t, r.state, tenant) == 0 })
+}
+
+// TestTicketFailingAllocationsBackOffAndTimeOut: a match whose game cannot
+// be started (no node in the region, a module that refuses bots, a quota)
+// was formed again at every scan, without end: its players searched past
+// MaxWait, and every scan started work for it. Failed tickets now sit out
+// a growing backoff, and time out at MaxWait saying why.
+func TestTicketFailingAllocationsBackOffAndTimeOut(t *testing.T) {
+	alloc := &fakeAllocator{}
+	alloc.fail.Store(1 << 30)
+	r := startReplica(t, alloc)
+	tenant := newTenant(t, r.state, func(rules *ludusv1.MatchmakingRules) { rules.MaxWaitMs = 2000 })
+	var players []*player
+	for i := range 8 {
+		players = append(players, r.find(t, tenant, fmt.Sprintf("p%d", i), nil))
+	}
+	for _, p := range players {
+		resp := p.wait(t, 8*time.Second)
+		if to := resp.GetTimedOut(); to == nil || !strings.Contains(to.Reason, "no game could be started") {
+			t.Fatalf("%s: last message %v (%v), want timed out because no game could be started", p.account, resp, p.err)
+		}
+	}
+	// 2 s of scans every 50 ms: 40 allocations without the backoff.
+	if n := alloc.n.Load(); n > 8 {
+		t.Fatalf("%d allocation attempts in 2 s; want a backoff (250 ms, doubling)", n)
+	}
+	waitFor(t, 5*time.Second, "an empty queue", func() bool { return ticketCount(t, r.state, tenant) == 0 })
+}
