@@ -226,6 +226,12 @@ type (
 		Key string    `json:"key"`
 		At  time.Time `json:"at"`
 	}
+	// exportRosterEntry is a match a gateway registered the account as a
+	// player of (its roster), whether or not it was ever reported in.
+	exportRosterEntry struct {
+		MatchID string    `json:"match_id"`
+		AddedAt time.Time `json:"added_at"`
+	}
 	exportBoard struct {
 		Board   string `json:"board"`
 		Best    int64  `json:"best"`
@@ -317,7 +323,7 @@ func (s *Server) exportJSON(ctx context.Context, tenantID string, a store.Accoun
 		return n, nil
 	}
 	// The keys in name order, as MarshalIndent writes a map's.
-	var changesN, boardsN, ledgerN, matchesN, ratingsN, sessionsN, unfinishedN int
+	var changesN, boardsN, ledgerN, rostersN, matchesN, ratingsN, sessionsN, unfinishedN int
 	b.WriteString("{\n  \"account\": ")
 	err = put(map[string]any{"id": a.ID, "display_name": a.DisplayName, "device_id": a.DeviceID, "email": a.Email,
 		"custom_id": a.CustomID, "has_password": a.PasswordHash != "", "created_at": a.CreatedAt, "updated_at": a.UpdatedAt}, "  ")
@@ -338,6 +344,13 @@ func (s *Server) exportJSON(ctx context.Context, tenantID string, a store.Accoun
 	if err == nil {
 		ledgerN, err = array("ledger", func(add func(any) error) error {
 			return s.store.EachLedgerEntry(ctx, tenantID, a.ID, func(e store.LedgerEntry) error { return add(e) })
+		})
+	}
+	if err == nil {
+		rostersN, err = array("match_rosters", func(add func(any) error) error {
+			return s.store.EachAccountRosterEntry(ctx, tenantID, a.ID, func(e store.RosterEntry) error {
+				return add(exportRosterEntry{e.MatchID, e.AddedAt})
+			})
 		})
 	}
 	if err == nil {
@@ -384,8 +397,8 @@ func (s *Server) exportJSON(ctx context.Context, tenantID string, a store.Accoun
 	}
 	if b.Len() > s.exportMax {
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-			"the export of account %s would be larger than %s, the most one answer carries (it has %d ledger entries, %d match results, %d unfinished matches, %d applied changes, %d leaderboard entries, %d ratings and %d sessions); nothing was cut: ask the operator of this Ludus to export it from the database (docs/OPERATIONS.md, \"Exporting a large account\")",
-			a.ID, byteSize(s.exportMax), ledgerN, matchesN, unfinishedN, changesN, boardsN, ratingsN, sessionsN))
+			"the export of account %s would be larger than %s, the most one answer carries (it has %d ledger entries, %d match results, %d unfinished matches, %d match rosters, %d applied changes, %d leaderboard entries, %d ratings and %d sessions); nothing was cut: ask the operator of this Ludus to export it from the database (docs/OPERATIONS.md, \"Exporting a large account\")",
+			a.ID, byteSize(s.exportMax), ledgerN, matchesN, unfinishedN, rostersN, changesN, boardsN, ratingsN, sessionsN))
 	}
 	return b.Bytes(), nil
 }

@@ -25,7 +25,9 @@ import (
 // without a word (SQLite; PostgreSQL with a smaller ledger, the same
 // code), in the JSON exports always had; and every other kind of row kept
 // of the account (applied change keys, leaderboard rows, ratings,
-// sessions, unfinished matches, failed sign-ins), without its secrets; and
+// sessions, unfinished matches, the match rosters it is on, failed
+// sign-ins), without its secrets, and none of another account's or
+// another tenant's; and
 // an export larger than the bound is refused, ResourceExhausted, naming
 // what the account holds.
 func TestExportAccountWhole(t *testing.T) {
@@ -65,10 +67,24 @@ func testExportAccountWhole(t *testing.T, e *env, grants int) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	// Rosters (a match's is closed by its result): a on match-0, then on
+	// match-2 and match-running at the same time; b on match-0 and
+	// match-1; another tenant's account on that tenant's match-0.
+	rosters := map[string][]string{"match-0": {a, b}, "match-1": {b}, "match-2": {a}}
+	start := e.clock.Now()
+	rosterAt := func(mid string) time.Time {
+		if mid == "match-0" {
+			return start
+		}
+		return start.Add(2 * time.Second)
+	}
 	for i := range 3 {
 		mid := fmt.Sprint("match-", i)
 		if err := st.CreateMatch(ctx, store.Match{TenantID: tenant.Id, ID: mid, Game: "arena", CredentialHash: []byte(mid),
 			CreatedAt: e.clock.Now(), ExpiresAt: e.clock.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.AddMatchPlayers(ctx, tenant.Id, mid, rosters[mid], rosterAt(mid)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.ApplyMatchReport(ctx, store.MatchReport{TenantID: tenant.Id, MatchID: mid, Final: true, At: e.clock.Now().Add(time.Duration(i) * time.Second),
@@ -105,6 +121,18 @@ func testExportAccountWhole(t *testing.T, e *env, grants int) {
 		Players: []store.PlayerReport{{AccountID: a, Score: 4, XP: 2}}}); err != nil {
 		t.Fatal(err)
 	}
+	if err := st.AddMatchPlayers(ctx, tenant.Id, "match-running", []string{a}, rosterAt("match-running")); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := e.createTenant("export-other")
+	stranger := e.guestLogin("export-other", "device-export-0003", "Eve").AccountId
+	if err := st.CreateMatch(ctx, store.Match{TenantID: other.Id, ID: "match-0", Game: "arena", CredentialHash: []byte("other-match-0"),
+		CreatedAt: e.clock.Now(), ExpiresAt: e.clock.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddMatchPlayers(ctx, other.Id, "match-0", []string{stranger}, e.clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	first := e.guestLogin("export", "device-export-0001", "Ada") // a's second session
 	e.clock.Add(time.Minute)
 	second := e.guestLogin("export", "device-export-0001", "Ada")
@@ -127,6 +155,7 @@ func testExportAccountWhole(t *testing.T, e *env, grants int) {
 		Ratings        []exportRating          `json:"ratings"`
 		Sessions       []exportSession         `json:"sessions"`
 		Unfinished     []exportUnfinishedMatch `json:"unfinished_matches"`
+		Rosters        []exportRosterEntry     `json:"match_rosters"`
 		Throttle       *exportThrottle         `json:"sign_in_throttle"`
 	}
 	if err := json.Unmarshal(resp.Msg.Data, &got); err != nil {
@@ -152,6 +181,12 @@ func testExportAccountWhole(t *testing.T, e *env, grants int) {
 	}
 	if u := got.Unfinished; len(u) != 1 || u[0].MatchID != "match-running" || u[0].Reported.Score != 4 || u[0].Reported.XP != 2 {
 		t.Fatalf("export: unfinished matches %+v", u)
+	}
+	// Newest first, ties by match id: not b's, nor the other tenant's.
+	if want := []exportRosterEntry{{"match-2", rosterAt("match-2")}, {"match-running", rosterAt("match-running")}, {"match-0", rosterAt("match-0")}}; !slices.EqualFunc(got.Rosters, want, func(x, y exportRosterEntry) bool {
+		return x.MatchID == y.MatchID && x.AddedAt.Equal(y.AddedAt)
+	}) {
+		t.Fatalf("export: match rosters %+v, want %+v", got.Rosters, want)
 	}
 	if got.Throttle != nil {
 		t.Fatalf("export: a guest has a sign-in throttle %+v", got.Throttle)
@@ -180,7 +215,7 @@ func testExportAccountWhole(t *testing.T, e *env, grants int) {
 	e.restart()
 	_, err = e.admin.ExportAccount(ctx, req(&ludusv1.ExportAccountRequest{Id: a}, admin))
 	wantCode(t, err, connect.CodeResourceExhausted, "larger than 4096 bytes",
-		fmt.Sprintf("%d ledger entries, 4 match results, 1 unfinished matches, %d applied changes, 2 leaderboard entries, 1 ratings and 3 sessions", grants*64, grants+5),
+		fmt.Sprintf("%d ledger entries, 4 match results, 1 unfinished matches, 3 match rosters, %d applied changes, 2 leaderboard entries, 1 ratings and 3 sessions", grants*64, grants+5),
 		"nothing was cut", "Exporting a large account")
 	// A small account still fits.
 	resp, err = e.admin.ExportAccount(ctx, req(&ludusv1.ExportAccountRequest{Id: b}, admin))
@@ -255,6 +290,10 @@ type (
 		CreatedAt time.Time          `json:"created_at"`
 		Reported  store.PlayerReport `json:"reported"`
 	}
+	exportRosterEntry struct {
+		MatchID string    `json:"match_id"`
+		AddedAt time.Time `json:"added_at"`
+	}
 )
 
 // oldExport builds an export the way ExportAccount did before it streamed
@@ -302,6 +341,7 @@ func oldExport(t *testing.T, st store.Store, tenantID, accountID string) []byte 
 	var ratings []exportRating
 	var sessions []exportSession
 	var unfinished []exportUnfinishedMatch
+	var rosters []exportRosterEntry
 	var throttle *store.LoginThrottle
 	if err := errors.Join(
 		st.EachAppliedChange(ctx, tenantID, a.ID, func(c store.AppliedChange) error {
@@ -322,6 +362,10 @@ func oldExport(t *testing.T, st store.Store, tenantID, accountID string) []byte 
 		}),
 		st.EachUnfinishedAccountMatch(ctx, tenantID, a.ID, func(m store.AccountMatch) error {
 			unfinished = append(unfinished, exportUnfinishedMatch{m.MatchID, m.Game, m.CreatedAt, m.Player})
+			return nil
+		}),
+		st.EachAccountRosterEntry(ctx, tenantID, a.ID, func(r store.RosterEntry) error {
+			rosters = append(rosters, exportRosterEntry{r.MatchID, r.AddedAt})
 			return nil
 		}),
 	); err != nil {
@@ -352,6 +396,7 @@ func oldExport(t *testing.T, st store.Store, tenantID, accountID string) []byte 
 		"sessions":           sessions,
 		"sign_in_throttle":   throttleJSON,
 		"unfinished_matches": unfinished,
+		"match_rosters":      rosters,
 	}, "", "  ")
 	if err != nil {
 		t.Fatal(err)

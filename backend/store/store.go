@@ -390,6 +390,13 @@ type AccountMatch struct {
 	Player    PlayerReport
 }
 
+// RosterEntry is an account's place on one match's roster: what an export
+// of the account carries of each match a gateway registered it for.
+type RosterEntry struct {
+	MatchID string
+	AddedAt time.Time
+}
+
 // AppliedChange is a change key an account's progression took: a grant's
 // idempotency key, or a match report's ("match/<id>/<seq>", "match/<id>/final").
 // It is kept so that the same key never applies twice.
@@ -654,6 +661,11 @@ type Store interface {
 	// MatchRoster returns the account ids on a match's roster, sorted;
 	// empty if none was added (or there is no such match).
 	MatchRoster(ctx context.Context, tenantID, matchID string) ([]string, error)
+	// EachAccountRosterEntry calls fn with every roster the account is on,
+	// newest first (ties by match id), as one query streams them (by the
+	// roster's (tenant_id, account_id) index). An error of fn ends the
+	// iteration and is returned as is.
+	EachAccountRosterEntry(ctx context.Context, tenantID, accountID string, fn func(RosterEntry) error) error
 	// MatchResult returns a stored final result.
 	MatchResult(ctx context.Context, tenantID, matchID string) (MatchResult, error)
 	// ListMatchResults returns a tenant's final results, newest first;

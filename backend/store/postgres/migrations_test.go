@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"ludus.dev/ludus/backend/store/postgres/pgtest"
+	"ludus.dev/ludus/backend/store/sqlstore"
 	"ludus.dev/ludus/backend/store/storetest"
 )
 
@@ -80,6 +81,37 @@ func TestUnreportedMatchIndexUpgrade(t *testing.T) {
 	if plan := genericPlan(t, conn, "unreported", storetest.UnreportedMatchQuery, "(0, 10)"); !strings.Contains(plan, "matches_unreported") {
 		t.Errorf("the generic plan of the sweep's query does not use matches_unreported:\n%s", plan)
 	}
+}
+
+// TestRosterAccountIndexUpgrade upgrades a schema of version 11 with
+// rosters in it: version 12 adds match_roster_account, which the generic
+// plan of the export's read of an account's rosters uses (not the primary
+// key, by match, which would read every roster of the tenant), and finds
+// the rosters stored before.
+func TestRosterAccountIndexUpgrade(t *testing.T) {
+	s, db := upgradedFrom(t, 11, storetest.SeedRostersBeforeAccountIndex)
+	conn := planConn(t, db)
+	plan := genericPlan(t, conn, "account_roster", dollars(sqlstore.AccountRosterQuery), "('t_1', 'a_1')")
+	if !strings.Contains(plan, "match_roster_account") || strings.Contains(plan, "match_roster_pkey") {
+		t.Errorf("the generic plan of an account's rosters does not read match_roster_account:\n%s", plan)
+	}
+	storetest.CheckRostersAfterAccountIndex(t, s)
+}
+
+// dollars numbers the "?" placeholders of a shared query $1, $2, ..., as
+// the store does for PostgreSQL.
+func dollars(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // planConn returns a connection of db (closed with the test) that plans a

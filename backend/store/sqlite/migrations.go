@@ -376,4 +376,10 @@ var migrations = [][]string{
 	{
 		`ALTER TABLE batch_runs ADD COLUMN stored_bytes INTEGER NOT NULL DEFAULT 0`,
 	},
+	// Version 13: the rosters an account is on, for its export: the primary
+	// key leads with the match, so without this index they are found only
+	// by reading every roster of the tenant.
+	{
+		`CREATE INDEX match_roster_account ON match_roster(tenant_id, account_id)`,
+	},
 }

@@ -137,3 +137,16 @@ func TestAccountMatchResultsPlan(t *testing.T) {
 		t.Errorf("an account's match results are not read from its rows: %s", plan)
 	}
 }
+
+// TestRosterAccountIndexUpgrade upgrades a database of schema version 12
+// with rosters in it: schema 13 adds match_roster_account, which the
+// export's read of an account's rosters uses (not the primary key, by
+// match, which would read every roster of the tenant), and finds the
+// rosters stored before.
+func TestRosterAccountIndexUpgrade(t *testing.T) {
+	s := upgradedFrom(t, 12, storetest.SeedRostersBeforeAccountIndex)
+	if plan := queryPlan(t, s.r, sqlstore.AccountRosterQuery, "t_1", "a_1"); !strings.Contains(plan, "INDEX match_roster_account (tenant_id=? AND account_id=?)") {
+		t.Errorf("an account's rosters are not read by match_roster_account: %s", plan)
+	}
+	storetest.CheckRostersAfterAccountIndex(t, s)
+}

@@ -10,7 +10,7 @@ import (
 // (sqlstore.go): each kind with one query, streamed, by the account's own
 // index of its table (changes_applied's primary key, refresh_tokens'
 // (account_id, family_id), leaderboard_account, ratings_account,
-// match_players_account), never a query per row.
+// match_players_account, match_roster_account), never a query per row.
 //
 // SQLite keeps no statistics (no ANALYZE), so it would as soon read a
 // primary key by its tenant_id prefix, every row of the tenant, as the
@@ -77,3 +77,23 @@ func (s *DB) EachUnfinishedAccountMatch(ctx context.Context, tenantID, accountID
 		CROSS JOIN matches m WHERE m.tenant_id = p.tenant_id AND m.id = p.match_id
 		AND p.tenant_id || '' = ? AND p.account_id = ? AND m.ended_at IS NULL ORDER BY m.created_at DESC, m.id`, tenantID, accountID)
 }
+
+// EachAccountRosterEntry implements store.Store.
+func (s *DB) EachAccountRosterEntry(ctx context.Context, tenantID, accountID string, fn func(store.RosterEntry) error) error {
+	return each(ctx, s, "each account roster entry", func(r scanner) (store.RosterEntry, error) {
+		var e store.RosterEntry
+		var added int64
+		err := r.Scan(&e.MatchID, &added)
+		e.AddedAt = FromDB(added)
+		return e, err
+	}, fn, AccountRosterQuery, tenantID, accountID)
+}
+
+// AccountRosterQuery selects the rosters an account is on, newest first. It
+// reads match_roster_account (SQLite schema 13, PostgreSQL 12), the
+// account's entries; match_roster's primary key, (tenant_id, match_id,
+// account_id), would find them only by reading every roster of the
+// tenant. Both columns of the index are compared plainly: the primary key
+// matches one of them, the index two, so SQLite prefers the index without
+// statistics.
+const AccountRosterQuery = `SELECT match_id, added_at FROM match_roster WHERE tenant_id = ? AND account_id = ? ORDER BY added_at DESC, match_id`

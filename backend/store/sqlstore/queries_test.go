@@ -63,6 +63,7 @@ func testMatchReadsQueryCount(t *testing.T, st store.Store, drv driver.Driver, d
 	for i := range matches {
 		mid := fmt.Sprint("m", i)
 		must(t, st.CreateMatch(ctx, store.Match{TenantID: tn.ID, ID: mid, Game: "arena", CredentialHash: []byte(mid), CreatedAt: base, ExpiresAt: base.Add(time.Hour)}))
+		must(t, st.AddMatchPlayers(ctx, tn.ID, mid, ids, base))
 		var ps []store.PlayerReport
 		for _, id := range ids {
 			ps = append(ps, store.PlayerReport{AccountID: id, Score: int64(i), Currency: map[string]int64{"gold": 1}})
@@ -125,6 +126,14 @@ func testMatchReadsQueryCount(t *testing.T, st store.Store, drv driver.Driver, d
 	} {
 		count(what, 1, read)
 	}
+	count("EachAccountRosterEntry", 1, func() error {
+		n := 0
+		err := r.EachAccountRosterEntry(ctx, tn.ID, ids[0], func(store.RosterEntry) error { n++; return nil })
+		if err == nil && n != matches {
+			err = fmt.Errorf("%d roster entries", n)
+		}
+		return err
+	})
 	count("EachLedgerEntry", 1, func() error {
 		n := 0
 		err := r.EachLedgerEntry(ctx, tn.ID, ids[0], func(store.LedgerEntry) error { n++; return nil })

@@ -149,7 +149,8 @@ func testAccountExportReads(t *testing.T, s store.Store) {
 // testAccountExportRows: the other rows an export reads, each of the
 // account's own and in its tenant only, in order, streamed (an error of
 // fn stops the read): its applied change keys, leaderboard rows, ratings,
-// sessions (no token hashes: times only) and unfinished matches.
+// sessions (no token hashes: times only), unfinished matches and the
+// rosters it is on.
 func testAccountExportRows(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	tn, other := mustTenant(t, s, "xr"), mustTenant(t, s, "xr2")
@@ -184,6 +185,11 @@ func testAccountExportRows(t *testing.T, s store.Store) {
 		must(t, "CreateMatch", s.CreateMatch(ctx, store.Match{TenantID: tn.ID, ID: mid, Game: "arena", CredentialHash: hash("xr-" + mid),
 			CreatedAt: base.Add(time.Duration(i) * time.Minute), ExpiresAt: base.Add(time.Hour)}))
 	}
+	// Rosters (before the results close them): a on m1, then on running
+	// and abandoned at the same time; b on m1 and running.
+	must(t, "roster m1", s.AddMatchPlayers(ctx, tn.ID, "m1", []string{a.ID, b.ID}, base.Add(time.Second)))
+	must(t, "roster running", s.AddMatchPlayers(ctx, tn.ID, "running", []string{b.ID, a.ID}, base.Add(2*time.Second)))
+	must(t, "roster abandoned", s.AddMatchPlayers(ctx, tn.ID, "abandoned", []string{a.ID}, base.Add(2*time.Second)))
 	_, err = s.ApplyMatchReport(ctx, store.MatchReport{TenantID: tn.ID, MatchID: "m1", Final: true, At: base.Add(2 * time.Second),
 		Players: []store.PlayerReport{{AccountID: a.ID, Score: 5}, {AccountID: b.ID, Score: 9}},
 		Boards:  []store.BoardEntry{{Board: "arena/kills", AccountID: a.ID, Value: 3}, {Board: "arena/kills", AccountID: b.ID, Value: 4}},
@@ -204,6 +210,7 @@ func testAccountExportRows(t *testing.T, s store.Store) {
 	_, err = s.ApplyMatchReport(ctx, store.MatchReport{TenantID: other.ID, MatchID: "running", Seq: 1, At: base,
 		Players: []store.PlayerReport{{AccountID: stranger.ID, Score: 1}}})
 	must(t, "other tenant's report", err)
+	must(t, "other tenant's roster", s.AddMatchPlayers(ctx, other.ID, "running", []string{stranger.ID}, base.Add(3*time.Second)))
 
 	var changes []string
 	must(t, "each applied change", s.EachAppliedChange(ctx, tn.ID, a.ID, func(c store.AppliedChange) error {
@@ -248,6 +255,16 @@ func testAccountExportRows(t *testing.T, s store.Store) {
 	if m := unfinished[0]; m.Game != "arena" || !m.CreatedAt.Equal(base.Add(2*time.Minute)) || !m.EndedAt.IsZero() ||
 		m.Player.AccountID != a.ID || m.Player.Score != 6 || m.Player.Stats["kills"] != 2 {
 		t.Fatalf("a's row of running = %+v", m)
+	}
+
+	var rosters []string
+	must(t, "each account roster entry", s.EachAccountRosterEntry(ctx, tn.ID, a.ID, func(e store.RosterEntry) error {
+		rosters = append(rosters, e.MatchID+"@"+e.AddedAt.Sub(base).String())
+		return nil
+	}))
+	// Newest first, ties by match id; neither b's entries nor the stranger's.
+	if want := []string{"abandoned@2s", "running@2s", "m1@1s"}; !slices.Equal(rosters, want) {
+		t.Fatalf("a's rosters = %v, want %v", rosters, want)
 	}
 
 	// Sessions: f1 refreshed twice, then signed out; f2 never refreshed;
@@ -295,6 +312,7 @@ func testAccountExportRows(t *testing.T, s store.Store) {
 		s.EachAccountRating(ctx, other.ID, a.ID, func(store.Rating) error { return none("ratings")() }),
 		s.EachAccountSession(ctx, other.ID, a.ID, func(store.AccountSession) error { return none("sessions")() }),
 		s.EachUnfinishedAccountMatch(ctx, other.ID, a.ID, func(store.AccountMatch) error { return none("unfinished matches")() }),
+		s.EachAccountRosterEntry(ctx, other.ID, a.ID, func(store.RosterEntry) error { return none("rosters")() }),
 	))
 	for what, read := range map[string]func(count func() error) error{
 		"applied changes": func(c func() error) error {
@@ -308,6 +326,9 @@ func testAccountExportRows(t *testing.T, s store.Store) {
 		},
 		"unfinished matches": func(c func() error) error {
 			return s.EachUnfinishedAccountMatch(ctx, tn.ID, a.ID, func(store.AccountMatch) error { return c() })
+		},
+		"rosters": func(c func() error) error {
+			return s.EachAccountRosterEntry(ctx, tn.ID, a.ID, func(store.RosterEntry) error { return c() })
 		},
 	} {
 		n := 0

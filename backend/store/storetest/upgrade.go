@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -135,3 +136,61 @@ var RefreshTokenQueries = []struct{ Query, Index string }{
 // choice of matches to delete.
 const UnreportedMatchQuery = `SELECT tenant_id, id FROM matches WHERE last_seq = 0 AND ended_at IS NULL AND expires_at <= $1
 	ORDER BY expires_at LIMIT $2`
+
+// SeedRostersBeforeAccountIndex writes, through exec, the rows a store's
+// test stores at the schema version before match_roster got its index by
+// account (SQLite 12, PostgreSQL 11): tenant t_ro with accounts a_ro1 and
+// a_ro2 and matches m1 and m2, a_ro1 on both rosters (m1 at base, m2 a
+// second later) and a_ro2 on m1's; tenant t_ro2 with its own m1 and
+// account a_rox on its roster.
+func SeedRostersBeforeAccountIndex(exec Exec) error {
+	at := base.UnixMicro()
+	stmts := []struct {
+		query string
+		args  []any
+	}{
+		{`INSERT INTO tenants (id, slug, name, created_at) VALUES ('t_ro', 'rou', 'Roster upgrade', 0), ('t_ro2', 'rou2', 'Roster upgrade 2', 0)`, nil},
+		{`INSERT INTO accounts (id, tenant_id, device_id, display_name, created_at, updated_at) VALUES
+			('a_ro1', 't_ro', 'dev-ro1', 'r1', 0, 0), ('a_ro2', 't_ro', 'dev-ro2', 'r2', 0, 0), ('a_rox', 't_ro2', 'dev-rox', 'rx', 0, 0)`, nil},
+		{`INSERT INTO matches (tenant_id, id, game, credential_hash, created_at, expires_at, last_seq) VALUES
+			('t_ro', 'm1', 'arena', $1, $4, $5, 0), ('t_ro', 'm2', 'arena', $2, $4, $5, 0), ('t_ro2', 'm1', 'arena', $3, $4, $5, 0)`,
+			[]any{hash("ro-m1"), hash("ro-m2"), hash("ro2-m1"), at, base.Add(time.Hour).UnixMicro()}},
+		{`INSERT INTO match_roster (tenant_id, match_id, account_id, added_at) VALUES
+			('t_ro', 'm1', 'a_ro1', $1), ('t_ro', 'm2', 'a_ro1', $2), ('t_ro', 'm1', 'a_ro2', $1), ('t_ro2', 'm1', 'a_rox', $1)`,
+			[]any{at, base.Add(time.Second).UnixMicro()}},
+	}
+	for _, st := range stmts {
+		if err := exec(st.query, st.args...); err != nil {
+			return fmt.Errorf("%s: %w", st.query, err)
+		}
+	}
+	return nil
+}
+
+// CheckRostersAfterAccountIndex checks the rosters of
+// SeedRostersBeforeAccountIndex after the upgrade: an account's entries
+// are read, newest first, of its tenant only, and a roster entry added
+// after the upgrade is read with them.
+func CheckRostersAfterAccountIndex(t *testing.T, s store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	read := func(tenantID, accountID string) []string {
+		t.Helper()
+		var got []string
+		must(t, "EachAccountRosterEntry", s.EachAccountRosterEntry(ctx, tenantID, accountID, func(e store.RosterEntry) error {
+			got = append(got, e.MatchID+"@"+e.AddedAt.Sub(base).String())
+			return nil
+		}))
+		return got
+	}
+	if got := read("t_ro", "a_ro1"); !slices.Equal(got, []string{"m2@1s", "m1@0s"}) {
+		t.Fatalf("a_ro1's rosters after the upgrade = %v, want m2@1s m1@0s", got)
+	}
+	if got := read("t_ro2", "a_ro1"); got != nil {
+		t.Fatalf("another tenant reads a_ro1's rosters: %v", got)
+	}
+	must(t, "AddMatchPlayers after the upgrade", s.AddMatchPlayers(ctx, "t_ro", "m2", []string{"a_ro2"}, base.Add(time.Minute)))
+	if got := read("t_ro", "a_ro2"); !slices.Equal(got, []string{"m2@1m0s", "m1@0s"}) {
+		t.Fatalf("a_ro2's rosters after the upgrade = %v, want m2@1m0s m1@0s", got)
+	}
+}

@@ -2116,14 +2116,14 @@ type ExportAccountResponse struct {
 	// has_password, times), "applied_changes" (the change keys its progression
 	// took: grants' idempotency keys and match reports'), "leaderboards" (its
 	// row on each score and stat board: best, sum, matches), "ledger" (every
-	// wallet movement), "matches" (its row of every final match result),
-	// "progression" (XP, wallet, inventory), "ratings" (per matchmaking mode),
-	// "sessions" (per sign-in whose refresh tokens are kept: when its first
-	// kept and newest tokens were issued, when it expires, whether revoked),
-	// "sign_in_throttle" (failed email sign-ins kept for its email, or null)
-	// and "unfinished_matches" (its totals in matches with interim reports
-	// but no final result). Not included: the rosters of matches it is on
-	// (read only by match, not by account).
+	// wallet movement), "match_rosters" (the matches a gateway registered it
+	// as a player of: match id, when), "matches" (its row of every final
+	// match result), "progression" (XP, wallet, inventory), "ratings" (per
+	// matchmaking mode), "sessions" (per sign-in whose refresh tokens are
+	// kept: when its first kept and newest tokens were issued, when it
+	// expires, whether revoked), "sign_in_throttle" (failed email sign-ins
+	// kept for its email, or null) and "unfinished_matches" (its totals in
+	// matches with interim reports but no final result).
 	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -160,8 +160,7 @@ type AdminServiceClient interface {
 	// ExportAccount returns what is stored about an account, as JSON, without
 	// its secrets (no password hash, no refresh token or its hash): every
 	// record kept of it, whole, or ResourceExhausted if the JSON would pass
-	// 64 MiB. Not in it: the match rosters it is on (see
-	// ExportAccountResponse). Scope "admin".
+	// 64 MiB (see ExportAccountResponse). Scope "admin".
 	ExportAccount(context.Context, *connect.Request[v1.ExportAccountRequest]) (*connect.Response[v1.ExportAccountResponse], error)
 	// Progression (scope "server" or "admin" to grant).
 	GrantProgression(context.Context, *connect.Request[v1.GrantProgressionRequest]) (*connect.Response[v1.GrantProgressionResponse], error)
@@ -604,8 +603,7 @@ type AdminServiceHandler interface {
 	// ExportAccount returns what is stored about an account, as JSON, without
 	// its secrets (no password hash, no refresh token or its hash): every
 	// record kept of it, whole, or ResourceExhausted if the JSON would pass
-	// 64 MiB. Not in it: the match rosters it is on (see
-	// ExportAccountResponse). Scope "admin".
+	// 64 MiB (see ExportAccountResponse). Scope "admin".
 	ExportAccount(context.Context, *connect.Request[v1.ExportAccountRequest]) (*connect.Response[v1.ExportAccountResponse], error)
 	// Progression (scope "server" or "admin" to grant).
 	GrantProgression(context.Context, *connect.Request[v1.GrantProgressionRequest]) (*connect.Response[v1.GrantProgressionResponse], error)

@@ -919,14 +919,14 @@ export type ExportAccountResponse = Message<"ludus.v1.ExportAccountResponse"> & 
    * has_password, times), "applied_changes" (the change keys its progression
    * took: grants' idempotency keys and match reports'), "leaderboards" (its
    * row on each score and stat board: best, sum, matches), "ledger" (every
-   * wallet movement), "matches" (its row of every final match result),
-   * "progression" (XP, wallet, inventory), "ratings" (per matchmaking mode),
-   * "sessions" (per sign-in whose refresh tokens are kept: when its first
-   * kept and newest tokens were issued, when it expires, whether revoked),
-   * "sign_in_throttle" (failed email sign-ins kept for its email, or null)
-   * and "unfinished_matches" (its totals in matches with interim reports
-   * but no final result). Not included: the rosters of matches it is on
-   * (read only by match, not by account).
+   * wallet movement), "match_rosters" (the matches a gateway registered it
+   * as a player of: match id, when), "matches" (its row of every final
+   * match result), "progression" (XP, wallet, inventory), "ratings" (per
+   * matchmaking mode), "sessions" (per sign-in whose refresh tokens are
+   * kept: when its first kept and newest tokens were issued, when it
+   * expires, whether revoked), "sign_in_throttle" (failed email sign-ins
+   * kept for its email, or null) and "unfinished_matches" (its totals in
+   * matches with interim reports but no final result).
    *
    * @generated from field: bytes data = 1;
    */
@@ -1878,8 +1878,7 @@ export const AdminService: GenService<{
    * ExportAccount returns what is stored about an account, as JSON, without
    * its secrets (no password hash, no refresh token or its hash): every
    * record kept of it, whole, or ResourceExhausted if the JSON would pass
-   * 64 MiB. Not in it: the match rosters it is on (see
-   * ExportAccountResponse). Scope "admin".
+   * 64 MiB (see ExportAccountResponse). Scope "admin".
    *
    * @generated from rpc ludus.v1.AdminService.ExportAccount
    */
