@@ -415,10 +415,34 @@ func (it *txnItem) enqueued() (int64, error) {
 // whose own key a settlement took first was matched (see
 // matchmaker's search.leave).
 func (c *Client) EndSearch(ctx context.Context, tenant, account, token string, keys ...string) (found []bool, err error) {
+	owned := make([]OwnedKey, len(keys))
+	for i, k := range keys {
+		owned[i] = OwnedKey{Key: k}
+	}
+	return c.EndSearchOwned(ctx, tenant, account, token, owned...)
+}
+
+// OwnedKey is a key a search wrote, for EndSearchOwned: CreateRev, when
+// not 0, is the revision the search created it at, and it is deleted only
+// if it is still that one. A party member's key is named for its account
+// alone: a deletion retried late (endLater) must not take the key of the
+// account's next search of the same party.
+type OwnedKey struct {
+	Key       string
+	CreateRev int64
+}
+
+// EndSearchOwned is EndSearch for keys a search owns (OwnedKey). found[i]
+// is false for a key gone, or another search's.
+func (c *Client) EndSearchOwned(ctx context.Context, tenant, account, token string, keys ...OwnedKey) (found []bool, err error) {
 	search := SearchKey(tenant, account)
 	ops := make([]*pb.RequestOp, 0, len(keys)+1)
 	for _, k := range keys {
-		ops = append(ops, opDelete(k))
+		if k.CreateRev == 0 {
+			ops = append(ops, opDelete(k.Key))
+			continue
+		}
+		ops = append(ops, opTxn([]*pb.Compare{cmpCreated(k.Key, k.CreateRev)}, []*pb.RequestOp{opDelete(k.Key)}, nil))
 	}
 	it := newTxnItem(0, []*pb.Compare{cmpValue(search, token)},
 		append(slices.Clip(ops), opDelete(search)), ops)
@@ -427,6 +451,10 @@ func (c *Client) EndSearch(ctx context.Context, tenant, account, token string, k
 	}
 	found = make([]bool, len(keys))
 	for i, r := range it.resp.Responses[:len(keys)] {
+		if t := r.GetResponseTxn(); t != nil {
+			found[i] = t.Succeeded && len(t.Responses) > 0 && t.Responses[0].GetResponseDeleteRange().GetDeleted() > 0
+			continue
+		}
 		found[i] = r.GetResponseDeleteRange().GetDeleted() > 0
 	}
 	return found, nil

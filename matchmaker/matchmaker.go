@@ -146,9 +146,11 @@ type Matchmaker struct {
 type testFaults struct {
 	partyChange func() // before a party's change reaches its search
 	result      func() // before a result reaches its search
-	// lostAnswer, after a search's ticket was queued (what: "enqueue" or
-	// "party ticket"), returns the error the search gets instead of the
-	// answer: the write was applied, the answer lost.
+	// lostAnswer, after a search's write was applied (what: "enqueue",
+	// "party ticket" or "join"), returns the error the search gets instead
+	// of the answer: the write was applied, the answer lost. Before a
+	// search's deletion ("end"), an error stands for etcd's answer that
+	// never came, and the deletion is not sent.
 	lostAnswer func(what, account string) error
 }
 
@@ -275,7 +277,7 @@ func (m *Matchmaker) Close() error {
 // keys are bound to ends (they go with it), or the replica closes (Close
 // revokes the lease). The deletion is safe to repeat: the search key goes
 // only while it still holds the search's token.
-func (m *Matchmaker) endLater(tenant, account, token string, keys []string, lease *clusterstate.Lease) {
+func (m *Matchmaker) endLater(tenant, account, token string, keys []clusterstate.OwnedKey, lease *clusterstate.Lease) {
 	go func() {
 		for wait := 200 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 			select {
@@ -286,7 +288,7 @@ func (m *Matchmaker) endLater(tenant, account, token string, keys []string, leas
 			case <-time.After(wait):
 			}
 			ctx, cancel := context.WithTimeout(m.life, 5*time.Second)
-			_, err := m.state.EndSearch(ctx, tenant, account, token, keys...)
+			_, err := m.state.EndSearchOwned(ctx, tenant, account, token, keys...)
 			cancel()
 			if err == nil {
 				m.log.Info("left the queue after trying again", "tenant", tenant, "account", account)

@@ -1064,3 +1064,121 @@ func TestTicketFailingAllocationsBackOffAndTimeOut(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "an empty queue", func() bool { return ticketCount(t, r.state, tenant) == 0 })
 }
+
+// TestTicketLateDeletionSparesTheNextSearch: a search's deletion can be
+// applied with its answer lost, and retried later (endLater), after the
+// account searched again with the same party code. A party member's key is
+// named for its account alone: the late retry deleted the new search's key,
+// and the party broke up ("a party member left") with nobody leaving.
+func TestTicketLateDeletionSparesTheNextSearch(t *testing.T) {
+	alloc := &fakeAllocator{}
+	r := startReplica(t, alloc)
+	tenant := newTenant(t, r.state, nil)
+	ctx := testCtx(t, 30*time.Second)
+	code := createParty(t, r, tenant, "ada", 2)
+	req := func() *ludusv1.FindMatchRequest {
+		return &ludusv1.FindMatchRequest{Mode: "ranked", PartyCode: code, PartySize: 2, RttMs: map[string]int32{"eu": 30}}
+	}
+	ada := r.find(t, tenant, "ada", req())
+	ada.searching(t)
+	bob := r.find(t, tenant, "bob", req())
+	bob.searching(t)
+	var ms []clusterstate.PartyMember
+	waitFor(t, 5*time.Second, "a full party", func() bool {
+		var err error
+		ms, _, err = r.state.PartyMembers(testCtx(t, time.Second), tenant, code)
+		return err == nil && len(ms) == 2
+	})
+	// Bob's earlier search (token "bob-old") joined at a revision before
+	// this one's: its late deletion names that revision.
+	bobKey := clusterstate.PartyMemberKey(tenant, code, "bob")
+	found, err := r.state.EndSearchOwned(ctx, tenant, "bob", "bob-old", clusterstate.OwnedKey{Key: bobKey, CreateRev: ms[0].CreateRev - 1})
+	if err != nil || found[0] {
+		t.Fatalf("the late deletion: found %v, %v; want the new key spared", found, err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	for _, p := range []*player{ada, bob} {
+		select {
+		case <-p.done:
+			t.Fatalf("%s's search ended (%v, %v) after another search's late deletion", p.account, p.last, p.err)
+		default:
+		}
+	}
+	if n, _ := r.state.CountTickets(ctx, tenant, "ranked"); n != 1 {
+		t.Fatalf("%d tickets, want the party's", n)
+	}
+}
+
+// TestTicketLostJoinAnswerIsFound: a party join can be applied with its
+// answer lost. When the party was matched before the search took its key
+// back out, the member is seated: it must be told the match, not to search
+// again (it searched again alone while its partner played with its seat
+// empty).
+func TestTicketLostJoinAnswerIsFound(t *testing.T) {
+	alloc := &fakeAllocator{}
+	r := startReplica(t, alloc)
+	tenant := newTenant(t, r.state, nil)
+	var lost atomic.Int32
+	r.m.faults.Store(&testFaults{lostAnswer: func(w, account string) error {
+		if w != "join" || account != "bob" {
+			return nil
+		}
+		for ticketCount(t, r.state, tenant) != 0 || len(alloc.recorded()) == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		lost.Add(1)
+		return errors.New("etcdserver: server stopped")
+	}})
+	code := createParty(t, r, tenant, "ada", 2)
+	req := func() *ludusv1.FindMatchRequest {
+		return &ludusv1.FindMatchRequest{Mode: "ranked", PartyCode: code, PartySize: 2, RttMs: map[string]int32{"eu": 30}}
+	}
+	bob := r.find(t, tenant, "bob", req())
+	waitFor(t, 5*time.Second, "bob in the party", func() bool {
+		ms, _, err := r.state.PartyMembers(testCtx(t, time.Second), tenant, code)
+		return err == nil && len(ms) == 1
+	})
+	players := []*player{bob, r.find(t, tenant, "ada", req())} // ada joins last: she queues
+	for i := range 6 {
+		players = append(players, r.find(t, tenant, fmt.Sprintf("solo%d", i), nil))
+	}
+	checkOneMatch(t, players, alloc)
+	if lost.Load() != 1 {
+		t.Fatalf("%d answers lost, want 1: this test shows nothing", lost.Load())
+	}
+}
+
+// TestTicketSlowDeletionStillFindsTheMatch: after a lost answer, what the
+// search's deletion finds tells whether its ticket was matched meanwhile.
+// When etcd does not answer that deletion at once (an election still under
+// way), the search tries again before it answers the player, rather than
+// telling a seated player to search again.
+func TestTicketSlowDeletionStillFindsTheMatch(t *testing.T) {
+	alloc := &fakeAllocator{}
+	r := startReplica(t, alloc)
+	tenant := newTenant(t, r.state, nil)
+	var ends atomic.Int32
+	r.m.faults.Store(&testFaults{lostAnswer: func(w, account string) error {
+		if account != "solo0" {
+			return nil
+		}
+		switch {
+		case w == "enqueue":
+			for ticketCount(t, r.state, tenant) != 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+			return errors.New("etcdserver: server stopped")
+		case w == "end" && ends.Add(1) <= 2:
+			return context.DeadlineExceeded
+		}
+		return nil
+	}})
+	var players []*player
+	for i := range 8 {
+		players = append(players, r.find(t, tenant, fmt.Sprintf("solo%d", i), nil))
+	}
+	checkOneMatch(t, players, alloc)
+	if n := ends.Load(); n < 3 {
+		t.Fatalf("%d deletions tried, want 2 that failed and 1 that went through: this test shows nothing", n)
+	}
+}

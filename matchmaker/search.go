@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"buf.build/go/protovalidate"
@@ -154,10 +155,10 @@ type search struct {
 	token  string
 	lease  *clusterstate.Lease
 
-	minRev   int64     // results with a higher mod revision are this search's
-	keys     []string  // to delete when the search ends without a result
-	enqueued time.Time // when the ticket was queued; zero before
-	joined   int       // party members streaming
+	minRev   int64                   // results with a higher mod revision are this search's
+	keys     []clusterstate.OwnedKey // to delete when the search ends without a result
+	enqueued time.Time               // when the ticket was queued; zero before
+	joined   int                     // party members streaming
 	// settled is set when the party's keys, this member's included, were
 	// deleted by a settlement: the result is on its way.
 	settled bool
@@ -171,27 +172,50 @@ const partyResultWait = 5 * time.Second
 
 // end leaves the queue: deletes the search's keys, bounded, even after ctx
 // ended. When etcd does not take the deletion in time (an election under
-// way), it goes on trying in the background: the keys are bound to the
-// replica's lease, which outlives the search, so a ticket left behind
-// would be matched without its player, and its search key would refuse the
-// account's next search (AlreadyExists) for as long as the replica lives.
-// It reports which of s.keys were there to delete (nil when etcd did not
-// answer in time). A search ends once: later calls do nothing.
+// way), it tries again for up to endWait while the stream is open: what
+// the deletion finds tells whether the search was matched meanwhile
+// (leave, settledMeanwhile), and the player is to be told that, not to
+// search again. After that, or once the stream is gone, it goes on trying
+// in the background: the keys are bound to the replica's lease, which
+// outlives the search, so a ticket left behind would be matched without
+// its player, and its search key would refuse the account's next search
+// (AlreadyExists) for as long as the replica lives. It reports which of
+// s.keys were there to delete (nil when etcd did not answer). A search
+// ends once: later calls do nothing.
 func (s *search) end(ctx context.Context) (found []bool) {
 	if s.ended {
 		return nil
 	}
 	s.ended = true
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-	defer cancel()
-	found, err := s.m.state.EndSearch(ctx, s.c.TenantID, s.c.AccountID, s.token, s.keys...)
-	if err != nil {
-		s.m.log.Warn("cannot leave the queue yet; trying again", "tenant", s.c.TenantID, "account", s.c.AccountID, "err", err)
-		s.m.endLater(s.c.TenantID, s.c.AccountID, s.token, s.keys, s.lease)
-		return nil
+	deadline := time.Now().Add(endWait)
+	for wait := 200 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		err := s.m.faults.Load().lose("end", s.c.AccountID)
+		if err == nil {
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+			found, err = s.m.state.EndSearchOwned(tctx, s.c.TenantID, s.c.AccountID, s.token, s.keys...)
+			cancel()
+		}
+		if err == nil {
+			return found
+		}
+		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			s.m.log.Warn("cannot leave the queue yet; trying again", "tenant", s.c.TenantID, "account", s.c.AccountID, "err", err)
+			s.m.endLater(s.c.TenantID, s.c.AccountID, s.token, s.keys, s.lease)
+			return nil
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		case <-s.lease.Done():
+			return nil // the keys went with the lease
+		}
 	}
-	return found
 }
+
+// endWait bounds how long a search whose stream is open tries to delete
+// its keys before it answers without knowing whether it was matched: about
+// as long as etcd takes to elect a leader, a few times over.
+const endWait = 10 * time.Second
 
 // leave ends a party member's search when its party changed under it (a
 // member left, or the party's watch broke), and reports whether the party
@@ -247,7 +271,7 @@ func (s *search) solo(ctx context.Context) error {
 	if err == nil {
 		err = s.m.faults.Load().lose("enqueue", s.c.AccountID)
 	}
-	s.keys = []string{clusterstate.TicketKey(s.c.TenantID, s.mode, id)}
+	s.keys = []clusterstate.OwnedKey{{Key: clusterstate.TicketKey(s.c.TenantID, s.mode, id)}}
 	switch {
 	case errors.Is(err, clusterstate.ErrAlreadySearching):
 		return alreadySearching()
@@ -259,7 +283,7 @@ func (s *search) solo(ctx context.Context) error {
 		// If it was applied and matched before that, the match's result
 		// is in etcd, named for the ticket: the player is told it.
 		if found := s.end(ctx); len(found) > 0 && !found[0] {
-			if resp, ok := s.settledMeanwhile(ctx, id); ok {
+			if resp, ok := s.settledMeanwhile(ctx, func(ticket string) bool { return ticket == id }); ok {
 				return s.send(resp)
 			}
 		}
@@ -269,17 +293,18 @@ func (s *search) solo(ctx context.Context) error {
 	return s.wait(ctx, nil, nil)
 }
 
-// settledMeanwhile reads the result of ticket id, queued although its
-// write failed and settled before the search could take it back out. The
+// settledMeanwhile reads the result of a ticket of this search (ours says
+// which ids are), queued although its write (an enqueue, a party join)
+// failed, and settled before the search could take it back out. The
 // settlement wrote it with the deletion the search found done.
-func (s *search) settledMeanwhile(ctx context.Context, id string) (*ludusv1.FindMatchResponse, bool) {
+func (s *search) settledMeanwhile(ctx context.Context, ours func(ticket string) bool) (*ludusv1.FindMatchResponse, bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
 	r, ok, err := s.m.state.Result(rctx, s.m.ID(), s.c.TenantID, s.c.AccountID, 0)
 	if err != nil || !ok {
 		return nil, false
 	}
-	if o, err := decodeOutcome(r.Value); err != nil || o.Ticket != id {
+	if o, err := decodeOutcome(r.Value); err != nil || !ours(o.Ticket) {
 		return nil, false // an earlier search's
 	}
 	return s.result(r)
@@ -355,6 +380,9 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 	defer follow.Stop()
 	p := clusterstate.Party{Code: code, Tenant: s.c.TenantID, Mode: s.mode, Size: size}
 	j, err := s.m.state.JoinParty(ctx, s.lease, p, clusterstate.PartyMember{QueuedMember: s.member, Token: s.token})
+	if err == nil {
+		err = s.m.faults.Load().lose("join", s.c.AccountID)
+	}
 	var mismatch *clusterstate.PartyMismatch
 	switch {
 	case errors.Is(err, clusterstate.ErrAlreadySearching):
@@ -373,12 +401,20 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 		// back out, as solo does its ticket. Left behind, the member would
 		// fill the party with nobody behind it, so its ticket is never
 		// queued, and the account's next search would be refused.
-		s.keys = []string{clusterstate.PartyMemberKey(s.c.TenantID, code, s.c.AccountID)}
-		s.end(ctx)
+		// If it was applied and the party matched before the deletion,
+		// the result is in etcd, named for a ticket of this party.
+		s.keys = []clusterstate.OwnedKey{{Key: clusterstate.PartyMemberKey(s.c.TenantID, code, s.c.AccountID)}}
+		if found := s.end(ctx); len(found) > 0 && !found[0] {
+			if resp, ok := s.settledMeanwhile(ctx, func(ticket string) bool { return strings.HasPrefix(ticket, code+"-") }); ok {
+				return s.send(resp)
+			}
+		}
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.minRev = j.Rev
-	s.keys = []string{clusterstate.PartyMemberKey(s.c.TenantID, code, s.c.AccountID)}
+	// The member key is this search's as created at j.Rev: a deletion
+	// retried late must not take the key of the account's next search.
+	s.keys = []clusterstate.OwnedKey{{Key: clusterstate.PartyMemberKey(s.c.TenantID, code, s.c.AccountID), CreateRev: j.Rev}}
 
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -453,7 +489,7 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 			}
 			// Every member deletes the ticket when it leaves; the one who
 			// joined last queues it (the others would only lose a compare).
-			s.keys = append(s.keys, clusterstate.TicketKey(s.c.TenantID, s.mode, id))
+			s.keys = append(s.keys, clusterstate.OwnedKey{Key: clusterstate.TicketKey(s.c.TenantID, s.mode, id)})
 			s.enqueued = t.Enqueued
 			if newest == j.Rev {
 				_, err := s.m.state.QueuePartyTicket(ctx, s.lease, t)
