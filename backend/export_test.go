@@ -38,3 +38,6 @@ func SetModuleBound(c *Config, b store.ModuleBound) { c.moduleBound = b }
 // SetKeySyncGap makes a Server built from c read its signing keys again on
 // a request at most every d.
 func SetKeySyncGap(c *Config, d time.Duration) { c.keySyncGap = d }
+
+// SetUsageReporterClock makes r tell the hour of the usage it is given by now.
+func SetUsageReporterClock(r *UsageReporter, now func() time.Time) { r.now = now }

@@ -89,12 +89,12 @@ func TestUsageReportsAndAdmissionStanding(t *testing.T) {
 		}
 		return r.Msg, nil
 	}
-	// Last hour (11:xx): 4000 CPU-seconds; this hour: 1000.
-	e.clock.Add(-time.Hour)
-	if _, err := report(node, "r0", "", &ludusv1.UsageDelta{TenantId: tn.Id, CpuMicros: 4000e6}); err != nil {
+	// Last hour (11:xx): 4000 CPU-seconds, reported only now (held back by
+	// an outage) and booked in the hour it was used; this hour: 1000.
+	hourAt := func(h int) int64 { return time.Date(2026, 3, 1, h, 0, 0, 0, time.UTC).Unix() }
+	if _, err := report(node, "r0", "", &ludusv1.UsageDelta{TenantId: tn.Id, CpuMicros: 4000e6, HourUnix: hourAt(11)}); err != nil {
 		t.Fatal(err)
 	}
-	e.clock.Add(time.Hour)
 	resp, err := report(node, "r1", "", &ludusv1.UsageDelta{TenantId: tn.Id, CpuMicros: 1000e6, EtcdWrites: 7, GamesTimedOut: 1},
 		&ludusv1.UsageDelta{TenantId: other.Id, CpuMicros: 5e6})
 	if err != nil {
@@ -126,6 +126,9 @@ func TestUsageReportsAndAdmissionStanding(t *testing.T) {
 		{node, "x", "", &ludusv1.UsageDelta{TenantId: tn.Id, StreamBytes: 2e15}, connect.CodeInvalidArgument, "usage[0].stream_bytes"},
 		{node, "x", "", &ludusv1.UsageDelta{TenantId: ""}, connect.CodeInvalidArgument, "tenant_id"},
 		{node, "x", "", &ludusv1.UsageDelta{TenantId: "t_nobody", CpuMicros: 1}, connect.CodeInvalidArgument, "does not exist"},
+		{node, "x", "", &ludusv1.UsageDelta{TenantId: tn.Id, CpuMicros: 1, HourUnix: hourAt(11) + 60}, connect.CodeInvalidArgument, "not the start of an hour"},
+		{node, "x", "", &ludusv1.UsageDelta{TenantId: tn.Id, CpuMicros: 1, HourUnix: hourAt(13)}, connect.CodeInvalidArgument, "ahead of the backend's clock"},
+		{node, "x", "", &ludusv1.UsageDelta{TenantId: tn.Id, CpuMicros: 1, HourUnix: hourAt(12) - 8*24*3600}, connect.CodeInvalidArgument, "old"},
 	} {
 		_, err := report(bad.cred, bad.id, bad.reporter, bad.d)
 		wantCode(t, err, bad.code, bad.want)

@@ -133,8 +133,35 @@ func checkUsageDelta(i int, d *ludusv1.UsageDelta) error {
 	return nil
 }
 
-// ReportUsage adds a gateway's or sim node's metered usage to the current
-// hour, once per report id of the reporter. The cluster token (a gateway,
+// Bounds of a usage delta's hour_unix: how old a report held back by an
+// outage may be, and how far a reporter's clock may run ahead.
+const (
+	maxReportAge = 7 * 24 * time.Hour
+	maxUsageSkew = 5 * time.Minute
+)
+
+// usageHour is the hour usage[i] is booked in: the one it happened in
+// (hourUnix, a whole hour within bounds), or now's for a reporter that does
+// not say.
+func usageHour(i int, hourUnix int64, now time.Time) (time.Time, error) {
+	if hourUnix == 0 {
+		return now.Truncate(time.Hour), nil
+	}
+	hour := time.Unix(hourUnix, 0).UTC()
+	switch {
+	case hourUnix%3600 != 0:
+		return time.Time{}, fmt.Errorf("usage[%d].hour_unix %d is not the start of an hour", i, hourUnix)
+	case hour.After(now.Add(maxUsageSkew)):
+		return time.Time{}, fmt.Errorf("usage[%d].hour_unix %d (%s) is ahead of the backend's clock (%s): check the reporter's clock", i, hourUnix, hour.Format(time.RFC3339), now.Format(time.RFC3339))
+	case hour.Before(now.Add(-maxReportAge).Truncate(time.Hour)):
+		return time.Time{}, fmt.Errorf("usage[%d].hour_unix %d (%s) is more than %v old", i, hourUnix, hour.Format(time.RFC3339), maxReportAge)
+	}
+	return hour, nil
+}
+
+// ReportUsage adds a gateway's or sim node's metered usage to the hours it
+// happened in (or the current hour, for a reporter that does not say),
+// once per report id of the reporter. The cluster token (a gateway,
 // which names itself in reporter) or a node credential (the node is the
 // reporter).
 func (s *quotaCluster) ReportUsage(ctx context.Context, req *connect.Request[ludusv1.ReportUsageRequest]) (*connect.Response[ludusv1.ReportUsageResponse], error) {
@@ -157,11 +184,14 @@ func (s *quotaCluster) ReportUsage(ctx context.Context, req *connect.Request[lud
 		return nil, invalidArg(fmt.Errorf("at most %d usage deltas in one report, got %d", MaxUsageDeltas, len(m.Usage)))
 	}
 	now := s.now().UTC()
-	hour := now.Truncate(time.Hour)
 	recs := make([]store.UsageRecord, 0, len(m.Usage))
 	tenants := map[string]bool{}
 	for i, d := range m.Usage {
 		if err := checkUsageDelta(i, d); err != nil {
+			return nil, invalidArg(err)
+		}
+		hour, err := usageHour(i, d.HourUnix, now)
+		if err != nil {
 			return nil, invalidArg(err)
 		}
 		tenants[d.TenantId] = true

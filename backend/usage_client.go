@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"maps"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -26,9 +28,16 @@ type UsageReporter struct {
 	reporter string
 	log      *slog.Logger
 
+	now     func() time.Time // the clock that says which hour usage happened in
 	mu      sync.Mutex
-	acc     map[string]*ludusv1.UsageDelta // added, not yet in a report
-	pending *ludusv1.ReportUsageRequest    // sent, not yet acknowledged
+	acc     map[usageKey]*ludusv1.UsageDelta // added, not yet in a report
+	pending *ludusv1.ReportUsageRequest      // sent, not yet acknowledged
+}
+
+// usageKey is a tenant's usage in one hour (unix seconds of its start).
+type usageKey struct {
+	tenant string
+	hour   int64
 }
 
 // NewUsageReporter returns a reporter calling the backend at baseURL with
@@ -41,19 +50,23 @@ func NewUsageReporter(hc connect.HTTPClient, baseURL, credential, reporter strin
 	}
 	return &UsageReporter{
 		client:   ludusv1connect.NewQuotaClusterServiceClient(hc, baseURL, connect.WithInterceptors(bearer.Token(credential))),
-		reporter: reporter, log: log, acc: map[string]*ludusv1.UsageDelta{},
+		reporter: reporter, log: log, acc: map[usageKey]*ludusv1.UsageDelta{}, now: time.Now,
 	}
 }
 
-// Add merges d (a tenant's usage since the last Add) into the next report.
-// Negative values are ignored.
+// Add merges d (a tenant's usage since the last Add) into the next report,
+// in the hour it is added in: a report held back by an outage is booked in
+// the hours its usage happened (UsageDelta.hour_unix). Negative values are
+// ignored.
 func (r *UsageReporter) Add(d *ludusv1.UsageDelta) {
+	hour := r.now().UTC().Truncate(time.Hour).Unix()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a := r.acc[d.TenantId]
+	k := usageKey{d.TenantId, hour}
+	a := r.acc[k]
 	if a == nil {
-		a = &ludusv1.UsageDelta{TenantId: d.TenantId}
-		r.acc[d.TenantId] = a
+		a = &ludusv1.UsageDelta{TenantId: d.TenantId, HourUnix: hour}
+		r.acc[k] = a
 	}
 	a.CpuMicros += max(d.CpuMicros, 0)
 	a.PlayerMillis += max(d.PlayerMillis, 0)
@@ -62,25 +75,49 @@ func (r *UsageReporter) Add(d *ludusv1.UsageDelta) {
 	a.GamesTimedOut += max(d.GamesTimedOut, 0)
 }
 
-// Flush sends the report left unacknowledged by an earlier Flush, if any, or
-// else everything added since the last report. It returns the backend's
-// answer: the max_game_duration_s quotas of the report's tenants. A report
+// Flush sends the report left unacknowledged by an earlier Flush, if any,
+// then everything added since (up to maxFlushReports reports of
+// MaxUsageDeltas, so that a last Flush at exit sends the newest usage too,
+// not only the older report an outage held back). It returns the backend's
+// answers: the max_game_duration_s quotas of the reports' tenants. A report
 // the backend refuses for good (InvalidArgument, PermissionDenied, …) is
 // dropped and logged; one that may be retried stays for the next Flush.
 func (r *UsageReporter) Flush(ctx context.Context) (map[string]int64, error) {
+	var quotas map[string]int64
+	for range maxFlushReports {
+		q, more, err := r.flushOne(ctx)
+		if err != nil {
+			return quotas, err
+		}
+		if quotas == nil {
+			quotas = q
+		} else {
+			maps.Copy(quotas, q)
+		}
+		if !more {
+			break
+		}
+	}
+	return quotas, nil
+}
+
+// maxFlushReports bounds the reports one Flush sends.
+const maxFlushReports = 4
+
+// flushOne sends one report (the pending one, or a new one of what was
+// added); more reports whether usage is left to send.
+func (r *UsageReporter) flushOne(ctx context.Context) (quotas map[string]int64, more bool, err error) {
 	r.mu.Lock()
 	if r.pending == nil {
-		usage := make([]*ludusv1.UsageDelta, 0, len(r.acc))
-		for _, d := range r.acc {
-			if d.CpuMicros|d.PlayerMillis|d.StreamBytes|d.EtcdWrites|d.GamesTimedOut != 0 {
-				usage = append(usage, d)
-			}
+		usage := make([]*ludusv1.UsageDelta, 0, min(len(r.acc), MaxUsageDeltas))
+		for k, d := range r.acc {
 			if len(usage) == MaxUsageDeltas {
 				break
 			}
-		}
-		for _, d := range usage {
-			delete(r.acc, d.TenantId)
+			delete(r.acc, k)
+			if d.CpuMicros|d.PlayerMillis|d.StreamBytes|d.EtcdWrites|d.GamesTimedOut != 0 {
+				usage = append(usage, d)
+			}
 		}
 		if len(usage) > 0 {
 			var id [16]byte
@@ -91,14 +128,14 @@ func (r *UsageReporter) Flush(ctx context.Context) (map[string]int64, error) {
 	p := r.pending
 	r.mu.Unlock()
 	if p == nil {
-		return nil, nil
+		return nil, false, nil
 	}
 	resp, err := r.client.ReportUsage(ctx, connect.NewRequest(p))
 	if err != nil {
 		switch connect.CodeOf(err) {
 		case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeDeadlineExceeded,
 			connect.CodeAborted, connect.CodeCanceled, connect.CodeResourceExhausted:
-			return nil, err // sent again next time
+			return nil, false, err // sent again next time
 		}
 		r.log.Error("usage report refused; its usage is lost", "report", p.ReportId, "tenants", len(p.Usage), "err", err)
 	}
@@ -106,9 +143,10 @@ func (r *UsageReporter) Flush(ctx context.Context) (map[string]int64, error) {
 	if r.pending == p {
 		r.pending = nil
 	}
+	more = len(r.acc) > 0
 	r.mu.Unlock()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return resp.Msg.MaxGameDurationS, nil
+	return resp.Msg.MaxGameDurationS, more, nil
 }

@@ -664,7 +664,8 @@ func (x *GetTenantQuotasResponse) GetTenantSlug() string {
 	return ""
 }
 
-// UsageDelta is what a reporter metered for one tenant since its last report.
+// UsageDelta is what a reporter metered for one tenant in one hour since its
+// last report.
 type UsageDelta struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
@@ -673,6 +674,12 @@ type UsageDelta struct {
 	StreamBytes   int64                  `protobuf:"varint,4,opt,name=stream_bytes,json=streamBytes,proto3" json:"stream_bytes,omitempty"`
 	EtcdWrites    int64                  `protobuf:"varint,5,opt,name=etcd_writes,json=etcdWrites,proto3" json:"etcd_writes,omitempty"`
 	GamesTimedOut int64                  `protobuf:"varint,6,opt,name=games_timed_out,json=gamesTimedOut,proto3" json:"games_timed_out,omitempty"`
+	// The UTC hour the usage happened in (unix seconds of its start; a whole
+	// hour, at most 7 days old and not ahead of the backend's clock by more
+	// than 5 minutes). 0: the hour the backend receives it, as older
+	// reporters send. A report held back by an outage is booked in the hours
+	// its usage happened, not all in the hour it arrives.
+	HourUnix      int64 `protobuf:"varint,7,opt,name=hour_unix,json=hourUnix,proto3" json:"hour_unix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -749,6 +756,13 @@ func (x *UsageDelta) GetGamesTimedOut() int64 {
 	return 0
 }
 
+func (x *UsageDelta) GetHourUnix() int64 {
+	if x != nil {
+		return x.HourUnix
+	}
+	return 0
+}
+
 type ReportUsageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Random, 1..64 characters; the same for every retry of one report.
@@ -756,7 +770,7 @@ type ReportUsageRequest struct {
 	// Who reports (a gateway's name); ignored for a node credential, whose node
 	// id is the reporter.
 	Reporter string `protobuf:"bytes,2,opt,name=reporter,proto3" json:"reporter,omitempty"`
-	// At most 10,000, one per tenant.
+	// At most 10,000, one per tenant and hour.
 	Usage         []*UsageDelta `protobuf:"bytes,3,rep,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -909,7 +923,7 @@ const file_ludus_v1_quota_proto_rawDesc = "" +
 	"\x12cpu_below_quota_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0fcpuBelowQuotaAt\x12#\n" +
 	"\rarchive_bytes\x18\x04 \x01(\x03R\farchiveBytes\x12\x1f\n" +
 	"\vtenant_slug\x18\x05 \x01(\tR\n" +
-	"tenantSlug\"\xd9\x01\n" +
+	"tenantSlug\"\xf6\x01\n" +
 	"\n" +
 	"UsageDelta\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1d\n" +
@@ -919,7 +933,8 @@ const file_ludus_v1_quota_proto_rawDesc = "" +
 	"\fstream_bytes\x18\x04 \x01(\x03R\vstreamBytes\x12\x1f\n" +
 	"\vetcd_writes\x18\x05 \x01(\x03R\n" +
 	"etcdWrites\x12&\n" +
-	"\x0fgames_timed_out\x18\x06 \x01(\x03R\rgamesTimedOut\"y\n" +
+	"\x0fgames_timed_out\x18\x06 \x01(\x03R\rgamesTimedOut\x12\x1b\n" +
+	"\thour_unix\x18\a \x01(\x03R\bhourUnix\"y\n" +
 	"\x12ReportUsageRequest\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\tR\breportId\x12\x1a\n" +
 	"\breporter\x18\x02 \x01(\tR\breporter\x12*\n" +
