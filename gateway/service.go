@@ -32,10 +32,16 @@ func newGameID() string {
 }
 
 func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludusv1.CreateGameRequest]) (*connect.Response[ludusv1.CreateGameResponse], error) {
-	if err := s.g.admit(ctx); err != nil { // tenant quotas (admission.go)
+	c := claimsFrom(ctx)
+	gameID := newGameID()
+	done, err := s.g.admit(ctx, c.TenantID, c.AccountID, gameID) // tenant quotas (admission.go)
+	if err != nil {
 		return nil, err
 	}
-	c := claimsFrom(ctx)
+	// Until a node answers, the game counts against the tenant's live games
+	// on this gateway (etcd lists it only once its node claims it).
+	outcome := gameNotStarted
+	defer func() { done(outcome) }()
 	if err := s.g.creations.allow(c.AccountID); err != nil {
 		s.g.metrics.limitRejected.WithLabelValues(c.TenantID, "game_rate").Inc()
 		return nil, err
@@ -68,7 +74,7 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	var seedBytes [8]byte
 	_, _ = rand.Read(seedBytes[:])
 	start := &clusterv1.StartGameRequest{
-		TenantId: c.TenantID, GameId: newGameID(), ModuleName: m.ModuleName,
+		TenantId: c.TenantID, GameId: gameID, ModuleName: m.ModuleName,
 		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seedBytes[:]), Config: config, HostName: playerName(c),
 	}
 	// The backend registers the match and mints the credential the sim node
@@ -96,6 +102,7 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 		resp, err := s.g.node(n).StartGame(nctx, connect.NewRequest(start))
 		cancel()
 		if err == nil {
+			outcome = gameStarted
 			s.g.placed(n.ID)
 			s.g.log.Info("game created", "tenant", c.TenantID, "game", start.GameId, "node", n.ID, "build", start.BuildId, "account", c.AccountID)
 			return connect.NewResponse(&ludusv1.CreateGameResponse{Game: resp.Msg.Game}), nil
@@ -106,6 +113,9 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 			// The game's own refusal (its configuration, its module): the
 			// node's message says what to change, and names no node.
 			return nil, playerError(start.GameId, err)
+		}
+		if connect.CodeOf(err) != connect.CodeResourceExhausted { // a full node started nothing
+			outcome = gameMaybeStarted // the call may have failed after the node claimed it
 		}
 		if ctx.Err() != nil {
 			return nil, connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
