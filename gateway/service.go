@@ -71,6 +71,21 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 			return nil, err
 		}
 	}
+	nodes, err := s.nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Node records are republished about once a second; count this gateway's own
+	// recent placements too, so a burst of creates spreads out.
+	for i := range nodes {
+		nodes[i].Games += s.g.recentPlacements(nodes[i].ID)
+	}
+	// Nodes of this gateway's region first (its players are near it), the
+	// others only when none of them has room.
+	ranked := fleet.Rank(nodes, gameID, fleet.RankOptions{Region: s.g.cfg.Region})
+	if len(ranked) == 0 {
+		return nil, noNodeError()
+	}
 	var seedBytes [8]byte
 	_, _ = rand.Read(seedBytes[:])
 	start := &clusterv1.StartGameRequest{
@@ -85,43 +100,24 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 		return nil, s.backendError("mint match credential", err)
 	}
 	start.MatchCredential = cred.Msg.Credential
-	nodes, err := s.nodes(ctx)
-	if err != nil {
-		return nil, err
+	g, o, err := s.startGame(ctx, ranked, start)
+	outcome = o
+	switch {
+	case err == nil:
+		s.g.log.Info("game created", "tenant", c.TenantID, "game", start.GameId, "node", g.node, "build", start.BuildId, "account", c.AccountID)
+		return connect.NewResponse(&ludusv1.CreateGameResponse{Game: g.info}), nil
+	case finalStartRefusal(err):
+		return nil, startRefusalError(err)
+	case ctx.Err() != nil:
+		return nil, connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
 	}
-	// Node records are republished about once a second; count this gateway's own
-	// recent placements too, so a burst of creates spreads out.
-	for i := range nodes {
-		nodes[i].Games += s.g.recentPlacements(nodes[i].ID)
-	}
-	// Nodes of this gateway's region first (its players are near it), the
-	// others only when none of them has room.
-	for _, n := range fleet.Rank(nodes, start.GameId, fleet.RankOptions{Region: s.g.cfg.Region}) {
-		// A frozen node must not hold the player's call: try the next.
-		nctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
-		resp, err := s.g.node(n).StartGame(nctx, connect.NewRequest(start))
-		cancel()
-		if err == nil {
-			outcome = gameStarted
-			s.g.placed(n.ID)
-			s.g.log.Info("game created", "tenant", c.TenantID, "game", start.GameId, "node", n.ID, "build", start.BuildId, "account", c.AccountID)
-			return connect.NewResponse(&ludusv1.CreateGameResponse{Game: resp.Msg.Game}), nil
-		}
-		s.g.log.Warn("a node could not start a game", "node", n.ID, "game", start.GameId, "err", err)
-		switch connect.CodeOf(err) {
-		case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
-			// The game's own refusal (its configuration, its module): the
-			// node's message says what to change, and names no node.
-			return nil, playerError(start.GameId, err)
-		}
-		if connect.CodeOf(err) != connect.CodeResourceExhausted { // a full node started nothing
-			outcome = gameMaybeStarted // the call may have failed after the node claimed it
-		}
-		if ctx.Err() != nil {
-			return nil, connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
-		}
-	}
-	return nil, connect.NewError(connect.CodeUnavailable, errors.New("no sim node can take a new game right now; retry in a moment"))
+	return nil, noNodeError()
+}
+
+// noNodeError is CreateGame's answer when no node can take the game (a new
+// error each time: a handler's error carries its own metadata).
+func noNodeError() error {
+	return connect.NewError(connect.CodeUnavailable, errors.New("no sim node can take a new game right now; retry in a moment"))
 }
 
 // backendError is what a player sees of a failed backend call: refusals about
