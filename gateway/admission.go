@@ -164,9 +164,9 @@ func (g *Gateway) admit(ctx context.Context, tenant, account, gameID string) (fu
 	quota, err := a.check(ctx, tenant, account, gameID, live)
 	if quota != "" {
 		g.metrics.limitRejected.WithLabelValues(tenant, quota).Inc()
-		if account == "" {
-			g.log.Info("matched game refused by a quota", "tenant", tenant, "quota", quota)
-		} else {
+		// A matched game's refusal is logged by the matchmaker, with the
+		// allocation's error (the quota's message).
+		if account != "" {
 			g.log.Info("game creation refused by a quota", "tenant", tenant, "account", account, "quota", quota)
 		}
 	}

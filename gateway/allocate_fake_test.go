@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,4 +197,71 @@ func TestStartTimedOutButClaimed(t *testing.T) {
 			t.Fatalf("created %+v; %s claimed it", g, claimer())
 		}
 	})
+}
+
+// A matched game passes the tenant's quotas like a created one, before
+// anything of it is minted, registered or placed: over live_games,
+// cpu_seconds_per_hour or archive_bytes the allocation fails with the quota's
+// refusal; the games it admitted count against live_games for CreateGame too
+// (and the reverse); games_per_minute, an account's, is not charged.
+func TestAllocateAdmission(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, Limits{})
+	n := c.addNode(clusterstate.NodeInfo{ID: "eu-1", Capacity: 8, Region: "eu"})
+	c.waitNodes(1)
+	c.addGame(tenantT1, "g1", "eu-1")
+	q := &fakeQuotas{st: &ludusv1.GetTenantQuotasResponse{Quotas: &ludusv1.Quotas{LiveGames: 1}, TenantSlug: "t1"}}
+	var clock atomic.Int64 // seconds after the start; the quotas are cached 5 s
+	start := time.Now()
+	c.gw.cfg.Admission = NewAdmission(AdmissionConfig{Quotas: q, Now: func() time.Time { return start.Add(time.Duration(clock.Load()) * time.Second) }})
+	refused := func(quota string, subs ...string) {
+		t.Helper()
+		_, err := allocate(t, c, "eu", twoPlayers)
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+			t.Fatalf("allocation over %s: %v; want the quota's ResourceExhausted", quota, err)
+		}
+		for _, s := range append(subs, quota) {
+			if !strings.Contains(ce.Message(), s) {
+				t.Fatalf("allocation over %s: %q lacks %q", quota, ce.Message(), s)
+			}
+		}
+	}
+	refused(quotaLiveGames, "tenant t1 has 1 live games, its limit is 1")
+	if r, m, s, ro := c.backend.resolves.Load(), c.backend.mints.Load(), startCalls(n), c.backend.rosterCount(); r+m+int64(s+ro) != 0 {
+		t.Fatalf("a refused match cost %d module resolutions, %d credentials, %d StartGame calls, %d rosters", r, m, s, ro)
+	}
+	if got := c.metricWith("ludus_gateway_limit_rejections_total", map[string]string{"tenant": tenantT1, "limit": quotaLiveGames}); got != 1 {
+		t.Fatalf("limit rejections (live_games) = %v, want 1", got)
+	}
+
+	clock.Store(6)
+	q.set(&ludusv1.GetTenantQuotasResponse{TenantSlug: "t1", Quotas: &ludusv1.Quotas{CpuSecondsPerHour: 3600}, CpuSecondsLastHour: 3700}, nil)
+	refused(quotaCPU, "tenant t1 used 3700 CPU-seconds of simulation in the last hour, its limit is 3600")
+	clock.Store(12)
+	q.set(&ludusv1.GetTenantQuotasResponse{TenantSlug: "t1", Quotas: &ludusv1.Quotas{ArchiveBytes: 1000}, ArchiveBytes: 1000}, nil)
+	refused(quotaArchive, "tenant t1 keeps 1000 bytes of archived game logs, its limit is 1000")
+
+	// live_games 3 with g1 running: two matches, then neither CreateGame
+	// nor a third match (the fake node writes nothing to etcd: only the
+	// gateway's own count of its admissions holds them).
+	clock.Store(18)
+	q.set(&ludusv1.GetTenantQuotasResponse{TenantSlug: "t1", Quotas: &ludusv1.Quotas{LiveGames: 3}}, nil)
+	for i := range 2 {
+		if _, err := allocate(t, c, "eu", twoPlayers); err != nil {
+			t.Fatalf("match %d under live_games: %v", i+1, err)
+		}
+	}
+	_, err := c.client(ticketAlice).CreateGame(context.Background(), connect.NewRequest(&ludusv1.CreateGameRequest{ModuleName: "arena"}))
+	wantRefused(t, quotaLiveGames, quotaLiveGames, err, "tenant t1 has 3 live games, its limit is 3")
+	refused(quotaLiveGames, "tenant t1 has 3 live games, its limit is 3")
+
+	// games_per_minute bounds an account's creations, not the matchmaker's.
+	clock.Store(60)
+	q.set(&ludusv1.GetTenantQuotasResponse{TenantSlug: "t1", Quotas: &ludusv1.Quotas{GamesPerMinute: 1}}, nil)
+	for i := range 3 {
+		if _, err := allocate(t, c, "eu", twoPlayers); err != nil {
+			t.Fatalf("match %d with games_per_minute 1: %v", i+1, err)
+		}
+	}
 }

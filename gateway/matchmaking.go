@@ -20,19 +20,30 @@ import (
 )
 
 // matchAllocator turns a match the matchmaker found into a running game, in
-// one step: the mode's module (a mode names the module it plays), a node of
-// the match's region chosen by the fleet's rendezvous ranking (with a warm
-// instance of the build when the node has one), the match credential and the
-// roster of every human seat (so the result credits exactly them), written
-// only once there is a node to try.
+// one step: the tenant's quotas (admission.go), the mode's module (a mode
+// names the module it plays), a node of the match's region chosen by the
+// fleet's rendezvous ranking (with a warm instance of the build when the node
+// has one), the match credential and the roster of every human seat (so the
+// result credits exactly them), written only once there is a node to try.
 type matchAllocator struct{ s *gameService }
 
 // Allocate implements matchmaker.Allocator. Its errors say why the match did
-// not start; a refusal of the game itself (a node's, which every node would
-// repeat) wraps the *connect.Error a player could be shown (no node named).
+// not start; a quota's refusal (ResourceExhausted, naming the quota) and a
+// refusal of the game itself (a node's, which every node would repeat) wrap
+// the *connect.Error a player could be shown (no node named).
 func (a matchAllocator) Allocate(ctx context.Context, tenant, mode, region string, seats [][]matchmaker.Seat) (matchmaker.Allocation, error) {
 	s := a.s
 	gameID := newGameID()
+	// The tenant's quotas, as for CreateGame and before anything is minted or
+	// placed: a matched game is a new game like any other. No account's
+	// games_per_minute is charged: no player asked for this game, and each
+	// one's searches have their own rate.
+	done, err := s.g.admit(ctx, tenant, "", gameID)
+	if err != nil {
+		return matchmaker.Allocation{}, fmt.Errorf("no game for the match: %w", err)
+	}
+	outcome := gameNotStarted
+	defer func() { done(outcome) }()
 	mod, err := s.g.modules.ResolveModule(ctx, connect.NewRequest(&clusterv1.ResolveModuleRequest{TenantId: tenant, Name: mode}))
 	if err != nil {
 		return matchmaker.Allocation{}, fmt.Errorf("mode %q plays the module of that name: %w", mode, err)
@@ -92,7 +103,8 @@ func (a matchAllocator) Allocate(ctx context.Context, tenant, mode, region strin
 			return matchmaker.Allocation{}, fmt.Errorf("register the match's roster: %w", err)
 		}
 	}
-	g, _, err := s.startGame(ctx, ranked, start)
+	g, o, err := s.startGame(ctx, ranked, start)
+	outcome = o
 	switch {
 	case err == nil:
 		s.g.log.Info("match allocated", "tenant", tenant, "game", start.GameId, "mode", mode, "region", region, "node", g.node, "players", len(accounts), "bots", bots)
