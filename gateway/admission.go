@@ -301,7 +301,7 @@ func (a *Admission) unlisted(tenant string, games map[string]bool, readAt, now t
 			}
 			continue
 		}
-		if !ag.listed.IsZero() && !readAt.Before(ag.listed) {
+		if !ag.listed.IsZero() && readAt.After(ag.listed) {
 			continue // listed by an earlier read and gone since: it is over
 		}
 		n++
