@@ -18,31 +18,35 @@ import (
 )
 
 // Admission enforces tenants' quotas (docs/OPERATIONS.md, "Quotas and
-// usage") when a player creates a game, before anything is placed: live
-// games, CPU-seconds of simulation in the last hour, archived bytes, and games
+// usage") on every new game, before anything is placed: live games, CPU-seconds
+// of simulation in the last hour, archived bytes, and (for CreateGame) games
 // created per minute per account. Over a quota, CreateGame is
 // ResourceExhausted with a message naming the quota, its limit, the current
 // value and when it resets (Retry-After in the error metadata when that is a
-// wait).
+// wait); a matched game is not started and the allocation fails with that
+// error.
 //
 // A tenant's quotas and standing (its CPU-seconds of the last hour and its
 // archived bytes) come from the backend (QuotaClusterService.GetTenantQuotas)
 // and are reused for CacheFor. Live games are counted in etcd (only for a
-// tenant with a live_games quota), plus the games this gateway admitted in the
-// last two seconds that etcd may not show yet; gateways creating games of one
-// tenant at the same moment may overshoot live_games by the creations in
-// flight on the others. Games per minute is a token bucket per account on each
-// gateway: with N gateways an account may create up to N times its quota.
+// tenant with a live_games quota), plus each game this gateway admitted that
+// etcd does not list yet: a game counts from its admission while it is being
+// placed (a node claims it in etcd only after loading, compiling and
+// initializing its module), and after, until etcd lists it or for
+// pendingAfterPlacement. Gateways creating games of one tenant at the same
+// moment may overshoot live_games by the creations in flight on the others.
+// Games per minute is a token bucket per account on each gateway: with N
+// gateways an account may create up to N times its quota.
 type Admission struct {
 	quotas   ludusv1connect.QuotaClusterServiceClient
 	cacheFor time.Duration
 	now      func() time.Time
-	live     func(ctx context.Context, tenant string) (int, error)
+	live     func(ctx context.Context, tenant string) (map[string]bool, error)
 
 	mu      sync.Mutex
-	cache   map[string]cachedStanding // tenant id
-	buckets map[string]*createBucket  // tenant id + "/" + account id
-	pending map[string]*recentCreates // tenant id
+	cache   map[string]cachedStanding           // tenant id
+	buckets map[string]*createBucket            // tenant id + "/" + account id
+	pending map[string]map[string]*admittedGame // tenant id, game id
 	pruned  time.Time
 }
 
@@ -56,9 +60,10 @@ type AdmissionConfig struct {
 	CacheFor time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
-	// LiveGames counts a tenant's live games. Default: the gateway's view of
-	// etcd (games whose status is running, or not written yet).
-	LiveGames func(ctx context.Context, tenant string) (int, error)
+	// LiveGames lists a tenant's games that etcd holds, by game id, each
+	// true if it is live (running, or its status not written yet) and false
+	// if it is over. Default: the gateway's read of etcd.
+	LiveGames func(ctx context.Context, tenant string) (map[string]bool, error)
 }
 
 // NewAdmission returns an Admission for Config.Admission.
@@ -70,7 +75,7 @@ func NewAdmission(cfg AdmissionConfig) *Admission {
 		cfg.Now = time.Now
 	}
 	return &Admission{quotas: cfg.Quotas, cacheFor: cfg.CacheFor, now: cfg.Now, live: cfg.LiveGames,
-		cache: map[string]cachedStanding{}, buckets: map[string]*createBucket{}, pending: map[string]*recentCreates{}}
+		cache: map[string]cachedStanding{}, buckets: map[string]*createBucket{}, pending: map[string]map[string]*admittedGame{}}
 }
 
 // NewBackendAdmission returns an Admission asking the backend at backendURL
@@ -91,15 +96,46 @@ type createBucket struct {
 	at     time.Time
 }
 
-// recentCreates are the games this gateway admitted lately for a tenant:
-// base is the live count when the first of them was admitted.
-type recentCreates struct {
-	base, n int
-	since   time.Time
+// admittedGame is a game this gateway admitted for a tenant with a
+// live_games quota, counted on top of etcd's live games until etcd lists it.
+type admittedGame struct {
+	admitted time.Time
+	// ended is when its placement ended (zero while it is being placed).
+	ended time.Time
+	// listed is when the first etcd read that listed it started: a read
+	// started later that does not list it finds it gone (ended and its keys
+	// deleted), while one started earlier may simply predate the claim.
+	listed time.Time
 }
 
-// recentFor is how long an admitted game counts on top of etcd's live count.
-const recentFor = 2 * time.Second
+// startOutcome is how a game's placement ended, for its admission.
+type startOutcome int
+
+const (
+	// gameNotStarted: no node started it (refused, or nothing was placed); it
+	// stops counting at once.
+	gameNotStarted startOutcome = iota
+	// gameStarted: a node claimed it, so etcd lists it from now on.
+	gameStarted
+	// gameMaybeStarted: a node's call timed out or broke off, and etcd did not
+	// list the game after: the node may still claim it (it stops at its
+	// next check of the cancelled call), so it counts for
+	// pendingAfterPlacement.
+	gameMaybeStarted
+)
+
+// pendingAfterPlacement is how long a game whose placement ended, started or
+// maybe started, counts on top of etcd's live games while etcd does not list
+// it: a started game is listed by the next read (its node claimed it before
+// answering), so this is for a claim that lands after its call was given up,
+// and bounds what a gateway remembers.
+const pendingAfterPlacement = 30 * time.Second
+
+// maxPlacing bounds how long a game counts while it is being placed (a
+// placement tries one node at a time, each for nodeCallTimeout, within its
+// caller's deadline): only a placement that never reported its end, a bug,
+// reaches it.
+const maxPlacing = 10 * time.Minute
 
 // Quota names, as the messages and the "limit" label of
 // ludus_gateway_limit_rejections_total give them.
@@ -110,45 +146,55 @@ const (
 	quotaArchive   = "archive_bytes"
 )
 
-// admit is CreateGame's quota check: nil if the caller's tenant and account
-// may create a game now. Without Config.Admission there are no quotas.
-func (g *Gateway) admit(ctx context.Context) error {
+// admit is the quota check of a new game, gameID, before anything of it is
+// placed: for CreateGame with the caller's account, which games_per_minute
+// charges, or with account "" for a game the matchmaker formed (no account
+// asked for it, and each player's searches have their own rate). On nil it
+// returns the func to call, once, when the game's placement has ended, with
+// its outcome. Without Config.Admission there are no quotas.
+func (g *Gateway) admit(ctx context.Context, tenant, account, gameID string) (func(startOutcome), error) {
 	a := g.cfg.Admission
 	if a == nil {
-		return nil
+		return func(startOutcome) {}, nil
 	}
-	c := claimsFrom(ctx)
 	live := a.live
 	if live == nil {
 		live = g.liveGames
 	}
-	quota, err := a.check(ctx, c.TenantID, c.AccountID, live)
+	quota, err := a.check(ctx, tenant, account, gameID, live)
 	if quota != "" {
-		g.metrics.limitRejected.WithLabelValues(c.TenantID, quota).Inc()
-		g.log.Info("game creation refused by a quota", "tenant", c.TenantID, "account", c.AccountID, "quota", quota)
+		g.metrics.limitRejected.WithLabelValues(tenant, quota).Inc()
+		// A matched game's refusal is logged by the matchmaker, with the
+		// allocation's error (the quota's message).
+		if account != "" {
+			g.log.Info("game creation refused by a quota", "tenant", tenant, "account", account, "quota", quota)
+		}
 	}
-	return err
+	if err != nil {
+		return nil, err
+	}
+	return func(o startOutcome) { a.placed(tenant, gameID, o) }, nil
 }
 
-// liveGames counts a tenant's games that run or are about to, in etcd.
-func (g *Gateway) liveGames(ctx context.Context, tenant string) (int, error) {
+// liveGames lists a tenant's games in etcd: true for those that run or are
+// about to (status not written yet), false for those that are over.
+func (g *Gateway) liveGames(ctx context.Context, tenant string) (map[string]bool, error) {
 	g.metrics.etcdReads.Inc()
 	games, err := g.fleet.Games(ctx, tenant)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
+	out := make(map[string]bool, len(games))
 	for _, gm := range games {
-		if gm.Status.State == clusterstate.StateRunning || gm.Status.State == "" {
-			n++
-		}
+		out[gm.Spec.GameID] = gm.Status.State == clusterstate.StateRunning || gm.Status.State == ""
 	}
-	return n, nil
+	return out, nil
 }
 
-// check decides one creation: the quota refused ("" if none) and the error
-// the player gets.
-func (a *Admission) check(ctx context.Context, tenant, account string, live func(context.Context, string) (int, error)) (string, error) {
+// check decides one new game: the quota refused ("" if none) and the error
+// the caller gets. Admitted under a live_games quota, the game counts until
+// etcd lists it (placed reports the end of its placement).
+func (a *Admission) check(ctx context.Context, tenant, account, gameID string, live func(context.Context, string) (map[string]bool, error)) (string, error) {
 	st, err := a.standing(ctx, tenant)
 	if err != nil {
 		return "", err
@@ -177,9 +223,11 @@ func (a *Admission) check(ctx context.Context, tenant, account string, live func
 			"until the operator raises %s (archives are always stored, and the total does not go down by itself)",
 			name, st.ArchiveBytes, lim, quotaArchive)
 	}
-	liveNow := 0
+	var games map[string]bool
+	var readAt time.Time
 	if q.LiveGames > 0 {
-		if liveNow, err = live(ctx, tenant); err != nil {
+		readAt = a.now()
+		if games, err = live(ctx, tenant); err != nil {
 			if ctx.Err() != nil {
 				return "", connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
 			}
@@ -190,23 +238,20 @@ func (a *Admission) check(ctx context.Context, tenant, account string, live func
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.prune(now)
-	var rc *recentCreates
 	if q.LiveGames > 0 {
-		rc = a.pending[tenant]
-		if rc != nil && now.Sub(rc.since) >= recentFor {
-			rc = nil
+		n := a.unlisted(tenant, games, readAt, now)
+		for _, live := range games {
+			if live {
+				n++
+			}
 		}
-		effective := liveNow
-		if rc != nil {
-			effective = max(liveNow, rc.base+rc.n)
-		}
-		if int64(effective) >= q.LiveGames {
+		if int64(n) >= q.LiveGames {
 			return quotaLiveGames, exhausted(0, "tenant %s has %d live games, its limit is %d: end a game or ask the operator to raise %s",
-				name, effective, q.LiveGames, quotaLiveGames)
+				name, n, q.LiveGames, quotaLiveGames)
 		}
 	}
 	var b *createBucket
-	if lim := q.GamesPerMinute; lim > 0 {
+	if lim := q.GamesPerMinute; lim > 0 && account != "" {
 		key := tenant + "/" + account
 		b = a.buckets[key]
 		if b == nil {
@@ -222,18 +267,77 @@ func (a *Admission) check(ctx context.Context, tenant, account string, live func
 				"minute (%s, counted by each gateway): retry in %d s", account, lim, lim, quotaPerMinute, retrySeconds(wait))
 		}
 	}
-	// Admitted: take the token, count the game until etcd shows it.
+	// Admitted: take the token, count the game until etcd lists it.
 	if b != nil {
 		b.tokens--
 	}
 	if q.LiveGames > 0 {
-		if rc == nil {
-			rc = &recentCreates{base: liveNow, since: now}
-			a.pending[tenant] = rc
+		m := a.pending[tenant]
+		if m == nil {
+			m = map[string]*admittedGame{}
+			a.pending[tenant] = m
 		}
-		rc.n++
+		m[gameID] = &admittedGame{admitted: now}
 	}
 	return "", nil
+}
+
+// unlisted counts the tenant's admitted games that may be live and that
+// etcd's read, started at readAt, did not list (games), and forgets those
+// that no longer count. a.mu is held.
+func (a *Admission) unlisted(tenant string, games map[string]bool, readAt, now time.Time) int {
+	m := a.pending[tenant]
+	n := 0
+	for id, ag := range m {
+		if ag.expired(now) {
+			delete(m, id)
+			continue
+		}
+		if _, ok := games[id]; ok {
+			// etcd counts it now (or knows it is over). Reads are
+			// linearizable: every read started after this one lists it too.
+			if ag.listed.IsZero() || readAt.Before(ag.listed) {
+				ag.listed = readAt
+			}
+			continue
+		}
+		if !ag.listed.IsZero() && readAt.After(ag.listed) {
+			continue // listed by an earlier read and gone since: it is over
+		}
+		n++
+	}
+	if len(m) == 0 {
+		delete(a.pending, tenant)
+	}
+	return n
+}
+
+// expired reports whether an admitted game no longer counts, listed or not.
+func (ag *admittedGame) expired(now time.Time) bool {
+	if ag.ended.IsZero() {
+		return now.Sub(ag.admitted) >= maxPlacing
+	}
+	return now.Sub(ag.ended) >= pendingAfterPlacement
+}
+
+// placed records how an admitted game's placement ended.
+func (a *Admission) placed(tenant, gameID string, o startOutcome) {
+	now := a.now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := a.pending[tenant]
+	ag := m[gameID]
+	if ag == nil {
+		return // no live_games quota when it was admitted, or expired
+	}
+	if o == gameNotStarted {
+		delete(m, gameID)
+		if len(m) == 0 {
+			delete(a.pending, tenant)
+		}
+		return
+	}
+	ag.ended = now
 }
 
 // standing returns a tenant's quotas and standing, cached for cacheFor.
@@ -266,7 +370,7 @@ func (a *Admission) standing(ctx context.Context, tenant string) (*ludusv1.GetTe
 }
 
 // prune drops, at most once a minute, what no longer matters: full buckets
-// (idle a minute), expired recent creations and stale cache entries.
+// (idle a minute), admitted games that no longer count and stale cache entries.
 func (a *Admission) prune(now time.Time) {
 	if now.Sub(a.pruned) < time.Minute {
 		return
@@ -277,9 +381,14 @@ func (a *Admission) prune(now time.Time) {
 			delete(a.buckets, k)
 		}
 	}
-	for k, rc := range a.pending {
-		if now.Sub(rc.since) >= recentFor {
-			delete(a.pending, k)
+	for tenant, m := range a.pending {
+		for id, ag := range m {
+			if ag.expired(now) {
+				delete(m, id)
+			}
+		}
+		if len(m) == 0 {
+			delete(a.pending, tenant)
 		}
 	}
 	for k, c := range a.cache {

@@ -198,6 +198,9 @@ type fakeNode struct {
 	inputsRefuse    error  // refuse the first input of every Inputs stream with this
 	inputsNoAck     bool   // receive inputs but never acknowledge them
 	startErr        error  // StartGame fails with this
+	// startHook, if set, is called first by StartGame, without the node's
+	// lock: an error is StartGame's answer.
+	startHook func(ctx context.Context, req *clusterv1.StartGameRequest) error
 }
 
 func (n *fakeNode) tick() int64 { return int64(time.Since(n.clock)/(10*time.Millisecond)) + 1 }
@@ -282,6 +285,17 @@ func (n *fakeNode) gotSendInputs() []uint64 {
 func (n *fakeNode) StartGame(ctx context.Context, req *connect.Request[clusterv1.StartGameRequest]) (*connect.Response[clusterv1.StartGameResponse], error) {
 	if n.isFrozen() {
 		return nil, hang(ctx)
+	}
+	n.mu.Lock()
+	hook := n.startHook
+	n.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, req.Msg); err != nil {
+			n.mu.Lock()
+			n.startCalls++
+			n.mu.Unlock()
+			return nil, err
+		}
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()

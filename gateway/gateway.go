@@ -64,7 +64,8 @@ type Config struct {
 	CORSOrigins []string
 	// Limits; zero fields take DefaultLimits.
 	Limits Limits
-	// Admission enforces tenants' quotas at CreateGame (admission.go;
+	// Admission enforces tenants' quotas on new games, created (CreateGame)
+	// or matched (the matchmaker's allocation) (admission.go;
 	// NewBackendAdmission asks the backend). Nil: no quotas are enforced.
 	Admission *Admission
 	// Registry receives the gateway's metrics, served at GET /metrics by

@@ -20,15 +20,30 @@ import (
 )
 
 // matchAllocator turns a match the matchmaker found into a running game, in
-// one step: the mode's module (a mode names the module it plays), the match
-// credential, the roster of every human seat (so the result credits exactly
-// them), and a node of the match's region chosen by the fleet's rendezvous
-// ranking, with a warm instance of the build when the node has one.
+// one step: the tenant's quotas (admission.go), the mode's module (a mode
+// names the module it plays), a node of the match's region chosen by the
+// fleet's rendezvous ranking (with a warm instance of the build when the node
+// has one), the match credential and the roster of every human seat (so the
+// result credits exactly them), written only once there is a node to try.
 type matchAllocator struct{ s *gameService }
 
-// Allocate implements matchmaker.Allocator.
+// Allocate implements matchmaker.Allocator. Its errors say why the match did
+// not start; a quota's refusal (ResourceExhausted, naming the quota) and a
+// refusal of the game itself (a node's, which every node would repeat) wrap
+// the *connect.Error a player could be shown (no node named).
 func (a matchAllocator) Allocate(ctx context.Context, tenant, mode, region string, seats [][]matchmaker.Seat) (matchmaker.Allocation, error) {
 	s := a.s
+	gameID := newGameID()
+	// The tenant's quotas, as for CreateGame and before anything is minted or
+	// placed: a matched game is a new game like any other. No account's
+	// games_per_minute is charged: no player asked for this game, and each
+	// one's searches have their own rate.
+	done, err := s.g.admit(ctx, tenant, "", gameID)
+	if err != nil {
+		return matchmaker.Allocation{}, fmt.Errorf("no game for the match: %w", err)
+	}
+	outcome := gameNotStarted
+	defer func() { done(outcome) }()
 	mod, err := s.g.modules.ResolveModule(ctx, connect.NewRequest(&clusterv1.ResolveModuleRequest{TenantId: tenant, Name: mode}))
 	if err != nil {
 		return matchmaker.Allocation{}, fmt.Errorf("mode %q plays the module of that name: %w", mode, err)
@@ -50,10 +65,26 @@ func (a matchAllocator) Allocate(ctx context.Context, tenant, mode, region strin
 			return matchmaker.Allocation{}, err
 		}
 	}
+	nodes, err := s.nodes(ctx)
+	if err != nil {
+		return matchmaker.Allocation{}, err
+	}
+	// Only nodes of the match's region: its players measured their RTT to it.
+	inRegion := nodes[:0:0]
+	for _, n := range nodes {
+		if n.Region == region {
+			n.Games += s.g.recentPlacements(n.ID)
+			inRegion = append(inRegion, n)
+		}
+	}
+	ranked := fleet.Rank(inRegion, gameID, fleet.RankOptions{})
+	if len(ranked) == 0 {
+		return matchmaker.Allocation{}, fmt.Errorf("no sim node of region %q can take the match", region)
+	}
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	start := &clusterv1.StartGameRequest{
-		TenantId: tenant, GameId: newGameID(), ModuleName: mode,
+		TenantId: tenant, GameId: gameID, ModuleName: mode,
 		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seed[:]), Config: config,
 		// Only the matched players may take its seats: the game is listed
 		// in the lobby like any other, and a ranked match credits whoever
@@ -72,31 +103,16 @@ func (a matchAllocator) Allocate(ctx context.Context, tenant, mode, region strin
 			return matchmaker.Allocation{}, fmt.Errorf("register the match's roster: %w", err)
 		}
 	}
-	nodes, err := s.nodes(ctx)
-	if err != nil {
-		return matchmaker.Allocation{}, err
-	}
-	// Only nodes of the match's region: its players measured their RTT to it.
-	inRegion := nodes[:0:0]
-	for _, n := range nodes {
-		if n.Region == region {
-			n.Games += s.g.recentPlacements(n.ID)
-			inRegion = append(inRegion, n)
-		}
-	}
-	for _, n := range fleet.Rank(inRegion, start.GameId, fleet.RankOptions{}) {
-		nctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
-		_, err := s.g.node(n).StartGame(nctx, connect.NewRequest(start))
-		cancel()
-		if err == nil {
-			s.g.placed(n.ID)
-			s.g.log.Info("match allocated", "tenant", tenant, "game", start.GameId, "mode", mode, "region", region, "node", n.ID, "players", len(accounts), "bots", bots)
-			return matchmaker.Allocation{GameID: start.GameId, NodeID: n.ID, Region: region}, nil
-		}
-		s.g.log.Warn("a node could not start a matched game", "node", n.ID, "game", start.GameId, "err", err)
-		if ctx.Err() != nil {
-			return matchmaker.Allocation{}, ctx.Err()
-		}
+	g, o, err := s.startGame(ctx, ranked, start)
+	outcome = o
+	switch {
+	case err == nil:
+		s.g.log.Info("match allocated", "tenant", tenant, "game", start.GameId, "mode", mode, "region", region, "node", g.node, "players", len(accounts), "bots", bots)
+		return matchmaker.Allocation{GameID: start.GameId, NodeID: g.node, Region: region}, nil
+	case finalStartRefusal(err):
+		return matchmaker.Allocation{}, fmt.Errorf("the match's game was refused: %w", startRefusalError(err))
+	case ctx.Err() != nil:
+		return matchmaker.Allocation{}, ctx.Err()
 	}
 	return matchmaker.Allocation{}, fmt.Errorf("no sim node of region %q can take the match", region)
 }

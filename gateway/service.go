@@ -32,10 +32,16 @@ func newGameID() string {
 }
 
 func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludusv1.CreateGameRequest]) (*connect.Response[ludusv1.CreateGameResponse], error) {
-	if err := s.g.admit(ctx); err != nil { // tenant quotas (admission.go)
+	c := claimsFrom(ctx)
+	gameID := newGameID()
+	done, err := s.g.admit(ctx, c.TenantID, c.AccountID, gameID) // tenant quotas (admission.go)
+	if err != nil {
 		return nil, err
 	}
-	c := claimsFrom(ctx)
+	// Until a node answers, the game counts against the tenant's live games
+	// on this gateway (etcd lists it only once its node claims it).
+	outcome := gameNotStarted
+	defer func() { done(outcome) }()
 	if err := s.g.creations.allow(c.AccountID); err != nil {
 		s.g.metrics.limitRejected.WithLabelValues(c.TenantID, "game_rate").Inc()
 		return nil, err
@@ -65,20 +71,6 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 			return nil, err
 		}
 	}
-	var seedBytes [8]byte
-	_, _ = rand.Read(seedBytes[:])
-	start := &clusterv1.StartGameRequest{
-		TenantId: c.TenantID, GameId: newGameID(), ModuleName: m.ModuleName,
-		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seedBytes[:]), Config: config, HostName: playerName(c),
-	}
-	// The backend registers the match and mints the credential the sim node
-	// reports its result with; the node never holds database credentials.
-	cred, err := s.g.modules.MintMatchCredential(ctx, connect.NewRequest(&clusterv1.MintMatchCredentialRequest{
-		TenantId: c.TenantID, MatchId: start.GameId, Game: m.ModuleName}))
-	if err != nil {
-		return nil, s.backendError("mint match credential", err)
-	}
-	start.MatchCredential = cred.Msg.Credential
 	nodes, err := s.nodes(ctx)
 	if err != nil {
 		return nil, err
@@ -90,28 +82,42 @@ func (s *gameService) CreateGame(ctx context.Context, req *connect.Request[ludus
 	}
 	// Nodes of this gateway's region first (its players are near it), the
 	// others only when none of them has room.
-	for _, n := range fleet.Rank(nodes, start.GameId, fleet.RankOptions{Region: s.g.cfg.Region}) {
-		// A frozen node must not hold the player's call: try the next.
-		nctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
-		resp, err := s.g.node(n).StartGame(nctx, connect.NewRequest(start))
-		cancel()
-		if err == nil {
-			s.g.placed(n.ID)
-			s.g.log.Info("game created", "tenant", c.TenantID, "game", start.GameId, "node", n.ID, "build", start.BuildId, "account", c.AccountID)
-			return connect.NewResponse(&ludusv1.CreateGameResponse{Game: resp.Msg.Game}), nil
-		}
-		s.g.log.Warn("a node could not start a game", "node", n.ID, "game", start.GameId, "err", err)
-		switch connect.CodeOf(err) {
-		case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
-			// The game's own refusal (its configuration, its module): the
-			// node's message says what to change, and names no node.
-			return nil, playerError(start.GameId, err)
-		}
-		if ctx.Err() != nil {
-			return nil, connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
-		}
+	ranked := fleet.Rank(nodes, gameID, fleet.RankOptions{Region: s.g.cfg.Region})
+	if len(ranked) == 0 {
+		return nil, noNodeError()
 	}
-	return nil, connect.NewError(connect.CodeUnavailable, errors.New("no sim node can take a new game right now; retry in a moment"))
+	var seedBytes [8]byte
+	_, _ = rand.Read(seedBytes[:])
+	start := &clusterv1.StartGameRequest{
+		TenantId: c.TenantID, GameId: gameID, ModuleName: m.ModuleName,
+		BuildId: mod.Msg.Module.BuildId, Seed: binary.LittleEndian.Uint64(seedBytes[:]), Config: config, HostName: playerName(c),
+	}
+	// The backend registers the match and mints the credential the sim node
+	// reports its result with; the node never holds database credentials.
+	cred, err := s.g.modules.MintMatchCredential(ctx, connect.NewRequest(&clusterv1.MintMatchCredentialRequest{
+		TenantId: c.TenantID, MatchId: start.GameId, Game: m.ModuleName}))
+	if err != nil {
+		return nil, s.backendError("mint match credential", err)
+	}
+	start.MatchCredential = cred.Msg.Credential
+	g, o, err := s.startGame(ctx, ranked, start)
+	outcome = o
+	switch {
+	case err == nil:
+		s.g.log.Info("game created", "tenant", c.TenantID, "game", start.GameId, "node", g.node, "build", start.BuildId, "account", c.AccountID)
+		return connect.NewResponse(&ludusv1.CreateGameResponse{Game: g.info}), nil
+	case finalStartRefusal(err):
+		return nil, startRefusalError(err)
+	case ctx.Err() != nil:
+		return nil, connect.NewError(connect.CodeCanceled, errors.New("the call was cancelled"))
+	}
+	return nil, noNodeError()
+}
+
+// noNodeError is CreateGame's answer when no node can take the game (a new
+// error each time: a handler's error carries its own metadata).
+func noNodeError() error {
+	return connect.NewError(connect.CodeUnavailable, errors.New("no sim node can take a new game right now; retry in a moment"))
 }
 
 // backendError is what a player sees of a failed backend call: refusals about
