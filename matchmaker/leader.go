@@ -7,7 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"ludus.dev/ludus/clusterstate"
+	"ludus.dev/ludus/internal/utf8cut"
 	"ludus.dev/ludus/matchmaking"
 )
 
@@ -80,6 +83,11 @@ type leader struct {
 type allocFailure struct {
 	n     int       // failures in a row
 	until time.Time // left out of Form until then
+	// quota is the last failure's message when it was the tenant's quota
+	// (ResourceExhausted: "tenant … has 20 live games, its limit is 20…"),
+	// which the players are told if they time out; other failures are
+	// the operator's to read in the log.
+	quota string
 }
 
 // allocBackoff is how long a ticket sits out after its n-th failed
@@ -209,7 +217,7 @@ func (ld *leader) scan(ctx context.Context) error {
 	}
 	byID := make(map[string]clusterstate.QueuedTicket, len(ld.queue))
 	tickets := make([]matchmaking.Ticket, 0, len(ld.queue))
-	var failedOut []clusterstate.QueuedTicket // past MaxWait, their last allocation failed
+	var failedOut []failedTicket // past MaxWait, their last allocation failed
 	for id, q := range ld.queue {
 		if _, busy := ld.inflight[id]; busy {
 			continue
@@ -219,7 +227,7 @@ func (ld *leader) scan(ctx context.Context) error {
 		}
 		if f, ok := ld.failing[id]; ok {
 			if now.Sub(q.t.Enqueued) >= rules.MaxWait {
-				failedOut = append(failedOut, q.t)
+				failedOut = append(failedOut, failedTicket{q.t, f.quota})
 				ld.inflight[id] = 0 // until its settlement is done
 				continue
 			}
@@ -323,15 +331,25 @@ func (ld *leader) leaveOut(ctx context.Context, wg *sync.WaitGroup, rejected, ke
 	return old.ID
 }
 
+// failedTicket is a ticket timed out because its matches could not be
+// allocated, and the quota that refused the last one, if it was one.
+type failedTicket struct {
+	t     clusterstate.QueuedTicket
+	quota string
+}
+
 // timeOutFailing settles tickets past MaxWait whose matches could not be
 // allocated as timed out, in the background, and saying so; their players
 // may search again.
-func (ld *leader) timeOutFailing(ctx context.Context, rules matchmaking.Rules, ts []clusterstate.QueuedTicket) {
-	reason := "no match within " + rules.MaxWait.String() + ": matches were found, but no game could be started for them; queue again later or try another mode"
-	b := outcome{TimedOut: reason}
-	for _, t := range ts {
+func (ld *leader) timeOutFailing(ctx context.Context, rules matchmaking.Rules, fs []failedTicket) {
+	for _, f := range fs {
+		t := f.t
+		reason := "no match within " + rules.MaxWait.String() + ": matches were found, but no game could be started for them; queue again later or try another mode"
+		if f.quota != "" {
+			reason = "no match within " + rules.MaxWait.String() + ": matches were found, but the tenant's quota refused their game (" + f.quota + "); queue again later"
+		}
+		b := outcome{TimedOut: reason}
 		ld.wg.Go(func() {
-			b := b
 			b.Ticket = t.ID
 			results := map[string][]byte{}
 			for _, mem := range t.Members {
@@ -394,7 +412,7 @@ func (ld *leader) startAllocation(ctx context.Context, rules matchmaking.Rules, 
 	ld.wg.Add(1)
 	go func() {
 		defer ld.wg.Done()
-		rev, allocFailed := ld.allocate(ctx, rules, match, ts)
+		rev, allocErr := ld.allocate(ctx, rules, match, ts)
 		now := ld.m.cfg.Now()
 		ld.mu.Lock()
 		defer ld.mu.Unlock()
@@ -405,10 +423,14 @@ func (ld *leader) startAllocation(ctx context.Context, rules matchmaking.Rules, 
 				continue
 			}
 			delete(ld.inflight, id) // still queued: searching again
-			if _, present := ld.queue[id]; allocFailed && present {
+			if _, present := ld.queue[id]; allocErr != nil && present {
 				f := ld.failing[id]
 				f.n++
 				f.until = now.Add(allocBackoff(f.n))
+				f.quota = ""
+				if ce := new(connect.Error); errors.As(allocErr, &ce) && ce.Code() == connect.CodeResourceExhausted {
+					f.quota = utf8cut.Cut(ce.Message(), 300)
+				}
 				ld.failing[id] = f
 			}
 		}
@@ -417,9 +439,9 @@ func (ld *leader) startAllocation(ctx context.Context, rules matchmaking.Rules, 
 }
 
 // allocate starts the match's game and settles its tickets; it returns the
-// settlement's revision, or 0 when the tickets stay in the queue, and
-// whether that is because the allocation itself failed.
-func (ld *leader) allocate(ctx context.Context, rules matchmaking.Rules, match matchmaking.Match, ts []clusterstate.QueuedTicket) (rev int64, allocFailed bool) {
+// settlement's revision, or 0 when the tickets stay in the queue, and the
+// allocation's error when that is why.
+func (ld *leader) allocate(ctx context.Context, rules matchmaking.Rules, match matchmaking.Match, ts []clusterstate.QueuedTicket) (rev int64, allocErr error) {
 	m := ld.m
 	party := map[string]string{}
 	for _, t := range ts {
@@ -440,7 +462,10 @@ func (ld *leader) allocate(ctx context.Context, rules matchmaking.Rules, match m
 		if ctx.Err() == nil {
 			m.log.Warn("allocation failed; the tickets search again", "tenant", ld.tenant, "mode", ld.mode, "region", match.Region, "err", err)
 		}
-		return 0, ctx.Err() == nil
+		if ctx.Err() != nil {
+			return 0, nil
+		}
+		return 0, err
 	}
 	if a.Region == "" {
 		a.Region = match.Region
@@ -468,14 +493,14 @@ func (ld *leader) allocate(ctx context.Context, rules matchmaking.Rules, match m
 	case errors.Is(err, clusterstate.ErrTicketsChanged):
 		m.log.Info("match dropped: a ticket left during allocation", "tenant", ld.tenant, "mode", ld.mode, "game", a.GameID)
 		ld.dropDeadPartyTickets(ctx, ts)
-		return 0, false
+		return 0, nil
 	case err != nil:
 		if ctx.Err() == nil {
 			m.log.Warn("cannot settle match", "tenant", ld.tenant, "mode", ld.mode, "game", a.GameID, "err", err)
 		}
-		return 0, false
+		return 0, nil
 	}
-	return rev, false
+	return rev, nil
 }
 
 // dropDeadPartyTickets deletes the party tickets of a dropped match that

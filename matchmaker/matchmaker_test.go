@@ -70,6 +70,8 @@ type fakeAllocator struct {
 	fail  atomic.Int32
 	n     atomic.Int64
 	hook  func(call int) // called before answering, if set
+	// failWith, if set, is the error of a failing call.
+	failWith error
 }
 
 type allocCall struct {
@@ -84,6 +86,9 @@ func (f *fakeAllocator) Allocate(ctx context.Context, tenant, mode, region strin
 		f.hook(int(n))
 	}
 	if f.fail.Add(-1) >= 0 {
+		if f.failWith != nil {
+			return Allocation{}, f.failWith
+		}
 		return Allocation{}, errors.New("no node free in region")
 	}
 	game := fmt.Sprintf("game-%d", n)
@@ -1044,25 +1049,38 @@ func TestTicketDeadPartyTicketIsDropped(t *testing.T) {
 // MaxWait, and every scan started work for it. Failed tickets now sit out
 // a growing backoff, and time out at MaxWait saying why.
 func TestTicketFailingAllocationsBackOffAndTimeOut(t *testing.T) {
-	alloc := &fakeAllocator{}
-	alloc.fail.Store(1 << 30)
-	r := startReplica(t, alloc)
-	tenant := newTenant(t, r.state, func(rules *ludusv1.MatchmakingRules) { rules.MaxWaitMs = 2000 })
-	var players []*player
-	for i := range 8 {
-		players = append(players, r.find(t, tenant, fmt.Sprintf("p%d", i), nil))
+	quota := connect.NewError(connect.CodeResourceExhausted, errors.New("tenant demo has 20 live games, its limit is 20: end a game or ask the operator to raise live_games"))
+	for _, c := range []struct {
+		name string
+		err  error
+		want string // in the players' reason
+	}{
+		{"node", nil, "no game could be started"},
+		// A quota's refusal is the tenant's to explain: the players are told it.
+		{"quota", fmt.Errorf("no game for the match: %w", quota), "its limit is 20"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			alloc := &fakeAllocator{failWith: c.err}
+			alloc.fail.Store(1 << 30)
+			r := startReplica(t, alloc)
+			tenant := newTenant(t, r.state, func(rules *ludusv1.MatchmakingRules) { rules.MaxWaitMs = 2000 })
+			var players []*player
+			for i := range 8 {
+				players = append(players, r.find(t, tenant, fmt.Sprintf("p%d", i), nil))
+			}
+			for _, p := range players {
+				resp := p.wait(t, 8*time.Second)
+				if to := resp.GetTimedOut(); to == nil || !strings.Contains(to.Reason, c.want) {
+					t.Fatalf("%s: last message %v (%v), want timed out saying %q", p.account, resp, p.err, c.want)
+				}
+			}
+			// 2 s of scans every 50 ms: 40 allocations without the backoff.
+			if n := alloc.n.Load(); n > 8 {
+				t.Fatalf("%d allocation attempts in 2 s; want a backoff (250 ms, doubling)", n)
+			}
+			waitFor(t, 5*time.Second, "an empty queue", func() bool { return ticketCount(t, r.state, tenant) == 0 })
+		})
 	}
-	for _, p := range players {
-		resp := p.wait(t, 8*time.Second)
-		if to := resp.GetTimedOut(); to == nil || !strings.Contains(to.Reason, "no game could be started") {
-			t.Fatalf("%s: last message %v (%v), want timed out because no game could be started", p.account, resp, p.err)
-		}
-	}
-	// 2 s of scans every 50 ms: 40 allocations without the backoff.
-	if n := alloc.n.Load(); n > 8 {
-		t.Fatalf("%d allocation attempts in 2 s; want a backoff (250 ms, doubling)", n)
-	}
-	waitFor(t, 5*time.Second, "an empty queue", func() bool { return ticketCount(t, r.state, tenant) == 0 })
 }
 
 // TestTicketLateDeletionSparesTheNextSearch: a search's deletion can be
