@@ -1,7 +1,6 @@
 package matchmaker
 
 import (
-	"os"
 	"context"
 	"fmt"
 	"sync"
@@ -241,7 +240,6 @@ func (s *searcher) run(ctx context.Context, reps []*replica, tenant string, firs
 		wg.Go(func() {
 			for attempts[i] = 1; time.Since(start) <= searchAgainFor; attempts[i]++ {
 				last, err := searchOnce(ctx, rep(i+attempts[i]), tenant, acc, code, size)
-				fmt.Fprintf(os.Stderr, "DBG %s %s attempt %d: %v err %v\n", time.Now().Format("15:04:05.000"), acc, attempts[i], last, err)
 				if err == nil && last.GetFound() != nil {
 					found[i] = last.GetFound()
 					return
