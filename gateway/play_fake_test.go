@@ -96,16 +96,22 @@ func TestFakePlayRedeliversUnacked(t *testing.T) {
 	b := c.addNode(clusterstate.NodeInfo{ID: "node-b"})
 	c.addGame(tenantT1, "g1", "node-a")
 	c.waitOwner(tenantT1, "g1", "node-a")
+	acked8 := make(chan struct{}) // closed when the client has ack 8
 	a.set(func(n *fakeNode) {
 		n.inputsFailAfter = 8
 		n.onInputsFail = func() {
 			// node-a stops running the game now (a retry to it is refused); the
-			// owner key moves a little later, once the gateway has read ack 8
-			// and the failure (a move seen first would cancel the upstream
-			// before ack 8 is read, and 8 would rightly be re-sent).
+			// owner key moves later, once the gateway has read ack 8 and
+			// passed it on (a move seen first would cancel the upstream before
+			// ack 8 is read, and 8 would rightly be re-sent). Waiting for the
+			// client's ack, not a fixed time, keeps a loaded machine from
+			// reordering them.
 			a.disown(tenantT1, "g1")
 			go func() {
-				time.Sleep(100 * time.Millisecond)
+				select {
+				case <-acked8:
+				case <-time.After(5 * time.Second):
+				}
 				c.setOwner(tenantT1, "g1", "node-b")
 				a.endStreams(endMoved)
 			}()
@@ -114,7 +120,19 @@ func TestFakePlayRedeliversUnacked(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	stream, msgs := openPlay(t, ctx, c, ticketAlice, "g1")
+	stream, upstream := openPlay(t, ctx, c, ticketAlice, "g1")
+	msgs := make(chan streamMsg, 64)
+	go func() {
+		defer close(msgs)
+		seen := false
+		for m := range upstream {
+			if m.ack != nil && m.ack.AckedSeq == 8 && !seen {
+				seen = true
+				close(acked8)
+			}
+			msgs <- m
+		}
+	}()
 	defer stream.CloseResponse()
 	waitStatus(t, msgs, "node-a")
 	for seq := uint64(1); seq <= 20; seq++ {

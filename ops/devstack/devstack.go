@@ -124,9 +124,12 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		return nil, err
 	}
 	s = &Stack{log: cfg.Logger}
+	// A failed start stops what it started. The return statements set s to
+	// nil first: close the stack itself, not the named result.
+	stack := s
 	defer func() {
 		if err != nil {
-			s.Close(context.Background())
+			stack.Close(context.Background())
 		}
 	}()
 
