@@ -1,0 +1,97 @@
+package simnode
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"ludus.dev/ludus/clusterstate"
+	"ludus.dev/ludus/games/builtin"
+	"ludus.dev/ludus/simnode/inputlog"
+)
+
+// TestReplayPastTheModulesEndIsADesync guards replay against a log that goes
+// on after the replayed module ended (the replay diverged from the run that
+// wrote the log between two recorded state hashes). An ended instance no
+// longer advances, and replay used to loop forever on it, holding a resume
+// (and its claim) for good. It must return promptly with a DesyncError
+// naming the tick where the module ended.
+func TestReplayPastTheModulesEndIsADesync(t *testing.T) {
+	ctx := context.Background()
+	m, err := testEng.Compile(ctx, builtin.Pong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Where pong without players ends on its own.
+	inst, err := m.Instantiate(ctx, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Init(ctx, 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	end := int64(-1)
+	for i := 0; i < 100000 && end < 0; i++ {
+		ended, err := inst.Step(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ended {
+			end = inst.Tick()
+		}
+	}
+	inst.Close(ctx)
+	if end < 0 {
+		t.Fatal("pong without players never ends: the test needs a module that does")
+	}
+	spec := clusterstate.GameSpec{GameID: "past-end", BuildID: pongID, Seed: 7, TickRate: m.Meta.TickRate, MaxPlayers: m.Meta.MaxPlayers}
+	done := make(chan error, 1)
+	go func() {
+		inst, _, err := ReplayModule(ctx, m, spec, []*inputlog.Chunk{{From: 0, To: end}, {From: end, To: end + 10}})
+		if err == nil {
+			inst.Close(ctx)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var de *DesyncError
+		if !errors.As(err, &de) || de.Tick != end || de.LogEnd != end+10 {
+			t.Fatalf("replay 10 ticks past the module's end (tick %d) returned %v, want a desync at tick %d", end, err, end)
+		}
+		t.Log(err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("replay of a log 10 ticks past the module's end (tick %d) has not returned after 10 s", end)
+	}
+}
+
+// TestReplayStopsWhenItsContextEnds guards the replay loop's budget: a
+// replay whose context is done returns its error instead of stepping on
+// through the log (a resume's deadline must bound it).
+func TestReplayStopsWhenItsContextEnds(t *testing.T) {
+	m, err := testEng.Compile(context.Background(), builtin.Arena)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := clusterstate.GameSpec{GameID: "ctx-end", BuildID: arenaID, Seed: 7, TickRate: m.Meta.TickRate, MaxPlayers: m.Meta.MaxPlayers}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		inst, _, err := ReplayModule(ctx, m, spec, []*inputlog.Chunk{{From: 0, To: 1 << 40}})
+		if err == nil {
+			inst.Close(context.Background())
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("replay returned %v, want its context's error", err)
+		}
+		t.Log(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a replay whose context ended after 300 ms is still stepping after 10 s")
+	}
+}
