@@ -220,7 +220,7 @@ func (n *Node) adopt(c clusterstate.Claim) {
 		// Out of time, or the node is closing: nothing says the game cannot
 		// be rebuilt, so another node (or this one, on a later sweep) tries.
 		log.Error("the resume ran out of time; releasing the game", "budget", budget, "err", err)
-		n.giveUp(c)
+		n.giveUpUnlessFenced(c, sess)
 		return
 	}
 	if de := (*DesyncError)(nil); errors.As(err, &de) {
@@ -241,8 +241,8 @@ func (n *Node) adopt(c clusterstate.Claim) {
 	o, err := n.cfg.Etcd.Owner(fctx, tenant, game)
 	if err != nil || o.Owner != c.Owner || sess.Fenced() {
 		inst.Close(fctx)
-		if err != nil || sess.Fenced() {
-			n.giveUp(c) // fenced by the claim's value: a key another node took is left alone
+		if err != nil {
+			n.giveUpUnlessFenced(c, sess)
 		}
 		return
 	}
@@ -314,6 +314,16 @@ func (n *Node) giveUp(c clusterstate.Claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
 	defer cancel()
 	_ = n.cfg.Etcd.Release(ctx, c)
+}
+
+// giveUpUnlessFenced releases a claim a resume could not honour, unless
+// the session it was made under is fenced: such a claim is kept for this
+// node to re-claim under its next session (the sweep finds it naming this
+// node and adopts it again, see reclaim), so the game does not move.
+func (n *Node) giveUpUnlessFenced(c clusterstate.Claim, sess *clusterstate.Session) {
+	if !sess.Fenced() {
+		n.giveUp(c)
+	}
 }
 
 // failGame marks a game that cannot be rebuilt (a desync, it crashed on its
