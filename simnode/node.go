@@ -147,6 +147,9 @@ type Node struct {
 	// reclaims counts claims of an older lease moved to the current one (tests).
 	reclaims atomic.Int64
 	draining atomic.Bool
+	// resumeBudget is how long a resume of a log of ticks may take
+	// (defaultResumeBudget); a test shortens it before Start.
+	resumeBudget func(ticks int64, tickRate int) time.Duration
 
 	drained     chan struct{}
 	drainedOnce sync.Once
@@ -244,6 +247,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), drained: make(chan struct{}), replicas: map[string]*replica{}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.resumeBudget = defaultResumeBudget
 	n.writer = newLogWriter(n)
 	n.warm = newWarmDemand(cfg.WarmInstances, cfg.WarmInstancesMax)
 	n.guestLogTab, n.resultTab = newGuestLogTable(), newResultTable()

@@ -21,6 +21,10 @@ type DesyncError struct {
 	// Matched is the last tick whose state hash matched (0 if none was
 	// checked before): the state first differs at a tick in (Matched, Tick].
 	Matched int64
+	// LogEnd, when set, is how far the log goes past Tick, where the
+	// replayed module ended (its ludus_step said so) though the original
+	// run went on: no state hash differed yet, but the runs have diverged.
+	LogEnd int64
 }
 
 // DesyncCauses is what a desync message suggests to look for.
@@ -31,6 +35,10 @@ func (e *DesyncError) Error() string {
 	matched := ""
 	if e.Matched > 0 {
 		matched = fmt.Sprintf(" (it still matched at tick %d)", e.Matched)
+	}
+	if e.LogEnd > 0 {
+		return fmt.Sprintf("desync in game %s (build %.12s) at tick %d%s: the replay ended the match there, the recorded run went on to tick %d; %s",
+			e.GameID, e.BuildID, e.Tick, matched, e.LogEnd, DesyncCauses)
 	}
 	return fmt.Sprintf("desync in game %s (build %.12s) at tick %d%s: recorded state hash %016x, replay gives %016x; %s",
 		e.GameID, e.BuildID, e.Tick, matched, e.Want, e.Got, DesyncCauses)
@@ -119,6 +127,19 @@ func replayChunks(ctx context.Context, inst *engine.Instance, spec clusterstate.
 		e, h := 0, 0
 		for inst.Tick() < c.To {
 			t := inst.Tick()
+			// An ended instance no longer advances (Step returns at once), so
+			// a log that goes on past the module's end would loop here
+			// forever: the replay diverged from the run that wrote the log.
+			if inst.Ended() {
+				desyncs.WithLabelValues(spec.BuildID).Inc()
+				return hashes, &DesyncError{Tick: t, BuildID: spec.BuildID, GameID: spec.GameID, Matched: matched,
+					LogEnd: chunks[len(chunks)-1].To}
+			}
+			// A long log is replayed within its caller's budget (a resume's
+			// deadline, a node shutting down), not past it.
+			if err := ctx.Err(); err != nil {
+				return hashes, fmt.Errorf("replay stopped at tick %d of %d: %w", t, chunks[len(chunks)-1].To, err)
+			}
 			events = events[:0]
 			for e < len(c.Entries) && c.Entries[e].Tick == t {
 				events = append(events, c.Entries[e].Event)

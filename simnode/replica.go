@@ -70,6 +70,17 @@ func (n *Node) spectate(ctx context.Context, tenant, game string) (*replica, err
 func (r *replica) run(tenant, game string, ready chan<- error) {
 	defer close(r.done)
 	n := r.n
+	// However it ends (its game over, failed, no spectators, the node
+	// closing), a finished replica leaves the table: it used to stay there,
+	// with its instance's last frames, for as long as the node ran. spectate
+	// holds replicasMu until it has stored r, so this runs after that.
+	defer func() {
+		n.replicasMu.Lock()
+		if n.replicas[r.key] == r {
+			delete(n.replicas, r.key)
+		}
+		n.replicasMu.Unlock()
+	}()
 	log := n.log.With("tenant", tenant, "game", game, "replica", true)
 	ctx, cancel := context.WithCancel(n.ctx)
 	defer cancel()
@@ -154,12 +165,7 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 		case <-ticker.C:
 		}
 		if r.viewers.Load() == 0 && time.Since(time.Unix(0, r.idle.Load())) > replicaLinger {
-			n.replicasMu.Lock()
-			if n.replicas[r.key] == r {
-				delete(n.replicas, r.key)
-			}
-			n.replicasMu.Unlock()
-			return
+			return // leaves n.replicas (deferred above)
 		}
 		// How far behind the log's end are we? Catch up without rendering when
 		// more than half a second behind; otherwise play one tick per period.

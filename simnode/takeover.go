@@ -175,9 +175,13 @@ func (n *Node) adopt(c clusterstate.Claim) {
 	start := time.Now()
 	log := n.log.With("tenant", tenant, "game", game)
 	sess := n.sess.Load()
-	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
-	defer cancel()
-	spec, chunks, seqs, err := readLog(ctx, n.cfg.Etcd, tenant, game)
+	// From here on this node holds the claim: every way out that does not
+	// start the game releases it (giveUp) or fails the game (failGame), each
+	// on a fresh context, so that a resume that ran out of time does not
+	// leave the game owned by a node that does not run it.
+	rctx, rcancel := context.WithTimeout(n.ctx, resumeBase)
+	spec, chunks, seqs, err := readLog(rctx, n.cfg.Etcd, tenant, game)
+	rcancel()
 	if err != nil {
 		log.Error("cannot read the log of a game to resume", "err", err)
 		n.giveUp(c)
@@ -188,12 +192,15 @@ func (n *Node) adopt(c clusterstate.Claim) {
 		logEnd = chunks[len(chunks)-1].To
 	}
 	log = log.With("build", spec.BuildID, "tick", logEnd)
+	budget := n.resumeBudget(logEnd, spec.TickRate)
+	ctx, cancel := context.WithDeadline(n.ctx, start.Add(budget))
+	defer cancel()
 	mod, err := n.loadModule(ctx, tenant, spec.BuildID)
 	if err != nil {
 		if moduleGone(err) {
 			// No node can run it: fail the game rather than pass it around.
 			log.Error("the module of a game to resume is missing or unusable; the game fails", "err", err)
-			n.failGame(ctx, c, logEnd, resumeFailMessage(n.cfg.ID, fmt.Errorf("module build %.12s: %w", spec.BuildID, err)))
+			n.failGame(c, logEnd, resumeFailMessage(n.cfg.ID, fmt.Errorf("module build %.12s: %w", spec.BuildID, err)))
 			return
 		}
 		log.Error("cannot load the module of a game to resume", "err", err)
@@ -209,6 +216,13 @@ func (n *Node) adopt(c clusterstate.Claim) {
 		}
 	}
 	inst, hashes, fromCk, err := replayFrom(ctx, mod, spec, chunks, seqs, ck, n.instanceOptions(spec), log)
+	if err != nil && ctx.Err() != nil {
+		// Out of time, or the node is closing: nothing says the game cannot
+		// be rebuilt, so another node (or this one, on a later sweep) tries.
+		log.Error("the resume ran out of time; releasing the game", "budget", budget, "err", err)
+		n.giveUpUnlessFenced(c, sess)
+		return
+	}
 	if de := (*DesyncError)(nil); errors.As(err, &de) {
 		// Counted in ludus_desyncs_total by ReplayModule.
 		log.Error("desync on resume: the game cannot resume", "tick", de.Tick, "err", err)
@@ -216,13 +230,20 @@ func (n *Node) adopt(c clusterstate.Claim) {
 		log.Error("replay failed; the game cannot resume", "err", err)
 	}
 	if err != nil {
-		n.failGame(ctx, c, logEnd, resumeFailMessage(n.cfg.ID, err))
+		n.failGame(c, logEnd, resumeFailMessage(n.cfg.ID, err))
 		return
 	}
+	// The replay is done: what is left is quick, and must not fail only
+	// because the replay used up the budget.
+	fctx, fcancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
+	defer fcancel()
 	// The owner key must still be ours: someone may have taken it meanwhile.
-	o, err := n.cfg.Etcd.Owner(ctx, tenant, game)
+	o, err := n.cfg.Etcd.Owner(fctx, tenant, game)
 	if err != nil || o.Owner != c.Owner || sess.Fenced() {
-		inst.Close(ctx)
+		inst.Close(fctx)
+		if err != nil {
+			n.giveUpUnlessFenced(c, sess)
+		}
 		return
 	}
 	c = o.Claim
@@ -231,9 +252,9 @@ func (n *Node) adopt(c clusterstate.Claim) {
 		// etcd outage, and registered again): that lease is no longer renewed
 		// and will expire, and with it the claim. Resuming under it would move
 		// the game a second time; re-claim it under the current lease first.
-		if c, err = n.reclaim(ctx, c, sess); err != nil {
+		if c, err = n.reclaim(fctx, c, sess); err != nil {
 			log.Warn("cannot re-claim a game of this node's previous lease; another node will take it", "err", err)
-			inst.Close(ctx)
+			inst.Close(fctx)
 			return
 		}
 	}
@@ -248,7 +269,7 @@ func (n *Node) adopt(c clusterstate.Claim) {
 		g.logSeq = seqs[len(seqs)-1]
 	}
 	if _, dup := n.games.LoadOrStore(key, g); dup {
-		inst.Close(ctx)
+		inst.Close(fctx)
 		return
 	}
 	n.count.Add(1)
@@ -256,6 +277,24 @@ func (n *Node) adopt(c clusterstate.Claim) {
 	go g.run()
 	log.Info("game resumed", "tick", tick, "chunks", len(chunks), "hashes_checked", len(hashes), "from_checkpoint", fromCk,
 		"resume_ms", time.Since(start).Milliseconds(), "build", spec.BuildID)
+}
+
+// resumeBase is what a resume may take besides replaying the log's ticks:
+// reading the log, loading the module, restoring a checkpoint.
+const resumeBase = 30 * time.Second
+
+// defaultResumeBudget bounds one resume of a log of ticks at tickRate:
+// resumeBase plus the log's span in game time. A node replays much faster
+// than the game ran (no frames, no waiting for ticks), so a replay slower
+// than that means this node could not run the game either. A fixed budget
+// instead made a long game's log impossible to replay in time: every node
+// claimed it, replayed, ran out of time and (before it released the claim)
+// stranded it.
+func defaultResumeBudget(ticks int64, tickRate int) time.Duration {
+	if tickRate <= 0 || ticks <= 0 {
+		return resumeBase
+	}
+	return resumeBase + time.Duration(ticks)*time.Second/time.Duration(tickRate)
 }
 
 // reclaim moves a claim of an older lease of this node to the current lease,
@@ -277,11 +316,26 @@ func (n *Node) giveUp(c clusterstate.Claim) {
 	_ = n.cfg.Etcd.Release(ctx, c)
 }
 
+// giveUpUnlessFenced releases a claim a resume could not honour, unless
+// the session it was made under is fenced: such a claim is kept for this
+// node to re-claim under its next session (the sweep finds it naming this
+// node and adopts it again, see reclaim), so the game does not move.
+func (n *Node) giveUpUnlessFenced(c clusterstate.Claim, sess *clusterstate.Session) {
+	if !sess.Fenced() {
+		n.giveUp(c)
+	}
+}
+
 // failGame marks a game that cannot be rebuilt (a desync, it crashed on its
 // last tick, its module is gone) as failed at tick (its log's end) and
 // releases it, fenced by the claim. The message is what players, the
 // operator who moved the game (fleet's HandoffGame) and the archive see.
-func (n *Node) failGame(ctx context.Context, c clusterstate.Claim, tick int64, msg string) {
+//
+// It takes a fresh context, not the resume's: a resume that used up its
+// budget must still be able to say so.
+func (n *Node) failGame(c clusterstate.Claim, tick int64, msg string) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
+	defer cancel()
 	_ = n.cfg.Etcd.Fail(ctx, c, clusterstate.GameStatus{State: clusterstate.StateFailed, Tick: tick, NodeID: n.cfg.ID, Message: finalMessage(msg)})
 }
 

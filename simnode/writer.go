@@ -120,6 +120,8 @@ func (w *logWriter) commitGroup(group []*appendReq) {
 	for _, r := range group {
 		if r.g.sess.Fenced() {
 			w.fail([]*appendReq{r}, errGameStopped)
+		} else if r.g.fencedByWriter.Load() {
+			w.failAfterGap(r)
 		} else {
 			live = append(live, r)
 		}
@@ -157,6 +159,10 @@ func (w *logWriter) retryOne(r *appendReq) {
 			w.fail([]*appendReq{r}, errGameStopped)
 			return
 		}
+		if r.g.fencedByWriter.Load() {
+			w.failAfterGap(r)
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.n.cfg.LeaseTTL)
 		err := w.n.cfg.Etcd.Append(ctx, *r.append())
 		cancel()
@@ -166,13 +172,11 @@ func (w *logWriter) retryOne(r *appendReq) {
 			return
 		case errors.Is(err, clusterstate.ErrClaimLost):
 			r.g.log.Error("input log append refused: this node no longer owns the game", "chunk", r.seq)
-			r.g.fencedByWriter.Store(true)
-			w.fail([]*appendReq{r}, errGameStopped)
+			w.failForGood(r)
 			return
 		case w.n.ctx.Err() != nil || attempt >= 5:
 			r.g.log.Error("input log append failed", "chunk", r.seq, "err", err)
-			r.g.fencedByWriter.Store(true)
-			w.fail([]*appendReq{r}, errGameStopped)
+			w.failForGood(r)
 			return
 		}
 		time.Sleep(time.Duration(50*(attempt+1)) * time.Millisecond)
@@ -209,6 +213,38 @@ func (w *logWriter) succeed(group []*appendReq) {
 		for _, a := range r.acks {
 			a.answer(nil)
 		}
+	}
+}
+
+// failForGood gives up on r: its game's log ends before r's chunk for good.
+// fencedByWriter stops the actor at its next tick and releases the claim
+// (game.run), so another node resumes the game from the durable log; it
+// also makes every later append of the game fail (failAfterGap), since
+// committing one would leave a gap in the log that no node can resume from,
+// and acknowledge inputs that no resume replays.
+func (w *logWriter) failForGood(r *appendReq) {
+	r.g.fencedByWriter.Store(true)
+	w.fail([]*appendReq{r}, errGameStopped)
+	w.releaseIfFinal(r)
+}
+
+// failAfterGap refuses an append queued behind one of the same game that
+// failed for good: chunks commit in order or not at all.
+func (w *logWriter) failAfterGap(r *appendReq) {
+	r.g.log.Warn("input log append dropped: an earlier chunk of the game failed", "chunk", r.seq)
+	w.fail([]*appendReq{r}, errGameStopped)
+	w.releaseIfFinal(r)
+}
+
+// releaseIfFinal releases the claim of a game whose final chunk failed. Its
+// actor has already returned (finish does not wait for the commit), so the
+// fencedByWriter path in game.run never runs; without this the owner key,
+// bound to this live node's lease, would keep every other node from
+// resuming the game. Release is fenced by the claim: a lost claim is left
+// alone.
+func (w *logWriter) releaseIfFinal(r *appendReq) {
+	if r.final {
+		w.n.release(r.g)
 	}
 }
 

@@ -1,0 +1,58 @@
+package simnode
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"ludus.dev/ludus/clusterstate"
+)
+
+// TestFinishedReplicaLeavesTheNode guards the node's replica table: a
+// replica whose game ended (here by idling out) must leave n.replicas when
+// it stops. Only the path that stops a replica without spectators removed
+// it, so every replica that saw its game end stayed, with its last frames,
+// for as long as the node ran.
+func TestFinishedReplicaLeavesTheNode(t *testing.T) {
+	start := func(id string, idle time.Duration) *Node {
+		n, err := New(Config{ID: id, Addr: "http://127.0.0.1:1", Etcd: state, Engine: testEng, Modules: staticModules{}, LeaseTTL: 3 * time.Second,
+			IdleEnd: idle, ClusterToken: testToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close(context.Background()) })
+		return n
+	}
+	owner := start("n-leak-owner", 2*time.Second) // ends the game soon: nobody joins
+	spectator := start("n-leak-spectator", time.Minute)
+	const tenant, id = "tenant-leak", "leak1"
+	if _, err := owner.StartGame(context.Background(), clusterstate.GameSpec{TenantID: tenant, GameID: id, BuildID: arenaID, Seed: 5, Config: []byte(`{"bots":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := spectator.spectate(ctx, tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.viewerJoined() // a spectator still watching: the linger path does not apply
+	select {
+	case <-rep.done:
+	case <-ctx.Done():
+		t.Fatal("the replica did not end with its game")
+	}
+	if st := rep.status.load().v; st.State != clusterstate.StateEnded {
+		t.Logf("replica ended as %+v", st)
+	}
+	spectator.replicasMu.Lock()
+	left := len(spectator.replicas)
+	spectator.replicasMu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d finished replica(s) still in the node's table", left)
+	}
+}
