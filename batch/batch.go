@@ -9,9 +9,11 @@
 // deadline), stores the result in the backend (a WorkerBackend: the backend's
 // Server in its process, a RemoteBackend calling BatchWorkerService with a
 // sim node's own credential elsewhere) and only then acknowledges the item.
-// A worker that dies loses its lease and its items go back to the queue; the
-// store keeps the first result of each game, so every game has exactly one,
-// and a game that lost its worker MaxAttempts times is recorded as failed. A
+// A worker that dies loses its lease and its items go back to the queue (one
+// that loses its lease to an etcd outage abandons its games in flight and
+// goes on under a new lease); the store keeps the first result of each game,
+// so every game has exactly one, and a game that lost its worker MaxAttempts
+// times is recorded as failed. A
 // run ends by itself: when every game is in, at its wall-clock deadline, or
 // when its CPU budget is spent; a reaper elected among the backends' workers
 // (or RunReaper) ends overdue runs and items, removes orphaned queues and

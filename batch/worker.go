@@ -43,15 +43,18 @@ type WorkerConfig struct {
 	// does, games pause between chunks of ticks (Runner.Yield). Nil: never.
 	LiveLate func() bool
 	// LeaseTTL is the worker's etcd lease: a worker that vanishes gives its
-	// games back to the queue this long after its last renewal. Default 10 s.
+	// games back to the queue this long after its last renewal (one cut off
+	// from etcd that long abandons them, and takes a new lease once etcd
+	// answers). Default 10 s.
 	LeaseTTL time.Duration
 	// Poll is how often an idle worker looks for runs. Default 1 s.
 	Poll time.Duration
 	// NoReaper keeps this worker out of the reaper election.
 	NoReaper bool
 	// MaxAttempts is how many times a game may lose its worker — the worker
-	// died, or the reaper ended its overdue lease — before it is recorded as
-	// failed instead of being played again. Default DefaultMaxAttempts.
+	// died or lost its etcd lease, or the reaper ended its overdue lease —
+	// before it is recorded as failed instead of being played again. Default
+	// DefaultMaxAttempts.
 	MaxAttempts int
 	// Reaper configures the reaper this worker runs when elected.
 	Reaper ReaperConfig
@@ -60,20 +63,26 @@ type WorkerConfig struct {
 }
 
 // DefaultMaxAttempts is WorkerConfig.MaxAttempts's default: a game that
-// lost three workers (ran past the reaper's item timeout, or crashed the
-// process playing it) is not played a fourth time.
+// lost three workers (ran past the reaper's item timeout, crashed the
+// process playing it, or was being played when its worker lost its etcd
+// lease) is not played a fourth time.
 const DefaultMaxAttempts = 3
 
 // Worker plays batch items. It runs until the context given to StartWorker
-// ends.
+// ends: losing its etcd lease (etcd unreachable for longer than LeaseTTL)
+// abandons the games it was playing under that lease, and it goes on under
+// a new one.
 type Worker struct {
-	cfg   WorkerConfig
-	full  Backend // cfg.Backend if it is a full Backend, else nil
-	lease *clusterstate.Lease
-	eng   *engine.Engine
-	own   bool // eng is ours to close
-	log   *slog.Logger
-	done  chan struct{}
+	cfg  WorkerConfig
+	full Backend // cfg.Backend if it is a full Backend, else nil
+	eng  *engine.Engine
+	own  bool // eng is ours to close
+	log  *slog.Logger
+	done chan struct{}
+
+	leaseMu sync.Mutex
+	lease   *clusterstate.Lease // the current lease; keepLease replaces it once lost
+	renewed chan struct{}       // closed when lease is replaced
 
 	mu     sync.Mutex
 	runs   []clusterstate.BatchRun
@@ -116,7 +125,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		cfg.Poll = time.Second
 	}
 	w := &Worker{cfg: cfg, full: full, log: cfg.Logger, eng: cfg.Engine, done: make(chan struct{}),
-		cursor: map[string]int{}, specs: map[string]*Spec{}}
+		renewed: make(chan struct{}), cursor: map[string]int{}, specs: map[string]*Spec{}}
 	if w.log == nil {
 		w.log = slog.Default()
 	}
@@ -134,6 +143,11 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		w.own = true
 	}
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.keepLease(ctx)
+	}()
 	for range cfg.Concurrency {
 		wg.Add(1)
 		go func() {
@@ -152,8 +166,6 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-w.lease.Done():
-				return
 			case <-t.C:
 				w.eng.EvictIdle(ctx, engine.DefaultModuleIdle)
 			}
@@ -163,14 +175,22 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runReaper(ctx, cfg.Etcd, full, lease, cfg.ID, cfg.Reaper, w.log)
+			// A lost lease deposes the reaper (runReaper returns); it
+			// campaigns again under the next one, like RunReaper.
+			for {
+				lease, ok := w.liveLease(ctx)
+				if !ok {
+					return
+				}
+				runReaper(ctx, cfg.Etcd, full, lease, cfg.ID, cfg.Reaper, w.log)
+			}
 		}()
 	}
 	go func() {
 		wg.Wait()
 		// Revoke the lease: items still leased (none, normally) return at
 		// once. A worker whose etcd client is gone cannot; its lease expires.
-		lease.Close()
+		w.currentLease().Close()
 		if w.own {
 			w.eng.Close(context.Background())
 		}
@@ -192,31 +212,111 @@ func (w *Worker) Played() int {
 	return w.played
 }
 
-func (w *Worker) slot(ctx context.Context) {
-	runner := &Runner{Yield: w.cfg.LiveLate}
-	for ctx.Err() == nil {
-		cl, run, ok := w.claim(ctx)
-		if !ok {
-			select {
-			case <-ctx.Done():
-				return
-			case <-w.lease.Done():
-				return
-			case <-time.After(w.cfg.Poll):
-			}
-			continue
+// currentLease is the worker's lease now (it may be lost: liveLease waits
+// for a live one).
+func (w *Worker) currentLease() *clusterstate.Lease {
+	w.leaseMu.Lock()
+	defer w.leaseMu.Unlock()
+	return w.lease
+}
+
+// liveLease returns the worker's lease, waiting while it is lost for
+// keepLease to grant the next one; false once ctx ends.
+func (w *Worker) liveLease(ctx context.Context) (*clusterstate.Lease, bool) {
+	for {
+		w.leaseMu.Lock()
+		lease, renewed := w.lease, w.renewed
+		w.leaseMu.Unlock()
+		if !lost(lease) {
+			return lease, ctx.Err() == nil
 		}
-		w.play(ctx, runner, run, cl)
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-renewed:
+		}
 	}
 }
 
-func (w *Worker) leaseLost() bool {
+// keepLease grants a new lease whenever the current one is lost (etcd was
+// unreachable for longer than its TTL, or the lease was revoked), trying
+// again with backoff while etcd stays unreachable, until ctx ends. Without
+// it one etcd outage would stop the worker, and the reaper it carries, for
+// good while the process runs on. The games played under the lost lease are
+// abandoned (play): their lease keys went with the lease, so their items
+// are free again and count a lost attempt, as a dead worker's do.
+func (w *Worker) keepLease(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.currentLease().Done():
+		}
+		// The lease's keep-alive also ends with ctx: that is no loss.
+		if ctx.Err() != nil {
+			return
+		}
+		w.log.Warn("batch: etcd lease lost; games in flight are abandoned, granting a new lease")
+		for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+			next, err := w.cfg.Etcd.GrantLease(ctx, w.cfg.LeaseTTL)
+			if err == nil {
+				w.leaseMu.Lock()
+				w.lease = next
+				close(w.renewed)
+				w.renewed = make(chan struct{})
+				w.leaseMu.Unlock()
+				w.log.Info("batch: new etcd lease granted")
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			w.log.Warn("batch: grant lease, trying again", "in", delay, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+		}
+	}
+}
+
+func lost(lease *clusterstate.Lease) bool {
 	select {
-	case <-w.lease.Done():
+	case <-lease.Done():
 		return true
 	default:
 		return false
 	}
+}
+
+func (w *Worker) slot(ctx context.Context) {
+	runner := &Runner{Yield: w.cfg.LiveLate}
+	for {
+		lease, ok := w.liveLease(ctx)
+		if !ok {
+			return
+		}
+		j, ok := w.claim(ctx, lease)
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-lease.Done(): // liveLease waits for the next
+			case <-time.After(w.cfg.Poll):
+			}
+			continue
+		}
+		w.play(ctx, runner, j)
+	}
+}
+
+// job is a claimed item: its run, the claim, and the lease it was claimed
+// under. The game is this worker's only while that lease lives.
+type job struct {
+	run   clusterstate.BatchRun
+	claim clusterstate.BatchClaim
+	lease *clusterstate.Lease
 }
 
 // runList returns the running runs, read from etcd at most every Poll.
@@ -255,8 +355,9 @@ func (w *Worker) forget(run string) {
 	}
 }
 
-// claim claims a free item of some running run, round robin over runs.
-func (w *Worker) claim(ctx context.Context) (clusterstate.BatchClaim, clusterstate.BatchRun, bool) {
+// claim claims a free item of some running run under lease, round robin
+// over runs.
+func (w *Worker) claim(ctx context.Context, lease *clusterstate.Lease) (job, bool) {
 	runs := w.runList(ctx)
 	for i := range runs {
 		w.mu.Lock()
@@ -266,7 +367,7 @@ func (w *Worker) claim(ctx context.Context) (clusterstate.BatchClaim, clustersta
 		if time.Now().After(r.Deadline) {
 			continue
 		}
-		cl, ok, err := w.cfg.Etcd.ClaimBatchItem(ctx, w.lease, w.cfg.ID, r.Tenant, r.ID, from)
+		cl, ok, err := w.cfg.Etcd.ClaimBatchItem(ctx, lease, w.cfg.ID, r.Tenant, r.ID, from)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("batch: claim", "run", r.ID, "err", err)
@@ -281,9 +382,9 @@ func (w *Worker) claim(ctx context.Context) (clusterstate.BatchClaim, clustersta
 		w.cursor[r.ID] = cl.N + 1
 		w.next++
 		w.mu.Unlock()
-		return cl, r, true
+		return job{run: r, claim: cl, lease: lease}, true
 	}
-	return clusterstate.BatchClaim{}, clusterstate.BatchRun{}, false
+	return job{}, false
 }
 
 // spec returns the run's decoded spec.
@@ -331,9 +432,10 @@ func (w *Worker) setup(ctx context.Context, r clusterstate.BatchRun) (*Spec, *en
 }
 
 // play plays a claimed item, stores its result and acknowledges it.
-func (w *Worker) play(ctx context.Context, runner *Runner, r clusterstate.BatchRun, cl clusterstate.BatchClaim) {
+func (w *Worker) play(ctx context.Context, runner *Runner, j job) {
+	r, cl := j.run, j.claim
 	if cl.Attempt > w.cfg.MaxAttempts {
-		w.giveUp(ctx, r, cl)
+		w.giveUp(ctx, j)
 		return
 	}
 	spec, m, err := w.setup(ctx, r)
@@ -346,17 +448,18 @@ func (w *Worker) play(ctx context.Context, runner *Runner, r clusterstate.BatchR
 	g := gameOf(spec, cl)
 	pctx, cancel := context.WithDeadline(ctx, r.Deadline)
 	defer cancel()
-	// Stop playing when the lease is lost: another worker has the game.
+	// Stop playing when the lease the game was claimed under is lost: its
+	// lease key went with it, so another worker may have the game.
 	go func() {
 		select {
-		case <-w.lease.Done():
+		case <-j.lease.Done():
 			cancel()
 		case <-pctx.Done():
 		}
 	}()
 	res, err := runner.Play(pctx, m, spec, g)
 	if err != nil {
-		if ctx.Err() != nil || w.leaseLost() {
+		if ctx.Err() != nil || lost(j.lease) {
 			w.release(cl)
 			return
 		}
@@ -366,7 +469,7 @@ func (w *Worker) play(ctx context.Context, runner *Runner, r clusterstate.BatchR
 	}
 	res.Worker = w.cfg.ID
 	fit(&res)
-	w.finish(ctx, r, cl, res, true)
+	w.finish(ctx, j, res, true)
 }
 
 // gameOf is the game of a claimed item (the item's value, or the spec's
@@ -383,7 +486,8 @@ func gameOf(spec *Spec, cl clusterstate.BatchClaim) Game {
 // failed, without playing it again: a game that runs past the reaper's item
 // timeout, or kills the worker's process, would otherwise go round the queue
 // until the run's deadline, holding a worker each time.
-func (w *Worker) giveUp(ctx context.Context, r clusterstate.BatchRun, cl clusterstate.BatchClaim) {
+func (w *Worker) giveUp(ctx context.Context, j job) {
+	r, cl := j.run, j.claim
 	spec, err := w.spec(r)
 	if err != nil {
 		w.log.Error("batch: cannot play run", "run", r.ID, "err", err)
@@ -393,16 +497,17 @@ func (w *Worker) giveUp(ctx context.Context, r clusterstate.BatchRun, cl cluster
 	}
 	g := gameOf(spec, cl)
 	res := Result{Game: g, MapName: spec.Maps[g.Map].Name, Winner: -1, Worker: w.cfg.ID,
-		Error: fmt.Sprintf("not played again: the game lost its worker %d times (it ran past the reaper's item timeout, or the worker stopped while playing it)", cl.Attempt-1)}
+		Error: fmt.Sprintf("not played again: the game lost its worker %d times (it ran past the reaper's item timeout, or the worker stopped or lost its etcd lease while playing it)", cl.Attempt-1)}
 	w.log.Warn("batch: game recorded as failed after lost attempts", "run", r.ID, "game", cl.N, "attempts", cl.Attempt-1)
-	w.finish(ctx, r, cl, res, false)
+	w.finish(ctx, j, res, false)
 }
 
 // finish stores a game's result and then acknowledges its item: only what
 // is durable is acknowledged. played says whether this worker played the
 // game to its end (a game given up on was not).
-func (w *Worker) finish(ctx context.Context, r clusterstate.BatchRun, cl clusterstate.BatchClaim, res Result, played bool) {
-	stored, err := w.store(ctx, toStore(r.Tenant, r.ID, res))
+func (w *Worker) finish(ctx context.Context, j job, res Result, played bool) {
+	r, cl := j.run, j.claim
+	stored, err := w.store(ctx, j.lease, toStore(r.Tenant, r.ID, res))
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Error("batch: store result", "run", r.ID, "game", cl.N, "err", err)
@@ -450,14 +555,14 @@ const storeTries = 5
 
 // store stores a result, trying again (backing off from 250 ms) while the
 // failure may pass — the backend unreachable or restarting — and the claim
-// is still this worker's: the game's CPU is spent already. A retry whose
-// first try was stored after all stores nothing (the first result of a game
-// wins).
-func (w *Worker) store(ctx context.Context, r store.BatchResult) (bool, error) {
+// is still this worker's (lease, the one it was claimed under, lives): the
+// game's CPU is spent already. A retry whose first try was stored after all
+// stores nothing (the first result of a game wins).
+func (w *Worker) store(ctx context.Context, lease *clusterstate.Lease, r store.BatchResult) (bool, error) {
 	delay := 250 * time.Millisecond
 	for try := 1; ; try++ {
 		stored, err := w.cfg.Backend.PutBatchResult(ctx, r)
-		if err == nil || try == storeTries || !retryable(err) || ctx.Err() != nil || w.leaseLost() {
+		if err == nil || try == storeTries || !retryable(err) || ctx.Err() != nil || lost(lease) {
 			return stored, err
 		}
 		w.log.Warn("batch: store result, trying again", "run", r.RunID, "game", r.Game, "try", try, "err", err)
@@ -466,7 +571,7 @@ func (w *Worker) store(ctx context.Context, r store.BatchResult) (bool, error) {
 		case <-ctx.Done():
 			t.Stop()
 			return false, err
-		case <-w.lease.Done():
+		case <-lease.Done():
 			t.Stop()
 			return false, err
 		case <-t.C:
