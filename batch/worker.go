@@ -649,16 +649,31 @@ func endRun(ctx context.Context, etcd *clusterstate.Client, be Backend, tenant, 
 	return recordRun(ctx, etcd, be, tenant, run)
 }
 
+// recordRun writes an ended run's record to the backend, unless it is
+// recorded already. Several may record a run at once — the one that ended
+// it, workers charging the CPU of its stopped games to it (which changes
+// its record: ChargeBatchCPU), the reaper — and the backend keeps the last
+// write, so one whose write may have overwritten a newer record finds out
+// when its mark fails (the record changed since it read it) and writes
+// again: the last write to go through is then of the record as it is.
 func recordRun(ctx context.Context, etcd *clusterstate.Client, be Backend, tenant, run string) error {
-	r, p, err := etcd.BatchRunProgress(ctx, tenant, run)
-	if err != nil {
-		return err
+	again := false
+	for range 10 {
+		r, p, err := etcd.BatchRunProgress(ctx, tenant, run)
+		if err != nil {
+			return err
+		}
+		if r.State != clusterstate.BatchEnded || r.Recorded && !again {
+			return nil
+		}
+		if err := be.PutBatchRun(ctx, runRecord(r, p)); err != nil {
+			return err
+		}
+		marked, err := etcd.MarkBatchRunRecorded(ctx, tenant, run, r.Rev)
+		if err != nil || marked {
+			return err
+		}
+		again = true
 	}
-	if r.State != clusterstate.BatchEnded || r.Recorded {
-		return nil
-	}
-	if err := be.PutBatchRun(ctx, runRecord(r, p)); err != nil {
-		return err
-	}
-	return etcd.MarkBatchRunRecorded(ctx, tenant, run)
+	return fmt.Errorf("batch run %s: its record changed under each of 10 writes to the backend", run)
 }
