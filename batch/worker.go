@@ -448,28 +448,39 @@ func (w *Worker) play(ctx context.Context, runner *Runner, j job) {
 	g := gameOf(spec, cl)
 	pctx, cancel := context.WithDeadline(ctx, r.Deadline)
 	defer cancel()
-	// Stop playing when the lease the game was claimed under is lost: its
-	// lease key went with it, so another worker may have the game.
+	// Stop playing once the game is no longer this worker's to finish: the
+	// lease it was claimed under is lost (its lease key went with it, so
+	// another worker may have the game), or its lease key is gone — the run
+	// ended (canceled, its budget spent, past its deadline: ending deletes
+	// its queue) or the reaper ended the game as overdue. Played on, the
+	// game's result could not be acknowledged, and the CPU it took would be
+	// spent past the run's end.
+	gone := w.cfg.Etcd.WatchBatchClaim(pctx, cl)
 	go func() {
 		select {
 		case <-j.lease.Done():
-			cancel()
+		case <-gone:
 		case <-pctx.Done():
 		}
+		cancel()
 	}()
 	res, err := runner.Play(pctx, m, spec, g)
 	if err != nil {
-		if ctx.Err() != nil || lost(j.lease) {
-			w.release(cl)
+		if ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
+			// The run's deadline passed mid-game.
+			w.end(r, clusterstate.BatchDeadline)
+			w.charge(ctx, j, res.CPU)
 			return
 		}
-		// The run's deadline passed mid-game.
-		w.end(r, clusterstate.BatchDeadline)
+		// The worker is stopping, or the game stopped being its.
+		w.giveBack(ctx, j, res.CPU)
 		return
 	}
 	res.Worker = w.cfg.ID
 	fit(&res)
-	w.finish(ctx, j, res, true)
+	if !w.finish(ctx, j, res, true) {
+		w.charge(ctx, j, res.CPU)
+	}
 }
 
 // gameOf is the game of a claimed item (the item's value, or the spec's
@@ -503,9 +514,12 @@ func (w *Worker) giveUp(ctx context.Context, j job) {
 }
 
 // finish stores a game's result and then acknowledges its item: only what
-// is durable is acknowledged. played says whether this worker played the
-// game to its end (a game given up on was not).
-func (w *Worker) finish(ctx context.Context, j job, res Result, played bool) {
+// is durable is acknowledged; a game whose result cannot be stored is given
+// back, its CPU charged (giveBack). played says whether this worker played
+// the game to its end (a game given up on was not). It reports whether the
+// game's CPU was counted, or may have been (an acknowledgement whose answer
+// did not come back): if not, the caller charges it.
+func (w *Worker) finish(ctx context.Context, j job, res Result, played bool) (counted bool) {
 	r, cl := j.run, j.claim
 	stored, err := w.store(ctx, j.lease, toStore(r.Tenant, r.ID, res))
 	if err != nil {
@@ -515,8 +529,8 @@ func (w *Worker) finish(ctx context.Context, j job, res Result, played bool) {
 		if c := connect.CodeOf(err); c == connect.CodeNotFound || c == connect.CodeFailedPrecondition {
 			w.forget(r.ID) // the run ended (or is gone): its other items are no use
 		}
-		w.release(cl)
-		return
+		w.giveBack(ctx, j, res.CPU)
+		return true // charged by giveBack
 	}
 	o := clusterstate.BatchOutcome{Failed: res.Error != "", TimedOut: res.TimedOut, CPU: int64(res.CPU), Ticks: res.Ticks}
 	if !played && !stored {
@@ -525,11 +539,16 @@ func (w *Worker) finish(ctx context.Context, j job, res Result, played bool) {
 		o.Failed = false
 	}
 	p, err := w.cfg.Etcd.AckBatchItem(ctx, cl, o)
+	if errors.Is(err, clusterstate.ErrBatchLeaseLost) {
+		return false // nothing was written
+	}
 	if err != nil {
-		if !errors.Is(err, clusterstate.ErrBatchLeaseLost) && ctx.Err() == nil {
+		if ctx.Err() == nil {
 			w.log.Warn("batch: ack", "run", r.ID, "game", cl.N, "err", err)
 		}
-		return
+		// It may have been written all the same: charging the CPU too
+		// could count it twice.
+		return true
 	}
 	w.mu.Lock()
 	w.played++
@@ -540,12 +559,92 @@ func (w *Worker) finish(ctx context.Context, j job, res Result, played bool) {
 	case p.CPU >= r.BudgetCPU:
 		w.end(r, clusterstate.BatchBudget)
 	}
+	return true
+}
+
+// stopWrites bounds a stopping worker's last writes to etcd for a game,
+// together: etcd may be out of reach, and the process is on its way out.
+const stopWrites = time.Second
+
+// giveBack gives a claimed game back to the queue if it is still this
+// worker's (release) and charges the CPU it took (charge). A stopping
+// worker does both within stopWrites.
+func (w *Worker) giveBack(ctx context.Context, j job, cpu time.Duration) {
+	if ctx.Err() == nil {
+		w.release(j.claim)
+		w.charge(ctx, j, cpu)
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), stopWrites)
+	defer cancel()
+	_ = w.cfg.Etcd.ReleaseBatchItem(sctx, j.claim)
+	if err := w.chargeOnce(sctx, j, cpu); err != nil {
+		w.log.Warn("batch: CPU of a stopped game not charged", "run", j.run.ID, "game", j.claim.N, "cpu", cpu, "err", err)
+	}
+}
+
+// charge charges to its run the CPU a game took that was not counted by an
+// acknowledgement — a game stopped (its run ended, its claim ended or its
+// lease lost, the worker stopping) or whose result could not be stored or
+// acknowledged — so that a run's spend, and the tenant's, is all the CPU
+// its games took. It tries again while etcd cannot be reached, as long as
+// the worker runs (once more when it stops meanwhile); ChargeBatchCPU
+// counts a claim once however often it is tried.
+func (w *Worker) charge(ctx context.Context, j job, cpu time.Duration) {
+	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		timeout := 5 * time.Second
+		if ctx.Err() != nil {
+			timeout = stopWrites
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := w.chargeOnce(cctx, j, cpu)
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			w.log.Warn("batch: CPU of a stopped game not charged", "run", j.run.ID, "game", j.claim.N, "cpu", cpu, "err", err)
+			return
+		}
+		w.log.Warn("batch: charge CPU of a stopped game, trying again", "run", j.run.ID, "game", j.claim.N, "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+	}
+}
+
+// chargeOnce tries a charge once (within ctx). A charge that spends the
+// run's budget ends the run; one to an ended run has its record written
+// again (here if the worker can, else by the reaper).
+func (w *Worker) chargeOnce(ctx context.Context, j job, cpu time.Duration) error {
+	if cpu <= 0 {
+		return nil
+	}
+	r, p, err := w.cfg.Etcd.ChargeBatchCPU(ctx, j.claim, int64(cpu))
+	switch {
+	case errors.Is(err, clusterstate.ErrBatchRunNotFound):
+		return nil // its record is gone (a day after it ended): nothing to charge
+	case err != nil:
+		return err
+	case r.State == clusterstate.BatchEnded:
+		if w.full != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := recordRun(rctx, w.cfg.Etcd, w.full, r.Tenant, r.ID); err != nil {
+				w.log.Warn("batch: record run", "run", r.ID, "err", err)
+			}
+		}
+	case p.CPU >= r.BudgetCPU:
+		w.end(r, clusterstate.BatchBudget)
+	}
+	return nil
 }
 
 // release gives a claimed item back to the queue now if etcd is still
 // reachable (else the lease's expiry does it), taking its attempt back.
 func (w *Worker) release(cl clusterstate.BatchClaim) {
-	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	rctx, cancel := context.WithTimeout(context.Background(), stopWrites)
 	defer cancel()
 	_ = w.cfg.Etcd.ReleaseBatchItem(rctx, cl)
 }
