@@ -82,9 +82,9 @@ func (p *etcdCut) setCut(cut bool) {
 }
 
 // A worker that loses its etcd lease (etcd out of its reach for longer than
-// the lease's TTL) abandons the game it was playing, takes a new lease once
-// etcd answers again and goes on: it plays the game again and the run
-// completes. The reaper it carries goes on too: it ends a run left
+// the lease's TTL) abandons the game it was playing, charging the CPU it
+// took, takes a new lease once etcd answers again and goes on: it plays the
+// game again and the run completes. The reaper it carries goes on too: it ends a run left
 // admitting, which nothing else would.
 func TestWorkerOutlivesItsLease(t *testing.T) {
 	ctx := testCtx(t, 120*time.Second)
@@ -161,6 +161,10 @@ func TestWorkerOutlivesItsLease(t *testing.T) {
 	}
 	if full := (rs[0].Ticks + 34) / 35; chunks.Load() != full {
 		t.Errorf("%d chunks played for a game of %d chunks: the game was played on under the lost lease", chunks.Load(), full)
+	}
+	// The abandoned play's CPU is charged to the run once etcd answers.
+	if r.Final.CPU <= rs[0].CPUNanos {
+		t.Errorf("the run's CPU %d is the played game's %d alone: the abandoned play was not charged", r.Final.CPU, rs[0].CPUNanos)
 	}
 
 	// The reaper campaigns again under the new lease and sweeps.
