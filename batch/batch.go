@@ -9,13 +9,16 @@
 // deadline), stores the result in the backend (a WorkerBackend: the backend's
 // Server in its process, a RemoteBackend calling BatchWorkerService with a
 // sim node's own credential elsewhere) and only then acknowledges the item.
-// A worker that dies loses its lease and its items go back to the queue; the
-// store keeps the first result of each game, so every game has exactly one,
-// and a game that lost its worker MaxAttempts times is recorded as failed. A
-// run ends by itself: when every game is in, at its wall-clock deadline, or
-// when its CPU budget is spent; a reaper elected among the backends' workers
-// (or RunReaper) ends overdue runs and items, removes orphaned queues and
-// records the usage of runs nobody recorded.
+// A worker that dies loses its lease and its items go back to the queue (one
+// that loses its lease to an etcd outage abandons its games in flight and
+// goes on under a new lease); the store keeps the first result of each game,
+// so every game has exactly one, and a game that lost its worker MaxAttempts
+// times is recorded as failed. A run ends by itself: when every game is in,
+// at its wall-clock deadline, or when its CPU budget is spent; its games in
+// flight then stop, and the CPU of every game not acknowledged is charged to
+// its run all the same (clusterstate.ChargeBatchCPU); a reaper elected among
+// the backends' workers (or RunReaper) ends overdue runs and items, removes
+// orphaned queues and records the usage of runs nobody recorded.
 //
 // Service serves BatchService (proto/ludus/v1/batch.proto) to studios; the
 // summary (Summarize: wins per side and per map with Wilson score intervals)

@@ -246,7 +246,7 @@ func waitEnded(t *testing.T, ctx context.Context, tenant, run string) clustersta
 func TestDeadlineAndBudgetEndRuns(t *testing.T) {
 	ctx := testCtx(t, 120*time.Second)
 	tenant, _ := newTenant(t)
-	startWorker(t, WorkerConfig{ID: "limits", Concurrency: 2})
+	_, stop := startWorker(t, WorkerConfig{ID: "limits", Concurrency: 2})
 	adm := &Admitter{Etcd: state, Backend: srv, Engine: eng}
 	long := []Map{{Config: json.RawMessage(longArena)}}
 
@@ -271,8 +271,11 @@ func TestDeadlineAndBudgetEndRuns(t *testing.T) {
 	if r.Reason != clusterstate.BatchBudget || r.Final.CPU < int64(budget) || r.Final.Done >= 1000 {
 		t.Fatalf("budget run ended %s with %+v", r.Reason, r.Final)
 	}
+	// The games the ends stopped are charged to their runs after the ends:
+	// once the worker stopped, all are.
+	stop()
 	ledger, _ := state.BatchLedger(ctx, tenant)
-	if ledger.Settled != r.Final.CPU+mustRun(t, ctx, tenant, dl.ID).Final.CPU {
+	if ledger.Settled != mustRun(t, ctx, tenant, bu.ID).Final.CPU+mustRun(t, ctx, tenant, dl.ID).Final.CPU {
 		t.Errorf("ledger %d ≠ the two runs' CPU", ledger.Settled)
 	}
 }

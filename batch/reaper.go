@@ -121,8 +121,9 @@ func runReaper(ctx context.Context, etcd *clusterstate.Client, be Backend, lease
 // Reap is one sweep of the reaper: it ends runs past their deadline, runs
 // that spent their budget or are complete, and runs left admitting by a
 // launcher that vanished; ends overdue games' leases (the game returns to
-// the queue); records ended runs nobody recorded (their usage is settled in
-// etcd when they end, whoever ends them); removes orphaned queues and old
+// the queue, and its worker stops playing it); records ended runs nobody
+// recorded, or whose record a late charge changed (their usage is settled
+// in etcd when they end, whoever ends them); removes orphaned queues and old
 // ended runs' records; and has the backend delete runs past their retention.
 func Reap(ctx context.Context, etcd *clusterstate.Client, be Backend, cfg ReaperConfig) error {
 	cfg.defaults()

@@ -43,15 +43,18 @@ type WorkerConfig struct {
 	// does, games pause between chunks of ticks (Runner.Yield). Nil: never.
 	LiveLate func() bool
 	// LeaseTTL is the worker's etcd lease: a worker that vanishes gives its
-	// games back to the queue this long after its last renewal. Default 10 s.
+	// games back to the queue this long after its last renewal (one cut off
+	// from etcd that long abandons them, and takes a new lease once etcd
+	// answers). Default 10 s.
 	LeaseTTL time.Duration
 	// Poll is how often an idle worker looks for runs. Default 1 s.
 	Poll time.Duration
 	// NoReaper keeps this worker out of the reaper election.
 	NoReaper bool
 	// MaxAttempts is how many times a game may lose its worker — the worker
-	// died, or the reaper ended its overdue lease — before it is recorded as
-	// failed instead of being played again. Default DefaultMaxAttempts.
+	// died or lost its etcd lease, or the reaper ended its overdue lease —
+	// before it is recorded as failed instead of being played again. Default
+	// DefaultMaxAttempts.
 	MaxAttempts int
 	// Reaper configures the reaper this worker runs when elected.
 	Reaper ReaperConfig
@@ -60,20 +63,26 @@ type WorkerConfig struct {
 }
 
 // DefaultMaxAttempts is WorkerConfig.MaxAttempts's default: a game that
-// lost three workers (ran past the reaper's item timeout, or crashed the
-// process playing it) is not played a fourth time.
+// lost three workers (ran past the reaper's item timeout, crashed the
+// process playing it, or was being played when its worker lost its etcd
+// lease) is not played a fourth time.
 const DefaultMaxAttempts = 3
 
 // Worker plays batch items. It runs until the context given to StartWorker
-// ends.
+// ends: losing its etcd lease (etcd unreachable for longer than LeaseTTL)
+// abandons the games it was playing under that lease, and it goes on under
+// a new one.
 type Worker struct {
-	cfg   WorkerConfig
-	full  Backend // cfg.Backend if it is a full Backend, else nil
-	lease *clusterstate.Lease
-	eng   *engine.Engine
-	own   bool // eng is ours to close
-	log   *slog.Logger
-	done  chan struct{}
+	cfg  WorkerConfig
+	full Backend // cfg.Backend if it is a full Backend, else nil
+	eng  *engine.Engine
+	own  bool // eng is ours to close
+	log  *slog.Logger
+	done chan struct{}
+
+	leaseMu sync.Mutex
+	lease   *clusterstate.Lease // the current lease; keepLease replaces it once lost
+	renewed chan struct{}       // closed when lease is replaced
 
 	mu     sync.Mutex
 	runs   []clusterstate.BatchRun
@@ -116,7 +125,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		cfg.Poll = time.Second
 	}
 	w := &Worker{cfg: cfg, full: full, log: cfg.Logger, eng: cfg.Engine, done: make(chan struct{}),
-		cursor: map[string]int{}, specs: map[string]*Spec{}}
+		renewed: make(chan struct{}), cursor: map[string]int{}, specs: map[string]*Spec{}}
 	if w.log == nil {
 		w.log = slog.Default()
 	}
@@ -134,6 +143,11 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		w.own = true
 	}
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.keepLease(ctx)
+	}()
 	for range cfg.Concurrency {
 		wg.Add(1)
 		go func() {
@@ -152,8 +166,6 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-w.lease.Done():
-				return
 			case <-t.C:
 				w.eng.EvictIdle(ctx, engine.DefaultModuleIdle)
 			}
@@ -163,14 +175,22 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runReaper(ctx, cfg.Etcd, full, lease, cfg.ID, cfg.Reaper, w.log)
+			// A lost lease deposes the reaper (runReaper returns); it
+			// campaigns again under the next one, like RunReaper.
+			for {
+				lease, ok := w.liveLease(ctx)
+				if !ok {
+					return
+				}
+				runReaper(ctx, cfg.Etcd, full, lease, cfg.ID, cfg.Reaper, w.log)
+			}
 		}()
 	}
 	go func() {
 		wg.Wait()
 		// Revoke the lease: items still leased (none, normally) return at
 		// once. A worker whose etcd client is gone cannot; its lease expires.
-		lease.Close()
+		w.currentLease().Close()
 		if w.own {
 			w.eng.Close(context.Background())
 		}
@@ -192,31 +212,111 @@ func (w *Worker) Played() int {
 	return w.played
 }
 
-func (w *Worker) slot(ctx context.Context) {
-	runner := &Runner{Yield: w.cfg.LiveLate}
-	for ctx.Err() == nil {
-		cl, run, ok := w.claim(ctx)
-		if !ok {
-			select {
-			case <-ctx.Done():
-				return
-			case <-w.lease.Done():
-				return
-			case <-time.After(w.cfg.Poll):
-			}
-			continue
+// currentLease is the worker's lease now (it may be lost: liveLease waits
+// for a live one).
+func (w *Worker) currentLease() *clusterstate.Lease {
+	w.leaseMu.Lock()
+	defer w.leaseMu.Unlock()
+	return w.lease
+}
+
+// liveLease returns the worker's lease, waiting while it is lost for
+// keepLease to grant the next one; false once ctx ends.
+func (w *Worker) liveLease(ctx context.Context) (*clusterstate.Lease, bool) {
+	for {
+		w.leaseMu.Lock()
+		lease, renewed := w.lease, w.renewed
+		w.leaseMu.Unlock()
+		if !lost(lease) {
+			return lease, ctx.Err() == nil
 		}
-		w.play(ctx, runner, run, cl)
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-renewed:
+		}
 	}
 }
 
-func (w *Worker) leaseLost() bool {
+// keepLease grants a new lease whenever the current one is lost (etcd was
+// unreachable for longer than its TTL, or the lease was revoked), trying
+// again with backoff while etcd stays unreachable, until ctx ends. Without
+// it one etcd outage would stop the worker, and the reaper it carries, for
+// good while the process runs on. The games played under the lost lease are
+// abandoned (play): their lease keys went with the lease, so their items
+// are free again and count a lost attempt, as a dead worker's do.
+func (w *Worker) keepLease(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.currentLease().Done():
+		}
+		// The lease's keep-alive also ends with ctx: that is no loss.
+		if ctx.Err() != nil {
+			return
+		}
+		w.log.Warn("batch: etcd lease lost; games in flight are abandoned, granting a new lease")
+		for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+			next, err := w.cfg.Etcd.GrantLease(ctx, w.cfg.LeaseTTL)
+			if err == nil {
+				w.leaseMu.Lock()
+				w.lease = next
+				close(w.renewed)
+				w.renewed = make(chan struct{})
+				w.leaseMu.Unlock()
+				w.log.Info("batch: new etcd lease granted")
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			w.log.Warn("batch: grant lease, trying again", "in", delay, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+		}
+	}
+}
+
+func lost(lease *clusterstate.Lease) bool {
 	select {
-	case <-w.lease.Done():
+	case <-lease.Done():
 		return true
 	default:
 		return false
 	}
+}
+
+func (w *Worker) slot(ctx context.Context) {
+	runner := &Runner{Yield: w.cfg.LiveLate}
+	for {
+		lease, ok := w.liveLease(ctx)
+		if !ok {
+			return
+		}
+		j, ok := w.claim(ctx, lease)
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-lease.Done(): // liveLease waits for the next
+			case <-time.After(w.cfg.Poll):
+			}
+			continue
+		}
+		w.play(ctx, runner, j)
+	}
+}
+
+// job is a claimed item: its run, the claim, and the lease it was claimed
+// under. The game is this worker's only while that lease lives.
+type job struct {
+	run   clusterstate.BatchRun
+	claim clusterstate.BatchClaim
+	lease *clusterstate.Lease
 }
 
 // runList returns the running runs, read from etcd at most every Poll.
@@ -255,8 +355,9 @@ func (w *Worker) forget(run string) {
 	}
 }
 
-// claim claims a free item of some running run, round robin over runs.
-func (w *Worker) claim(ctx context.Context) (clusterstate.BatchClaim, clusterstate.BatchRun, bool) {
+// claim claims a free item of some running run under lease, round robin
+// over runs.
+func (w *Worker) claim(ctx context.Context, lease *clusterstate.Lease) (job, bool) {
 	runs := w.runList(ctx)
 	for i := range runs {
 		w.mu.Lock()
@@ -266,7 +367,7 @@ func (w *Worker) claim(ctx context.Context) (clusterstate.BatchClaim, clustersta
 		if time.Now().After(r.Deadline) {
 			continue
 		}
-		cl, ok, err := w.cfg.Etcd.ClaimBatchItem(ctx, w.lease, w.cfg.ID, r.Tenant, r.ID, from)
+		cl, ok, err := w.cfg.Etcd.ClaimBatchItem(ctx, lease, w.cfg.ID, r.Tenant, r.ID, from)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("batch: claim", "run", r.ID, "err", err)
@@ -281,9 +382,9 @@ func (w *Worker) claim(ctx context.Context) (clusterstate.BatchClaim, clustersta
 		w.cursor[r.ID] = cl.N + 1
 		w.next++
 		w.mu.Unlock()
-		return cl, r, true
+		return job{run: r, claim: cl, lease: lease}, true
 	}
-	return clusterstate.BatchClaim{}, clusterstate.BatchRun{}, false
+	return job{}, false
 }
 
 // spec returns the run's decoded spec.
@@ -331,9 +432,10 @@ func (w *Worker) setup(ctx context.Context, r clusterstate.BatchRun) (*Spec, *en
 }
 
 // play plays a claimed item, stores its result and acknowledges it.
-func (w *Worker) play(ctx context.Context, runner *Runner, r clusterstate.BatchRun, cl clusterstate.BatchClaim) {
+func (w *Worker) play(ctx context.Context, runner *Runner, j job) {
+	r, cl := j.run, j.claim
 	if cl.Attempt > w.cfg.MaxAttempts {
-		w.giveUp(ctx, r, cl)
+		w.giveUp(ctx, j)
 		return
 	}
 	spec, m, err := w.setup(ctx, r)
@@ -346,27 +448,39 @@ func (w *Worker) play(ctx context.Context, runner *Runner, r clusterstate.BatchR
 	g := gameOf(spec, cl)
 	pctx, cancel := context.WithDeadline(ctx, r.Deadline)
 	defer cancel()
-	// Stop playing when the lease is lost: another worker has the game.
+	// Stop playing once the game is no longer this worker's to finish: the
+	// lease it was claimed under is lost (its lease key went with it, so
+	// another worker may have the game), or its lease key is gone — the run
+	// ended (canceled, its budget spent, past its deadline: ending deletes
+	// its queue) or the reaper ended the game as overdue. Played on, the
+	// game's result could not be acknowledged, and the CPU it took would be
+	// spent past the run's end.
+	gone := w.cfg.Etcd.WatchBatchClaim(pctx, cl)
 	go func() {
 		select {
-		case <-w.lease.Done():
-			cancel()
+		case <-j.lease.Done():
+		case <-gone:
 		case <-pctx.Done():
 		}
+		cancel()
 	}()
 	res, err := runner.Play(pctx, m, spec, g)
 	if err != nil {
-		if ctx.Err() != nil || w.leaseLost() {
-			w.release(cl)
+		if ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
+			// The run's deadline passed mid-game.
+			w.end(r, clusterstate.BatchDeadline)
+			w.charge(ctx, j, res.CPU)
 			return
 		}
-		// The run's deadline passed mid-game.
-		w.end(r, clusterstate.BatchDeadline)
+		// The worker is stopping, or the game stopped being its.
+		w.giveBack(ctx, j, res.CPU)
 		return
 	}
 	res.Worker = w.cfg.ID
 	fit(&res)
-	w.finish(ctx, r, cl, res, true)
+	if !w.finish(ctx, j, res, true) {
+		w.charge(ctx, j, res.CPU)
+	}
 }
 
 // gameOf is the game of a claimed item (the item's value, or the spec's
@@ -383,7 +497,8 @@ func gameOf(spec *Spec, cl clusterstate.BatchClaim) Game {
 // failed, without playing it again: a game that runs past the reaper's item
 // timeout, or kills the worker's process, would otherwise go round the queue
 // until the run's deadline, holding a worker each time.
-func (w *Worker) giveUp(ctx context.Context, r clusterstate.BatchRun, cl clusterstate.BatchClaim) {
+func (w *Worker) giveUp(ctx context.Context, j job) {
+	r, cl := j.run, j.claim
 	spec, err := w.spec(r)
 	if err != nil {
 		w.log.Error("batch: cannot play run", "run", r.ID, "err", err)
@@ -393,16 +508,20 @@ func (w *Worker) giveUp(ctx context.Context, r clusterstate.BatchRun, cl cluster
 	}
 	g := gameOf(spec, cl)
 	res := Result{Game: g, MapName: spec.Maps[g.Map].Name, Winner: -1, Worker: w.cfg.ID,
-		Error: fmt.Sprintf("not played again: the game lost its worker %d times (it ran past the reaper's item timeout, or the worker stopped while playing it)", cl.Attempt-1)}
+		Error: fmt.Sprintf("not played again: the game lost its worker %d times (it ran past the reaper's item timeout, or the worker stopped or lost its etcd lease while playing it)", cl.Attempt-1)}
 	w.log.Warn("batch: game recorded as failed after lost attempts", "run", r.ID, "game", cl.N, "attempts", cl.Attempt-1)
-	w.finish(ctx, r, cl, res, false)
+	w.finish(ctx, j, res, false)
 }
 
 // finish stores a game's result and then acknowledges its item: only what
-// is durable is acknowledged. played says whether this worker played the
-// game to its end (a game given up on was not).
-func (w *Worker) finish(ctx context.Context, r clusterstate.BatchRun, cl clusterstate.BatchClaim, res Result, played bool) {
-	stored, err := w.store(ctx, toStore(r.Tenant, r.ID, res))
+// is durable is acknowledged; a game whose result cannot be stored is given
+// back, its CPU charged (giveBack). played says whether this worker played
+// the game to its end (a game given up on was not). It reports whether the
+// game's CPU was counted, or may have been (an acknowledgement whose answer
+// did not come back): if not, the caller charges it.
+func (w *Worker) finish(ctx context.Context, j job, res Result, played bool) (counted bool) {
+	r, cl := j.run, j.claim
+	stored, err := w.store(ctx, j.lease, toStore(r.Tenant, r.ID, res))
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Error("batch: store result", "run", r.ID, "game", cl.N, "err", err)
@@ -410,8 +529,8 @@ func (w *Worker) finish(ctx context.Context, r clusterstate.BatchRun, cl cluster
 		if c := connect.CodeOf(err); c == connect.CodeNotFound || c == connect.CodeFailedPrecondition {
 			w.forget(r.ID) // the run ended (or is gone): its other items are no use
 		}
-		w.release(cl)
-		return
+		w.giveBack(ctx, j, res.CPU)
+		return true // charged by giveBack
 	}
 	o := clusterstate.BatchOutcome{Failed: res.Error != "", TimedOut: res.TimedOut, CPU: int64(res.CPU), Ticks: res.Ticks}
 	if !played && !stored {
@@ -420,11 +539,16 @@ func (w *Worker) finish(ctx context.Context, r clusterstate.BatchRun, cl cluster
 		o.Failed = false
 	}
 	p, err := w.cfg.Etcd.AckBatchItem(ctx, cl, o)
+	if errors.Is(err, clusterstate.ErrBatchLeaseLost) {
+		return false // nothing was written
+	}
 	if err != nil {
-		if !errors.Is(err, clusterstate.ErrBatchLeaseLost) && ctx.Err() == nil {
+		if ctx.Err() == nil {
 			w.log.Warn("batch: ack", "run", r.ID, "game", cl.N, "err", err)
 		}
-		return
+		// It may have been written all the same: charging the CPU too
+		// could count it twice.
+		return true
 	}
 	w.mu.Lock()
 	w.played++
@@ -435,12 +559,92 @@ func (w *Worker) finish(ctx context.Context, r clusterstate.BatchRun, cl cluster
 	case p.CPU >= r.BudgetCPU:
 		w.end(r, clusterstate.BatchBudget)
 	}
+	return true
+}
+
+// stopWrites bounds a stopping worker's last writes to etcd for a game,
+// together: etcd may be out of reach, and the process is on its way out.
+const stopWrites = time.Second
+
+// giveBack gives a claimed game back to the queue if it is still this
+// worker's (release) and charges the CPU it took (charge). A stopping
+// worker does both within stopWrites.
+func (w *Worker) giveBack(ctx context.Context, j job, cpu time.Duration) {
+	if ctx.Err() == nil {
+		w.release(j.claim)
+		w.charge(ctx, j, cpu)
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), stopWrites)
+	defer cancel()
+	_ = w.cfg.Etcd.ReleaseBatchItem(sctx, j.claim)
+	if err := w.chargeOnce(sctx, j, cpu); err != nil {
+		w.log.Warn("batch: CPU of a stopped game not charged", "run", j.run.ID, "game", j.claim.N, "cpu", cpu, "err", err)
+	}
+}
+
+// charge charges to its run the CPU a game took that was not counted by an
+// acknowledgement — a game stopped (its run ended, its claim ended or its
+// lease lost, the worker stopping) or whose result could not be stored or
+// acknowledged — so that a run's spend, and the tenant's, is all the CPU
+// its games took. It tries again while etcd cannot be reached, as long as
+// the worker runs (once more when it stops meanwhile); ChargeBatchCPU
+// counts a claim once however often it is tried.
+func (w *Worker) charge(ctx context.Context, j job, cpu time.Duration) {
+	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		timeout := 5 * time.Second
+		if ctx.Err() != nil {
+			timeout = stopWrites
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := w.chargeOnce(cctx, j, cpu)
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			w.log.Warn("batch: CPU of a stopped game not charged", "run", j.run.ID, "game", j.claim.N, "cpu", cpu, "err", err)
+			return
+		}
+		w.log.Warn("batch: charge CPU of a stopped game, trying again", "run", j.run.ID, "game", j.claim.N, "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+	}
+}
+
+// chargeOnce tries a charge once (within ctx). A charge that spends the
+// run's budget ends the run; one to an ended run has its record written
+// again (here if the worker can, else by the reaper).
+func (w *Worker) chargeOnce(ctx context.Context, j job, cpu time.Duration) error {
+	if cpu <= 0 {
+		return nil
+	}
+	r, p, err := w.cfg.Etcd.ChargeBatchCPU(ctx, j.claim, int64(cpu))
+	switch {
+	case errors.Is(err, clusterstate.ErrBatchRunNotFound):
+		return nil // its record is gone (a day after it ended): nothing to charge
+	case err != nil:
+		return err
+	case r.State == clusterstate.BatchEnded:
+		if w.full != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := recordRun(rctx, w.cfg.Etcd, w.full, r.Tenant, r.ID); err != nil {
+				w.log.Warn("batch: record run", "run", r.ID, "err", err)
+			}
+		}
+	case p.CPU >= r.BudgetCPU:
+		w.end(r, clusterstate.BatchBudget)
+	}
+	return nil
 }
 
 // release gives a claimed item back to the queue now if etcd is still
 // reachable (else the lease's expiry does it), taking its attempt back.
 func (w *Worker) release(cl clusterstate.BatchClaim) {
-	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	rctx, cancel := context.WithTimeout(context.Background(), stopWrites)
 	defer cancel()
 	_ = w.cfg.Etcd.ReleaseBatchItem(rctx, cl)
 }
@@ -450,14 +654,14 @@ const storeTries = 5
 
 // store stores a result, trying again (backing off from 250 ms) while the
 // failure may pass — the backend unreachable or restarting — and the claim
-// is still this worker's: the game's CPU is spent already. A retry whose
-// first try was stored after all stores nothing (the first result of a game
-// wins).
-func (w *Worker) store(ctx context.Context, r store.BatchResult) (bool, error) {
+// is still this worker's (lease, the one it was claimed under, lives): the
+// game's CPU is spent already. A retry whose first try was stored after all
+// stores nothing (the first result of a game wins).
+func (w *Worker) store(ctx context.Context, lease *clusterstate.Lease, r store.BatchResult) (bool, error) {
 	delay := 250 * time.Millisecond
 	for try := 1; ; try++ {
 		stored, err := w.cfg.Backend.PutBatchResult(ctx, r)
-		if err == nil || try == storeTries || !retryable(err) || ctx.Err() != nil || w.leaseLost() {
+		if err == nil || try == storeTries || !retryable(err) || ctx.Err() != nil || lost(lease) {
 			return stored, err
 		}
 		w.log.Warn("batch: store result, trying again", "run", r.RunID, "game", r.Game, "try", try, "err", err)
@@ -466,7 +670,7 @@ func (w *Worker) store(ctx context.Context, r store.BatchResult) (bool, error) {
 		case <-ctx.Done():
 			t.Stop()
 			return false, err
-		case <-w.lease.Done():
+		case <-lease.Done():
 			t.Stop()
 			return false, err
 		case <-t.C:
@@ -544,16 +748,31 @@ func endRun(ctx context.Context, etcd *clusterstate.Client, be Backend, tenant, 
 	return recordRun(ctx, etcd, be, tenant, run)
 }
 
+// recordRun writes an ended run's record to the backend, unless it is
+// recorded already. Several may record a run at once — the one that ended
+// it, workers charging the CPU of its stopped games to it (which changes
+// its record: ChargeBatchCPU), the reaper — and the backend keeps the last
+// write, so one whose write may have overwritten a newer record finds out
+// when its mark fails (the record changed since it read it) and writes
+// again: the last write to go through is then of the record as it is.
 func recordRun(ctx context.Context, etcd *clusterstate.Client, be Backend, tenant, run string) error {
-	r, p, err := etcd.BatchRunProgress(ctx, tenant, run)
-	if err != nil {
-		return err
+	again := false
+	for range 10 {
+		r, p, err := etcd.BatchRunProgress(ctx, tenant, run)
+		if err != nil {
+			return err
+		}
+		if r.State != clusterstate.BatchEnded || r.Recorded && !again {
+			return nil
+		}
+		if err := be.PutBatchRun(ctx, runRecord(r, p)); err != nil {
+			return err
+		}
+		marked, err := etcd.MarkBatchRunRecorded(ctx, tenant, run, r.Rev)
+		if err != nil || marked {
+			return err
+		}
+		again = true
 	}
-	if r.State != clusterstate.BatchEnded || r.Recorded {
-		return nil
-	}
-	if err := be.PutBatchRun(ctx, runRecord(r, p)); err != nil {
-		return err
-	}
-	return etcd.MarkBatchRunRecorded(ctx, tenant, run)
+	return fmt.Errorf("batch run %s: its record changed under each of 10 writes to the backend", run)
 }

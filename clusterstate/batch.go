@@ -18,6 +18,10 @@ package clusterstate
 //	/ludus/batchledger/{tenant}                  BatchLedger JSON: CPU settled by ended runs;
 //	                                             written by every admission and every settle,
 //	                                             so admissions are serialized per tenant
+//	/ludus/batchcharges/{tenant}/{run}/{n}-{fence}
+//	                                             a charge of a claim's CPU (ChargeBatchCPU)
+//	                                             that may be tried again; deleted once seen
+//	                                             through
 //
 // A run is admitted (AdmitBatchRun, state "admitting"), filled with items
 // (PutBatchItems, at most batchPutOps per transaction) and started
@@ -34,7 +38,12 @@ package clusterstate
 // instead of queueing it forever. EndBatchRun ends a run (complete,
 // deadline, budget, canceled, orphaned) and settles its CPU into the
 // tenant's ledger in the same transaction, whoever calls it, so usage is
-// recorded exactly once even when the launcher is gone.
+// recorded exactly once even when the launcher is gone. A worker watches
+// the lease key of each game it plays (WatchBatchClaim) and stops the game
+// once the key is gone — the run ended, or the claim was ended — and the
+// CPU of a game that is not acknowledged is charged to its run all the
+// same (ChargeBatchCPU): into its progress while it runs, else into its
+// final progress and the tenant's settled spend.
 
 import (
 	"context"
@@ -193,6 +202,12 @@ func BatchAttemptsKey(tenant, run string, n int) string {
 }
 func BatchProgressKey(tenant, run string) string { return BatchPrefix(tenant, run) + "progress" }
 func BatchLedgerKey(tenant string) string        { return Prefix + "batchledger/" + tenant }
+func BatchChargesPrefix(tenant, run string) string {
+	return Prefix + "batchcharges/" + tenant + "/" + run + "/"
+}
+func BatchChargeKey(cl BatchClaim) string {
+	return fmt.Sprintf("%s%08x-%x", BatchChargesPrefix(cl.Tenant, cl.Run), cl.N, cl.Fence)
+}
 
 func allBatchRunsPrefix() string { return Prefix + "batchruns/" }
 func allBatchPrefix() string     { return Prefix + "batch/" }
@@ -701,21 +716,163 @@ func (c *Client) EndBatchRun(ctx context.Context, tenant, run, reason string, no
 	return false, fmt.Errorf("clusterstate: end batch run %s: too much contention", run)
 }
 
-// MarkBatchRunRecorded sets Recorded on an ended run's record.
-func (c *Client) MarkBatchRunRecorded(ctx context.Context, tenant, run string) error {
-	return c.updateBatchRun(ctx, tenant, run, func(r *BatchRun) error {
-		r.Recorded = true
-		return nil
-	})
+// MarkBatchRunRecorded sets Recorded on an ended run's record if the record
+// is still as read at revision rev (the one written to the backend): a
+// charge that came in meanwhile (ChargeBatchCPU) changed its final CPU, and
+// the record must be written again. It reports whether it marked it.
+func (c *Client) MarkBatchRunRecorded(ctx context.Context, tenant, run string, rev int64) (bool, error) {
+	r, err := c.BatchRun(ctx, tenant, run)
+	if err != nil || r.Rev != rev {
+		return false, err
+	}
+	r.Recorded = true
+	b, _ := json.Marshal(r)
+	k := BatchRunKey(tenant, run)
+	resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).Then(clientv3.OpPut(k, string(b))).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
 }
 
-// RemoveBatchRun deletes a run's record and whatever is left of its queue.
+// RemoveBatchRun deletes a run's record and whatever is left of its queue
+// and its charges.
 func (c *Client) RemoveBatchRun(ctx context.Context, tenant, run string) error {
 	_, err := c.cli.Txn(ctx).Then(
 		clientv3.OpDelete(BatchRunKey(tenant, run)),
 		clientv3.OpDelete(BatchPrefix(tenant, run), clientv3.WithPrefix()),
+		clientv3.OpDelete(BatchChargesPrefix(tenant, run), clientv3.WithPrefix()),
 	).Commit()
 	return err
+}
+
+// ChargeBatchCPU counts cpu (nanoseconds) that claim cl's game spent without
+// being acknowledged — it was stopped (its run ended, its claim was ended
+// or its lease lost, its worker stopped), or its result could not be stored
+// or acknowledged — so that a run's spend is the CPU of all its games, not
+// only of those acknowledged. While the run has not ended the CPU goes into
+// its progress (against its budget, and as accrued spend against the
+// tenant's cap); once it has, into its final progress and the tenant's
+// settled spend in one transaction, and the record loses Recorded, so that
+// the backend's record is written again. A call tried again after an error
+// counts nothing more if the first one counted: the transaction also writes
+// the claim's charge key (BatchChargeKey) and happens only if it is absent,
+// and the key is deleted once a call has seen the charge through (so call
+// it again only after an error). It returns the run and its progress after
+// the charge; ErrBatchRunNotFound if the run's record is gone.
+func (c *Client) ChargeBatchCPU(ctx context.Context, cl BatchClaim, cpu int64) (BatchRun, BatchProgress, error) {
+	mk := BatchChargeKey(cl)
+	rk, pk, lk := BatchRunKey(cl.Tenant, cl.Run), BatchProgressKey(cl.Tenant, cl.Run), BatchLedgerKey(cl.Tenant)
+	for range 50 {
+		r, err := c.BatchRun(ctx, cl.Tenant, cl.Run)
+		if err != nil {
+			return r, BatchProgress{}, err
+		}
+		var p BatchProgress
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mk), "=", 0)}
+		ops := []clientv3.Op{clientv3.OpPut(mk, strconv.FormatInt(cpu, 10))}
+		if r.State == BatchEnded {
+			l, lrev, err := c.batchLedger(ctx, cl.Tenant)
+			if err != nil {
+				return r, p, err
+			}
+			r.Final.CPU += cpu
+			r.Recorded = false
+			l.Settled += cpu
+			p = r.Final
+			rb, _ := json.Marshal(r)
+			lb, _ := json.Marshal(l)
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(rk), "=", r.Rev), clientv3.Compare(clientv3.ModRevision(lk), "=", lrev))
+			ops = append(ops, clientv3.OpPut(rk, string(rb)), clientv3.OpPut(lk, string(lb)))
+		} else {
+			var prev int64
+			if p, prev, err = c.batchProgress(ctx, cl.Tenant, cl.Run); err != nil {
+				return r, p, err
+			}
+			if prev == 0 {
+				continue // it ended between the two reads
+			}
+			p.CPU += cpu
+			pb, _ := json.Marshal(p)
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(pk), "=", prev))
+			ops = append(ops, clientv3.OpPut(pk, string(pb)))
+		}
+		resp, err := c.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(mk, clientv3.WithCountOnly())).Commit()
+		if err != nil {
+			return r, p, err
+		}
+		if !resp.Succeeded && resp.Responses[0].GetResponseRange().Count == 0 {
+			continue // the run, its progress or the ledger moved: read again
+		}
+		// Charged, by this call or by an earlier one whose answer was lost:
+		// the key has done its work. Left behind (this delete failing), it
+		// goes with the run's record (RemoveBatchRun).
+		_, _ = c.cli.Delete(ctx, mk)
+		if resp.Succeeded {
+			return r, p, nil
+		}
+		return c.BatchRunProgress(ctx, cl.Tenant, cl.Run)
+	}
+	return BatchRun{}, BatchProgress{}, fmt.Errorf("clusterstate: charge of run %s game %d: too much contention", cl.Run, cl.N)
+}
+
+// WatchBatchClaim returns a channel closed once claim cl no longer holds
+// its item: the item's lease key is deleted or is another claim's — the run
+// ended (EndBatchRun deletes its queue), the reaper ended the claim as
+// overdue (ExpireBatchLease), or the claim's etcd lease expired. It watches
+// from the claim's own revision on, so no change is missed, until ctx ends
+// (the channel then stays open). While etcd is out of reach it sees nothing:
+// the Lease the item was claimed under tells that.
+func (c *Client) WatchBatchClaim(ctx context.Context, cl BatchClaim) <-chan struct{} {
+	gone := make(chan struct{})
+	lk := BatchLeaseKey(cl.Tenant, cl.Run, cl.N)
+	go func() {
+		from := cl.Fence + 1
+		for ctx.Err() == nil {
+			if c.claimLost(ctx, lk, cl, from) {
+				close(gone)
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			// The watch ended without a verdict (its start revision was
+			// compacted away, or the client closed): read the key, and
+			// watch on from there.
+			resp, err := c.cli.Get(ctx, lk)
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != cl.Fence || string(resp.Kvs[0].Value) != cl.Owner {
+				close(gone)
+				return
+			}
+			from = resp.Header.Revision + 1
+		}
+	}()
+	return gone
+}
+
+// claimLost watches lease key lk from revision from and reports whether it
+// saw cl lose it; false when the watch ended first.
+func (c *Client) claimLost(ctx context.Context, lk string, cl BatchClaim, from int64) bool {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for wr := range c.cli.Watch(wctx, lk, clientv3.WithRev(from)) {
+		if wr.Err() != nil {
+			return false
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != cl.Fence {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // OrphanedBatchQueues returns the (tenant, run) pairs that have queue keys

@@ -247,3 +247,149 @@ func TestBatchAttemptsCountLostLeases(t *testing.T) {
 		t.Fatalf("the acknowledged item's attempt count is still there: %v %v", resp, err)
 	}
 }
+
+// A claim's watch fires once the claim loses its item — the reaper ends it
+// as overdue, its lease ends, the run ends — and not before.
+func TestBatchClaimWatch(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := uniq("bw")
+	r := admitRun(t, tenant, 4, time.Minute, time.Hour)
+	claim := func(l *Lease) BatchClaim {
+		t.Helper()
+		cl, ok, err := state.ClaimBatchItem(ctx, l, "w", tenant, r.ID, 0)
+		if err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		return cl
+	}
+	open := func(what string, ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+			t.Fatalf("%s: the watch fired while the claim holds its item", what)
+		default:
+		}
+	}
+	closed := func(what string, ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the watch did not fire in 5 s", what)
+		}
+	}
+	a := grantLease(t)
+	b, err := state.GrantLease(ctx, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overdue, ending, kept, acked := claim(a), claim(b), claim(a), claim(a)
+	gOverdue, gEnding, gKept := state.WatchBatchClaim(ctx, overdue), state.WatchBatchClaim(ctx, ending), state.WatchBatchClaim(ctx, kept)
+	// Another claim's acknowledgement is no loss.
+	if _, err := state.AckBatchItem(ctx, acked, BatchOutcome{CPU: 1}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	open("at first", gOverdue)
+	open("at first", gEnding)
+	open("at first", gKept)
+
+	ls, err := state.BatchLeases(ctx, tenant, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := state.ExpireBatchLease(ctx, tenant, r.ID, overdue.N, ls[overdue.N]); err != nil {
+		t.Fatal(err)
+	}
+	closed("ended as overdue", gOverdue)
+	b.Close()
+	closed("its lease ended", gEnding)
+	open("others' claims ended", gKept)
+	if _, err := state.EndBatchRun(ctx, tenant, r.ID, BatchCanceled, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	closed("the run ended", gKept)
+	closed("watched once gone", state.WatchBatchClaim(ctx, kept))
+}
+
+// CPU charged for a game that was not acknowledged counts in the run's
+// progress while it runs, and once it ended in its final progress and the
+// tenant's settled spend, the record to be written to the backend again; a
+// charge whose key is there (a try that counted, its answer lost) counts
+// nothing more.
+func TestBatchChargeCPU(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := uniq("bch")
+	r := admitRun(t, tenant, 3, time.Minute, time.Hour)
+	l := grantLease(t)
+	var cls []BatchClaim
+	for range 3 {
+		cl, ok, err := state.ClaimBatchItem(ctx, l, "w", tenant, r.ID, 0)
+		if err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		cls = append(cls, cl)
+	}
+	charges := func() int64 {
+		t.Helper()
+		resp, err := raw.Get(ctx, BatchChargesPrefix(tenant, r.ID), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	run, p, err := state.ChargeBatchCPU(ctx, cls[0], 7)
+	if err != nil || run.State != BatchRunning || p.CPU != 7 || p.Done != 0 {
+		t.Fatalf("charge of a running run: %+v %+v %v", run, p, err)
+	}
+	if n := charges(); n != 0 {
+		t.Fatalf("%d charge keys left after the charge went through", n)
+	}
+	if _, err := raw.Put(ctx, BatchChargeKey(cls[1]), "5"); err != nil {
+		t.Fatal(err)
+	}
+	if _, p, err := state.ChargeBatchCPU(ctx, cls[1], 5); err != nil || p.CPU != 7 {
+		t.Fatalf("a charge made already, tried again: %+v %v; want CPU 7", p, err)
+	}
+	if n := charges(); n != 0 {
+		t.Fatalf("%d charge keys left after the second try", n)
+	}
+
+	if _, err := state.EndBatchRun(ctx, tenant, r.ID, BatchCanceled, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ended, err := state.BatchRun(ctx, tenant, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := state.MarkBatchRunRecorded(ctx, tenant, r.ID, ended.Rev); !ok || err != nil {
+		t.Fatalf("mark recorded: %v %v", ok, err)
+	}
+	recorded, _ := state.BatchRun(ctx, tenant, r.ID)
+	run, p, err = state.ChargeBatchCPU(ctx, cls[2], 11)
+	if err != nil || run.State != BatchEnded || run.Recorded || p.CPU != 18 {
+		t.Fatalf("charge of an ended run: %+v %+v %v", run, p, err)
+	}
+	after, _ := state.BatchRun(ctx, tenant, r.ID)
+	ledger, _ := state.BatchLedger(ctx, tenant)
+	if after.Final.CPU != 18 || after.Recorded || ledger.Settled != 18 {
+		t.Fatalf("after a late charge: final %+v, recorded %v, settled %d; want 18, false, 18", after.Final, after.Recorded, ledger.Settled)
+	}
+	// The backend's record written before the charge is out of date: it
+	// cannot be marked as the record.
+	if ok, err := state.MarkBatchRunRecorded(ctx, tenant, r.ID, recorded.Rev); ok || err != nil {
+		t.Fatalf("mark of a record read before the charge: %v %v", ok, err)
+	}
+	if _, err := raw.Put(ctx, BatchChargeKey(cls[0]), "7"); err != nil { // left behind
+		t.Fatal(err)
+	}
+	if err := state.RemoveBatchRun(ctx, tenant, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := charges(); n != 0 {
+		t.Fatalf("%d charge keys outlive the run", n)
+	}
+	if _, _, err := state.ChargeBatchCPU(ctx, cls[2], 1); !errors.Is(err, ErrBatchRunNotFound) {
+		t.Fatalf("charge of a removed run: %v", err)
+	}
+}
