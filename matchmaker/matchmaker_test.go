@@ -756,41 +756,7 @@ func TestTicketLeftOverPartyTicketDoesNotCancelNewSearches(t *testing.T) {
 	alloc := &fakeAllocator{}
 	r := startReplica(t, alloc)
 	tenant := newTenant(t, r.state, nil)
-	ctx := testCtx(t, 40*time.Second)
-	lease := r.m.currentLease()
-	partyLease, err := r.state.GrantExpiringLease(ctx, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := clusterstate.Party{Code: "leftover", Tenant: tenant, Mode: "ranked", Size: 2}
-	if err := r.state.CreateParty(ctx, p, partyLease); err != nil {
-		t.Fatal(err)
-	}
-	var members []clusterstate.PartyMember
-	for _, acc := range []string{"ada", "bob"} {
-		j, err := r.state.JoinParty(ctx, lease, p, clusterstate.PartyMember{Token: "old-" + acc,
-			QueuedMember: clusterstate.QueuedMember{AccountID: acc, Replica: "gone", Rating: 1500, RTT: map[string]float64{"eu": 30, "us": 90}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		members = j.Members
-	}
-	old := clusterstate.QueuedTicket{ID: clusterstate.PartyTicketID(p.Code, members), Tenant: tenant, Mode: "ranked", Party: p.Code,
-		Enqueued: time.Now().Add(-time.Second)} // older than the new searches by any clock
-	for _, pm := range members {
-		qm := pm.QueuedMember
-		qm.Slot, qm.MemberRev = pm.Slot, pm.Rev
-		old.Members = append(old.Members, qm)
-	}
-	if ok, err := r.state.QueuePartyTicket(ctx, lease, old); err != nil || !ok {
-		t.Fatalf("queue the party's ticket: %v %v", ok, err)
-	}
-	// Both searches end, taking their member and search keys but not the ticket.
-	for _, pm := range members {
-		if _, err := r.state.EndSearch(ctx, tenant, pm.AccountID, "old-"+pm.AccountID, clusterstate.PartyMemberKey(tenant, p.Code, pm.AccountID)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	old := leftOverPartyTicket(t, r, tenant, "leftover")
 	players := []*player{r.find(t, tenant, "ada", nil), r.find(t, tenant, "bob", nil)}
 	for i := range 6 {
 		players = append(players, r.find(t, tenant, fmt.Sprintf("solo%d", i), nil))
@@ -988,40 +954,7 @@ func TestTicketDeadPartyTicketIsDropped(t *testing.T) {
 	alloc := &fakeAllocator{}
 	r := startReplica(t, alloc)
 	tenant := newTenant(t, r.state, func(rules *ludusv1.MatchmakingRules) { rules.MaxWaitMs = 3000 })
-	ctx := testCtx(t, 40*time.Second)
-	lease := r.m.currentLease()
-	partyLease, err := r.state.GrantExpiringLease(ctx, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := clusterstate.Party{Code: "deadparty", Tenant: tenant, Mode: "ranked", Size: 2}
-	if err := r.state.CreateParty(ctx, p, partyLease); err != nil {
-		t.Fatal(err)
-	}
-	var members []clusterstate.PartyMember
-	for _, acc := range []string{"ada", "bob"} {
-		j, err := r.state.JoinParty(ctx, lease, p, clusterstate.PartyMember{Token: "old-" + acc,
-			QueuedMember: clusterstate.QueuedMember{AccountID: acc, Replica: "gone", Rating: 1500, RTT: map[string]float64{"eu": 30, "us": 90}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		members = j.Members
-	}
-	dead := clusterstate.QueuedTicket{ID: clusterstate.PartyTicketID(p.Code, members), Tenant: tenant, Mode: "ranked", Party: p.Code,
-		Enqueued: time.Now().Add(-time.Second)} // the oldest
-	for _, pm := range members {
-		qm := pm.QueuedMember
-		qm.Slot, qm.MemberRev = pm.Slot, pm.Rev
-		dead.Members = append(dead.Members, qm)
-	}
-	if ok, err := r.state.QueuePartyTicket(ctx, lease, dead); err != nil || !ok {
-		t.Fatalf("queue the party's ticket: %v %v", ok, err)
-	}
-	for _, pm := range members {
-		if _, err := r.state.EndSearch(ctx, tenant, pm.AccountID, "old-"+pm.AccountID, clusterstate.PartyMemberKey(tenant, p.Code, pm.AccountID)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dead := leftOverPartyTicket(t, r, tenant, "deadparty")
 	// Ada and Bob do not come back; eight players search.
 	var players []*player
 	for i := range 8 {
@@ -1199,4 +1132,47 @@ func TestTicketSlowDeletionStillFindsTheMatch(t *testing.T) {
 	if n := ends.Load(); n < 3 {
 		t.Fatalf("%d deletions tried, want 2 that failed and 1 that went through: this test shows nothing", n)
 	}
+}
+
+// leftOverPartyTicket leaves a party ticket of ada and bob in the queue
+// after their searches ended (their deletion of the ticket lost, say): their
+// member and search keys are gone, the ticket is not. It is older than any
+// search the test starts after, by any clock.
+func leftOverPartyTicket(t *testing.T, r *replica, tenant, code string) clusterstate.QueuedTicket {
+	t.Helper()
+	ctx := testCtx(t, 10*time.Second)
+	lease := r.m.currentLease()
+	partyLease, err := r.state.GrantExpiringLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := clusterstate.Party{Code: code, Tenant: tenant, Mode: "ranked", Size: 2}
+	if err := r.state.CreateParty(ctx, p, partyLease); err != nil {
+		t.Fatal(err)
+	}
+	var members []clusterstate.PartyMember
+	for _, acc := range []string{"ada", "bob"} {
+		j, err := r.state.JoinParty(ctx, lease, p, clusterstate.PartyMember{Token: "old-" + acc,
+			QueuedMember: clusterstate.QueuedMember{AccountID: acc, Replica: "gone", Rating: 1500, RTT: map[string]float64{"eu": 30, "us": 90}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = j.Members
+	}
+	old := clusterstate.QueuedTicket{ID: clusterstate.PartyTicketID(p.Code, members), Tenant: tenant, Mode: "ranked", Party: p.Code,
+		Enqueued: time.Now().Add(-time.Second)}
+	for _, pm := range members {
+		qm := pm.QueuedMember
+		qm.Slot, qm.MemberRev = pm.Slot, pm.Rev
+		old.Members = append(old.Members, qm)
+	}
+	if ok, err := r.state.QueuePartyTicket(ctx, lease, old); err != nil || !ok {
+		t.Fatalf("queue the party's ticket: %v %v", ok, err)
+	}
+	for _, pm := range members {
+		if _, err := r.state.EndSearch(ctx, tenant, pm.AccountID, "old-"+pm.AccountID, clusterstate.PartyMemberKey(tenant, p.Code, pm.AccountID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return old
 }
