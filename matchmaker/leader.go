@@ -344,21 +344,13 @@ type failedTicket struct {
 func (ld *leader) timeOutFailing(ctx context.Context, rules matchmaking.Rules, fs []failedTicket) {
 	for _, f := range fs {
 		t := f.t
-		reason := "no match within " + rules.MaxWait.String() + ": matches were found, but no game could be started for them; queue again later or try another mode"
+		why := "no game could be started for them; queue again later or try another mode"
 		if f.quota != "" {
-			reason = "no match within " + rules.MaxWait.String() + ": matches were found, but the tenant's quota refused their game (" + f.quota + "); queue again later"
+			why = "the tenant's quota refused their game (" + f.quota + "); queue again later"
 		}
-		b := outcome{TimedOut: reason}
+		o := outcome{Ticket: t.ID, TimedOut: "no match within " + rules.MaxWait.String() + ": matches were found, but " + why}
 		ld.wg.Go(func() {
-			b.Ticket = t.ID
-			results := map[string][]byte{}
-			for _, mem := range t.Members {
-				results[mem.AccountID] = b.encode()
-			}
-			rev, err := ld.settle(ctx, []clusterstate.QueuedTicket{t}, results)
-			if err != nil && ctx.Err() == nil {
-				ld.m.log.Info("cannot settle ticket", "tenant", ld.tenant, "mode", ld.mode, "ticket", t.ID, "err", err)
-			}
+			rev := ld.settleAlone(ctx, t, o)
 			ld.mu.Lock()
 			defer ld.mu.Unlock()
 			if rev != 0 {
@@ -370,16 +362,19 @@ func (ld *leader) timeOutFailing(ctx context.Context, rules matchmaking.Rules, f
 	}
 }
 
-// settleAlone settles one ticket with the same outcome for all its players.
-func (ld *leader) settleAlone(ctx context.Context, t clusterstate.QueuedTicket, o outcome) {
+// settleAlone settles one ticket with the same outcome for all its players,
+// and returns the settlement's revision (0: not settled, and logged).
+func (ld *leader) settleAlone(ctx context.Context, t clusterstate.QueuedTicket, o outcome) int64 {
 	b := o.encode()
 	results := map[string][]byte{}
 	for _, mem := range t.Members {
 		results[mem.AccountID] = b
 	}
-	if _, err := ld.settle(ctx, []clusterstate.QueuedTicket{t}, results); err != nil && ctx.Err() == nil {
+	rev, err := ld.settle(ctx, []clusterstate.QueuedTicket{t}, results)
+	if err != nil && ctx.Err() == nil {
 		ld.m.log.Info("cannot settle ticket", "tenant", ld.tenant, "mode", ld.mode, "ticket", t.ID, "err", err)
 	}
+	return rev
 }
 
 func (ld *leader) settle(ctx context.Context, ts []clusterstate.QueuedTicket, results map[string][]byte) (int64, error) {
