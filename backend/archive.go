@@ -182,7 +182,8 @@ func NewArchiveClient(hc connect.HTTPClient, baseURL, credential string) *Archiv
 
 // Archive stores a game's log, retrying with backoff (200 ms doubling to
 // 10 s) on errors worth retrying until ctx ends. Archiving twice is
-// harmless: the backend keeps the last archive of a game.
+// harmless: the backend keeps the last archive of a game, and the guest log
+// of an earlier one when the last carries none.
 func (c *ArchiveClient) Archive(ctx context.Context, req *clusterv1.ArchiveGameRequest) error {
 	return retryUnary(ctx, 200*time.Millisecond, func() error {
 		r := connect.NewRequest(req)

@@ -749,8 +749,9 @@ type Store interface {
 	DeleteModule(ctx context.Context, tenantID, buildID, name string) ([]Module, error)
 
 	// PutGameArchive stores a game's archive, replacing any earlier archive
-	// of the same game (so archiving twice is harmless). ErrNotFound if the
-	// tenant does not exist.
+	// of the same game (so archiving twice is harmless), except that an
+	// archive without a guest log keeps the one stored: only the node that
+	// ran the game has it. ErrNotFound if the tenant does not exist.
 	PutGameArchive(ctx context.Context, a GameArchive) error
 	// GameArchive returns a game's archive with its spec and chunks. A game
 	// of another tenant is ErrNotFound.

@@ -2,6 +2,8 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"ludus.dev/ludus/backend/store"
@@ -9,10 +11,7 @@ import (
 
 // PutGameArchive implements store.Store.
 func (s *DB) PutGameArchive(ctx context.Context, a store.GameArchive) error {
-	size := int64(len(a.SpecJSON)) + int64(len(a.GuestLog))
-	if a.GuestLog == nil {
-		a.GuestLog = []byte{}
-	}
+	size := int64(len(a.SpecJSON))
 	for _, c := range a.Chunks {
 		size += int64(len(c))
 	}
@@ -24,10 +23,26 @@ func (s *DB) PutGameArchive(ctx context.Context, a store.GameArchive) error {
 		// the same transaction (tenant_usage, the hour of ArchivedAt): a
 		// re-archive counts only its difference.
 		var old int64
-		if err := tx.row(ctx, `SELECT COALESCE(SUM(size_bytes), 0) FROM game_archives WHERE tenant_id = ? AND game_id = ?`,
-			a.TenantID, a.GameID).Scan(&old); err != nil {
+		var oldGuestLog []byte
+		switch err := tx.row(ctx, `SELECT size_bytes, guest_log FROM game_archives WHERE tenant_id = ? AND game_id = ?`,
+			a.TenantID, a.GameID).Scan(&old, &oldGuestLog); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
 			return err
 		}
+		guestLog := a.GuestLog
+		if len(guestLog) == 0 {
+			// Only the node that ran a game holds its guest log; another
+			// node can archive the same finished game too (its sweep read
+			// the log before the first archive removed it from etcd). The
+			// game and its log are the same in both, so the repeat keeps
+			// the guest log it does not carry.
+			guestLog = oldGuestLog
+		}
+		if guestLog == nil {
+			guestLog = []byte{}
+		}
+		size += int64(len(guestLog))
 		if _, err := tx.exec(ctx, `DELETE FROM game_archive_chunks WHERE tenant_id = ? AND game_id = ?`, a.TenantID, a.GameID); err != nil {
 			return err
 		}
@@ -35,7 +50,7 @@ func (s *DB) PutGameArchive(ctx context.Context, a store.GameArchive) error {
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, game_id) DO UPDATE SET state = excluded.state,
 			message = excluded.message, final_tick = excluded.final_tick, size_bytes = excluded.size_bytes, chunks = excluded.chunks,
 			archived_at = excluded.archived_at, spec_json = excluded.spec_json, guest_log = excluded.guest_log`,
-			a.TenantID, a.GameID, a.State, a.Message, a.FinalTick, size, len(a.Chunks), ToDB(a.ArchivedAt), a.SpecJSON, a.GuestLog); err != nil {
+			a.TenantID, a.GameID, a.State, a.Message, a.FinalTick, size, len(a.Chunks), ToDB(a.ArchivedAt), a.SpecJSON, guestLog); err != nil {
 			return err
 		}
 		for i, c := range a.Chunks {

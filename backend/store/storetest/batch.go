@@ -31,7 +31,9 @@ func testGameArchives(t *testing.T, s store.Store) {
 	// Another tenant's game: not found.
 	_, err = s.GameArchive(ctx, other.ID, "g1")
 	wantErr(t, "GameArchive of another tenant", err, store.ErrNotFound)
-	// Archiving again replaces (idempotent; fewer chunks leave none behind).
+	// Archiving again replaces (idempotent; fewer chunks leave none behind),
+	// except the guest log: an archive without one (another node archived the
+	// same game) keeps the one stored.
 	a2 := a
 	a2.Chunks, a2.State, a2.Message, a2.ArchivedAt = [][]byte{[]byte("only")}, "ended", "match ended after 1234 ticks (build 0123456789ab)", base.Add(time.Second)
 	a2.GuestLog = nil
@@ -40,9 +42,16 @@ func testGameArchives(t *testing.T, s store.Store) {
 	got, err = s.GameArchive(ctx, tn.ID, "g1")
 	must(t, "GameArchive", err)
 	if len(got.Chunks) != 1 || string(got.Chunks[0]) != "only" || got.State != "ended" || got.Message != a2.Message || got.FinalTick != 1234 ||
-		len(got.GuestLog) != 0 {
-		t.Fatalf("after re-archive: %+v", got)
+		!bytes.Equal(got.GuestLog, a.GuestLog) || got.SizeBytes != int64(len(a.SpecJSON)+4+len(a.GuestLog)) {
+		t.Fatalf("after re-archive without a guest log: %+v", got)
 	}
+	// A repeat that carries a guest log replaces it.
+	a2.GuestLog = []byte("newer lines")
+	must(t, "PutGameArchive with a guest log", s.PutGameArchive(ctx, a2))
+	if got, err = s.GameArchive(ctx, tn.ID, "g1"); err != nil || string(got.GuestLog) != "newer lines" {
+		t.Fatalf("after re-archive with a guest log: %+v, %v", got, err)
+	}
+	a2.GuestLog = nil
 	// Empty log.
 	must(t, "PutGameArchive empty", s.PutGameArchive(ctx, store.GameArchive{TenantID: tn.ID, GameID: "g0", ArchivedAt: base.Add(2 * time.Second)}))
 	if got, err := s.GameArchive(ctx, tn.ID, "g0"); err != nil || len(got.Chunks) != 0 || len(got.SpecJSON) != 0 {
@@ -50,7 +59,7 @@ func testGameArchives(t *testing.T, s store.Store) {
 	}
 	ls, err := s.ListGameArchives(ctx, tn.ID, 10)
 	must(t, "ListGameArchives", err)
-	if len(ls) != 2 || ls[0].GameID != "g0" || ls[1].GameID != "g1" || ls[1].Chunks != nil || ls[1].SizeBytes != int64(len(a.SpecJSON)+4) ||
+	if len(ls) != 2 || ls[0].GameID != "g0" || ls[1].GameID != "g1" || ls[1].Chunks != nil || ls[1].SizeBytes != int64(len(a.SpecJSON)+4+len("newer lines")) ||
 		ls[1].State != "ended" || ls[1].Message != a2.Message || ls[1].FinalTick != 1234 {
 		t.Fatalf("ListGameArchives = %+v", ls)
 	}
