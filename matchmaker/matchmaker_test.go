@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"ludus.dev/ludus/clusterstate"
 	ludusv1 "ludus.dev/ludus/gen/ludus/v1"
@@ -1175,4 +1176,32 @@ func leftOverPartyTicket(t *testing.T, r *replica, tenant, code string) clusters
 		}
 	}
 	return old
+}
+
+// TestTicketLeaseLostAtTheSettlementIsFound: the replica's lease (the one
+// its tickets live under) can be lost just after a settlement took its
+// tickets, before the results reach their searches. The searches told their
+// players "search again" although each had a seat in the settled game, and
+// the seven others waited in it for no-shows. A search whose lease ends now
+// reads its result first.
+func TestTicketLeaseLostAtTheSettlementIsFound(t *testing.T) {
+	alloc := &fakeAllocator{}
+	r := startReplica(t, alloc)
+	tenant := newTenant(t, r.state, nil)
+	results := make(chan struct{})
+	r.m.faults.Store(&testFaults{result: func() { <-results }})
+	defer close(results)
+	var players []*player
+	for i := range 8 {
+		players = append(players, r.find(t, tenant, fmt.Sprintf("solo%d", i), nil))
+	}
+	for _, p := range players {
+		p.searching(t)
+	}
+	lease := r.m.currentLease()
+	waitFor(t, 10*time.Second, "the match settled", func() bool { return len(alloc.recorded()) == 1 && ticketCount(t, r.state, tenant) == 0 })
+	if _, err := r.state.Raw().Revoke(testCtx(t, 5*time.Second), clientv3.LeaseID(lease.ID())); err != nil {
+		t.Fatal(err)
+	}
+	checkOneMatch(t, players, alloc)
 }

@@ -334,6 +334,12 @@ func (s *search) wait(ctx context.Context, party <-chan []clusterstate.PartyMemb
 			return ctx.Err()
 		case <-s.lease.Done():
 			s.end(ctx)
+			// A settlement may have taken the search's keys just before the
+			// lease went, its result still on the way here: the player
+			// has a seat, and the others of the match wait for them.
+			if resp, ok := s.resultNow(ctx); ok {
+				return s.send(resp)
+			}
 			return fmt.Errorf("%w: the matchmaker lost its lease; search again", ErrUnavailable)
 		case r := <-s.w.ch:
 			resp, ok := s.result(r)
@@ -352,10 +358,8 @@ func (s *search) wait(ctx context.Context, party <-chan []clusterstate.PartyMemb
 				party, late = nil, time.After(partyResultWait)
 			}
 		case <-late:
-			if r, ok, err := s.m.state.Result(ctx, s.m.ID(), s.c.TenantID, s.c.AccountID, s.minRev); err == nil && ok {
-				if resp, fresh := s.result(r); fresh {
-					return s.send(resp)
-				}
+			if resp, ok := s.resultNow(ctx); ok {
+				return s.send(resp)
 			}
 			s.end(ctx)
 			return s.send(cancelled(PartyLeft))
@@ -369,6 +373,18 @@ func (s *search) wait(ctx context.Context, party <-chan []clusterstate.PartyMemb
 			return err
 		}
 	}
+}
+
+// resultNow reads this search's result from etcd, for when the results
+// watch may not have brought it yet: bounded, and even after ctx ended.
+func (s *search) resultNow(ctx context.Context) (*ludusv1.FindMatchResponse, bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	r, ok, err := s.m.state.Result(rctx, s.m.ID(), s.c.TenantID, s.c.AccountID, s.minRev)
+	if err != nil || !ok {
+		return nil, false
+	}
+	return s.result(r)
 }
 
 func (s *search) party(ctx context.Context, code string, size int) error {
