@@ -97,6 +97,29 @@ func (c *Client) WatchLog(ctx context.Context, tenant, game string, from int64) 
 	return out
 }
 
+// WatchFinal sends the game's status once it is finished (ended or failed),
+// as written from revision from on, and closes the channel: a spectator
+// replica learns so of an end its log does not show (a game failed by its
+// owner or an operator has no ended chunk). The channel is also closed when
+// ctx ends or the watch fails.
+func (c *Client) WatchFinal(ctx context.Context, tenant, game string, from int64) <-chan GameStatus {
+	out := make(chan GameStatus, 1)
+	go func() {
+		defer close(out)
+		for wr := range c.cli.Watch(ctx, StatusKey(tenant, game), clientv3.WithRev(from), clientv3.WithFilterDelete()) {
+			for _, ev := range wr.Events {
+				var st GameStatus
+				if json.Unmarshal(ev.Kv.Value, &st) != nil || !st.Finished() {
+					continue
+				}
+				out <- st
+				return
+			}
+		}
+	}()
+	return out
+}
+
 // Checkpoint returns the game's newest checkpoint as stored, nil when it has
 // none.
 func (c *Client) Checkpoint(ctx context.Context, tenant, game string) ([]byte, error) {

@@ -137,12 +137,24 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 		}
 	}()
 
+	// The game's final status, once it is finished: a game failed by its
+	// owner (an operator's EndGame, a node giving it up) ends without an
+	// ended chunk, and the replica ends when it has replayed the log up to
+	// that status's tick. It used to go on waiting for chunks that never
+	// came, its spectators watching a frozen game for as long as they stayed.
+	var final *clusterstate.GameStatus
+	if l.Status.Finished() {
+		final = &l.Status
+	}
+	finals := n.cfg.Etcd.WatchFinal(ctx, tenant, game, l.Revision+1)
+
 	period := time.Second / time.Duration(r.spec.TickRate)
 	ticker := time.NewTicker(period)
 	defer ticker.Stop()
 	var cur *inputlog.Chunk
 	entry, hash := 0, 0
 	ended := false
+	moduleEnded := false // the module's ludus_step said the match is over
 	var events []abi.Event
 	for {
 		// Take every chunk that arrived.
@@ -162,6 +174,12 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 		select {
 		case <-ctx.Done():
 			return
+		case st, ok := <-finals:
+			if ok {
+				final = &st
+			}
+			finals = nil
+			continue
 		case <-ticker.C:
 		}
 		if r.viewers.Load() == 0 && time.Since(time.Unix(0, r.idle.Load())) > replicaLinger {
@@ -206,7 +224,8 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 				events = append(events, cur.Entries[entry].Event)
 				entry++
 			}
-			if _, err := inst.Step(ctx, events); err != nil {
+			done, err := inst.Step(ctx, events)
+			if err != nil {
 				var te *engine.TrapError
 				if errors.As(err, &te) {
 					r.status.publish(Status{State: clusterstate.StateFailed, Tick: inst.Tick(), Message: err.Error()})
@@ -225,18 +244,42 @@ func (r *replica) run(tenant, game string, ready chan<- error) {
 				}
 				hash++
 			}
-			if s == steps-1 {
+			if s == steps-1 || done {
 				if err := drawer.draw(ctx, inst, r.view, abi.SpectatorSlot, inst.Tick(), inst.Tick()%int64(r.spec.FrameDivisor) == 0); err != nil {
 					r.fail(err.Error())
 					return
 				}
 			}
+			if done {
+				// Stepped on, an ended module no longer advances its tick:
+				// the replica stalled on the same tick for good.
+				moduleEnded = true
+				break
+			}
+		}
+		if moduleEnded {
+			logEnd := cur.To
+			for _, c := range pending {
+				logEnd = max(logEnd, c.To)
+			}
+			if inst.Tick() < logEnd {
+				d := &DesyncError{Tick: inst.Tick(), BuildID: r.spec.BuildID, GameID: r.spec.GameID, LogEnd: logEnd}
+				log.Error("replica detected a desync", "tick", inst.Tick(), "build", r.spec.BuildID, "err", d)
+				r.fail(d.Error())
+				return
+			}
+			r.status.publish(Status{State: clusterstate.StateEnded, Tick: inst.Tick(), Message: "match ended"})
+			return
 		}
 		if inst.Tick()%int64(r.spec.TickRate/4+1) == 0 {
 			r.status.publish(Status{State: clusterstate.StateRunning, Tick: inst.Tick()})
 		}
 		if ended || (cur != nil && cur.Ended && inst.Tick() >= cur.To && len(pending) == 0) {
 			r.status.publish(Status{State: clusterstate.StateEnded, Tick: inst.Tick(), Message: "match ended"})
+			return
+		}
+		if final != nil && len(pending) == 0 && (cur == nil || inst.Tick() >= cur.To) && inst.Tick() >= final.Tick {
+			r.status.publish(Status{State: final.State, Tick: inst.Tick(), Message: final.Message})
 			return
 		}
 	}

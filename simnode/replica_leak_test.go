@@ -2,6 +2,7 @@ package simnode
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -30,7 +31,7 @@ func TestFinishedReplicaLeavesTheNode(t *testing.T) {
 	}
 	owner := start("n-leak-owner", 2*time.Second) // ends the game soon: nobody joins
 	spectator := start("n-leak-spectator", time.Minute)
-	const tenant, id = "tenant-leak", "leak1"
+	tenant, id := "tenant-leak", fmt.Sprintf("leak-%d", time.Now().UnixNano()) // fresh under -count
 	if _, err := owner.StartGame(context.Background(), clusterstate.GameSpec{TenantID: tenant, GameID: id, BuildID: arenaID, Seed: 5, Config: []byte(`{"bots":2}`)}); err != nil {
 		t.Fatal(err)
 	}
