@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,6 +107,22 @@ func (cn clockNode) tickTo(t *testing.T, g *game, tick int64) {
 	}
 }
 
+// awaitReports is log.wait for an interim report: the node's clock goes on
+// (5 ms at a time), so that the log is flushed through the report's tick,
+// which the report waits for.
+func (cn clockNode) awaitReports(t *testing.T, log *reportLog, what, match string, ok func([]sentReport) bool) []sentReport {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if rs := log.of(match); ok(rs) {
+			return rs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: never; reports so far: %s", what, describeReports(log.of(match)))
+		}
+		cn.clk.Advance(5 * time.Millisecond)
+	}
+}
+
 // joinTickOf returns the tick account's join was applied at, from the log.
 func joinTickOf(t *testing.T, tenant, game, account string) int64 {
 	t.Helper()
@@ -181,9 +198,9 @@ func TestInterimProgressEvery30s(t *testing.T) {
 	const every = 30 * rate // ticks: 30 s of game time, the documented interval
 
 	cn.tickTo(t, g, every+5)
-	log.wait(t, "the report at 30 s", id, func(rs []sentReport) bool { return len(rs) == 1 })
+	cn.awaitReports(t, log, "the report at 30 s", id, func(rs []sentReport) bool { return len(rs) == 1 })
 	cn.tickTo(t, g, 2*every+5)
-	log.wait(t, "the report at 60 s", id, func(rs []sentReport) bool { return len(rs) == 2 })
+	cn.awaitReports(t, log, "the report at 60 s", id, func(rs []sentReport) bool { return len(rs) == 2 })
 	cn.tickTo(t, g, 66*rate) // past the end (65 s)
 	<-g.done
 	rs := log.wait(t, "the final result", id, func(rs []sentReport) bool { return len(rs) == 3 })
@@ -222,7 +239,7 @@ func TestInterimProgressAcrossFailover(t *testing.T) {
 	const every = 30 * rate // ticks: 30 s of game time, the documented interval
 
 	a.tickTo(t, ga, every+40)
-	log.wait(t, "the report at 30 s", id, func(rs []sentReport) bool { return len(rs) == 1 })
+	a.awaitReports(t, log, "the report at 30 s", id, func(rs []sentReport) bool { return len(rs) == 1 })
 	// The 30 s report's tick is durable before the node dies: the new owner
 	// resumes after it.
 	for ga.durableTick.Load() <= every {
@@ -258,4 +275,60 @@ func TestInterimProgressAcrossFailover(t *testing.T) {
 		}
 	}
 	checkCumulative(t, rs, "ada", joinTickOf(t, tenant, id, "ada"), rate)
+}
+
+// TestInterimProgressWaitsForItsTick: the report at 30 s is sent only once
+// the log holds that tick. It went out as soon as the tick was stepped,
+// while the tick was still speculative (in no committed chunk): a node that
+// died then had reported progress the game, resumed elsewhere from its log,
+// never made.
+func TestInterimProgressWaitsForItsTick(t *testing.T) {
+	const tenant = "tenant-progress-durable"
+	log := &reportLog{}
+	var running atomic.Pointer[game]
+	var durableAtReport atomic.Int64
+	// Room to run on while the log is held (the default bound is 17 ticks,
+	// and the race detector's log lags more than that).
+	cfg := Config{AbandonGrace: -1, IdleEnd: -1, MaxSpeculation: 3 * time.Second}
+	cfg.Results = reporterFunc(func(ctx context.Context, credential, matchID string, seq int64, final bool, players []*ludusv1.PlayerResult) error {
+		if g := running.Load(); g != nil && !final {
+			durableAtReport.Store(g.durableTick.Load())
+		}
+		return nodeReporter{log: log, node: "n-progress-durable"}.Report(ctx, credential, matchID, seq, final, players)
+	})
+	cn := startClockNode(t, "n-progress-durable", cfg)
+	id, g := startTimedArena(t, cn, tenant, 65)
+	running.Store(g)
+	const every = 30 * 35 // ticks: 30 s of game time at the arena's 35 Hz
+
+	cn.tickTo(t, g, every-10)
+	release := make(chan struct{})
+	hold := func() { <-release }
+	cn.n.writer.hold.Store(&hold)
+	cn.tickTo(t, g, every+1) // within the speculation bound: the game runs on
+	time.Sleep(300 * time.Millisecond)
+	if rs := log.of(id); len(rs) != 0 {
+		close(release)
+		t.Fatalf("reported while the log was durable through tick %d:%s", durableAtReport.Load(), describeReports(rs))
+	}
+	cn.n.writer.hold.Store(nil)
+	close(release)
+	for deadline := time.Now().Add(10 * time.Second); len(log.of(id)) == 0; time.Sleep(time.Millisecond) {
+		cn.clk.Advance(5 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("no report after the hold")
+		}
+	}
+	rs := log.of(id)
+	if rs[0].seq != every || rs[0].final || durableAtReport.Load() < every {
+		t.Fatalf("report %+v sent while the log was durable through tick %d; want the interim one at tick %d, durable", rs[0],
+			durableAtReport.Load(), every)
+	}
+}
+
+// reporterFunc is a ResultReporter made of a function.
+type reporterFunc func(ctx context.Context, credential, matchID string, seq int64, final bool, players []*ludusv1.PlayerResult) error
+
+func (f reporterFunc) Report(ctx context.Context, credential, matchID string, seq int64, final bool, players []*ludusv1.PlayerResult) error {
+	return f(ctx, credential, matchID, seq, final, players)
 }

@@ -262,7 +262,13 @@ func placeResult(r *moduleResult) {
 }
 
 // maybeReportProgress sends interim progress every 30 s of game time. The
-// sequence is the tick, which keeps growing across failover.
+// sequence is the tick, which keeps growing across failover. The report
+// waits until the log is durable through that tick: the players' ticks run
+// ahead of the log by up to the speculation bound, and a node that died
+// before they were written would have reported progress the game resumed
+// elsewhere never made (it replays the log, without the inputs that were
+// lost). A report whose tick never becomes durable here (the game moved or
+// the node lost it first) is not sent; the next one carries the totals.
 func (g *game) maybeReportProgress(ctx context.Context) {
 	every := int64(progressEvery/time.Second) * int64(g.spec.TickRate)
 	if g.n.cfg.Results == nil || g.spec.MatchCredential == "" || g.inst.Tick()%every != 0 {
@@ -274,12 +280,38 @@ func (g *game) maybeReportProgress(ctx context.Context) {
 	}
 	seq, log := g.inst.Tick(), g.log
 	go func() {
+		if !g.awaitDurable(seq, progressDurableWait) {
+			log.Warn("interim progress not sent: its tick was not made durable by this node; the next report carries the totals", "tick", seq)
+			return
+		}
 		rctx, cancel := context.WithTimeout(g.n.ctx, 10*time.Second)
 		defer cancel()
 		if err := g.n.cfg.Results.Report(rctx, g.spec.MatchCredential, g.spec.GameID, seq, false, players); err != nil {
 			log.Warn("interim progress not delivered; the next report carries the totals", "tick", seq, "err", err)
 		}
 	}()
+}
+
+// progressDurableWait bounds how long an interim report waits for its tick
+// to be durable: far longer than a flush, as long as an etcd election.
+const progressDurableWait = 30 * time.Second
+
+// awaitDurable reports whether the game's log is durable through tick,
+// waiting up to d (wall time: the writer commits in real time) while the
+// node runs.
+func (g *game) awaitDurable(tick int64, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for g.durableTick.Load() < tick {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-g.n.ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return true
 }
 
 // Final results. A match's final result is reported once the chunk that ends

@@ -3,6 +3,7 @@ package simnode
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"ludus.dev/ludus/clusterstate"
@@ -37,6 +38,9 @@ type appendReq struct {
 type logWriter struct {
 	n     *Node
 	queue chan *appendReq
+	// hold, if set (tests only), is called before each transaction: a test
+	// holds the log back as a slow etcd would.
+	hold atomic.Pointer[func()]
 }
 
 // gamesPerTxn keeps a transaction within etcd's operation limit.
@@ -116,6 +120,9 @@ func nextGroup(batch []*appendReq) (now, later []*appendReq) {
 }
 
 func (w *logWriter) commitGroup(group []*appendReq) {
+	if h := w.hold.Load(); h != nil {
+		(*h)()
+	}
 	live := group[:0:0]
 	for _, r := range group {
 		if r.g.sess.Fenced() {
