@@ -50,6 +50,7 @@ func (g *game) flushFinal(ctx context.Context, state, message string) {
 	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: true})
 	g.acks = nil
 	g.pending = &inputlog.Chunk{From: c.To, To: c.To}
+	g.chunkBytes = entryBytes(g.entries)
 	g.lastFlush = g.n.cfg.Clock.Now()
 }
 

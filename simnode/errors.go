@@ -68,7 +68,7 @@ func connectError(err error) error {
 	case errors.Is(err, errNotJoined), errors.Is(err, errGameOver), errors.Is(err, errModuleUnusable),
 		errors.Is(err, errNoRenderer), errors.Is(err, errNoRoom):
 		code = connect.CodeFailedPrecondition
-	case errors.Is(err, errGameStopped), errors.Is(err, errDraining), errors.Is(err, errFenced),
+	case errors.Is(err, errGameStopped), errors.Is(err, errDraining), errors.Is(err, errFenced), errors.Is(err, errLogBusy),
 		errors.Is(err, errClusterState), errors.Is(err, errResuming),
 		errors.Is(err, clusterstate.ErrClaimLost), errors.Is(err, clusterstate.ErrClaimed),
 		errors.Is(err, clusterstate.ErrNoOwner), errors.Is(err, clusterstate.ErrSessionFenced):

@@ -96,8 +96,11 @@ type game struct {
 	events  []abi.Event      // applied at the next step
 	entries []inputlog.Entry // for the next step, with accounts and seqs
 	logged  int              // input bytes logged on this node, every slot's
-	pending *inputlog.Chunk  // not yet handed to the writer
-	acks    []ackWaiter      // answered when pending is durable
+	// chunkBytes is the input bytes applied since the last flush: the next
+	// chunk's (maxChunkInputBytes).
+	chunkBytes int
+	pending    *inputlog.Chunk // not yet handed to the writer
+	acks       []ackWaiter     // answered when pending is durable
 	// queuedAcks belong to inputs in events, not yet stepped into pending.
 	queuedAcks []ackWaiter
 	logSeq     uint64
@@ -505,7 +508,7 @@ func (g *game) tick(ctx context.Context, late time.Duration) (bool, error) {
 			return false, err
 		}
 	}
-	if g.n.cfg.Clock.Now().Sub(g.lastFlush) >= g.n.cfg.FlushInterval {
+	if g.n.cfg.Clock.Now().Sub(g.lastFlush) >= g.n.cfg.FlushInterval || g.chunkBytes >= maxChunkInputBytes/2 {
 		g.flush(false, "")
 		g.status.publish(Status{State: clusterstate.StateRunning, Tick: g.inst.Tick(), Players: g.players})
 	}
@@ -576,7 +579,17 @@ func (g *game) flushTo(final bool, state string, handoff *clusterstate.Handoff, 
 	g.n.writer.enqueue(&appendReq{g: g, seq: g.logSeq, chunk: c, status: st, acks: g.acks, final: final, handoff: handoff, done: done, checkpoint: ck})
 	g.acks = nil
 	g.pending = &inputlog.Chunk{From: c.To, To: c.To}
+	g.chunkBytes = entryBytes(g.entries) // inputs of the coming tick: the next chunk's
 	g.lastFlush = g.n.cfg.Clock.Now()
+}
+
+// entryBytes is what entries add to a chunk, as chunkBytes counts it.
+func entryBytes(entries []inputlog.Entry) int {
+	n := 0
+	for _, e := range entries {
+		n += len(e.Event.Payload) + inputEntryOverhead
+	}
+	return n
 }
 
 // finish writes the last chunk and the final status, tells every stream, and

@@ -50,6 +50,19 @@ const (
 // errInputBudget refuses an input past a player's share of the game's log.
 var errInputBudget = errors.New("input log share used up")
 
+// errLogBusy refuses an input that would make the game's next log chunk
+// larger than maxChunkInputBytes; the client sends it again (Unavailable).
+var errLogBusy = errors.New("the game's log is full until its next write")
+
+// maxChunkInputBytes bounds the input bytes of one log chunk. A chunk is
+// written in one etcd request, with the game's checkpoint (up to 512 KiB)
+// beside it, and etcd refuses a request over 1.5 MiB; without a bound, a
+// burst of inputs (every player's burst of the gateway's rate at once)
+// built a chunk past that, the write was refused, and the game had to move
+// to another node. A chunk past half of it is written at the end of its
+// tick, whatever the flush interval.
+const maxChunkInputBytes = 256 << 10
+
 // inputBudget is how many input bytes one player may log in g.
 func (g *game) inputBudget() int {
 	total := g.n.cfg.MaxGameInputBytes
@@ -101,6 +114,10 @@ func (g *game) input(m inputReq) {
 	case m.seq < s.lastSeq:
 		// State input overtaken by a later one: not applied, and said so.
 		g.queuedAcks = append(g.queuedAcks, ackWaiter{reply: m.reply, seq: m.seq, tick: s.lastTick, supersededBy: s.lastSeq})
+	case g.chunkBytes+len(m.payload)+inputEntryOverhead > maxChunkInputBytes:
+		m.reply <- inputResult{err: nodeErrorf(errLogBusy,
+			"this game's inputs reached %d bytes since its log's last write, the most one write takes: send the input again in a moment",
+			g.chunkBytes)}
 	case s.logged+len(m.payload)+inputEntryOverhead > g.inputBudget() ||
 		g.logged+len(m.payload)+inputEntryOverhead > g.n.cfg.MaxGameInputBytes:
 		m.reply <- inputResult{err: nodeErrorf(errInputBudget,
@@ -130,6 +147,7 @@ func (g *game) apply(i int, s *slot, m inputReq) {
 	g.entries = append(g.entries, inputlog.Entry{Event: ev, Seq: m.seq})
 	s.logged += len(m.payload) + inputEntryOverhead
 	g.logged += len(m.payload) + inputEntryOverhead
+	g.chunkBytes += len(m.payload) + inputEntryOverhead
 	g.queuedAcks = append(g.queuedAcks, ackWaiter{reply: m.reply, seq: m.seq, tick: s.lastTick})
 }
 
