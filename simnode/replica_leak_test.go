@@ -3,8 +3,6 @@ package simnode
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -17,20 +15,8 @@ import (
 // it, so every replica that saw its game end stayed, with its last frames,
 // for as long as the node ran.
 func TestFinishedReplicaLeavesTheNode(t *testing.T) {
-	start := func(id string, idle time.Duration) *Node {
-		n, err := New(Config{ID: id, Addr: "http://127.0.0.1:1", Etcd: state, Engine: testEng, Modules: staticModules{}, LeaseTTL: 3 * time.Second,
-			IdleEnd: idle, ClusterToken: testToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close(context.Background()) })
-		return n
-	}
-	owner := start("n-leak-owner", 2*time.Second) // ends the game soon: nobody joins
-	spectator := start("n-leak-spectator", time.Minute)
+	owner := startReplicaTestNode(t, "n-leak-owner", 2*time.Second) // ends the game soon: nobody joins
+	spectator := startReplicaTestNode(t, "n-leak-spectator", time.Minute)
 	tenant, id := "tenant-leak", fmt.Sprintf("leak-%d", time.Now().UnixNano()) // fresh under -count
 	if _, err := owner.StartGame(context.Background(), clusterstate.GameSpec{TenantID: tenant, GameID: id, BuildID: arenaID, Seed: 5, Config: []byte(`{"bots":2}`)}); err != nil {
 		t.Fatal(err)
