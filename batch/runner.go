@@ -3,6 +3,7 @@ package batch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"runtime"
 	"time"
 
@@ -23,7 +24,15 @@ type Runner struct {
 	// HashEvery is the interval, in ticks, of the state hashes a kept log
 	// records (default: the module's tick rate, one per game second).
 	HashEvery int64
+	// MaxPause, if positive, bounds the time a game may spend paused for
+	// Yield in all: past it Play returns ErrStarved, and the game is best
+	// played elsewhere.
+	MaxPause time.Duration
 }
+
+// ErrStarved is Play's error for a game paused longer than Runner.MaxPause
+// (live matches on the node kept it waiting).
+var ErrStarved = errors.New("batch: the game waited too long for the node's live matches")
 
 // Play plays game g of spec on a fresh instance of m until it ends or reaches
 // spec.GameTicks. A failing module is a Result with Error set; the error
@@ -61,6 +70,7 @@ func (r *Runner) Play(ctx context.Context, m *engine.Module, spec *Spec, g Game)
 		every = int64(m.Meta.TickRate)
 	}
 	var hashes []inputlog.Hash
+	var paused time.Duration
 	limit := spec.GameTicks
 	ended := false
 	for !ended && inst.Tick() < limit {
@@ -85,9 +95,15 @@ func (r *Runner) Play(ctx context.Context, m *engine.Module, spec *Spec, g Game)
 		}
 		runtime.Gosched()
 		if r.Yield != nil {
-			if err := backOff(ctx, r.Yield); err != nil {
+			budget := time.Duration(0) // none
+			if r.MaxPause > 0 {
+				budget = max(r.MaxPause-paused, time.Nanosecond)
+			}
+			d, err := backOff(ctx, r.Yield, budget)
+			if err != nil {
 				return res, err
 			}
+			paused += d
 		}
 	}
 	res.Ticks, res.Ended, res.TimedOut = inst.Tick(), ended, !ended
@@ -110,20 +126,28 @@ func (r *Runner) Play(ctx context.Context, m *engine.Module, spec *Spec, g Game)
 	return res, nil
 }
 
-// backOff sleeps while late reports true, doubling from 1 ms to 50 ms.
-func backOff(ctx context.Context, late func() bool) error {
-	d := time.Millisecond
+// backOff sleeps while late reports true, doubling from 1 ms to 50 ms, and
+// returns how long it slept. With a positive budget it sleeps no longer than
+// that: ErrStarved once the budget is spent with late still true. A budget
+// of zero is none.
+func backOff(ctx context.Context, late func() bool, budget time.Duration) (time.Duration, error) {
+	d, paused := time.Millisecond, time.Duration(0)
+	bounded := budget > 0
 	for late() {
+		if bounded && paused >= budget {
+			return paused, ErrStarved
+		}
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return paused, ctx.Err()
 		case <-t.C:
 		}
+		paused += d
 		d = min(2*d, 50*time.Millisecond)
 	}
-	return nil
+	return paused, nil
 }
 
 func withOutput(err error, inst *engine.Instance) string {

@@ -56,6 +56,14 @@ type WorkerConfig struct {
 	// before it is recorded as failed instead of being played again. Default
 	// DefaultMaxAttempts.
 	MaxAttempts int
+	// MaxPause is how long in all a game may wait for the node's live
+	// matches (LiveLate) before the worker gives it back to the queue, its
+	// attempt taken back, for a worker with room; the worker then claims
+	// nothing while the live matches are late. Held longer, the game ran
+	// past the reaper's item timeout (at least a minute), which ended its
+	// claim as a lost attempt: a game on a busy node was recorded as failed
+	// after three. Default DefaultMaxPause.
+	MaxPause time.Duration
 	// Reaper configures the reaper this worker runs when elected.
 	Reaper ReaperConfig
 	// Logger gets the worker's errors; slog.Default() if nil.
@@ -67,6 +75,10 @@ type WorkerConfig struct {
 // process playing it, or was being played when its worker lost its etcd
 // lease) is not played a fourth time.
 const DefaultMaxAttempts = 3
+
+// DefaultMaxPause is WorkerConfig.MaxPause's default, well within the
+// reaper's shortest item timeout (a minute).
+const DefaultMaxPause = 20 * time.Second
 
 // Worker plays batch items. It runs until the context given to StartWorker
 // ends: losing its etcd lease (etcd unreachable for longer than LeaseTTL)
@@ -120,6 +132,9 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.MaxPause <= 0 {
+		cfg.MaxPause = DefaultMaxPause
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
@@ -291,8 +306,15 @@ func lost(lease *clusterstate.Lease) bool {
 }
 
 func (w *Worker) slot(ctx context.Context) {
-	runner := &Runner{Yield: w.cfg.LiveLate}
-	for {
+	runner := &Runner{Yield: w.cfg.LiveLate, MaxPause: w.cfg.MaxPause}
+	for starved := false; ; {
+		if starved && w.cfg.LiveLate != nil {
+			// The node is busy with live matches: claimed now, the
+			// next game (most likely the one just given back) would only wait too.
+			if _, err := backOff(ctx, w.cfg.LiveLate, 0); err != nil {
+				return
+			}
+		}
 		lease, ok := w.liveLease(ctx)
 		if !ok {
 			return
@@ -307,7 +329,7 @@ func (w *Worker) slot(ctx context.Context) {
 			}
 			continue
 		}
-		w.play(ctx, runner, j)
+		starved = w.play(ctx, runner, j)
 	}
 }
 
@@ -432,18 +454,20 @@ func (w *Worker) setup(ctx context.Context, r clusterstate.BatchRun) (*Spec, *en
 }
 
 // play plays a claimed item, stores its result and acknowledges it.
-func (w *Worker) play(ctx context.Context, runner *Runner, j job) {
+// It reports whether it gave the game back for waiting too long for the
+// node's live matches (Runner.MaxPause).
+func (w *Worker) play(ctx context.Context, runner *Runner, j job) (starved bool) {
 	r, cl := j.run, j.claim
 	if cl.Attempt > w.cfg.MaxAttempts {
 		w.giveUp(ctx, j)
-		return
+		return false
 	}
 	spec, m, err := w.setup(ctx, r)
 	if err != nil {
 		w.log.Error("batch: cannot play run", "run", r.ID, "err", err)
 		w.release(cl)
 		w.forget(r.ID)
-		return
+		return false
 	}
 	g := gameOf(spec, cl)
 	pctx, cancel := context.WithDeadline(ctx, r.Deadline)
@@ -470,17 +494,23 @@ func (w *Worker) play(ctx context.Context, runner *Runner, j job) {
 			// The run's deadline passed mid-game.
 			w.end(r, clusterstate.BatchDeadline)
 			w.charge(ctx, j, res.CPU)
-			return
+			return false
 		}
-		// The worker is stopping, or the game stopped being its.
+		if errors.Is(err, ErrStarved) {
+			w.log.Info("batch: game given back: the node's live matches kept it waiting", "run", r.ID, "game", cl.N,
+				"max_pause", w.cfg.MaxPause)
+		}
+		// The worker is stopping, the game stopped being its, or it
+		// waited too long: it goes back to the queue, its attempt with it.
 		w.giveBack(ctx, j, res.CPU)
-		return
+		return errors.Is(err, ErrStarved)
 	}
 	res.Worker = w.cfg.ID
 	fit(&res)
 	if !w.finish(ctx, j, res, true) {
 		w.charge(ctx, j, res.CPU)
 	}
+	return false
 }
 
 // gameOf is the game of a claimed item (the item's value, or the spec's
