@@ -114,8 +114,10 @@ func (s *Session) Fenced() bool {
 }
 
 // Fence stops trusting the session now, as the watchdog does; it reports
-// whether this call fenced it. The lease itself is left to expire (or to be
-// renewed until the node shuts down, keeping its claims for Reclaim).
+// whether this call fenced it. The lease itself is left alone: the etcd
+// client goes on renewing it (keeping its claims for Reclaim) until its
+// owner revokes it (Close; a sim node does a while after registering again)
+// or its life ends.
 func (s *Session) Fence(reason string) bool {
 	fenced := false
 	s.once.Do(func() {

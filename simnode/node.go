@@ -162,6 +162,17 @@ type Node struct {
 	// sess is the current lease. When a lease is lost every game claimed under
 	// it stops, and the node registers again under a fresh lease.
 	sess atomic.Pointer[clusterstate.Session]
+	// fenced are the node's earlier sessions, fenced and replaced and not
+	// revoked yet. The etcd client goes on renewing their leases, so that
+	// the node can move the claims still bound to them to its current lease
+	// (Reclaim) rather than move their games; fencedLeaseGrace after the
+	// node registered again each is revoked (retire), and Close revokes the
+	// rest. Left alone they were renewed for as long as the node ran, one
+	// more lease with each fence, and a game the node did not reclaim (it
+	// was full, or draining) stayed claimed under one, run by no node.
+	fencedMu         sync.Mutex
+	fenced           []*clusterstate.Session
+	fencedLeaseGrace time.Duration
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -248,6 +259,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), drained: make(chan struct{}), replicas: map[string]*replica{}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.resumeBudget = defaultResumeBudget
+	n.fencedLeaseGrace = max(3*cfg.LeaseTTL, time.Minute)
 	n.writer = newLogWriter(n)
 	n.warm = newWarmDemand(cfg.WarmInstances, cfg.WarmInstancesMax)
 	n.guestLogTab, n.resultTab = newGuestLogTable(), newResultTable()
@@ -306,6 +318,9 @@ func (n *Node) maintain() {
 		case <-s.Done():
 		}
 		n.log.Error("sim node fenced itself: stopping every game of its lease", "reason", s.Err())
+		n.fencedMu.Lock()
+		n.fenced = append(n.fenced, s)
+		n.fencedMu.Unlock()
 		for {
 			if n.ctx.Err() != nil {
 				return
@@ -316,6 +331,8 @@ func (n *Node) maintain() {
 			if err == nil {
 				n.sess.Store(ns)
 				n.log.Info("sim node registered again under a new lease")
+				n.wg.Add(1)
+				go n.retire(s)
 				break
 			}
 			n.log.Warn("cannot register under a new lease yet", "err", err)
@@ -324,6 +341,34 @@ func (n *Node) maintain() {
 				return
 			case <-time.After(n.cfg.LeaseTTL / 4):
 			}
+		}
+	}
+}
+
+// retire revokes a fenced session's lease fencedLeaseGrace after the node
+// registered again: long enough for the sweep to reclaim the node's games
+// still claimed under it (a replay included); a game not reclaimed by then
+// is left for any node to take over. When the node stops first, Close
+// revokes it.
+func (n *Node) retire(s *clusterstate.Session) {
+	defer n.wg.Done()
+	select {
+	case <-n.ctx.Done():
+		return
+	case <-time.After(n.fencedLeaseGrace):
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.LeaseTTL)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		n.log.Warn("a fenced lease could not be revoked; it is revoked when the node stops", "lease", s.Lease(), "err", err)
+		return
+	}
+	n.fencedMu.Lock()
+	defer n.fencedMu.Unlock()
+	for i, f := range n.fenced {
+		if f == s {
+			n.fenced = append(n.fenced[:i], n.fenced[i+1:]...)
+			break
 		}
 	}
 }
@@ -403,10 +448,15 @@ func (n *Node) Close(ctx context.Context) error {
 	})
 	n.cancel()
 	n.wg.Wait()
-	if s := n.sess.Load(); s != nil {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		_ = s.Close(rctx)
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	n.fencedMu.Lock()
+	sessions := append(append([]*clusterstate.Session(nil), n.fenced...), n.sess.Load())
+	n.fencedMu.Unlock()
+	for _, s := range sessions {
+		if s != nil {
+			_ = s.Close(rctx)
+		}
 	}
 	return nil
 }
