@@ -170,6 +170,16 @@ func (n *Node) adopt(c clusterstate.Claim) {
 		return
 	}
 	defer n.resuming.Delete(key + "#adopt")
+	if n.draining.Load() {
+		// A draining node starts no game: one it resumed after its drain
+		// had found it empty (the node fenced meanwhile, its games
+		// stopped, and its sweep found their claims naming it) was failed
+		// by the Close that followed ("node shutting down"). Released, the
+		// game is taken over by a node that stays.
+		n.log.Info("draining: releasing a game rather than resuming it here", "tenant", tenant, "game", game)
+		n.giveUp(c)
+		return
+	}
 	n.resuming.Store(key, true)
 	defer n.resuming.Delete(key)
 	start := time.Now()
@@ -257,6 +267,12 @@ func (n *Node) adopt(c clusterstate.Claim) {
 			inst.Close(fctx)
 			return
 		}
+	}
+	if n.draining.Load() {
+		// The drain began during the replay (see above).
+		inst.Close(fctx)
+		n.giveUp(c)
+		return
 	}
 	g := newGame(n, sess, spec, mod, inst, c)
 	g.hasCheckpoint = mod.HasCheckpoint
