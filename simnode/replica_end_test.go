@@ -31,6 +31,25 @@ func startReplicaTestNode(t *testing.T, id string, idle time.Duration) *Node {
 	return n
 }
 
+// spectateNewArena starts an arena game of 2 bots on owner and a replica of
+// it on spectator with one spectator watching, so that only the game's end
+// ends the replica (not replicaLinger).
+func spectateNewArena(t *testing.T, owner, spectator *Node, tenant, id string) *replica {
+	t.Helper()
+	if _, err := owner.StartGame(context.Background(), clusterstate.GameSpec{TenantID: tenant, GameID: id, BuildID: arenaID, Seed: 5,
+		Config: []byte(`{"bots":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := spectator.spectate(ctx, tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.viewerJoined()
+	return rep
+}
+
 // awaitReplicaEnd waits for a spectated replica to end and returns its last
 // status.
 func awaitReplicaEnd(t *testing.T, n *Node, rep *replica, d time.Duration) Status {
@@ -58,17 +77,7 @@ func TestReplicaEndsWithAFailedGame(t *testing.T) {
 	owner := startReplicaTestNode(t, "n-repfail-owner", time.Minute)
 	spectator := startReplicaTestNode(t, "n-repfail-spectator", time.Minute)
 	tenant, id := "tenant-repfail", fmt.Sprintf("repfail-%d", time.Now().UnixNano()) // fresh under -count
-	if _, err := owner.StartGame(context.Background(), clusterstate.GameSpec{TenantID: tenant, GameID: id, BuildID: arenaID, Seed: 5,
-		Config: []byte(`{"bots":2}`)}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rep, err := spectator.spectate(ctx, tenant, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep.viewerJoined() // a spectator stays: only the game's end may end the replica
+	rep := spectateNewArena(t, owner, spectator, tenant, id)
 	time.Sleep(500 * time.Millisecond)
 	g, ok := owner.game(tenant, id)
 	if !ok {

@@ -18,16 +18,9 @@ func TestFinishedReplicaLeavesTheNode(t *testing.T) {
 	owner := startReplicaTestNode(t, "n-leak-owner", 2*time.Second) // ends the game soon: nobody joins
 	spectator := startReplicaTestNode(t, "n-leak-spectator", time.Minute)
 	tenant, id := "tenant-leak", fmt.Sprintf("leak-%d", time.Now().UnixNano()) // fresh under -count
-	if _, err := owner.StartGame(context.Background(), clusterstate.GameSpec{TenantID: tenant, GameID: id, BuildID: arenaID, Seed: 5, Config: []byte(`{"bots":2}`)}); err != nil {
-		t.Fatal(err)
-	}
+	rep := spectateNewArena(t, owner, spectator, tenant, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rep, err := spectator.spectate(ctx, tenant, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep.viewerJoined() // a spectator still watching: the linger path does not apply
 	select {
 	case <-rep.done:
 	case <-ctx.Done():
