@@ -79,11 +79,23 @@ await h.run(async () => {
     check(!/arena|fire/i.test(shown.keys + shown.hint + shown.title), `arena text left on the page: ${JSON.stringify(shown)}`);
     check(Math.abs(shown.w - shown.h) < 1 && shown.w % 128 === 0, `screen ${shown.w}x${shown.h} is not a whole multiple of 128x128`);
   }
-  // The module's keys move the player: its view changes while ArrowRight is held.
+  // The module's keys move the player: its view changes while an arrow key is
+  // held. The player starts on a random cell, so one way may be a wall or the
+  // other player (x = 15 is one start in 16): each way is tried in turn, and
+  // some way is open from any cell but a corner boxed in by the other player.
   const before = (await pages[0].evaluate(canvasState)).hash;
-  await pages[0].keyboard.down("ArrowRight");
-  await until(pages[0], 5000, "ArrowRight did not move the player", async () => (await pages[0].evaluate(canvasState)).hash !== before);
-  await pages[0].keyboard.up("ArrowRight");
+  const moved = [];
+  for (const key of ["ArrowRight", "ArrowLeft", "ArrowDown", "ArrowUp"]) {
+    await pages[0].keyboard.down(key);
+    const deadline = Date.now() + 2500;
+    while (Date.now() < deadline && (await pages[0].evaluate(canvasState)).hash === before) await pages[0].waitForTimeout(50);
+    await pages[0].keyboard.up(key);
+    if ((await pages[0].evaluate(canvasState)).hash !== before) {
+      moved.push(key);
+      break;
+    }
+  }
+  check(moved.length === 1, "no arrow key moved the player (each held for 2.5 s)");
   // A send that fails for a passing reason (Unavailable: the game moving to
   // another node) is sent again; in an event game as it was, same seq, so no
   // later input waits for a gap and is refused for it (409: Aborted, InputGap).
