@@ -54,7 +54,7 @@ func init() {
 		flags: func(fs *flag.FlagSet) {
 			fs.Float64Var(&f.rate, "rate", 200, "ticket arrivals per second of the first phase, the one with the kill (Poisson; parties of 1-4 players)")
 			fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long tickets arrive in the first phase")
-			fs.DurationVar(&f.drain, "drain", 10*time.Second, "how long to wait after the arrivals of a phase for the last matches")
+			fs.DurationVar(&f.drain, "drain", 10*time.Second, "how long to wait after the arrivals of a phase for the last matches (a saturation run waits at least the max wait, 45 s, and 10 s more)")
 			fs.DurationVar(&f.ttl, "lease-ttl", 5*time.Second, "replica lease TTL (a dead leader's queue waits this long)")
 			fs.DurationVar(&f.retention, "etcd-compaction-retention", etcdserver.DefaultCompactionRetention, "how long the embedded etcd keeps replaced revisions (its periodic compaction)")
 			fs.IntVar(&f.replicas, "replicas", 3, "matchmaker replicas, each with its own etcd client")
@@ -270,7 +270,7 @@ func startMMRig(ctx context.Context, nrep int, ttl, retention time.Duration) (_ 
 		r.clients = append(r.clients, c)
 		if i == 0 {
 			rules := &ludusv1.MatchmakingRules{Mode: mmMode, TeamSize: 4, Teams: 2, BandStart: 100, BandStep: 50,
-				BandIntervalMs: 5000, BandCap: 550, MaxWaitMs: 45000, MaxRttMs: map[string]int32{"eu": 100, "us": 100}}
+				BandIntervalMs: 5000, BandCap: 550, MaxWaitMs: mmMaxWait.Milliseconds(), MaxRttMs: map[string]int32{"eu": 100, "us": 100}}
 			admin, err := matchmaker.NewAdminService(c, func(context.Context, http.Header) (string, error) { return mmTenant, nil })
 			if err != nil {
 				return nil, err
@@ -541,6 +541,19 @@ func (l *mmLoad) drain(ctx context.Context, d time.Duration, stop context.Cancel
 	l.wg.Wait()
 	return still, err
 }
+
+// mmMaxWait is the bench mode's max wait: a ticket not matched by then
+// times out.
+const mmMaxWait = 45 * time.Second
+
+// mmSaturationDrain is the least a saturation run drains for. A run past
+// the rate etcd keeps up with ends with thousands of tickets in flight:
+// written and waiting, or still starting and not yet in etcd. Ended by
+// the default 10 s drain, those still starting were counted lost (5,601
+// "lost" in one default run on a 2-core machine; none with a longer
+// drain). Every ticket reaches an outcome within the max wait: matched,
+// timed out, or refused. A run that keeps up drains in moments.
+const mmSaturationDrain = mmMaxWait + 10*time.Second
 
 // resultGrace is how long drain lets results already written reach their
 // streams before it ends them.
@@ -823,7 +836,7 @@ func saturate(ctx context.Context, progress io.Writer, f mmFlags) (mmSaturation,
 		defer stopStreams()
 		load := newMMLoad(runCtx, rig, rig.reps, seed)
 		fn(load)
-		tickets, _, t, err := load.conclude(ctx, progress, "saturation", f.drain, stopStreams)
+		tickets, _, t, err := load.conclude(ctx, progress, "saturation", max(f.drain, mmSaturationDrain), stopStreams)
 		if err != nil {
 			return etcdAtEnd, false, err
 		}
