@@ -105,12 +105,10 @@ func (i *Issuer) Issue(c Claims) (ticket string, expiresAt time.Time, err error)
 		buf = appendJSONString(buf, c.DisplayName)
 	}
 	buf = append(buf, '}')
-	headerJSON, claimsJSON := buf[:header], buf[header:]
-	n := b64.EncodedLen(len(headerJSON)) + 1 + b64.EncodedLen(len(claimsJSON))
-	out := make([]byte, n, n+1+b64.EncodedLen(ed25519.SignatureSize))
-	b64.Encode(out, headerJSON)
-	out[b64.EncodedLen(len(headerJSON))] = '.'
-	b64.Encode(out[b64.EncodedLen(len(headerJSON))+1:], claimsJSON)
+	out := make([]byte, 0, b64.EncodedLen(len(buf))+2+b64.EncodedLen(ed25519.SignatureSize)+2)
+	out = b64.AppendEncode(out, buf[:header])
+	out = append(out, '.')
+	out = b64.AppendEncode(out, buf[header:])
 	sig, err := jwt.SigningMethodEdDSA.Sign(string(out), key.Private)
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("auth: sign ticket: %w", err)
