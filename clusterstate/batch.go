@@ -548,7 +548,11 @@ func (c *Client) claimFrom(ctx context.Context, lease *Lease, worker, tenant, ru
 				clientv3.OpPut(ak, strconv.Itoa(attempt)),
 			).Commit()
 			if err != nil {
-				return BatchClaim{}, false, err
+				fence, made := c.claimMade(ctx, lease, lk, string(vb))
+				if !made {
+					return BatchClaim{}, false, err
+				}
+				return BatchClaim{Tenant: tenant, Run: run, N: n, Item: kv.Value, Owner: string(vb), Fence: fence, Attempt: attempt}, true, nil
 			}
 			if tr.Succeeded {
 				return BatchClaim{Tenant: tenant, Run: run, N: n, Item: kv.Value, Owner: string(vb), Fence: tr.Header.Revision, Attempt: attempt}, true, nil
@@ -559,6 +563,34 @@ func (c *Client) claimFrom(ctx context.Context, lease *Lease, worker, tenant, ru
 		}
 		last, _ := batchItemN(string(items[len(items)-1].Key))
 		start = last + 1
+	}
+}
+
+// claimMade tells, after a claim transaction whose answer was lost, whether
+// etcd made the claim all the same: lease key lk then holds owner, the
+// claim's own value (its claim id is unique), and its create revision is the
+// claim's fence. Taken for failed, such a claim would hold the game, bound to
+// a lease that lives on, unplayed until the reaper's item timeout ended it as
+// a lost attempt. It reads the key until etcd answers, the lease is lost (the
+// key goes with it) or ctx ends (the worker stops and revokes its lease).
+func (c *Client) claimMade(ctx context.Context, lease *Lease, lk, owner string) (fence int64, made bool) {
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := c.cli.Get(rctx, lk)
+		cancel()
+		if err == nil {
+			if len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == owner {
+				return resp.Kvs[0].CreateRevision, true
+			}
+			return 0, false
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-lease.Done():
+			return 0, false
+		case <-time.After(delay):
+		}
 	}
 }
 

@@ -1,8 +1,11 @@
 package clusterstate
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -391,5 +394,124 @@ func TestBatchChargeCPU(t *testing.T) {
 	}
 	if _, _, err := state.ChargeBatchCPU(ctx, cls[2], 1); !errors.Is(err, ErrBatchRunNotFound) {
 		t.Fatalf("charge of a removed run: %v", err)
+	}
+}
+
+// answerLostKV is etcd as seen across a link that fails after a request
+// went through: lose says which transactions (by the keys their Then puts)
+// are applied with their answer lost, and getsFail fails every read while
+// it is true.
+type answerLostKV struct {
+	clientv3.KV
+	lose     func(puts []string) bool
+	getsFail *atomic.Bool
+}
+
+var errAnswerLost = errors.New("rpc error: code = Unavailable desc = error reading from server: EOF")
+
+func (k answerLostKV) Txn(ctx context.Context) clientv3.Txn {
+	return &answerLostTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+func (k answerLostKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if k.getsFail.Load() {
+		return nil, errAnswerLost
+	}
+	return k.KV.Get(ctx, key, opts...)
+}
+
+type answerLostTxn struct {
+	clientv3.Txn
+	kv   answerLostKV
+	puts []string
+}
+
+func (t *answerLostTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *answerLostTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *answerLostTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		if op.IsPut() {
+			t.puts = append(t.puts, string(op.KeyBytes()))
+		}
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *answerLostTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err == nil && t.kv.lose(t.puts) {
+		return nil, errAnswerLost
+	}
+	return resp, err
+}
+
+// A claim whose answer is lost after etcd made it is found and returned,
+// fenced as usual: taken for failed, it would hold the game unplayed, bound
+// to a lease that lives on, until the reaper's item timeout. Made while
+// etcd stays out of reach, it is given up once the lease is lost, and the
+// key goes with the lease.
+func TestBatchClaimWhoseAnswerIsLost(t *testing.T) {
+	ctx := testCtx(t)
+	tenant := uniq("bt")
+	r := admitRun(t, tenant, 2, time.Minute, time.Hour)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: raw.Endpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	var lost atomic.Int32
+	var outOfReach, getsFail atomic.Bool
+	cli.KV = answerLostKV{KV: cli.KV, getsFail: &getsFail, lose: func(puts []string) bool {
+		for _, k := range puts {
+			if strings.HasPrefix(k, BatchLeasesPrefix(tenant, r.ID)) {
+				lost.Add(1)
+				getsFail.Store(outOfReach.Load())
+				return true
+			}
+		}
+		return false
+	}}
+	lossy := New(cli)
+
+	l := grantLease(t)
+	cl, ok, err := lossy.ClaimBatchItem(ctx, l, "w", tenant, r.ID, 0)
+	if err != nil || !ok || lost.Load() != 1 {
+		t.Fatalf("claim whose answer was lost: %+v %v %v (answers lost: %d)", cl, ok, err, lost.Load())
+	}
+	ls, err := state.BatchLeases(ctx, tenant, r.ID)
+	if err != nil || len(ls) != 1 || ls[cl.N].raw != cl.Owner {
+		t.Fatalf("leases %+v %v, want game %d's as %s", ls, err, cl.N, cl.Owner)
+	}
+	p, err := state.AckBatchItem(ctx, cl, BatchOutcome{CPU: 3, Ticks: 4})
+	if err != nil || p.Done != 1 {
+		t.Fatalf("ack of the found claim: %+v %v", p, err)
+	}
+
+	// The answer lost, and etcd out of reach from then on.
+	outOfReach.Store(true)
+	short, err := state.GrantLease(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked := make(chan struct{})
+	go func() { time.Sleep(300 * time.Millisecond); short.Close(); close(revoked) }()
+	start := time.Now()
+	if cl, ok, err := lossy.ClaimBatchItem(ctx, short, "w", tenant, r.ID, 0); ok || !errors.Is(err, errAnswerLost) {
+		t.Fatalf("claim lost with etcd out of reach: %+v %v %v", cl, ok, err)
+	}
+	if lost.Load() != 2 {
+		t.Fatalf("%d claims made in all, want 2", lost.Load())
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the claim gave up %v after its lease was lost", d)
+	}
+	<-revoked
+	if ls, err := state.BatchLeases(ctx, tenant, r.ID); err != nil || len(ls) != 0 {
+		t.Fatalf("after the lease was lost: leases %+v %v", ls, err)
 	}
 }
