@@ -146,19 +146,21 @@ type Matchmaker struct {
 type testFaults struct {
 	partyChange func() // before a party's change reaches its search
 	result      func() // before a result reaches its search
+	resultRead  func() // before a search reads its result from etcd
 	// lostAnswer, after a search's write was applied (what: "enqueue",
 	// "party ticket" or "join"), returns the error the search gets instead
 	// of the answer: the write was applied, the answer lost. Before a
 	// search's deletion ("end"), an error stands for etcd's answer that
 	// never came, and the deletion is not sent.
-	lostAnswer func(what, account string) error
+	// ctx is the search's stream's.
+	lostAnswer func(ctx context.Context, what, account string) error
 }
 
-func (f *testFaults) lose(what, account string) error {
+func (f *testFaults) lose(ctx context.Context, what, account string) error {
 	if f == nil || f.lostAnswer == nil {
 		return nil
 	}
-	return f.lostAnswer(what, account)
+	return f.lostAnswer(ctx, what, account)
 }
 
 const allocLatencyWindow = 100_000

@@ -907,7 +907,7 @@ func TestTicketQueuedDespiteALostAnswerIsFound(t *testing.T) {
 				what, unlucky = "party ticket", "bob"
 			}
 			var lost atomic.Int32
-			r.m.faults.Store(&testFaults{lostAnswer: func(w, account string) error {
+			r.m.faults.Store(&testFaults{lostAnswer: func(_ context.Context, w, account string) error {
 				if w != what || account != unlucky {
 					return nil
 				}
@@ -940,6 +940,77 @@ func TestTicketQueuedDespiteALostAnswerIsFound(t *testing.T) {
 			checkOneMatch(t, players, alloc)
 			if lost.Load() != 1 {
 				t.Fatalf("%d answers lost, want 1: this test shows nothing", lost.Load())
+			}
+		})
+	}
+}
+
+// TestTicketCancelledWriteReadsNoResult: a search whose write failed because
+// its stream ended (the player left while the write waited) reads no result
+// from etcd: there is nobody to tell, and the read visits every result on
+// the replica. Its keys are still taken out. The write here fails as if
+// etcd never applied it (its keys are deleted behind the search's back), so
+// that the search's deletion finds nothing — the case that read.
+func TestTicketCancelledWriteReadsNoResult(t *testing.T) {
+	for _, party := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alone", true: "party"}[party], func(t *testing.T) {
+			r := startReplica(t, &fakeAllocator{})
+			tenant := newTenant(t, r.state, nil)
+			what, code := "enqueue", ""
+			if party {
+				what, code = "join", createParty(t, r, tenant, "ada", 2)
+			}
+			var reads, cancelled atomic.Int32
+			var leaving atomic.Pointer[player]
+			r.m.faults.Store(&testFaults{
+				resultRead: func() { reads.Add(1) },
+				lostAnswer: func(ctx context.Context, w, account string) error {
+					if w != what || account != "ada" {
+						return nil
+					}
+					dctx := testCtx(t, 5*time.Second)
+					keys := []string{clusterstate.SearchKey(tenant, account)}
+					if party {
+						keys = append(keys, clusterstate.PartyMemberKey(tenant, code, account))
+					} else {
+						keys = append(keys, clusterstate.TicketsPrefix(tenant, "ranked"))
+					}
+					for _, k := range keys {
+						if _, err := r.state.Raw().Delete(dctx, k, clientv3.WithPrefix()); err != nil {
+							t.Error(err)
+						}
+					}
+					for leaving.Load() == nil {
+						time.Sleep(time.Millisecond)
+					}
+					leaving.Load().cancel()
+					select { // the stream's end reaches the replica
+					case <-ctx.Done():
+					case <-time.After(5 * time.Second):
+						t.Error("the replica did not see the stream end")
+					}
+					cancelled.Add(1)
+					return context.Canceled
+				},
+			})
+			var req *ludusv1.FindMatchRequest
+			if party {
+				req = &ludusv1.FindMatchRequest{Mode: "ranked", PartyCode: code, PartySize: 2, RttMs: map[string]int32{"eu": 30}}
+			}
+			ada := r.find(t, tenant, "ada", req)
+			leaving.Store(ada)
+			ada.wait(t, 10*time.Second)
+			waitFor(t, 5*time.Second, "ada's search to end", func() bool {
+				resp, err := r.state.Raw().Get(testCtx(t, 5*time.Second), clusterstate.SearchKey(tenant, "ada"))
+				return err == nil && len(resp.Kvs) == 0 && cancelled.Load() == 1
+			})
+			// The search ends after its stream: give it the time a read takes.
+			time.Sleep(300 * time.Millisecond)
+			if n := reads.Load(); n != 0 {
+				t.Fatalf("%d results read for a search whose stream had ended", n)
+			}
+			if n := ticketCount(t, r.state, tenant); n != 0 {
+				t.Fatalf("%d tickets left", n)
 			}
 		})
 	}
@@ -1071,7 +1142,7 @@ func TestTicketLostJoinAnswerIsFound(t *testing.T) {
 	r := startReplica(t, alloc)
 	tenant := newTenant(t, r.state, nil)
 	var lost atomic.Int32
-	r.m.faults.Store(&testFaults{lostAnswer: func(w, account string) error {
+	r.m.faults.Store(&testFaults{lostAnswer: func(_ context.Context, w, account string) error {
 		if w != "join" || account != "bob" {
 			return nil
 		}
@@ -1110,7 +1181,7 @@ func TestTicketSlowDeletionStillFindsTheMatch(t *testing.T) {
 	r := startReplica(t, alloc)
 	tenant := newTenant(t, r.state, nil)
 	var ends atomic.Int32
-	r.m.faults.Store(&testFaults{lostAnswer: func(w, account string) error {
+	r.m.faults.Store(&testFaults{lostAnswer: func(_ context.Context, w, account string) error {
 		if account != "solo0" {
 			return nil
 		}

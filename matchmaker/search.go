@@ -189,7 +189,7 @@ func (s *search) end(ctx context.Context) (found []bool) {
 	s.ended = true
 	deadline := time.Now().Add(endWait)
 	for wait := 200 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		err := s.m.faults.Load().lose("end", s.c.AccountID)
+		err := s.m.faults.Load().lose(ctx, "end", s.c.AccountID)
 		if err == nil {
 			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 			found, err = s.m.state.EndSearchOwned(tctx, s.c.TenantID, s.c.AccountID, s.token, s.keys...)
@@ -269,7 +269,7 @@ func (s *search) solo(ctx context.Context) error {
 		Members: []clusterstate.QueuedMember{s.member}}
 	rev, err := s.m.state.Enqueue(ctx, s.lease, t, s.token)
 	if err == nil {
-		err = s.m.faults.Load().lose("enqueue", s.c.AccountID)
+		err = s.m.faults.Load().lose(ctx, "enqueue", s.c.AccountID)
 	}
 	s.keys = []clusterstate.OwnedKey{{Key: clusterstate.TicketKey(s.c.TenantID, s.mode, id)}}
 	switch {
@@ -297,10 +297,20 @@ func (s *search) solo(ctx context.Context) error {
 // which ids are), queued although its write (an enqueue, a party join)
 // failed, and settled before the search could take it back out. The
 // settlement wrote it with the deletion the search found done.
+// A stream that has ended (the player left, the gateway went) has nobody to
+// tell, and the read is dear: etcd visits every result on the replica for
+// the tenant (up to 30 s of them). A mass of streams cancelled while their
+// writes waited — a burst of players leaving an overloaded replica — made
+// a read each: in a bench run held at 5,000 tickets/s, etcd's range reads
+// were 23 % of the process's CPU, and too few to show once skipped
+// (docs/BENCHMARKS.md).
 func (s *search) settledMeanwhile(ctx context.Context, ours func(ticket string) bool) (*ludusv1.FindMatchResponse, bool) {
+	if ctx.Err() != nil {
+		return nil, false
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
-	r, ok, err := s.m.state.Result(rctx, s.m.ID(), s.c.TenantID, s.c.AccountID, 0)
+	r, ok, err := s.readResult(rctx, 0)
 	if err != nil || !ok {
 		return nil, false
 	}
@@ -380,11 +390,20 @@ func (s *search) wait(ctx context.Context, party <-chan []clusterstate.PartyMemb
 func (s *search) resultNow(ctx context.Context) (*ludusv1.FindMatchResponse, bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
-	r, ok, err := s.m.state.Result(rctx, s.m.ID(), s.c.TenantID, s.c.AccountID, s.minRev)
+	r, ok, err := s.readResult(rctx, s.minRev)
 	if err != nil || !ok {
 		return nil, false
 	}
 	return s.result(r)
+}
+
+// readResult reads the search's newest result on this replica committed
+// after revision after (clusterstate.Client.Result).
+func (s *search) readResult(ctx context.Context, after int64) (clusterstate.Result, bool, error) {
+	if f := s.m.faults.Load(); f != nil && f.resultRead != nil {
+		f.resultRead()
+	}
+	return s.m.state.Result(ctx, s.m.ID(), s.c.TenantID, s.c.AccountID, after)
 }
 
 func (s *search) party(ctx context.Context, code string, size int) error {
@@ -397,7 +416,7 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 	p := clusterstate.Party{Code: code, Tenant: s.c.TenantID, Mode: s.mode, Size: size}
 	j, err := s.m.state.JoinParty(ctx, s.lease, p, clusterstate.PartyMember{QueuedMember: s.member, Token: s.token})
 	if err == nil {
-		err = s.m.faults.Load().lose("join", s.c.AccountID)
+		err = s.m.faults.Load().lose(ctx, "join", s.c.AccountID)
 	}
 	var mismatch *clusterstate.PartyMismatch
 	switch {
@@ -510,7 +529,7 @@ func (s *search) party(ctx context.Context, code string, size int) error {
 			if newest == j.Rev {
 				_, err := s.m.state.QueuePartyTicket(ctx, s.lease, t)
 				if err == nil {
-					err = s.m.faults.Load().lose("party ticket", s.c.AccountID)
+					err = s.m.faults.Load().lose(ctx, "party ticket", s.c.AccountID)
 				}
 				if err != nil {
 					// Applied all the same and matched already, the
