@@ -51,7 +51,12 @@
 //   - Oldest first: the oldest unmatched ticket anchors the next match, which
 //     is filled with the oldest tickets that fit (within the bands, sharing
 //     a region, parties fitting into teams). A ticket that cannot be matched
-//     now does not hold up younger ones.
+//     now does not hold up younger ones: if taking every ticket that fits
+//     leaves the match short, the anchor tries again, passing over a party
+//     that would leave seats no party size further on in its window can
+//     fill (a party of 3 for teams of 4 when no solo player is in reach).
+//     An anchor whose party size the queue's sizes cannot complete at all
+//     is not tried.
 //   - A ticket that has waited Rules.MaxWait without a match times out, or
 //     with BotsFillAtTimeout is matched with other timed-out tickets it can
 //     meet and bots in the empty seats. A ticket that can still make a full
@@ -71,8 +76,9 @@
 // quality a studio asks for, so Form spends it on fairness.
 //
 // Form runs in O(n log n) for n tickets plus the sweep around each anchor
-// (an anchor that cannot be matched may look at every ticket in its band);
-// BenchmarkForm3000 measures it. Simulate runs a queue with Poisson arrivals
+// (an anchor that cannot be matched may look at every ticket in its band,
+// up to three times); BenchmarkForm3000 measures it, and
+// BenchmarkFormNoSolos3000 a queue that has run out of solo players. Simulate runs a queue with Poisson arrivals
 // against Form and reports times to match and match quality, for capacity
 // planning and for "ludus bench matchmaking".
 package matchmaking

@@ -120,10 +120,12 @@ type former struct {
 	// The tickets chosen for the match being built, each with its team.
 	chosen []int32
 	bin    []int
-	room   []int   // free seats per team
-	cand   []int32 // scratch for candidates
+	room   []int // free seats per team
+	// room and bin before the last place, to take it back
+	saveRoom, saveBin []int
+	cand              []int32 // scratch for candidates
 
-	windowMode int // windowAuto but in tests
+	opts formOptions
 
 	pack packer
 	bal  balancer
@@ -143,20 +145,28 @@ type former struct {
 // whose match cannot be filled stays searching, and the next oldest ticket
 // becomes the anchor. See the package documentation for the guarantees.
 func Form(now time.Time, tickets []Ticket, rules Rules) (Result, error) {
-	return form(now, tickets, rules, windowAuto)
+	return form(now, tickets, rules, formOptions{})
 }
 
-func form(now time.Time, tickets []Ticket, rules Rules, windowMode int) (Result, error) {
+// formOptions changes how Form works, not what it decides: tests compare
+// the results of each way.
+type formOptions struct {
+	window       int  // windowAuto, or a mode tests force
+	noAnchorSkip bool // build every anchor, even one sizeFit rules out
+	builds       *int // if set, counts the anchors built
+}
+
+func form(now time.Time, tickets []Ticket, rules Rules, opts formOptions) (Result, error) {
 	if err := rules.Validate(); err != nil {
 		return Result{}, err
 	}
 	f := &former{
-		windowMode: windowMode,
-		rules:      rules,
-		tickets:    tickets,
-		regions:    sortedRegions(rules),
-		seats:      rules.Seats(),
-		room:       make([]int, rules.Teams),
+		opts:    opts,
+		rules:   rules,
+		tickets: tickets,
+		regions: sortedRegions(rules),
+		seats:   rules.Seats(),
+		room:    make([]int, rules.Teams),
 	}
 	var res Result
 	f.admit(now, &res)
@@ -178,15 +188,23 @@ func form(now time.Time, tickets []Ticket, rules Rules, windowMode int) (Result,
 		players += f.e[i].size
 	}
 	all := f.newPool(byRating)
+	fit := newSizeFit(rules, f.e)
 	for a := range f.e {
 		if players < f.seats {
 			break
 		}
-		if f.e[a].used || !f.build(int32(a), all) {
+		if f.e[a].used || (!opts.noAnchorSkip && !fit.possible(int32(a))) {
+			continue
+		}
+		if opts.builds != nil {
+			*opts.builds++
+		}
+		if !f.build(int32(a), all, fit) {
 			continue
 		}
 		for _, c := range f.chosen {
 			all.remove(c)
+			fit.remove(f.e[c].size)
 			players -= f.e[c].size
 		}
 		res.Matches = append(res.Matches, f.match(false))
@@ -206,7 +224,7 @@ func form(now time.Time, tickets []Ticket, rules Rules, windowMode int) (Result,
 			if e := f.e[a]; !e.expired || e.used {
 				continue
 			}
-			f.build(int32(a), expired)
+			f.build(int32(a), expired, nil) // bots take the seats no party fills
 			for _, c := range f.chosen {
 				expired.remove(c)
 			}
@@ -316,7 +334,39 @@ func (f *former) claimAccounts(t Ticket, accounts map[string]string) error {
 // build collects into f.chosen (with teams in f.bin) the tickets of a match
 // anchored at a, taken from p oldest first. It reports whether the match is
 // full; either way f.chosen holds at least a.
-func (f *former) build(a int32, p *pool) bool {
+//
+// Each ticket that fits is taken. If that fails and fit is given, build
+// tries once more, passing over a party that would leave seats which the
+// parties further on in the anchor's window (those that could meet the
+// anchor) have no sizes to fill: the oldest party of 3 must not take the
+// place of two parties of 4 when no solo player can complete it (sizeFit).
+// The first try keeps the common case, a match found early in a wide
+// window, to one short scan.
+func (f *former) build(a int32, p *pool, fit *sizeFit) bool {
+	if f.fill(a, p, nil) {
+		return true
+	}
+	if fit == nil || fit.off {
+		return false
+	}
+	ea := &f.e[a]
+	clear(fit.window)
+	for c := range f.candidates(p, a) {
+		if ec := &f.e[c]; f.reaches(ea, ec) {
+			fit.window[ec.size]++
+		}
+	}
+	return f.fill(a, p, fit)
+}
+
+// reaches reports whether c could be in a match anchored at a: within
+// each other's bands and sharing a region.
+func (f *former) reaches(a, c *entry) bool {
+	return a.mask&c.mask != 0 && math.Abs(c.rating-a.rating) <= min(a.band, c.band)
+}
+
+// fill is one try of build; with fit, it looks ahead by fit.window.
+func (f *former) fill(a int32, p *pool, fit *sizeFit) bool {
 	ea := &f.e[a]
 	f.chosen = append(f.chosen[:0], a)
 	f.bin = append(f.bin[:0], 0)
@@ -330,7 +380,23 @@ func (f *former) build(a int32, p *pool) bool {
 	}
 	for c := range f.candidates(p, a) {
 		ec := &f.e[c]
-		if count+ec.size > f.seats || mask&ec.mask == 0 || !f.inBands(ec) || !f.place(c) {
+		if fit != nil && f.reaches(ea, ec) {
+			fit.window[ec.size]-- // passed: what is left lies further on
+		}
+		if count+ec.size > f.seats || mask&ec.mask == 0 || !f.inBands(ec) {
+			continue
+		}
+		if fit != nil {
+			f.saveRoom = append(f.saveRoom[:0], f.room...)
+			f.saveBin = append(f.saveBin[:0], f.bin...)
+		}
+		if !f.place(c) {
+			continue
+		}
+		if fit != nil && count+ec.size < f.seats && !fit.canFill(f.room, fit.window) {
+			f.chosen = f.chosen[:len(f.chosen)-1]
+			f.bin = append(f.bin[:0], f.saveBin...)
+			copy(f.room, f.saveRoom)
 			continue
 		}
 		count += ec.size
@@ -391,7 +457,7 @@ func (f *former) candidates(p *pool, a int32) iter.Seq[int32] {
 // matched ones) in a pool of n: by rating when sorting the window costs less
 // than the expected age scan, which visits about seats·n/w tickets.
 func (f *former) useRatingWindow(w, n int) bool {
-	switch f.windowMode {
+	switch f.opts.window {
 	case windowByRating:
 		return true
 	case windowByAge:

@@ -351,27 +351,41 @@ func population(rng *rand.Rand, r Rules, now time.Time, n int, bad float64) []Ti
 
 func TestPropertyForm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 37))
-	matches := 0
+	matches, builds, buildsAll := 0, 0, 0
 	for round := range 300 {
 		r := randomRules(rng)
 		ts := population(rng, r, t0, rng.IntN(300), 0.03)
-		res, err := Form(t0, ts, r)
+		if round%3 == 0 {
+			// No solo players: parties of 3 in teams of 4 cannot be
+			// completed, which Form must see without holding up others.
+			ts = slices.DeleteFunc(ts, func(tk Ticket) bool { return len(tk.Party) == 1 })
+		}
+		res, err := form(t0, ts, r, formOptions{builds: &builds})
 		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := form(t0, ts, r, formOptions{noAnchorSkip: true, builds: &buildsAll}); err != nil {
 			t.Fatal(err)
 		}
 		checkResult(t, t0, ts, r, res)
 		matches += len(res.Matches)
-		// Deterministic, and both ways of finding candidates agree.
-		for _, mode := range []int{windowAuto, windowByRating, windowByAge} {
-			again, err := form(t0, ts, r, mode)
+		// Deterministic, both ways of finding candidates agree, and
+		// skipping the anchors sizeFit rules out changes nothing.
+		for _, opts := range []formOptions{{window: windowAuto}, {window: windowByRating}, {window: windowByAge}, {noAnchorSkip: true}} {
+			again, err := form(t0, ts, r, opts)
 			if err != nil || !reflect.DeepEqual(again, res) {
-				t.Fatalf("round %d: window mode %d gave a different result", round, mode)
+				t.Fatalf("round %d: options %+v gave a different result", round, opts)
 			}
 		}
 	}
 	if matches < 1000 {
 		t.Fatalf("only %d matches in 300 populations: the test is not exercising Form", matches)
 	}
+	// The comparison above means something only if sizeFit skipped anchors.
+	if buildsAll-builds < 100 {
+		t.Fatalf("sizeFit skipped %d of %d anchors: the test is not exercising it", buildsAll-builds, buildsAll)
+	}
+	t.Logf("%d matches; sizeFit skipped %d of %d anchors", matches, buildsAll-builds, buildsAll)
 }
 
 func TestPropertyOrderDoesNotMatter(t *testing.T) {
