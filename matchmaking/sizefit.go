@@ -86,10 +86,7 @@ func (s *sizeFit) possible(a int32) bool {
 	avail := append(s.avail[:0], s.count...)
 	avail[size]--
 	s.avail = avail
-	ok := s.canFill(rooms, avail)
-	if s.off {
-		return true
-	}
+	ok := s.canFill(rooms, avail) // true once the search is off
 	s.answer[size] = -1
 	if ok {
 		s.answer[size] = 1
@@ -123,16 +120,21 @@ func (s *sizeFit) canFill(rooms []int, count []int) bool {
 		c = append(c, max(min(count[p], total/p), 0))
 	}
 	s.capped = c
-	key := s.keyOf(r, c)
+	return s.fillTeams(c, r) || s.off
+}
+
+// fillTeams reports whether parties from c fill every team of rooms exactly,
+// none of them begun: remembered, as the answer depends on nothing else.
+func (s *sizeFit) fillTeams(c, rooms []int) bool {
+	key := s.keyOf(rooms, c)
 	if ok, seen := s.memo[string(key)]; seen {
 		return ok
 	}
 	k := string(key)
-	ok := s.fill(c, r[1:], r[0], s.teamSize)
-	if s.off {
-		return true
+	ok := s.fill(c, rooms[1:], rooms[0], s.teamSize)
+	if !s.off {
+		s.memo[k] = ok
 	}
-	s.memo[k] = ok
 	return ok
 }
 
@@ -150,28 +152,14 @@ func (s *sizeFit) keyOf(rooms, c []int) []byte {
 
 // fill reports whether parties from c fill room seats of the current team
 // and then every team of rooms exactly. A team takes its parties largest
-// first (none larger than maxPart), so each set of sizes is tried once;
-// whether the teams still to fill can be filled from what is left is
-// remembered.
+// first (none larger than maxPart), so each set of sizes is tried once.
 func (s *sizeFit) fill(c []int, rooms []int, room, maxPart int) bool {
 	if s.nodes++; s.nodes > sizeFitBudget {
 		s.off = true
 		return false
 	}
 	if room == 0 {
-		if len(rooms) == 0 {
-			return true
-		}
-		key := s.keyOf(rooms, c)
-		if ok, seen := s.memo[string(key)]; seen {
-			return ok
-		}
-		k := string(key)
-		ok := s.fill(c, rooms[1:], rooms[0], s.teamSize)
-		if !s.off {
-			s.memo[k] = ok
-		}
-		return ok
+		return len(rooms) == 0 || s.fillTeams(c, rooms)
 	}
 	for p := min(room, maxPart); p >= 1; p-- {
 		if c[p] <= 0 {

@@ -15,39 +15,25 @@ func TestPartyNobodyCanCompleteDoesNotBlock(t *testing.T) {
 	quads := func(id string, waited time.Duration, rating float64) Ticket {
 		return party(id, waited, eu, rating, rating, rating, rating)
 	}
-	// The trios are older than the parties of 4 and each fits beside
-	// one; only a solo could complete a trio, and there is none.
-	res := mustForm(t, []Ticket{
-		party("trio1", 9*time.Second, eu, 1500, 1500, 1500),
-		party("trio2", 8*time.Second, eu, 1500, 1500, 1500),
-		quads("q1", 7*time.Second, 1500),
-		quads("q2", 6*time.Second, 1500),
-	}, r)
-	if len(res.Matches) != 1 || !slices.Equal(res.Matches[0].Tickets, []string{"q1", "q2"}) {
-		t.Fatalf("want q1 and q2 matched, the trios searching; got %+v", res)
-	}
-	// A solo who could complete a trio but is outside every band does
-	// not make the trio worth taking.
-	res = mustForm(t, []Ticket{
-		party("trio1", 9*time.Second, eu, 1500, 1500, 1500),
-		party("far", 8*time.Second, eu, 2500),
-		party("trio2", 8*time.Second, eu, 1500, 1500, 1500),
-		quads("q1", 7*time.Second, 1500),
-		quads("q2", 6*time.Second, 1500),
-	}, r)
-	if len(res.Matches) != 1 || !slices.Equal(res.Matches[0].Tickets, []string{"q1", "q2"}) {
-		t.Fatalf("want q1 and q2 matched; got %+v", res)
-	}
-	// With a solo in reach, the oldest trio is completed by it.
-	res = mustForm(t, []Ticket{
-		party("trio1", 9*time.Second, eu, 1500, 1500, 1500),
-		party("trio2", 8*time.Second, eu, 1500, 1500, 1500),
-		quads("q1", 7*time.Second, 1500),
-		quads("q2", 6*time.Second, 1500),
-		party("solo", 5*time.Second, eu, 1500),
-	}, r)
-	if len(res.Matches) != 1 || !slices.Equal(res.Matches[0].Tickets, []string{"trio1", "q1", "solo"}) {
-		t.Fatalf("want trio1, q1 and solo matched; got %+v", res)
+	trio1 := party("trio1", 9*time.Second, eu, 1500, 1500, 1500)
+	trio2 := party("trio2", 8*time.Second, eu, 1500, 1500, 1500)
+	q1, q2 := quads("q1", 7*time.Second, 1500), quads("q2", 6*time.Second, 1500)
+	for _, c := range []struct {
+		why     string
+		tickets []Ticket
+		want    []string // the one match's tickets
+	}{
+		{"the trios are older than the parties of 4 and each fits beside one; only a solo could complete a trio, and there is none",
+			[]Ticket{trio1, trio2, q1, q2}, []string{"q1", "q2"}},
+		{"a solo who could complete a trio but is outside every band does not make the trio worth taking",
+			[]Ticket{trio1, party("far", 8*time.Second, eu, 2500), trio2, q1, q2}, []string{"q1", "q2"}},
+		{"with a solo in reach, the oldest trio is completed by it",
+			[]Ticket{trio1, trio2, q1, q2, party("solo", 5*time.Second, eu, 1500)}, []string{"trio1", "q1", "solo"}},
+	} {
+		res := mustForm(t, c.tickets, r)
+		if len(res.Matches) != 1 || !slices.Equal(res.Matches[0].Tickets, c.want) {
+			t.Fatalf("%s: want %v matched; got %+v", c.why, c.want, res)
+		}
 	}
 }
 
