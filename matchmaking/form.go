@@ -362,7 +362,7 @@ func (f *former) build(a int32, p *pool, fit *sizeFit) bool {
 // reaches reports whether c could be in a match anchored at a: within
 // each other's bands and sharing a region.
 func (f *former) reaches(a, c *entry) bool {
-	return a.mask&c.mask != 0 && math.Abs(c.rating-a.rating) <= min(a.band, c.band)
+	return a.mask&c.mask != 0 && meet(a, c)
 }
 
 // fill is one try of build; with fit, it looks ahead by fit.window.
@@ -492,12 +492,16 @@ func upperBound(xs []float64, x float64) int {
 // bands.
 func (f *former) inBands(c *entry) bool {
 	for _, s := range f.chosen {
-		es := &f.e[s]
-		if math.Abs(c.rating-es.rating) > min(c.band, es.band) {
+		if !meet(c, &f.e[s]) {
 			return false
 		}
 	}
 	return true
+}
+
+// meet reports whether a and b are within each other's bands.
+func meet(a, b *entry) bool {
+	return math.Abs(a.rating-b.rating) <= min(a.band, b.band)
 }
 
 // place adds c to f.chosen if the parties still fit into teams: into the
