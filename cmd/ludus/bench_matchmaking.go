@@ -220,8 +220,12 @@ type mmTicket struct {
 	accounts []string
 	rating   float64
 
+	// The maps are made on first write, and found keeps the game id alone:
+	// a run records a few hundred thousand tickets, and this process's
+	// collector marks them all along with etcd and the replicas it measures
+	// (the whole MatchFound of every player was a fifth of the live heap).
 	mu      sync.Mutex
-	found   map[string]*ludusv1.MatchFound
+	found   map[string]string // account -> the game id its stream was told
 	other   map[string]string // account -> how its stream ended otherwise
 	matched time.Time         // when the first player was told of a match
 	done    bool              // matched, refused, or every stream ended
@@ -234,6 +238,15 @@ func (tk *mmTicket) finish(l *mmLoad) {
 		tk.done = true
 		l.open.Add(-1)
 	}
+}
+
+// setOther records how acc's stream ended other than with a match; tk.mu
+// is held.
+func (tk *mmTicket) setOther(acc, why string) {
+	if tk.other == nil {
+		tk.other = map[string]string{}
+	}
+	tk.other[acc] = why
 }
 
 // mmRig is one embedded etcd and its matchmaker replicas.
@@ -364,7 +377,7 @@ func (l *mmLoad) arrivals(ctx context.Context, rate float64, d time.Duration) {
 func (l *mmLoad) arrive() {
 	party := matchmaking.SyntheticParty(l.rng, l.regions, l.maxRTT, matchmaking.MaxSeats)
 	size := len(party)
-	tk := &mmTicket{arrived: time.Now(), found: map[string]*ludusv1.MatchFound{}, other: map[string]string{}}
+	tk := &mmTicket{arrived: time.Now()}
 	reqs := make([]*ludusv1.FindMatchRequest, size)
 	sum := 0.0
 	for j, m := range party {
@@ -407,7 +420,7 @@ func (l *mmLoad) arrive() {
 			l.failed++
 			l.mu.Unlock()
 			tk.mu.Lock()
-			tk.other[acc] = what + err.Error()
+			tk.setOther(acc, what+err.Error())
 			if errors.Is(err, matchmaker.ErrOverloaded) {
 				tk.refused = true
 				tk.finish(l)
@@ -457,15 +470,18 @@ func (l *mmLoad) arrive() {
 				defer tk.mu.Unlock()
 				switch {
 				case last.GetFound() != nil:
-					tk.found[acc] = last.GetFound()
+					if tk.found == nil {
+						tk.found = make(map[string]string, len(tk.accounts))
+					}
+					tk.found[acc] = last.GetFound().GameId
 				case last.GetTimedOut() != nil:
-					tk.other[acc] = "timed out"
+					tk.setOther(acc, "timed out")
 				case err != nil:
 					if tk.other[acc] == "" {
-						tk.other[acc] = "error: " + err.Error()
+						tk.setOther(acc, "error: "+err.Error())
 					}
 				default:
-					tk.other[acc] = fmt.Sprintf("ended with %v", last)
+					tk.setOther(acc, fmt.Sprintf("ended with %v", last))
 				}
 			}()
 		}
@@ -603,8 +619,8 @@ func tally(tickets []*mmTicket, games map[string][][]matchmaker.Seat, still int)
 	announced := map[string]bool{}
 	for _, tk := range tickets {
 		tk.mu.Lock()
-		for _, f := range tk.found {
-			announced[f.GameId] = true
+		for _, game := range tk.found {
+			announced[game] = true
 		}
 		tk.mu.Unlock()
 	}
@@ -643,7 +659,7 @@ func tally(tickets []*mmTicket, games map[string][][]matchmaker.Seat, still int)
 			if len(seatedIn[acc]) > 1 {
 				twice = true
 			}
-			if f := tk.found[acc]; f != nil && !slices.Contains(seatedIn[acc], f.GameId) {
+			if game, ok := tk.found[acc]; ok && !slices.Contains(seatedIn[acc], game) {
 				twice = true // told of a game it is not seated in
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"ludus.dev/ludus/internal/gcpolicy"
+	"ludus.dev/ludus/matchmaker"
 	"ludus.dev/ludus/ops/etcdserver"
 )
 
@@ -76,5 +77,44 @@ func TestBenchMatchmakingSmall(t *testing.T) {
 	}
 	if g := num("gc_percent"); int(g) != gcpolicy.ServerGCPercent {
 		t.Errorf("gc_percent = %v, want the gateways' %d", res["gc_percent"], gcpolicy.ServerGCPercent)
+	}
+}
+
+// TestTallyCountsWhatPlayersWereTold checks the bench's own bookkeeping: a
+// player told of a game it is not seated in, or seated in two, counts as
+// matched twice; a game nobody was told of is waste; a party seated on two
+// teams is split; a ticket refused, timed out or with no outcome at all is
+// counted as such.
+func TestTallyCountsWhatPlayersWereTold(t *testing.T) {
+	seat := func(acc, party string) matchmaker.Seat { return matchmaker.Seat{AccountID: acc, Party: party} }
+	games := map[string][][]matchmaker.Seat{
+		"g1":     {{seat("a", ""), seat("b", "p1")}, {seat("c", "p1"), {Bot: true}}}, // the party p1 on two teams
+		"g2":     {{seat("d", "")}, {seat("e", "")}},
+		"unseen": {{seat("z", "")}}, // nobody was told of it
+	}
+	now := time.Now()
+	tk := func(accs ...string) *mmTicket { return &mmTicket{arrived: now, accounts: accs} }
+	told := tk("a")
+	told.found, told.matched = map[string]string{"a": "g1"}, now.Add(time.Second)
+	party := tk("b", "c")
+	party.found = map[string]string{"b": "g1", "c": "g1"}
+	wrong := tk("d") // seated in g2, told of g1
+	wrong.found = map[string]string{"d": "g1"}
+	seatedTold := tk("e")
+	seatedTold.found = map[string]string{"e": "g2"}
+	timedOut := tk("f")
+	timedOut.setOther("f", "timed out")
+	refused := tk("g")
+	refused.refused = true
+	refused.setOther("g", "error: overloaded")
+	lost := tk("h")
+
+	got := tally([]*mmTicket{told, party, wrong, seatedTold, timedOut, refused, lost}, games, 0)
+	want := mmTally{matched: 4, timedOut: 1, refused: 1, lost: 1, split: 1, twice: 1, matches: 2, waste: 1}
+	got.waits, got.spreads = nil, nil
+	if got.matched != want.matched || got.timedOut != want.timedOut || got.refused != want.refused ||
+		got.lost != want.lost || got.split != want.split || got.twice != want.twice ||
+		got.matches != want.matches || got.waste != want.waste {
+		t.Errorf("tally = %+v, want %+v", got, want)
 	}
 }
