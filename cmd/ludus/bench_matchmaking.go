@@ -223,7 +223,9 @@ type mmTicket struct {
 	// The maps are made on first write, and found keeps the game id alone:
 	// a run records a few hundred thousand tickets, and this process's
 	// collector marks them all along with etcd and the replicas it measures
-	// (the whole MatchFound of every player was a fifth of the live heap).
+	// (the whole MatchFound of every player and two maps made up front
+	// were about 300,000 of the 5.3 million live objects at the end of a
+	// window at 3,725 arrivals/s).
 	mu      sync.Mutex
 	found   map[string]string // account -> the game id its stream was told
 	other   map[string]string // account -> how its stream ended otherwise
