@@ -78,7 +78,8 @@
 // Form runs in O(n log n) for n tickets plus the sweep around each anchor
 // (an anchor that cannot be matched may look at every ticket in its band,
 // up to three times); BenchmarkForm3000 measures it, and
-// BenchmarkFormNoSolos3000 a queue that has run out of solo players. Simulate runs a queue with Poisson arrivals
-// against Form and reports times to match and match quality, for capacity
-// planning and for "ludus bench matchmaking".
+// BenchmarkFormNoSolos3000 a queue that has run out of solo players.
+// Simulate runs a queue with Poisson arrivals against Form and reports
+// times to match and match quality, for capacity planning and for
+// "ludus bench matchmaking".
 package matchmaking
