@@ -43,6 +43,7 @@ var (
 	bbPostgres string
 	bbOnly     string
 	bbProfile  string
+	bbRounds   int
 )
 
 // bbWant reports whether figure group g ("guest", "password", "verify",
@@ -58,10 +59,11 @@ func init() {
 	registerBench("backend", bench{
 		summary: "backend over loopback HTTP on SQLite and PostgreSQL: guest/password logins, ticket verification, match results",
 		flags: func(fs *flag.FlagSet) {
-			fs.DurationVar(&bbDur, "duration", 2*time.Second, "measured time per figure and store")
+			fs.DurationVar(&bbDur, "duration", 2*time.Second, "measured time per figure, store and round")
+			fs.IntVar(&bbRounds, "rounds", 3, "rounds, each a fresh SQLite database and PostgreSQL schema measured one after the other; every figure is the median of its rounds")
 			fs.IntVar(&bbWorkers, "workers", 2*runtime.GOMAXPROCS(0), "concurrent clients")
 			fs.StringVar(&bbOnly, "only", "", "comma-separated figure groups to measure: guest, password, verify, match (default all)")
-			fs.StringVar(&bbProfile, "cpuprofile", "", "write a CPU profile of this process (clients, backend, driver) while it measures PostgreSQL to this file")
+			fs.StringVar(&bbProfile, "cpuprofile", "", "write a CPU profile of this process (clients, backend, driver) while it measures PostgreSQL in the first round to this file")
 			fs.StringVar(&bbPostgres, "postgres", os.Getenv("LUDUS_BENCH_POSTGRES"), "PostgreSQL DSN (default $LUDUS_BENCH_POSTGRES); empty skips PostgreSQL")
 		},
 		run: func(ctx context.Context, progress io.Writer) (map[string]any, error) {
@@ -72,63 +74,128 @@ func init() {
 
 // benchBackend returns flat figures: "<store>_<figure>" for sqlite and
 // postgres, the plain figure names for SQLite, and postgres_skipped (a
-// reason) when PostgreSQL is not measured.
+// reason) when PostgreSQL is not measured. It measures bbRounds rounds, in
+// each SQLite and then PostgreSQL on a fresh database and schema, so that
+// the stores are measured side by side and a burst of other work on the
+// machine falls on one round of each rather than on all of one store; a
+// figure is the median of its rounds, and each rate's rounds are listed in
+// "<store>_<figure>_runs".
 func benchBackend(ctx context.Context, progress io.Writer) (map[string]any, error) {
+	if bbRounds < 1 || bbRounds > 100 {
+		return nil, fmt.Errorf("want 1 <= -rounds <= 100, got %d", bbRounds)
+	}
 	// The process stands in for a backend server, which keeps Go's garbage
 	// collector settings (or those of GOGC and GOMEMLIMIT).
 	gc := gcpolicy.Current()
-	res := map[string]any{"workers": bbWorkers, "duration_s": bbDur.Seconds(), "gomaxprocs": runtime.GOMAXPROCS(0),
+	res := map[string]any{"workers": bbWorkers, "duration_s": bbDur.Seconds(), "rounds": bbRounds, "gomaxprocs": runtime.GOMAXPROCS(0),
 		"gc_percent": gc.GCPercent, "memory_limit_bytes": gc.MemoryLimit}
 	dir, err := os.MkdirTemp("", "ludus-bench-backend")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "bench.db"))
-	if err != nil {
-		return nil, err
-	}
-	figs, err := benchBackendStore(ctx, progress, "sqlite", st)
-	st.Close()
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: %w", err)
-	}
-	for k, v := range figs {
-		res[k] = v
-		res["sqlite_"+k] = v
-	}
-	if bbPostgres == "" {
+	runs := map[string][]float64{} // "<store>_<figure>" -> its value in each round
+	dsn := bbPostgres
+	if dsn == "" {
 		res["postgres_skipped"] = "no PostgreSQL: set LUDUS_BENCH_POSTGRES or -postgres to a DSN"
-		return res, nil
 	}
-	pg, cleanup, err := benchPostgresSchema(ctx, bbPostgres)
-	if err != nil {
-		res["postgres_skipped"] = "PostgreSQL unreachable: " + err.Error()
-		return res, nil
-	}
-	defer cleanup()
-	if bbProfile != "" {
-		f, err := os.Create(bbProfile)
+	for round := range bbRounds {
+		fmt.Fprintf(progress, "round %d of %d\n", round+1, bbRounds)
+		st, err := sqlite.Open(ctx, filepath.Join(dir, fmt.Sprintf("bench-%d.db", round)))
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+		figs, err := benchBackendStore(ctx, progress, "sqlite", st)
+		st.Close()
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: %w", err)
+		}
+		addRound(runs, "sqlite_", figs)
+		if dsn == "" {
+			continue
+		}
+		// The profile covers the first round's PostgreSQL part.
+		figs, skipped, err := benchBackendPostgres(ctx, progress, dsn, round == 0)
+		if err != nil {
 			return nil, err
 		}
+		if skipped != "" && round > 0 {
+			return nil, fmt.Errorf("postgres, round %d: %s", round+1, skipped)
+		}
+		if skipped != "" {
+			res["postgres_skipped"] = skipped
+			dsn = "" // the later rounds measure SQLite alone
+			continue
+		}
+		addRound(runs, "postgres_", figs)
 	}
-	figs, err = benchBackendStore(ctx, progress, "postgres", pg)
-	if bbProfile != "" {
-		pprof.StopCPUProfile()
-	}
-	pg.Close()
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	for k, v := range figs {
-		res["postgres_"+k] = v
+	for k, vs := range runs {
+		name, sqliteFig := strings.CutPrefix(k, "sqlite_")
+		res[k] = medianOf(vs)
+		if sqliteFig {
+			res[name] = res[k]
+		}
+		if strings.HasSuffix(k, "_per_sec") {
+			res[k+"_runs"] = vs
+			if sqliteFig {
+				res[name+"_runs"] = vs
+			}
+		}
 	}
 	return res, nil
+}
+
+// addRound appends a round's numeric figures to runs, each under prefix.
+func addRound(runs map[string][]float64, prefix string, figs map[string]any) {
+	for k, v := range figs {
+		switch v := v.(type) {
+		case float64:
+			runs[prefix+k] = append(runs[prefix+k], v)
+		case int:
+			runs[prefix+k] = append(runs[prefix+k], float64(v))
+		}
+	}
+}
+
+// medianOf is the median of vs (the mean of the middle two for an even
+// count), rounded to a tenth; vs is not changed.
+func medianOf(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(vs))
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + m) / 2
+	}
+	return math.Round(m*10) / 10
+}
+
+// benchBackendPostgres measures one round on a fresh schema of dsn;
+// skipped is the reason when PostgreSQL cannot be reached.
+func benchBackendPostgres(ctx context.Context, progress io.Writer, dsn string, profile bool) (figs map[string]any, skipped string, err error) {
+	pg, cleanup, err := benchPostgresSchema(ctx, dsn)
+	if err != nil {
+		return nil, "PostgreSQL unreachable: " + err.Error(), nil
+	}
+	defer cleanup()
+	defer pg.Close()
+	if profile && bbProfile != "" {
+		f, err := os.Create(bbProfile)
+		if err != nil {
+			return nil, "", err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, "", err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	figs, err = benchBackendStore(ctx, progress, "postgres", pg)
+	if err != nil {
+		return nil, "", fmt.Errorf("postgres: %w", err)
+	}
+	return figs, "", nil
 }
 
 // benchPostgresSchema opens a store in a fresh schema, dropped by cleanup.

@@ -3,21 +3,26 @@ package main
 import (
 	"context"
 	"io"
+	"slices"
 	"testing"
 	"time"
 )
 
-// TestBenchBackendSmall runs `ludus bench backend` briefly on SQLite: every
-// figure group runs and yields a rate. It fails when a guard the backend
-// puts on real clients (a sign-in limit, a read limit) refuses the bench's
-// own loops, as a sign-in limit on the password logins (one account signed
-// in over and over) once did.
+// TestBenchBackendSmall runs `ludus bench backend` briefly on SQLite, in two
+// rounds: every figure group runs and yields a rate in each round, and the
+// figure is their median. It fails when a guard the backend puts on real
+// clients (a sign-in limit, a read limit) refuses the bench's own loops, as
+// a sign-in limit on the password logins (one account signed in over and
+// over) once did; a second round on a fresh database must not be refused
+// either.
 func TestBenchBackendSmall(t *testing.T) {
-	oldDur, oldWorkers, oldPostgres, oldOnly := bbDur, bbWorkers, bbPostgres, bbOnly
-	t.Cleanup(func() { bbDur, bbWorkers, bbPostgres, bbOnly = oldDur, oldWorkers, oldPostgres, oldOnly })
+	oldDur, oldWorkers, oldPostgres, oldOnly, oldRounds := bbDur, bbWorkers, bbPostgres, bbOnly, bbRounds
+	t.Cleanup(func() {
+		bbDur, bbWorkers, bbPostgres, bbOnly, bbRounds = oldDur, oldWorkers, oldPostgres, oldOnly, oldRounds
+	})
 	// A second: long enough for more password logins of one account than
 	// any per-account limit allows at once.
-	bbDur, bbWorkers, bbPostgres, bbOnly = time.Second, 2, "", ""
+	bbDur, bbWorkers, bbPostgres, bbOnly, bbRounds = time.Second, 2, "", "", 2
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := benchBackend(ctx, io.Discard)
@@ -25,8 +30,53 @@ func TestBenchBackendSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"guest_logins_per_sec", "password_logins_per_sec", "ticket_verifications_per_sec", "match_results_per_sec"} {
-		if v, ok := res[k].(float64); !ok || v <= 0 {
+		v, ok := res[k].(float64)
+		if !ok || v <= 0 {
 			t.Errorf("%s = %v, want a positive rate", k, res[k])
+		}
+		runs, _ := res["sqlite_"+k+"_runs"].([]float64)
+		if len(runs) != 2 || slices.Min(runs) <= 0 {
+			t.Errorf("sqlite_%s_runs = %v, want a positive rate for each of 2 rounds", k, res["sqlite_"+k+"_runs"])
+			continue
+		}
+		if want := medianOf(runs); v != want || res["sqlite_"+k] != want {
+			t.Errorf("%s = %v and its sqlite_ figure = %v, want %v, the median of its rounds %v", k, v, res["sqlite_"+k], want, runs)
+		}
+	}
+	if res["postgres_skipped"] == nil {
+		t.Error("postgres_skipped is not set, though no PostgreSQL DSN was given")
+	}
+}
+
+func TestBenchBackendRefusesRounds(t *testing.T) {
+	old := bbRounds
+	t.Cleanup(func() { bbRounds = old })
+	for _, n := range []int{0, -1, 101} {
+		bbRounds = n
+		if _, err := benchBackend(context.Background(), io.Discard); err == nil {
+			t.Errorf("-rounds %d: no error", n)
+		}
+	}
+}
+
+func TestMedianOf(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{7}, 7},
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{1000.04, 10, 2000.06}, 1000},
+		{[]float64{5, 5, 1, 9, 9}, 5},
+	} {
+		in := slices.Clone(c.in)
+		if got := medianOf(in); got != c.want {
+			t.Errorf("medianOf(%v) = %v, want %v", c.in, got, c.want)
+		}
+		if !slices.Equal(in, c.in) {
+			t.Errorf("medianOf reordered its input: %v, was %v", in, c.in)
 		}
 	}
 }
