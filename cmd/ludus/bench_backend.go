@@ -46,6 +46,9 @@ var (
 	bbRounds   int
 )
 
+// bbGroups are the figure groups -only may name.
+var bbGroups = []string{"guest", "password", "verify", "match"}
+
 // bbWant reports whether figure group g ("guest", "password", "verify",
 // "match") is measured: -only lists them, empty means all.
 func bbWant(g string) bool {
@@ -83,6 +86,13 @@ func init() {
 func benchBackend(ctx context.Context, progress io.Writer) (map[string]any, error) {
 	if bbRounds < 1 || bbRounds > 100 {
 		return nil, fmt.Errorf("want 1 <= -rounds <= 100, got %d", bbRounds)
+	}
+	if bbOnly != "" {
+		for _, g := range strings.Split(bbOnly, ",") {
+			if !slices.Contains(bbGroups, g) {
+				return nil, fmt.Errorf("-only %q: no figure group %q; the groups are %s", bbOnly, g, strings.Join(bbGroups, ", "))
+			}
+		}
 	}
 	// The process stands in for a backend server, which keeps Go's garbage
 	// collector settings (or those of GOGC and GOMEMLIMIT).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -48,14 +49,50 @@ func TestBenchBackendSmall(t *testing.T) {
 	}
 }
 
-func TestBenchBackendRefusesRounds(t *testing.T) {
-	old := bbRounds
-	t.Cleanup(func() { bbRounds = old })
+func TestBenchBackendRefusesBadFlags(t *testing.T) {
+	oldRounds, oldOnly := bbRounds, bbOnly
+	t.Cleanup(func() { bbRounds, bbOnly = oldRounds, oldOnly })
+	bbOnly = ""
 	for _, n := range []int{0, -1, 101} {
 		bbRounds = n
 		if _, err := benchBackend(context.Background(), io.Discard); err == nil {
 			t.Errorf("-rounds %d: no error", n)
 		}
+	}
+	// A misspelt group would measure nothing and say nothing.
+	bbRounds = 1
+	for _, only := range []string{"guests", "guest,", "guest,matches", " guest"} {
+		bbOnly = only
+		_, err := benchBackend(context.Background(), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "guest, password, verify, match") {
+			t.Errorf("-only %q: error %v, want one that names the groups", only, err)
+		}
+	}
+}
+
+// TestBenchBackendPostgresUnreachable: a DSN nobody answers is reported in
+// postgres_skipped, and the rounds go on with SQLite alone.
+func TestBenchBackendPostgresUnreachable(t *testing.T) {
+	oldDur, oldWorkers, oldPostgres, oldOnly, oldRounds := bbDur, bbWorkers, bbPostgres, bbOnly, bbRounds
+	t.Cleanup(func() {
+		bbDur, bbWorkers, bbPostgres, bbOnly, bbRounds = oldDur, oldWorkers, oldPostgres, oldOnly, oldRounds
+	})
+	bbDur, bbWorkers, bbOnly, bbRounds = 200*time.Millisecond, 2, "guest", 2
+	bbPostgres = "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := benchBackend(ctx, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := res["postgres_skipped"].(string); !strings.HasPrefix(s, "PostgreSQL unreachable") {
+		t.Errorf("postgres_skipped = %q, want the reason PostgreSQL was not measured", res["postgres_skipped"])
+	}
+	if runs, _ := res["sqlite_guest_logins_per_sec_runs"].([]float64); len(runs) != 2 {
+		t.Errorf("sqlite_guest_logins_per_sec_runs = %v, want 2 rounds", res["sqlite_guest_logins_per_sec_runs"])
+	}
+	if _, ok := res["postgres_guest_logins_per_sec"]; ok {
+		t.Errorf("postgres_guest_logins_per_sec = %v, though PostgreSQL was not measured", res["postgres_guest_logins_per_sec"])
 	}
 }
 
