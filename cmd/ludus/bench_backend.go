@@ -125,7 +125,7 @@ func benchBackend(ctx context.Context, progress io.Writer) (map[string]any, erro
 			continue
 		}
 		// The profile covers the first round's PostgreSQL part.
-		figs, skipped, err := benchBackendPostgres(ctx, progress, dsn, round == 0)
+		figs, skipped, err := benchPostgresRound(ctx, progress, dsn, round == 0)
 		if err != nil {
 			return nil, err
 		}
@@ -181,6 +181,9 @@ func medianOf(vs []float64) float64 {
 	}
 	return m
 }
+
+// benchPostgresRound is benchBackendPostgres; a test stands in for it.
+var benchPostgresRound = benchBackendPostgres
 
 // benchBackendPostgres measures one round on a fresh schema of dsn;
 // skipped is the reason when PostgreSQL cannot be reached.

@@ -118,3 +118,29 @@ func TestMedianOf(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchBackendPostgresLostInALaterRound: PostgreSQL measured in the
+// first round and unreachable in the second fails the bench, rather than
+// report a median of one round as if it were of all.
+func TestBenchBackendPostgresLostInALaterRound(t *testing.T) {
+	oldDur, oldWorkers, oldPostgres, oldOnly, oldRounds, oldRound := bbDur, bbWorkers, bbPostgres, bbOnly, bbRounds, benchPostgresRound
+	t.Cleanup(func() {
+		bbDur, bbWorkers, bbPostgres, bbOnly, bbRounds, benchPostgresRound = oldDur, oldWorkers, oldPostgres, oldOnly, oldRounds, oldRound
+	})
+	bbDur, bbWorkers, bbOnly, bbRounds, bbPostgres = 100*time.Millisecond, 1, "guest", 3, "postgres://stand-in"
+	calls := 0
+	benchPostgresRound = func(context.Context, io.Writer, string, bool) (map[string]any, string, error) {
+		calls++
+		if calls == 1 {
+			return map[string]any{"guest_logins_per_sec": 100.0}, "", nil
+		}
+		return nil, "PostgreSQL unreachable: connection refused", nil
+	}
+	_, err := benchBackend(context.Background(), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "round 2") {
+		t.Errorf("error %v, want one saying PostgreSQL was lost in round 2", err)
+	}
+	if calls != 2 {
+		t.Errorf("PostgreSQL measured %d times, want 2 (the bench stops at the lost round)", calls)
+	}
+}
