@@ -49,8 +49,8 @@ var (
 // bbGroups are the figure groups -only may name.
 var bbGroups = []string{"guest", "password", "verify", "match"}
 
-// bbWant reports whether figure group g ("guest", "password", "verify",
-// "match") is measured: -only lists them, empty means all.
+// bbWant reports whether figure group g (one of bbGroups) is measured:
+// -only lists them, empty means all.
 func bbWant(g string) bool {
 	if bbOnly == "" {
 		return true
@@ -65,7 +65,7 @@ func init() {
 			fs.DurationVar(&bbDur, "duration", 2*time.Second, "measured time per figure, store and round")
 			fs.IntVar(&bbRounds, "rounds", 3, "rounds, each a fresh SQLite database and PostgreSQL schema measured one after the other; every figure is the median of its rounds")
 			fs.IntVar(&bbWorkers, "workers", 2*runtime.GOMAXPROCS(0), "concurrent clients")
-			fs.StringVar(&bbOnly, "only", "", "comma-separated figure groups to measure: guest, password, verify, match (default all)")
+			fs.StringVar(&bbOnly, "only", "", "comma-separated figure groups to measure: "+strings.Join(bbGroups, ", ")+" (default all)")
 			fs.StringVar(&bbProfile, "cpuprofile", "", "write a CPU profile of this process (clients, backend, driver) while it measures PostgreSQL in the first round to this file")
 			fs.StringVar(&bbPostgres, "postgres", os.Getenv("LUDUS_BENCH_POSTGRES"), "PostgreSQL DSN (default $LUDUS_BENCH_POSTGRES); empty skips PostgreSQL")
 		},
