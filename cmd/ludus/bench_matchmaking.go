@@ -38,6 +38,7 @@ type mmFlags struct {
 	ttl             time.Duration
 	retention       time.Duration // etcd's compaction retention
 	replicas        int
+	maxParty        int // the largest party the synthetic population makes
 	kill            bool
 	saturate        bool
 	satFrom, satMax float64
@@ -52,12 +53,13 @@ func init() {
 	registerBench("matchmaking", bench{
 		summary: "matchmaker replicas on embedded etcd: tickets/s (highest sustained rate), time to match, parties split, tickets lost or matched twice (a replica killed mid-run)",
 		flags: func(fs *flag.FlagSet) {
-			fs.Float64Var(&f.rate, "rate", 200, "ticket arrivals per second of the first phase, the one with the kill (Poisson; parties of 1-4 players)")
+			fs.Float64Var(&f.rate, "rate", 200, "ticket arrivals per second of the first phase, the one with the kill (Poisson; parties of 1 to -max-party players)")
 			fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long tickets arrive in the first phase")
 			fs.DurationVar(&f.drain, "drain", 10*time.Second, "how long to wait after the arrivals of a phase for the last matches (a saturation run waits at least the max wait, 45 s, and 10 s more)")
 			fs.DurationVar(&f.ttl, "lease-ttl", 5*time.Second, "replica lease TTL (a dead leader's queue waits this long)")
 			fs.DurationVar(&f.retention, "etcd-compaction-retention", etcdserver.DefaultCompactionRetention, "how long the embedded etcd keeps replaced revisions (its periodic compaction)")
 			fs.IntVar(&f.replicas, "replicas", 3, "matchmaker replicas, each with its own etcd client")
+			fs.IntVar(&f.maxParty, "max-party", mmMaxParty, "largest party of the synthetic population (1-4): a party it would make larger is made this large; 1 queues every player alone")
 			fs.BoolVar(&f.kill, "kill", true, "kill the leading replica (close its etcd client, no resignation) halfway through the first phase")
 			fs.BoolVar(&f.saturate, "saturate", true, "run the saturation phase (fresh etcd and replicas, no kill) that measures tickets_per_sec; false leaves it 0")
 			fs.Float64Var(&f.satFrom, "saturate-from", 400, "first arrival rate of the saturation ramp (tickets/s); each step is 1.25 times the last")
@@ -78,6 +80,9 @@ func init() {
 			}
 			if f.retention < time.Second || f.retention > 24*time.Hour {
 				return nil, errors.New("want 1s <= -etcd-compaction-retention <= 24h")
+			}
+			if f.maxParty < 1 || f.maxParty > mmMaxParty {
+				return nil, fmt.Errorf("want 1 <= -max-party <= %d (the population's parties are of 1 to %d players)", mmMaxParty, mmMaxParty)
 			}
 			if f.cpuprofile != "" {
 				out, err := os.Create(f.cpuprofile)
@@ -162,6 +167,14 @@ type mmBenchResult struct {
 	// players) over the saturation phase, per ticket: what the figures
 	// above cost, whatever else ran on the machine.
 	SaturationCPUMsPerTicket float64 `json:"saturation_cpu_ms_per_ticket"`
+	// The same CPU time per player of those tickets (a party of k is k
+	// players), and how many players that was: what a ticket costs grows
+	// with its players, so this compares populations of other party sizes
+	// (-max-party).
+	SaturationPlayers        int     `json:"saturation_players"`
+	SaturationCPUMsPerPlayer float64 `json:"saturation_cpu_ms_per_player"`
+	// MaxParty is -max-party: the largest party of the population.
+	MaxParty int `json:"max_party"`
 
 	// etcd's own counters over both phases, per ticket: unary requests
 	// (Range, Txn, Put, LeaseGrant, ...), applied writes (raft proposals)
@@ -180,6 +193,9 @@ type mmBenchResult struct {
 
 const (
 	mmTenant, mmMode = "bench", "ranked"
+	// mmMaxParty is the largest party matchmaking.SyntheticParty makes
+	// (and the bench's team size).
+	mmMaxParty = 4
 	// mmSustainWait: a ticket of the saturation phase counts only if it was
 	// matched within this long of arriving.
 	mmSustainWait = 5 * time.Second
@@ -338,8 +354,10 @@ type mmLoad struct {
 	rng     *rand.Rand
 	regions []string
 	maxRTT  map[string]float64
-	seq     int
-	next    time.Time // the next arrival
+	// maxParty caps the parties' sizes (-max-party).
+	maxParty int
+	seq      int
+	next     time.Time // the next arrival
 
 	mu      sync.Mutex
 	tickets []*mmTicket
@@ -349,9 +367,15 @@ type mmLoad struct {
 	open    atomic.Int64 // tickets still searching
 }
 
-func newMMLoad(ctx context.Context, rig *mmRig, serving []*matchmaker.Matchmaker, seed uint64) *mmLoad {
+func newMMLoad(ctx context.Context, rig *mmRig, serving []*matchmaker.Matchmaker, seed uint64, maxParty int) *mmLoad {
 	return &mmLoad{rig: rig, serving: serving, ctx: ctx, rng: rand.New(rand.NewPCG(seed, 2)),
-		regions: []string{"eu", "us"}, maxRTT: map[string]float64{"eu": 100, "us": 100}, next: time.Now()}
+		regions: []string{"eu", "us"}, maxRTT: map[string]float64{"eu": 100, "us": 100}, maxParty: maxParty, next: time.Now()}
+}
+
+// party draws the next ticket's players: matchmaking.SyntheticParty's
+// parties of 1-4, none larger than l.maxParty.
+func (l *mmLoad) party() []matchmaking.Member {
+	return matchmaking.SyntheticParty(l.rng, l.regions, l.maxRTT, l.maxParty)
 }
 
 // arrivals queues tickets at rate (Poisson) for d, or until ctx ends.
@@ -377,7 +401,7 @@ func (l *mmLoad) arrivals(ctx context.Context, rate float64, d time.Duration) {
 
 // arrive queues one ticket (a party of 1-4) now.
 func (l *mmLoad) arrive() {
-	party := matchmaking.SyntheticParty(l.rng, l.regions, l.maxRTT, matchmaking.MaxSeats)
+	party := l.party()
 	size := len(party)
 	tk := &mmTicket{arrived: time.Now()}
 	reqs := make([]*ludusv1.FindMatchRequest, size)
@@ -716,7 +740,7 @@ func logReasons(progress io.Writer, phase string, tickets []*mmTicket) {
 func benchMatchmaking(ctx context.Context, progress io.Writer, f mmFlags) (map[string]any, error) {
 	// The process stands in for gateways and etcd, and runs as they do.
 	gc := gcpolicy.ForServer(slog.New(slog.NewTextHandler(progress, nil)))
-	res := mmBenchResult{ArrivalsPerSec: f.rate, Replicas: f.replicas, GCPercent: gc.GCPercent, MemoryLimitBytes: gc.MemoryLimit}
+	res := mmBenchResult{ArrivalsPerSec: f.rate, Replicas: f.replicas, MaxParty: f.maxParty, GCPercent: gc.GCPercent, MemoryLimitBytes: gc.MemoryLimit}
 	var etcd etcdCounters
 	var nTickets int
 
@@ -731,7 +755,7 @@ func benchMatchmaking(ctx context.Context, progress io.Writer, f mmFlags) (map[s
 	defer stopStreams()
 	// Streams go to the replicas that stay up, so that a killed replica's
 	// players (whose streams would break) do not count as lost tickets.
-	load := newMMLoad(runCtx, rig, rig.reps[1:], 1)
+	load := newMMLoad(runCtx, rig, rig.reps[1:], 1, f.maxParty)
 	start := time.Now()
 	if f.kill {
 		load.arrivals(ctx, f.rate, f.duration/2)
@@ -792,6 +816,7 @@ func benchMatchmaking(ctx context.Context, progress io.Writer, f mmFlags) (map[s
 		res.SaturationMsP50, res.SaturationMsP99 = sat.p50, sat.p99
 		res.SaturationSeconds = sat.seconds
 		res.SaturationCPUMsPerTicket = sat.cpuMsPerTicket
+		res.SaturationPlayers, res.SaturationCPUMsPerPlayer = sat.players, sat.cpuMsPerPlayer
 		res.SaturationEtcdDBBytes, res.SaturationEtcdDBInUseBytes = sat.etcd.dbBytes, sat.etcd.dbInUseBytes
 		// The correctness figures cover both phases.
 		res.PartiesSplit += sat.t.split
@@ -815,9 +840,10 @@ func benchMatchmaking(ctx context.Context, progress io.Writer, f mmFlags) (map[s
 // mmSaturation is what the saturation phase measured.
 type mmSaturation struct {
 	ticketsPerSec, rate float64
-	tickets             int
+	tickets, players    int
 	p50, p99, seconds   float64
 	cpuMsPerTicket      float64
+	cpuMsPerPlayer      float64
 	t                   mmTally
 	etcd                etcdCounters
 	etcdOK              bool
@@ -852,13 +878,16 @@ func saturate(ctx context.Context, progress io.Writer, f mmFlags) (mmSaturation,
 		defer rig.Close()
 		runCtx, stopStreams := context.WithCancel(ctx)
 		defer stopStreams()
-		load := newMMLoad(runCtx, rig, rig.reps, seed)
+		load := newMMLoad(runCtx, rig, rig.reps, seed, f.maxParty)
 		fn(load)
 		tickets, _, t, err := load.conclude(ctx, progress, "saturation", max(f.drain, mmSaturationDrain), stopStreams)
 		if err != nil {
 			return etcdAtEnd, false, err
 		}
 		out.tickets += len(tickets)
+		load.mu.Lock()
+		out.players += load.players
+		load.mu.Unlock()
 		out.t.add(t)
 		etcdAtEnd, err = readEtcdCounters(ctx, rig.es.Endpoint)
 		if err != nil {
@@ -930,8 +959,12 @@ search:
 		}
 	}
 	out.seconds = time.Since(start).Seconds()
+	cpuMs := float64(cpuTime()-cpu0) / float64(time.Millisecond)
 	if out.tickets > 0 {
-		out.cpuMsPerTicket = math.Round(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(out.tickets)*1000) / 1000
+		out.cpuMsPerTicket = math.Round(cpuMs/float64(out.tickets)*1000) / 1000
+	}
+	if out.players > 0 {
+		out.cpuMsPerPlayer = math.Round(cpuMs/float64(out.players)*1000) / 1000
 	}
 	return out, nil
 }

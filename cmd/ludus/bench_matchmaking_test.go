@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,7 +39,7 @@ func TestBenchMatchmakingSmall(t *testing.T) {
 	})
 	res, err := benchMatchmaking(ctx, progress, mmFlags{
 		rate: 100, duration: 2 * time.Second, drain: 5 * time.Second, ttl: 2 * time.Second,
-		retention: etcdserver.DefaultCompactionRetention, replicas: 2, kill: true,
+		retention: etcdserver.DefaultCompactionRetention, replicas: 2, maxParty: mmMaxParty, kill: true,
 		saturate: true, satFrom: 100, satMax: 160, satStep: time.Second, satVerify: 2 * time.Second,
 	})
 	if err != nil {
@@ -74,6 +76,16 @@ func TestBenchMatchmakingSmall(t *testing.T) {
 	}
 	if res["replica_killed"] != true {
 		t.Errorf("replica_killed = %v, want true", res["replica_killed"])
+	}
+	if mp := num("max_party"); mp != mmMaxParty {
+		t.Errorf("max_party = %v, want the default %d", res["max_party"], mmMaxParty)
+	}
+	// Parties of 1-4: more players than tickets, each costing less.
+	if p, tk := num("saturation_players"), num("saturation_tickets"); p <= tk {
+		t.Errorf("saturation_players = %v, saturation_tickets = %v: want more players than tickets", p, tk)
+	}
+	if pp, pt := num("saturation_cpu_ms_per_player"), num("saturation_cpu_ms_per_ticket"); !(pp > 0 && pp < pt) {
+		t.Errorf("saturation_cpu_ms_per_player = %v, per ticket %v: want 0 < per player < per ticket", pp, pt)
 	}
 	if g := num("gc_percent"); int(g) != gcpolicy.ServerGCPercent {
 		t.Errorf("gc_percent = %v, want the gateways' %d", res["gc_percent"], gcpolicy.ServerGCPercent)
@@ -116,5 +128,38 @@ func TestTallyCountsWhatPlayersWereTold(t *testing.T) {
 		got.lost != want.lost || got.split != want.split || got.twice != want.twice ||
 		got.matches != want.matches || got.waste != want.waste {
 		t.Errorf("tally = %+v, want %+v", got, want)
+	}
+}
+
+// TestMMLoadPartySizes checks -max-party: no party larger than it, and
+// every size up to it drawn.
+func TestMMLoadPartySizes(t *testing.T) {
+	for _, maxParty := range []int{1, 2, mmMaxParty} {
+		l := newMMLoad(context.Background(), nil, nil, 7, maxParty)
+		seen := map[int]int{}
+		for range 2000 {
+			seen[len(l.party())]++
+		}
+		for size, n := range seen {
+			if size < 1 || size > maxParty {
+				t.Errorf("-max-party %d: %d parties of %d", maxParty, n, size)
+			}
+		}
+		for size := 1; size <= maxParty; size++ {
+			if seen[size] == 0 {
+				t.Errorf("-max-party %d: no party of %d in 2000 (%v)", maxParty, size, seen)
+			}
+		}
+	}
+}
+
+// TestBenchMatchmakingRefusesBadMaxParty: a -max-party the population
+// cannot make is refused before anything starts.
+func TestBenchMatchmakingRefusesBadMaxParty(t *testing.T) {
+	for _, v := range []string{"0", "-1", "5"} {
+		err := runBench(context.Background(), []string{"matchmaking", "-max-party", v}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "-max-party") {
+			t.Errorf("-max-party %s: err = %v, want a refusal naming -max-party", v, err)
+		}
 	}
 }
