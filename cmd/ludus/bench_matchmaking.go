@@ -194,7 +194,7 @@ type mmBenchResult struct {
 const (
 	mmTenant, mmMode = "bench", "ranked"
 	// mmMaxParty is the largest party matchmaking.SyntheticParty makes
-	// (and the bench's team size).
+	// (the bench's teams are as large, so every party fits one).
 	mmMaxParty = 4
 	// mmSustainWait: a ticket of the saturation phase counts only if it was
 	// matched within this long of arriving.
@@ -399,7 +399,7 @@ func (l *mmLoad) arrivals(ctx context.Context, rate float64, d time.Duration) {
 	}
 }
 
-// arrive queues one ticket (a party of 1-4) now.
+// arrive queues one ticket (a party of 1 to l.maxParty players) now.
 func (l *mmLoad) arrive() {
 	party := l.party()
 	size := len(party)
